@@ -1,0 +1,43 @@
+//! # kvrun — LLM inference on any wgpu GPU, with the KV cache as a first-class citizen
+//!
+//! One crate, library + binary. GPU work is WGSL compute shaders run through wgpu (Vulkan, Metal,
+//! DX12). The KV cache lives only in a paged block pool read through per-sequence block tables.
+//!
+//! ## Module map (rooms; data flows top to bottom)
+//!
+//! | room | owns | may import |
+//! |---|---|---|
+//! | [`gpu`] | instance/adapter/device/queue, capability probe, typed buffers, pipeline cache, readback, timestamps | wgpu |
+//! | [`kernels`] | host half of each WGSL kernel (params, bindings, dispatch size, preconditions); [`kernels::reference`] = plain f32 CPU versions | gpu, quant |
+//! | [`quant`] | number formats: GGUF weight blocks, KV formats, CPU (de)quantization | — |
+//! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap) | quant |
+//! | [`tokenizer`] | `tokenizers` wrapper, GGUF vocab → tokenizer, chat templates | — |
+//! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | kernels, gpu, loader |
+//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables | — |
+//! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
+//! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
+//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, the embeddable engine API | all above |
+//! | [`cli`] | clap subcommands | engine |
+//!
+//! `kv`, `output` and `tokenizer` never import wgpu.
+//!
+//! ## Glossary (one meaning each)
+//!
+//! *request* (user input) · *sequence* (its running state) · *block* (fixed run of `block_size`
+//! KV token slots, the same slot range in every layer) · *slot* (one token's KV position:
+//! `block_id * block_size + offset`) · *block table* (a sequence's block ids, in order) ·
+//! *slot mapping* (slot of every token computed in a step) · *step* (one scheduler iteration,
+//! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step).
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod engine;
+pub mod gpu;
+pub mod kernels;
+pub mod kv;
+pub mod loader;
+pub mod model;
+pub mod output;
+pub mod quant;
+pub mod sample;
+pub mod tokenizer;
