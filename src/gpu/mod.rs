@@ -1,1 +1,13 @@
-//! TODO
+//! The GPU room: instance, adapter, device and queue; capability probe; buffers and readback;
+//! pipelines cached by typed key; timestamp timing of passes. Only this room and `kernels`/`model`
+//! touch wgpu types.
+
+mod buffers;
+mod context;
+mod pipelines;
+mod timer;
+
+pub use buffers::padded_size;
+pub use context::{Capabilities, Gpu, GpuError, GpuOptions};
+pub use pipelines::{BindingKind, Pipeline, PipelineCache, PipelineSpec};
+pub use timer::GpuTimer;

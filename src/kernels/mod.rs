@@ -1,1 +1,155 @@
-//! TODO
+//! Host half of every WGSL kernel: the `#[repr(C)]` params struct, the binding order, the
+//! dispatch size and the preconditions. Each submodule pairs with a folder of `shaders/`.
+//! [`reference`] holds the plain f32 CPU version of each kernel, the oracle of the tests.
+//!
+//! Pipelines are cached by [`PipelineKey`], an enum of kernel × variant; variants are chosen at
+//! run time from the device's capabilities in one function, [`KernelConfig::choose`].
+
+pub mod attention;
+pub mod embedding;
+pub mod kv_write;
+pub mod linear;
+pub mod reference;
+pub mod rms_norm;
+pub mod rope;
+pub mod silu_mul;
+pub mod source;
+pub mod weights;
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
+pub use weights::{GpuWeight, PackedWeight, WeightFormat};
+
+/// Mirror of WGSL `StepInfo` (shaders/common/step.wgsl): the counts of one step.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct StepInfo {
+    pub num_tokens: u32,
+    pub num_logits: u32,
+    pub num_seqs: u32,
+    pub num_decode_seqs: u32,
+    pub num_prefill_tiles: u32,
+    pub _pad: [u32; 3],
+}
+const _: () = assert!(std::mem::size_of::<StepInfo>() == 32);
+
+/// Mirror of WGSL `SeqInfo`: one sequence of a step.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct SeqInfo {
+    /// Row of the sequence's first query token in the step's activations.
+    pub q_start: u32,
+    /// Query tokens of the sequence in this step (1 for decode).
+    pub q_len: u32,
+    /// Tokens in the KV cache once this step's K/V are written.
+    pub ctx_len: u32,
+    /// Index of the sequence's first block id in the concatenated block tables.
+    pub table_start: u32,
+}
+const _: () = assert!(std::mem::size_of::<SeqInfo>() == 16);
+
+/// Host-side numbers from which every dispatch size of a step is derived.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepShape {
+    pub num_tokens: u32,
+    pub num_logits: u32,
+    pub num_decode_seqs: u32,
+    /// Largest number of key partitions of any decode sequence (ceil(ctx_len / PART)).
+    pub max_decode_partitions: u32,
+    pub num_prefill_tiles: u32,
+}
+
+/// Tokens computed per invocation by the linear kernel. The arithmetic per token is the same for
+/// both, so the choice only affects speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenTile {
+    /// Decode-sized steps: one token per invocation, no wasted work.
+    One,
+    /// Prefill: eight tokens per invocation share each weight load.
+    Eight,
+}
+
+impl TokenTile {
+    pub fn tokens(self) -> u32 {
+        match self {
+            TokenTile::One => 1,
+            TokenTile::Eight => 8,
+        }
+    }
+
+    /// The tile that suits a step with `count` token rows.
+    pub fn for_count(count: u32) -> Self {
+        if count <= 2 {
+            TokenTile::One
+        } else {
+            TokenTile::Eight
+        }
+    }
+}
+
+/// Typed pipeline key: kernel × variant. Never a string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PipelineKey {
+    Linear { format: WeightFormat, tile: TokenTile },
+    Embedding { format: WeightFormat },
+    RmsNorm,
+    Rope,
+    KvWrite,
+    SiluMul,
+    AttnDecodePartials { head_dim: u32 },
+    AttnDecodeReduce { head_dim: u32 },
+    AttnPrefill { head_dim: u32, query_tile: u32 },
+}
+
+/// Kernel choices resolved once from the device's capabilities.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelConfig {
+    /// Largest byte size of one storage binding (weights and KV pools are split to fit).
+    pub max_binding_bytes: u64,
+    /// Workgroup memory available to the attention kernels.
+    pub workgroup_memory: u32,
+}
+
+impl KernelConfig {
+    /// The one place where kernel variants are chosen from device capabilities.
+    pub fn choose(caps: &Capabilities) -> Self {
+        KernelConfig {
+            max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
+            workgroup_memory: caps.max_compute_workgroup_storage_size,
+        }
+    }
+}
+
+/// The kernels of one device: configuration and compiled pipelines.
+pub struct Kernels {
+    pub config: KernelConfig,
+    cache: PipelineCache<PipelineKey>,
+}
+
+impl Kernels {
+    pub fn new(gpu: &Gpu) -> Self {
+        Kernels { config: KernelConfig::choose(&gpu.caps), cache: PipelineCache::default() }
+    }
+
+    /// The pipeline for `key`, compiled on first use.
+    pub fn pipeline(&self, gpu: &Gpu, key: PipelineKey) -> Arc<Pipeline> {
+        self.cache.get(gpu, key, || source::spec(key))
+    }
+}
+
+/// Workgroup count for `n` items at `per_group` items per workgroup.
+pub fn groups(n: u32, per_group: u32) -> u32 {
+    n.div_ceil(per_group)
+}
+
+/// Fails loudly when a dispatch would exceed the per-dimension workgroup limit.
+#[track_caller]
+pub fn check_grid(grid: [u32; 3], limit: u32) {
+    assert!(
+        grid.iter().all(|&g| g <= limit),
+        "dispatch grid {grid:?} exceeds the device limit of {limit} workgroups per dimension"
+    );
+}

@@ -1,0 +1,143 @@
+// Paged prefill attention: one workgroup per (tile of up to QT query tokens of one sequence,
+// query head). Causal over the sequence's cached keys and this step's new keys, all read from
+// the pool through the block table (kv_write ran first). Partitions are walked left to right
+// and merged exactly like decode_partials + decode_reduce do (see common/attention.wgsl).
+
+const WG: u32 = 64u;
+const MAX_QT: u32 = 16u;
+const MAX_EPT: u32 = 16u;     // output elements (f16 pairs) per invocation
+
+override QT: u32 = 16u;       // query tokens per tile: min(16, 2048 / HEAD_DIM)
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: AttnParams;
+@group(0) @binding(2) var<storage, read> qkv: array<f32>;            // [tokens, qkv_stride]
+@group(0) @binding(3) var<storage, read> k_pool: array<u32>;         // [blocks, kv_heads, block_size, HEAD_DIM/2] f16x2
+@group(0) @binding(4) var<storage, read> v_pool: array<u32>;         // same
+@group(0) @binding(5) var<storage, read> seqs: array<SeqInfo>;       // [num_seqs]
+@group(0) @binding(6) var<storage, read> block_tables: array<u32>;   // concatenated tables
+@group(0) @binding(7) var<storage, read> tiles: array<vec2<u32>>;    // [num_prefill_tiles] (seq index, first query index)
+@group(0) @binding(8) var<storage, read_write> out: array<f32>;      // [tokens, out_stride]
+
+var<workgroup> q_sh: array<f32, 2048>;     // [QT, HEAD_DIM]
+var<workgroup> s_sh: array<f32, 1024>;     // [QT, PART] scores, then exp
+var<workgroup> base_sh: array<u32, PART>;  // word offset of each key's row in the pools
+var<workgroup> nv_sh: array<u32, MAX_QT>;  // valid keys of the partition per query
+var<workgroup> mp_sh: array<f32, MAX_QT>;  // partition max per query
+var<workgroup> m_sh: array<f32, MAX_QT>;   // running max per query
+var<workgroup> l_sh: array<f32, MAX_QT>;   // running sum per query
+var<workgroup> a_sh: array<f32, MAX_QT>;   // merge factor of the running output
+var<workgroup> b_sh: array<f32, MAX_QT>;   // merge factor of the partition output
+
+fn qk_score(q_off: u32, kb: u32) -> f32 {
+    var s = 0.0;
+    for (var w = 0u; w < HEAD_DIM / 2u; w++) {
+        let k = unpack2x16float(k_pool[kb + w]);
+        s = fma(q_sh[q_off + 2u * w], k.x, s);
+        s = fma(q_sh[q_off + 2u * w + 1u], k.y, s);
+    }
+    return s * p.scale;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    if (wid.x >= step.num_prefill_tiles) {
+        return;
+    }
+    let tile = tiles[wid.x];
+    let seq = seqs[tile.x];
+    let h = wid.y;
+    let kvh = h / (p.num_heads / p.num_kv_heads);
+    let nq = min(QT, seq.q_len - tile.y);
+    let pos0 = seq.ctx_len - seq.q_len + tile.y;  // position of the tile's first query
+    let last = pos0 + nq - 1u;
+    let words = HEAD_DIM / 2u;
+    let t = lid.x;
+
+    for (var i = t; i < nq * HEAD_DIM; i += WG) {
+        let qi = i / HEAD_DIM;
+        let tok = seq.q_start + tile.y + qi;
+        q_sh[i] = qkv[tok * p.qkv_stride + p.q_offset + h * HEAD_DIM + i % HEAD_DIM];
+    }
+    if (t < nq) {
+        m_sh[t] = NEG_BIG;
+        l_sh[t] = 0.0;
+    }
+    var o_acc: array<vec2<f32>, MAX_EPT>;
+    let ept = (QT * words + WG - 1u) / WG;
+    for (var j = 0u; j < ept; j++) {
+        o_acc[j] = vec2<f32>(0.0);
+    }
+
+    for (var start = 0u; start <= last; start += PART) {
+        let pos = start + t;
+        if (pos <= last) {
+            let block = block_tables[seq.table_start + pos / p.block_size];
+            base_sh[t] = ((block * p.num_kv_heads + kvh) * p.block_size + pos % p.block_size) * words;
+        }
+        workgroupBarrier();
+        if (pos <= last) {
+            for (var qi = 0u; qi < nq; qi++) {
+                if (pos <= pos0 + qi) {
+                    s_sh[qi * PART + t] = qk_score(qi * HEAD_DIM, base_sh[t]);
+                }
+            }
+        }
+        if (t < nq) {
+            let qpos = pos0 + t;
+            nv_sh[t] = select(0u, min(PART, qpos + 1u - start), qpos >= start);
+        }
+        workgroupBarrier();
+        if (t < nq) {
+            var m = NEG_BIG;
+            for (var u = 0u; u < nv_sh[t]; u++) {
+                m = max(m, s_sh[t * PART + u]);
+            }
+            mp_sh[t] = m;
+        }
+        workgroupBarrier();
+        for (var i = t; i < nq * PART; i += WG) {
+            if (i % PART < nv_sh[i / PART]) {
+                s_sh[i] = exp(s_sh[i] - mp_sh[i / PART]);
+            }
+        }
+        workgroupBarrier();
+        if (t < nq && nv_sh[t] > 0u) {
+            var l = 0.0;
+            for (var u = 0u; u < nv_sh[t]; u++) {
+                l = l + s_sh[t * PART + u];
+            }
+            let f = merge_factors(m_sh[t], mp_sh[t]);
+            l_sh[t] = fma(l_sh[t], f.x, l * f.y);
+            m_sh[t] = f.z;
+            a_sh[t] = f.x;
+            b_sh[t] = f.y;
+        }
+        workgroupBarrier();
+        for (var j = 0u; j < ept; j++) {
+            let e = t + j * WG;
+            let qi = e / words;
+            if (qi < nq && nv_sh[qi] > 0u) {
+                let w = e % words;
+                var o = vec2<f32>(0.0);
+                for (var u = 0u; u < nv_sh[qi]; u++) {
+                    o = fma(vec2<f32>(s_sh[qi * PART + u]), unpack2x16float(v_pool[base_sh[u] + w]), o);
+                }
+                o_acc[j] = fma(o_acc[j], vec2<f32>(a_sh[qi]), o * b_sh[qi]);
+            }
+        }
+        workgroupBarrier();
+    }
+
+    for (var j = 0u; j < ept; j++) {
+        let e = t + j * WG;
+        let qi = e / words;
+        if (qi < nq) {
+            let w = e % words;
+            let tok = seq.q_start + tile.y + qi;
+            let ob = tok * p.out_stride + h * HEAD_DIM + 2u * w;
+            out[ob] = o_acc[j].x / l_sh[qi];
+            out[ob + 1u] = o_acc[j].y / l_sh[qi];
+        }
+    }
+}

@@ -1,0 +1,42 @@
+// Shared by the paged attention kernels (decode partials, decode reduce, prefill). They all
+// compute, for one query token, exactly the same sequence of float operations:
+//
+//   keys are cut into partitions of PART positions aligned to absolute position 0;
+//   per partition p (keys start..start+n-1, n ≥ 1):
+//     s_u  = qk_score(q, k_u)                       (fma chain over head_dim, then * scale)
+//     m_p  = max_u s_u
+//     e_u  = exp(s_u - m_p)
+//     l_p  = e_0 + e_1 + ... (left to right)
+//     o_p  = fma chain over u of e_u * v_u          (per dimension)
+//   partitions merged left to right (merge_factors), out = O / L.
+//
+// So a token's attention output is bit-identical whether it was computed in a prefill chunk,
+// alone in a decode step, or next to other sequences.
+
+struct AttnParams {
+    num_heads: u32,       // query heads
+    num_kv_heads: u32,
+    block_size: u32,
+    qkv_stride: u32,      // floats between token rows of qkv
+    q_offset: u32,        // float offset of query head 0 in a row of qkv
+    out_stride: u32,      // floats between token rows of the attention output
+    heads_per_wg: u32,    // decode: query heads of one KV group handled by one workgroup
+    max_partitions: u32,  // decode: partition capacity of the partials buffer per (seq, head)
+    scale: f32,           // 1 / sqrt(head_dim)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+const PART: u32 = 64u;        // key positions per partition (also the workgroup size)
+const NEG_BIG: f32 = -3.0e38; // running max before the first partition (finite: no inf - inf)
+
+override HEAD_DIM: u32 = 64u; // even, at most 256
+const MAX_HEAD_DIM: u32 = 256u;
+
+// Merge factors for folding partition (m_p) into running max m_run: (a, b, m_new) such that
+// L' = fma(L, a, l_p * b) and O' = fma(O, a, o_p * b).
+fn merge_factors(m_run: f32, m_p: f32) -> vec3<f32> {
+    let m_new = max(m_run, m_p);
+    return vec3<f32>(exp(m_run - m_new), exp(m_p - m_new), m_new);
+}

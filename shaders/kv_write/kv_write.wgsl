@@ -1,0 +1,40 @@
+// Scatter this step's K and V rows into the paged pool through the slot mapping, as f16.
+// Pool layout (one buffer per layer for K, one for V):
+//   [num_blocks, num_kv_heads, block_size, head_dim / 2] u32, each word two f16 (low = even dim)
+// slot = block_id * block_size + offset. One invocation = one word of K and V of one token.
+
+struct KvWriteParams {
+    num_kv_heads: u32,
+    head_dim: u32,
+    block_size: u32,
+    qkv_stride: u32,  // floats between token rows of qkv
+    k_offset: u32,    // float offset of key head 0 in a row
+    v_offset: u32,    // float offset of value head 0 in a row
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: KvWriteParams;
+@group(0) @binding(2) var<storage, read> qkv: array<f32>;              // [tokens, qkv_stride]
+@group(0) @binding(3) var<storage, read> slot_mapping: array<u32>;     // [tokens]
+@group(0) @binding(4) var<storage, read_write> k_pool: array<u32>;     // see above
+@group(0) @binding(5) var<storage, read_write> v_pool: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let words = p.head_dim / 2u;
+    if (t >= step.num_tokens || gid.x >= p.num_kv_heads * words) {
+        return;
+    }
+    let h = gid.x / words;
+    let w = gid.x % words;
+    let slot = slot_mapping[t];
+    let block = slot / p.block_size;
+    let off = slot % p.block_size;
+    let dst = ((block * p.num_kv_heads + h) * p.block_size + off) * words + w;
+    let src = t * p.qkv_stride + h * p.head_dim + 2u * w;
+    k_pool[dst] = pack2x16float(vec2<f32>(qkv[p.k_offset + src], qkv[p.k_offset + src + 1u]));
+    v_pool[dst] = pack2x16float(vec2<f32>(qkv[p.v_offset + src], qkv[p.v_offset + src + 1u]));
+}

@@ -1,0 +1,55 @@
+// RMSNorm: out[r, i] = x[src, i] / sqrt(mean_j x[src, j]^2 + eps) * w[i]
+// where src = rows[r] when gathering (final norm of the rows that get logits), else r.
+// One workgroup per row; the sum of squares has a fixed order (per-invocation strided sums,
+// then a fixed tree), so a row's result does not depend on the other rows of the step.
+
+struct RmsNormParams {
+    dim: u32,
+    eps: f32,
+    x_stride: u32,
+    out_stride: u32,
+    gather: u32,  // 1: row r reads x row rows[r] and the row count is step.num_logits
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+const WG: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: RmsNormParams;
+@group(0) @binding(2) var<storage, read> x: array<f32>;          // [tokens, x_stride]
+@group(0) @binding(3) var<storage, read> w: array<f32>;          // [dim]
+@group(0) @binding(4) var<storage, read> rows: array<u32>;       // [num_logits] (gather only)
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;  // [rows, out_stride]
+
+var<workgroup> partial: array<f32, WG>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r = wid.x;
+    let count = select(step.num_tokens, step.num_logits, p.gather == 1u);
+    if (r >= count) {
+        return;
+    }
+    let src = select(r, rows[r], p.gather == 1u);
+    let xb = src * p.x_stride;
+    var s = 0.0;
+    for (var i = lid.x; i < p.dim; i += WG) {
+        let v = x[xb + i];
+        s = fma(v, v, s);
+    }
+    partial[lid.x] = s;
+    workgroupBarrier();
+    for (var half = WG / 2u; half > 0u; half >>= 1u) {
+        if (lid.x < half) {
+            partial[lid.x] = partial[lid.x] + partial[lid.x + half];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0] / f32(p.dim) + p.eps);
+    let ob = r * p.out_stride;
+    for (var i = lid.x; i < p.dim; i += WG) {
+        out[ob + i] = (x[xb + i] * inv) * w[i];
+    }
+}

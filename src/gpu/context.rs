@@ -1,0 +1,166 @@
+//! Instance, adapter and device: which GPU we run on and what it can do.
+
+use std::fmt;
+
+/// How to pick the adapter. `None` fields fall back to the `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`
+/// environment variables, then to wgpu's default (a discrete GPU if there is one).
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Comma list of backends (`vulkan`, `metal`, `dx12`, `gl`).
+    pub backend: Option<String>,
+    /// Case-insensitive substring of the adapter name (e.g. `llvmpipe`, `nvidia`).
+    pub adapter: Option<String>,
+}
+
+/// What the device can do, probed once. Kernel variants are chosen from this in one place
+/// ([`crate::kernels::KernelConfig::choose`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Capabilities {
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub subgroup_min_size: u32,
+    pub subgroup_max_size: u32,
+    pub timestamps: bool,
+    /// CPU adapters (lavapipe, WARP, SwiftShader) prefer kernels without workgroup barriers.
+    pub is_cpu: bool,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub min_storage_buffer_offset_alignment: u32,
+}
+
+/// Errors while finding or opening a GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "no GPU adapter found for backends {backends}.\n  On Linux without a GPU, install Mesa's \
+         software Vulkan driver (lavapipe): `sudo apt-get install mesa-vulkan-drivers libvulkan1` \
+         (or run scripts/install-lavapipe.sh), then retry with WGPU_BACKEND=vulkan.\n  On a machine \
+         with a GPU, install its Vulkan (Linux/Windows), Metal (macOS) or DX12 (Windows) driver."
+    )]
+    NoAdapter { backends: String },
+    #[error("no adapter name contains {wanted:?}; available adapters: {available}")]
+    AdapterNotFound { wanted: String, available: String },
+    #[error("could not open the GPU device on adapter '{adapter}': {source}")]
+    RequestDevice { adapter: String, source: wgpu::RequestDeviceError },
+    #[error("the GPU reported an error: {0}")]
+    Device(String),
+    #[error("reading a buffer back from the GPU failed: {0}")]
+    Readback(String),
+}
+
+/// An open GPU device with its queue and probed capabilities.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub caps: Capabilities,
+    pub features: wgpu::Features,
+    pub limits: wgpu::Limits,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.info.name).finish()
+    }
+}
+
+/// Features we use when the adapter has them; none is required.
+fn wanted_features() -> wgpu::Features {
+    wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY
+}
+
+impl Gpu {
+    /// Opens the adapter chosen by `opts` (then the environment), with its real limits.
+    pub fn open(opts: &GpuOptions) -> Result<Self, GpuError> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        if let Some(list) = &opts.backend {
+            desc.backends = wgpu::Backends::from_comma_list(list);
+        }
+        let backends = desc.backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pick_adapter(&instance, backends, opts)?;
+        let info = adapter.get_info();
+        let features = wanted_features() & adapter.features();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("kvrun"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|source| GpuError::RequestDevice { adapter: info.name.clone(), source })?;
+        let caps = Capabilities::probe(&info, features, &limits);
+        tracing::info!(adapter = %info.name, backend = ?info.backend, "GPU opened");
+        Ok(Gpu { device, queue, info, caps, features, limits })
+    }
+
+    /// Waits until all submitted work is done, turning a device error into [`GpuError`].
+    pub fn wait_idle(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(e.to_string()))
+    }
+}
+
+/// Adapter choice: `--adapter` / `WGPU_ADAPTER_NAME` as a substring match, else wgpu's default
+/// (high-performance preference), else any adapter at all.
+fn pick_adapter(
+    instance: &wgpu::Instance,
+    backends: wgpu::Backends,
+    opts: &GpuOptions,
+) -> Result<wgpu::Adapter, GpuError> {
+    let adapters = pollster::block_on(instance.enumerate_adapters(backends));
+    let wanted = opts.adapter.clone().or_else(|| std::env::var("WGPU_ADAPTER_NAME").ok());
+    if let Some(wanted) = wanted.filter(|w| !w.is_empty()) {
+        let needle = wanted.to_lowercase();
+        let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+        return adapters
+            .into_iter()
+            .find(|a| a.get_info().name.to_lowercase().contains(&needle))
+            .ok_or(GpuError::AdapterNotFound {
+                wanted,
+                available: if names.is_empty() { "none".into() } else { names.join(", ") },
+            });
+    }
+    let preferred = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference:
+            wgpu::PowerPreference::from_env().unwrap_or(wgpu::PowerPreference::HighPerformance),
+        force_fallback_adapter: false,
+        compatible_surface: None,
+        apply_limit_buckets: false,
+    }));
+    match preferred {
+        Ok(a) => Ok(a),
+        Err(_) => adapters
+            .into_iter()
+            .next()
+            .ok_or(GpuError::NoAdapter { backends: format!("{backends:?}") }),
+    }
+}
+
+impl Capabilities {
+    fn probe(info: &wgpu::AdapterInfo, features: wgpu::Features, limits: &wgpu::Limits) -> Self {
+        Capabilities {
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            subgroup_min_size: info.subgroup_min_size,
+            subgroup_max_size: info.subgroup_max_size,
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+            max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+            max_buffer_size: limits.max_buffer_size,
+            max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+            max_compute_workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
+            max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
+            min_storage_buffer_offset_alignment: limits.min_storage_buffer_offset_alignment,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Host half of the paged attention kernels (`shaders/attention/`): decode (split-K partials +
+//! reduce) and prefill. All three share the arithmetic of `shaders/common/attention.wgsl`, so a
+//! token's output does not depend on which kernel computed it.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::rope::QkvLayout;
+use super::{check_grid, Kernels, PipelineKey, StepShape};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+
+/// Key positions per partition (WGSL `PART`): the unit of split-K in decode and of the key loop
+/// in prefill. Fixed, so results never depend on the batch.
+pub const PARTITION: u32 = 64;
+/// Largest head size the kernels' workgroup arrays hold.
+pub const MAX_HEAD_DIM: u32 = 256;
+
+/// Mirror of WGSL `AttnParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct AttnParams {
+    pub num_heads: u32,
+    pub num_kv_heads: u32,
+    pub block_size: u32,
+    pub qkv_stride: u32,
+    pub q_offset: u32,
+    pub out_stride: u32,
+    pub heads_per_wg: u32,
+    pub max_partitions: u32,
+    pub scale: f32,
+    pub _pad: [u32; 3],
+}
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 48);
+
+/// Binding order of `decode_partials.wgsl`.
+pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 8] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: AttnParams
+    BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
+    BindingKind::StorageRead,      // k_pool: [blocks, kv_heads, block_size, head_dim / 2] f16x2
+    BindingKind::StorageRead,      // v_pool: same
+    BindingKind::StorageRead,      // seqs: [num_seqs] SeqInfo
+    BindingKind::StorageRead,      // block_tables: concatenated
+    BindingKind::StorageReadWrite, // partials: [decode_seqs, num_heads, max_partitions, head_dim + 2]
+];
+
+/// Binding order of `decode_reduce.wgsl`.
+pub const DECODE_REDUCE_BINDINGS: [BindingKind; 5] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: AttnParams
+    BindingKind::StorageRead,      // partials
+    BindingKind::StorageRead,      // seqs
+    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
+];
+
+/// Binding order of `prefill.wgsl`.
+pub const PREFILL_BINDINGS: [BindingKind; 9] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: AttnParams
+    BindingKind::StorageRead,      // qkv
+    BindingKind::StorageRead,      // k_pool
+    BindingKind::StorageRead,      // v_pool
+    BindingKind::StorageRead,      // seqs
+    BindingKind::StorageRead,      // block_tables
+    BindingKind::StorageRead,      // tiles: [num_prefill_tiles] (seq index, first query index)
+    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
+];
+
+/// Query tokens per prefill tile for a head size (the q tile fills 2048 floats of workgroup memory).
+pub fn query_tile(head_dim: u32) -> u32 {
+    (2048 / head_dim).min(16)
+}
+
+/// Query heads of one KV group handled by one decode workgroup.
+pub fn heads_per_workgroup(group: u32, head_dim: u32) -> u32 {
+    group.min(16).min(2048 / head_dim).max(1)
+}
+
+/// Partitions needed for `ctx_len` keys.
+pub fn partitions(ctx_len: u32) -> u32 {
+    ctx_len.div_ceil(PARTITION)
+}
+
+/// Bytes of the decode partials buffer.
+pub fn partials_bytes(
+    max_decode_seqs: u32,
+    num_heads: u32,
+    max_partitions: u32,
+    head_dim: u32,
+) -> u64 {
+    u64::from(max_decode_seqs)
+        * u64::from(num_heads)
+        * u64::from(max_partitions)
+        * u64::from(head_dim + 2)
+        * 4
+}
+
+/// Buffers one attention layer reads and writes.
+pub struct AttentionIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    pub qkv: &'a wgpu::Buffer,
+    pub k_pool: &'a wgpu::Buffer,
+    pub v_pool: &'a wgpu::Buffer,
+    pub seqs: &'a wgpu::Buffer,
+    pub block_tables: &'a wgpu::Buffer,
+    pub prefill_tiles: &'a wgpu::Buffer,
+    pub partials: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+}
+
+/// One layer's attention: decode and prefill bind groups over the layer's KV pool.
+pub struct AttentionOp {
+    partials_bg: wgpu::BindGroup,
+    reduce_bg: wgpu::BindGroup,
+    prefill_bg: wgpu::BindGroup,
+    partials_pl: Arc<Pipeline>,
+    reduce_pl: Arc<Pipeline>,
+    prefill_pl: Arc<Pipeline>,
+    num_heads: u32,
+    decode_y: u32,
+    wg_limit: u32,
+}
+
+impl AttentionOp {
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        layout: QkvLayout,
+        block_size: u32,
+        max_partitions: u32,
+        io: AttentionIo<'_>,
+    ) -> Self {
+        let hd = layout.head_dim;
+        assert!(
+            hd % 2 == 0 && hd <= MAX_HEAD_DIM,
+            "head_dim {hd} must be even and at most {MAX_HEAD_DIM}"
+        );
+        assert!(
+            layout.num_heads % layout.num_kv_heads == 0,
+            "query heads must be a multiple of KV heads"
+        );
+        let group = layout.num_heads / layout.num_kv_heads;
+        let heads_per_wg = heads_per_workgroup(group, hd);
+        let params = AttnParams {
+            num_heads: layout.num_heads,
+            num_kv_heads: layout.num_kv_heads,
+            block_size,
+            qkv_stride: layout.stride(),
+            q_offset: 0,
+            out_stride: layout.num_heads * hd,
+            heads_per_wg,
+            max_partitions,
+            scale: 1.0 / (hd as f32).sqrt(),
+            _pad: [0; 3],
+        };
+        let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
+        let partials_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd });
+        let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
+        let prefill_pl = kernels
+            .pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile: query_tile(hd) });
+        let partials_bg = partials_pl.bind_group(
+            gpu,
+            "attention decode partials",
+            &[io.step, &ubuf, io.qkv, io.k_pool, io.v_pool, io.seqs, io.block_tables, io.partials],
+        );
+        let reduce_bg = reduce_pl.bind_group(
+            gpu,
+            "attention decode reduce",
+            &[io.step, &ubuf, io.partials, io.seqs, io.out],
+        );
+        let prefill_bg = prefill_pl.bind_group(
+            gpu,
+            "attention prefill",
+            &[
+                io.step,
+                &ubuf,
+                io.qkv,
+                io.k_pool,
+                io.v_pool,
+                io.seqs,
+                io.block_tables,
+                io.prefill_tiles,
+                io.out,
+            ],
+        );
+        AttentionOp {
+            partials_bg,
+            reduce_bg,
+            prefill_bg,
+            partials_pl,
+            reduce_pl,
+            prefill_pl,
+            num_heads: layout.num_heads,
+            decode_y: layout.num_kv_heads * group.div_ceil(heads_per_wg),
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        if shape.num_decode_seqs > 0 {
+            let grid = [shape.max_decode_partitions, self.decode_y, shape.num_decode_seqs];
+            check_grid(grid, self.wg_limit);
+            pass.set_pipeline(&self.partials_pl.pipeline);
+            pass.set_bind_group(0, &self.partials_bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+            let grid = [self.num_heads, shape.num_decode_seqs, 1];
+            check_grid(grid, self.wg_limit);
+            pass.set_pipeline(&self.reduce_pl.pipeline);
+            pass.set_bind_group(0, &self.reduce_bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        if shape.num_prefill_tiles > 0 {
+            let grid = [shape.num_prefill_tiles, self.num_heads, 1];
+            check_grid(grid, self.wg_limit);
+            pass.set_pipeline(&self.prefill_pl.pipeline);
+            pass.set_bind_group(0, &self.prefill_bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+}

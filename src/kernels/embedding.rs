@@ -1,0 +1,93 @@
+//! Host half of `shaders/embedding/embedding.wgsl`: out[t, :] = scale · W[token_ids[t], :].
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{check_grid, groups, GpuWeight, Kernels, PipelineKey, StepShape};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+use std::sync::Arc;
+
+/// Mirror of WGSL `EmbeddingParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct EmbeddingParams {
+    pub k: u32,
+    pub rows: u32,
+    pub row_offset: u32,
+    pub out_stride: u32,
+    pub scale: f32,
+    pub _pad: [u32; 3],
+}
+const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
+
+/// Binding order of the embedding kernel.
+pub const BINDINGS: [BindingKind; 6] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: EmbeddingParams
+    BindingKind::StorageRead,      // wq: [k / 8 * words_per_group, rows]
+    BindingKind::StorageRead,      // ws: [k / 32, rows]
+    BindingKind::StorageRead,      // token_ids: [tokens]
+    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
+];
+
+/// The embedding lookup of a model, one bind group per vocabulary part.
+pub struct EmbeddingOp {
+    parts: Vec<wgpu::BindGroup>,
+    pipeline: Arc<Pipeline>,
+    groups_x: u32,
+    wg_limit: u32,
+}
+
+impl EmbeddingOp {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        w: &GpuWeight,
+        step: &wgpu::Buffer,
+        token_ids: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        out_stride: u32,
+        scale: f32,
+    ) -> Self {
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Embedding { format: w.format });
+        let parts = w
+            .parts
+            .iter()
+            .map(|part| {
+                let params = EmbeddingParams {
+                    k: w.cols as u32,
+                    rows: part.rows as u32,
+                    row_offset: part.row_offset as u32,
+                    out_stride,
+                    scale,
+                    _pad: [0; 3],
+                };
+                let ubuf = gpu.uniform_buffer_init("embedding", bytemuck::bytes_of(&params));
+                pipeline.bind_group(
+                    gpu,
+                    "embedding",
+                    &[step, &ubuf, &part.words, &part.scales, token_ids, out],
+                )
+            })
+            .collect();
+        EmbeddingOp {
+            parts,
+            pipeline,
+            groups_x: groups(w.cols as u32 / 8, 64),
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        if shape.num_tokens == 0 {
+            return;
+        }
+        pass.set_pipeline(&self.pipeline.pipeline);
+        let grid = [self.groups_x, shape.num_tokens, 1];
+        check_grid(grid, self.wg_limit);
+        for bg in &self.parts {
+            pass.set_bind_group(0, bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+}

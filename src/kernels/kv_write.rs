@@ -1,0 +1,86 @@
+//! Host half of `shaders/kv_write/kv_write.wgsl`: scatter new K/V rows into the paged pool.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::rope::QkvLayout;
+use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+
+/// Mirror of WGSL `KvWriteParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct KvWriteParams {
+    pub num_kv_heads: u32,
+    pub head_dim: u32,
+    pub block_size: u32,
+    pub qkv_stride: u32,
+    pub k_offset: u32,
+    pub v_offset: u32,
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(std::mem::size_of::<KvWriteParams>() == 32);
+
+/// Binding order of the KV write kernel.
+pub const BINDINGS: [BindingKind; 6] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: KvWriteParams
+    BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
+    BindingKind::StorageRead,      // slot_mapping: [tokens]
+    BindingKind::StorageReadWrite, // k_pool: [blocks, kv_heads, block_size, head_dim / 2] f16x2
+    BindingKind::StorageReadWrite, // v_pool: same
+];
+
+pub struct KvWriteOp {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    words_per_token: u32,
+    wg_limit: u32,
+}
+
+impl KvWriteOp {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        step: &wgpu::Buffer,
+        qkv: &wgpu::Buffer,
+        slot_mapping: &wgpu::Buffer,
+        k_pool: &wgpu::Buffer,
+        v_pool: &wgpu::Buffer,
+        layout: QkvLayout,
+        block_size: u32,
+    ) -> Self {
+        let pipeline = kernels.pipeline(gpu, PipelineKey::KvWrite);
+        let params = KvWriteParams {
+            num_kv_heads: layout.num_kv_heads,
+            head_dim: layout.head_dim,
+            block_size,
+            qkv_stride: layout.stride(),
+            k_offset: layout.k_offset(),
+            v_offset: layout.v_offset(),
+            _pad: [0; 2],
+        };
+        let ubuf = gpu.uniform_buffer_init("kv_write", bytemuck::bytes_of(&params));
+        let bind_group =
+            pipeline.bind_group(gpu, "kv_write", &[step, &ubuf, qkv, slot_mapping, k_pool, v_pool]);
+        KvWriteOp {
+            bind_group,
+            pipeline,
+            words_per_token: layout.num_kv_heads * layout.head_dim / 2,
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        if shape.num_tokens == 0 {
+            return;
+        }
+        let grid = [groups(self.words_per_token, 64), shape.num_tokens, 1];
+        check_grid(grid, self.wg_limit);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+    }
+}

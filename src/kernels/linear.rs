@@ -1,0 +1,154 @@
+//! Host half of `shaders/linear/linear.wgsl`: out[t, n] (+)= Σ_k W[n, k] · x[t, k] (+ bias).
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{check_grid, groups, GpuWeight, Kernels, PipelineKey, StepShape, TokenTile};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+
+/// Mirror of WGSL `LinearParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct LinearParams {
+    pub k: u32,
+    pub rows: u32,
+    pub row_offset: u32,
+    pub flags: u32,
+    pub x_stride: u32,
+    pub x_offset: u32,
+    pub out_stride: u32,
+    pub out_offset: u32,
+}
+const _: () = assert!(std::mem::size_of::<LinearParams>() == 32);
+
+pub const FLAG_BIAS: u32 = 1;
+pub const FLAG_ACCUMULATE: u32 = 2;
+pub const FLAG_LOGIT_ROWS: u32 = 4;
+
+/// Binding order of the linear kernel.
+pub const BINDINGS: [BindingKind; 7] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: LinearParams
+    BindingKind::StorageRead,      // wq: [k / 8 * words_per_group, rows]
+    BindingKind::StorageRead,      // ws: [k / 32, rows]
+    BindingKind::StorageRead,      // x: [tokens, x_stride]
+    BindingKind::StorageRead,      // bias: [row_offset + rows]
+    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
+];
+
+/// Which count of the step the token rows follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenRows {
+    /// Every token of the step (`StepInfo::num_tokens`).
+    Step,
+    /// The rows gathered for the LM head (`StepInfo::num_logits`).
+    Logits,
+}
+
+/// Where a linear layer reads and writes (strides and offsets in f32 elements).
+pub struct LinearIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    pub x: &'a wgpu::Buffer,
+    pub x_stride: u32,
+    pub x_offset: u32,
+    pub out: &'a wgpu::Buffer,
+    pub out_stride: u32,
+    pub out_offset: u32,
+    pub bias: Option<&'a wgpu::Buffer>,
+    /// Add the result to what `out` holds (a residual connection).
+    pub accumulate: bool,
+    pub rows: TokenRows,
+}
+
+/// One linear layer ready to record: a bind group per weight part.
+pub struct LinearOp {
+    parts: Vec<(wgpu::BindGroup, u32)>,
+    one: Arc<Pipeline>,
+    eight: Arc<Pipeline>,
+    rows: TokenRows,
+    wg_limit: u32,
+}
+
+impl LinearOp {
+    #[track_caller]
+    pub fn new(gpu: &Gpu, kernels: &Kernels, label: &str, w: &GpuWeight, io: LinearIo<'_>) -> Self {
+        assert!(
+            io.x_stride % 4 == 0 && io.x_offset % 4 == 0,
+            "{label}: x rows must be vec4-aligned"
+        );
+        assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
+        let one =
+            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, tile: TokenTile::One });
+        let eight =
+            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, tile: TokenTile::Eight });
+        let mut flags = 0;
+        if io.bias.is_some() {
+            flags |= FLAG_BIAS;
+        }
+        if io.accumulate {
+            flags |= FLAG_ACCUMULATE;
+        }
+        if io.rows == TokenRows::Logits {
+            flags |= FLAG_LOGIT_ROWS;
+        }
+        let placeholder;
+        let bias = match io.bias {
+            Some(b) => b,
+            None => {
+                placeholder = gpu.storage_buffer("no bias", 4);
+                &placeholder
+            }
+        };
+        let parts = w
+            .parts
+            .iter()
+            .map(|part| {
+                let params = LinearParams {
+                    k: w.cols as u32,
+                    rows: part.rows as u32,
+                    row_offset: part.row_offset as u32,
+                    flags,
+                    x_stride: io.x_stride,
+                    x_offset: io.x_offset,
+                    out_stride: io.out_stride,
+                    out_offset: io.out_offset,
+                };
+                let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+                let bg = one.bind_group(
+                    gpu,
+                    label,
+                    &[io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out],
+                );
+                (bg, part.rows as u32)
+            })
+            .collect();
+        LinearOp {
+            parts,
+            one,
+            eight,
+            rows: io.rows,
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    /// Records the dispatches of this layer for a step of `shape`.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        let count = match self.rows {
+            TokenRows::Step => shape.num_tokens,
+            TokenRows::Logits => shape.num_logits,
+        };
+        if count == 0 {
+            return;
+        }
+        let tile = TokenTile::for_count(count);
+        let pipeline = if tile == TokenTile::One { &self.one } else { &self.eight };
+        pass.set_pipeline(&pipeline.pipeline);
+        for (bg, rows) in &self.parts {
+            let grid = [groups(*rows, 64), groups(count, tile.tokens()), 1];
+            check_grid(grid, self.wg_limit);
+            pass.set_bind_group(0, bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+}

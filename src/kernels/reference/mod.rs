@@ -1,0 +1,104 @@
+//! Plain f32 CPU versions of every kernel: the oracle the kernel tests compare against.
+//! Written for clarity, not speed; sums are accumulated in f64 so the reference is the exact
+//! math, and the tests' tolerances measure only the kernels' rounding. Shapes outermost first.
+
+use super::rope::RopePairs;
+
+/// y[t, n] = Σ_k w[n, k] · x[t, k] (+ bias[n]).
+/// w: [n, k], x: [t, k] → [t, n]
+pub fn linear(w: &[f32], x: &[f32], n: usize, k: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    let t = x.len() / k;
+    let mut y = vec![0.0f32; t * n];
+    for ti in 0..t {
+        let xr = &x[ti * k..(ti + 1) * k];
+        for ni in 0..n {
+            let wr = &w[ni * k..(ni + 1) * k];
+            let s: f64 = wr.iter().zip(xr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            y[ti * n + ni] = s as f32 + bias.map_or(0.0, |b| b[ni]);
+        }
+    }
+    y
+}
+
+/// RMSNorm of each row. x: [t, dim], w: [dim] → [t, dim]
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let dim = w.len();
+    let mut y = vec![0.0f32; x.len()];
+    for (xr, yr) in x.chunks_exact(dim).zip(y.chunks_exact_mut(dim)) {
+        let ms: f64 = xr.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / dim as f64;
+        let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+        for i in 0..dim {
+            yr[i] = (f64::from(xr[i]) * inv * f64::from(w[i])) as f32;
+        }
+    }
+    y
+}
+
+/// Rotates one head in place by position `pos`. head: [head_dim]
+pub fn rope_head(head: &mut [f32], pos: usize, theta: f64, pairs: RopePairs) {
+    let d = head.len();
+    let half = d / 2;
+    for j in 0..half {
+        let angle = pos as f64 * theta.powf(-((2 * j) as f64) / d as f64);
+        let (sin, cos) = angle.sin_cos();
+        let (i0, i1) = match pairs {
+            RopePairs::Interleaved => (2 * j, 2 * j + 1),
+            RopePairs::Neox => (j, j + half),
+        };
+        let (a, b) = (f64::from(head[i0]), f64::from(head[i1]));
+        head[i0] = (a * cos - b * sin) as f32;
+        head[i1] = (a * sin + b * cos) as f32;
+    }
+}
+
+/// out[i] = silu(gate[i]) · up[i]
+pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(g, u)| {
+            let g = f64::from(*g);
+            (g / (1.0 + (-g).exp()) * f64::from(*u)) as f32
+        })
+        .collect()
+}
+
+/// Causal softmax attention of one query token over `ctx` keys, all query heads.
+/// q: [num_heads, head_dim], k, v: [ctx, num_kv_heads, head_dim] → [num_heads, head_dim]
+/// GQA: query head h reads KV head h / (num_heads / num_kv_heads).
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    num_heads: usize,
+    num_kv_heads: usize,
+) -> Vec<f32> {
+    let head_dim = q.len() / num_heads;
+    let ctx = k.len() / (num_kv_heads * head_dim);
+    let group = num_heads / num_kv_heads;
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let mut out = vec![0.0f32; num_heads * head_dim];
+    for h in 0..num_heads {
+        let kvh = h / group;
+        let qh = &q[h * head_dim..(h + 1) * head_dim];
+        let row = |buf: &[f32], t: usize| -> Vec<f64> {
+            let base = (t * num_kv_heads + kvh) * head_dim;
+            buf[base..base + head_dim].iter().map(|x| f64::from(*x)).collect()
+        };
+        let scores: Vec<f64> = (0..ctx)
+            .map(|t| row(k, t).iter().zip(qh).map(|(a, b)| a * f64::from(*b)).sum::<f64>() * scale)
+            .collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+        let l: f64 = e.iter().sum();
+        for d in 0..head_dim {
+            let o: f64 = (0..ctx).map(|t| e[t] * row(v, t)[d]).sum();
+            out[h * head_dim + d] = (o / l) as f32;
+        }
+    }
+    out
+}
+
+/// Rounds to f16 and back, as the KV pool stores values.
+pub fn round_f16(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect()
+}

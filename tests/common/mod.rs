@@ -1,0 +1,102 @@
+//! Shared test helpers: one GPU per test process, seeded inputs, sentinels, comparisons.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use kvrun::gpu::{Gpu, GpuOptions};
+use kvrun::kernels::{Kernels, StepInfo};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Value written around every output region; a kernel that writes out of bounds changes it.
+pub const SENTINEL: f32 = -12345.5;
+
+pub struct TestGpu {
+    pub gpu: Gpu,
+    pub kernels: Kernels,
+}
+
+/// The shared GPU of this test process, or `None` (the test then returns early, saying why).
+pub fn gpu() -> Option<&'static TestGpu> {
+    static GPU: OnceLock<Option<TestGpu>> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::open(&GpuOptions::default()) {
+        Ok(gpu) => {
+            let kernels = Kernels::new(&gpu);
+            eprintln!("testing on {} ({:?})", gpu.info.name, gpu.info.backend);
+            Some(TestGpu { gpu, kernels })
+        }
+        Err(e) => {
+            eprintln!("SKIPPING GPU test: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// `n` uniform values in [-scale, scale].
+pub fn uniform(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-scale..=scale)).collect()
+}
+
+pub fn step_uniform(gpu: &Gpu, info: StepInfo) -> wgpu::Buffer {
+    gpu.uniform_buffer_init("test step", bytemuck::bytes_of(&info))
+}
+
+pub fn storage_f32(gpu: &Gpu, data: &[f32]) -> wgpu::Buffer {
+    gpu.storage_buffer_init("test f32", bytemuck::cast_slice(data))
+}
+
+pub fn storage_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
+    gpu.storage_buffer_init("test u32", bytemuck::cast_slice(data))
+}
+
+/// Runs `record` in one compute pass and waits.
+pub fn run(gpu: &Gpu, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
+    let mut enc =
+        gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("test") });
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("test"),
+            timestamp_writes: None,
+        });
+        record(&mut pass);
+    }
+    gpu.queue.submit([enc.finish()]);
+    gpu.wait_idle().expect("GPU error");
+}
+
+/// Asserts |got - want| <= bound[i] for every element; names the first bad index.
+pub fn assert_within(what: &str, got: &[f32], want: &[f32], bound: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0usize, 0.0f32);
+    for i in 0..got.len() {
+        let err = (got[i] - want[i]).abs();
+        if !(err <= bound[i]) {
+            panic!(
+                "{what}: first bad index {i}: got {} want {} (|err| {err} > bound {})",
+                got[i], want[i], bound[i]
+            );
+        }
+        if err > worst.1 {
+            worst = (i, err);
+        }
+    }
+    eprintln!("{what}: ok, max |err| {} at {}", worst.1, worst.0);
+}
+
+/// Asserts |got - want| <= abs + rel·|want| for every element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], abs: f32, rel: f32) {
+    let bound: Vec<f32> = want.iter().map(|w| abs + rel * w.abs()).collect();
+    assert_within(what, got, want, &bound);
+}
+
+/// Asserts every value equals the sentinel.
+pub fn assert_sentinels(what: &str, values: &[f32]) {
+    if let Some(i) = values.iter().position(|v| *v != SENTINEL) {
+        panic!("{what}: sentinel {i} overwritten with {}", values[i]);
+    }
+}

@@ -1,0 +1,343 @@
+//! Paged attention (decode split-K + reduce, prefill) and kv_write vs the CPU reference:
+//! block sizes 1, 16 and 64, shuffled (non-contiguous) block tables, partially filled last
+//! blocks, GQA ratios 1, 3, 4 and MQA, several sequences of different lengths in one step,
+//! prefill chunks that start after a cached prefix, sentinels around the outputs, and
+//! bit-identity between a token computed by prefill and by decode.
+
+mod common;
+
+use common::*;
+use half::f16;
+use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
+use kvrun::kernels::kv_write::KvWriteOp;
+use kvrun::kernels::rope::QkvLayout;
+use kvrun::kernels::{attention, reference, SeqInfo, StepInfo, StepShape};
+use rand::seq::SliceRandom;
+
+/// One sequence of a test step: `ctx_len` keys in the cache, the last `q_len` are queries.
+#[derive(Clone, Copy)]
+struct Seq {
+    ctx_len: usize,
+    q_len: usize,
+}
+
+struct Shape {
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+}
+
+/// Pool word for (block, head, offset, word) in [blocks, kv_heads, block_size, head_dim/2].
+fn word_index(s: &Shape, block: usize, h: usize, off: usize, w: usize) -> usize {
+    ((block * s.num_kv_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
+}
+
+fn pack(a: f32, b: f32) -> u32 {
+    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
+}
+
+struct Data {
+    /// per sequence: [ctx, kv_heads, head_dim] (f16-rounded)
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    /// per sequence: [q_len, heads, head_dim]
+    q: Vec<Vec<f32>>,
+    tables: Vec<Vec<u32>>,
+    num_blocks: usize,
+}
+
+fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
+    let mut rng = rng(seed);
+    let kv = s.num_kv_heads * s.head_dim;
+    let k: Vec<Vec<f32>> = seqs
+        .iter()
+        .map(|q| reference::round_f16(&uniform(&mut rng, q.ctx_len * kv, 1.0)))
+        .collect();
+    let v: Vec<Vec<f32>> = seqs
+        .iter()
+        .map(|q| reference::round_f16(&uniform(&mut rng, q.ctx_len * kv, 1.0)))
+        .collect();
+    let q: Vec<Vec<f32>> =
+        seqs.iter().map(|q| uniform(&mut rng, q.q_len * s.num_heads * s.head_dim, 1.0)).collect();
+    let needed: usize = seqs.iter().map(|q| q.ctx_len.div_ceil(s.block_size)).sum();
+    let num_blocks = needed + 3;
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    ids.shuffle(&mut rng);
+    let mut tables = Vec::new();
+    let mut next = 0;
+    for q in seqs {
+        let n = q.ctx_len.div_ceil(s.block_size);
+        tables.push(ids[next..next + n].to_vec());
+        next += n;
+    }
+    Data { k, v, q, tables, num_blocks }
+}
+
+/// Pool contents on the CPU; unused slots hold f16 NaN so a wrong read poisons the result.
+fn cpu_pools(s: &Shape, seqs: &[Seq], d: &Data) -> (Vec<u32>, Vec<u32>) {
+    let words = d.num_blocks * s.num_kv_heads * s.block_size * s.head_dim / 2;
+    let nan = 0x7E00_7E00u32;
+    let (mut kp, mut vp) = (vec![nan; words], vec![nan; words]);
+    for (si, q) in seqs.iter().enumerate() {
+        for pos in 0..q.ctx_len {
+            let block = d.tables[si][pos / s.block_size] as usize;
+            for h in 0..s.num_kv_heads {
+                for w in 0..s.head_dim / 2 {
+                    let src = (pos * s.num_kv_heads + h) * s.head_dim + 2 * w;
+                    let dst = word_index(s, block, h, pos % s.block_size, w);
+                    kp[dst] = pack(d.k[si][src], d.k[si][src + 1]);
+                    vp[dst] = pack(d.v[si][src], d.v[si][src + 1]);
+                }
+            }
+        }
+    }
+    (kp, vp)
+}
+
+/// Runs one attention step (decode sequences must come first) and returns [tokens, heads·head_dim].
+fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Option<Vec<f32>> {
+    let t = gpu()?;
+    let gpu = &t.gpu;
+    let layout = QkvLayout {
+        num_heads: s.num_heads as u32,
+        num_kv_heads: s.num_kv_heads as u32,
+        head_dim: s.head_dim as u32,
+    };
+    let stride = layout.stride() as usize;
+    let num_tokens: usize = seqs.iter().map(|q| q.q_len).sum();
+    let mut qkv = vec![0.5f32; num_tokens * stride];
+    let mut infos = Vec::new();
+    let mut tables = Vec::new();
+    let mut tiles = Vec::new();
+    let mut row = 0;
+    let qt = attention::query_tile(s.head_dim as u32) as usize;
+    let num_decode = seqs.iter().take_while(|q| q.q_len == 1).count();
+    for (si, q) in seqs.iter().enumerate() {
+        for i in 0..q.q_len {
+            let src = &d.q[si][i * s.num_heads * s.head_dim..(i + 1) * s.num_heads * s.head_dim];
+            qkv[(row + i) * stride..(row + i) * stride + src.len()].copy_from_slice(src);
+        }
+        infos.push(SeqInfo {
+            q_start: row as u32,
+            q_len: q.q_len as u32,
+            ctx_len: q.ctx_len as u32,
+            table_start: tables.len() as u32,
+        });
+        tables.extend(&d.tables[si]);
+        if si >= num_decode {
+            for q0 in (0..q.q_len).step_by(qt) {
+                tiles.extend([si as u32, q0 as u32]);
+            }
+        }
+        row += q.q_len;
+    }
+    let (kp, vp) = cpu_pools(s, seqs, d);
+    let max_parts = seqs.iter().map(|q| partitions(q.ctx_len as u32)).max().unwrap() + 1;
+    let decode_parts =
+        seqs[..num_decode].iter().map(|q| partitions(q.ctx_len as u32)).max().unwrap_or(0);
+    let info = StepInfo {
+        num_tokens: num_tokens as u32,
+        num_seqs: seqs.len() as u32,
+        num_decode_seqs: num_decode as u32,
+        num_prefill_tiles: (tiles.len() / 2) as u32,
+        ..Default::default()
+    };
+    let out_stride = s.num_heads * s.head_dim;
+    let step = step_uniform(gpu, info);
+    let qkv_b = storage_f32(gpu, &qkv);
+    let k_b = storage_u32(gpu, &kp);
+    let v_b = storage_u32(gpu, &vp);
+    let seqs_b = gpu.storage_buffer_init("seqs", bytemuck::cast_slice(&infos));
+    let tables_b = storage_u32(gpu, &tables);
+    let tiles_b = storage_u32(gpu, &tiles);
+    let partials = gpu.storage_buffer(
+        "partials",
+        partials_bytes(num_decode.max(1) as u32, s.num_heads as u32, max_parts, s.head_dim as u32),
+    );
+    let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * out_stride]);
+    let op = AttentionOp::new(
+        gpu,
+        &t.kernels,
+        layout,
+        s.block_size as u32,
+        max_parts,
+        AttentionIo {
+            step: &step,
+            qkv: &qkv_b,
+            k_pool: &k_b,
+            v_pool: &v_b,
+            seqs: &seqs_b,
+            block_tables: &tables_b,
+            prefill_tiles: &tiles_b,
+            partials: &partials,
+            out: &out_b,
+        },
+    );
+    let shape = StepShape {
+        num_tokens: num_tokens as u32,
+        num_decode_seqs: num_decode as u32,
+        max_decode_partitions: decode_parts,
+        num_prefill_tiles: info.num_prefill_tiles,
+        ..Default::default()
+    };
+    run(gpu, |pass| op.record(pass, &shape));
+    let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * out_stride).unwrap();
+    assert_sentinels("attention output row past the last token", &got[num_tokens * out_stride..]);
+    Some(got[..num_tokens * out_stride].to_vec())
+}
+
+fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
+    let kv = s.num_kv_heads * s.head_dim;
+    let qd = s.num_heads * s.head_dim;
+    let mut out = Vec::new();
+    for (si, q) in seqs.iter().enumerate() {
+        for i in 0..q.q_len {
+            let ctx = q.ctx_len - q.q_len + i + 1;
+            out.extend(reference::attention(
+                &d.q[si][i * qd..(i + 1) * qd],
+                &d.k[si][..ctx * kv],
+                &d.v[si][..ctx * kv],
+                s.num_heads,
+                s.num_kv_heads,
+            ));
+        }
+    }
+    out
+}
+
+fn check(s: &Shape, seqs: &[Seq], seed: u64) {
+    let d = make_data(s, seqs, seed);
+    let Some(got) = gpu_attention(s, seqs, &d) else { return };
+    let want = cpu_attention(s, seqs, &d);
+    let what = format!(
+        "attention heads {}/{} head_dim {} block {} seqs {:?}",
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        s.block_size,
+        seqs.iter().map(|q| (q.ctx_len, q.q_len)).collect::<Vec<_>>()
+    );
+    // Outputs are convex combinations of |v| ≤ 1 computed in f32: errors are a few ulp of 1.
+    assert_close(&what, &got, &want, 2e-5, 1e-4);
+}
+
+const GQA: [(usize, usize); 4] = [(4, 4), (9, 3), (8, 2), (6, 1)];
+
+#[test]
+fn decode_matches_reference_for_block_sizes_and_gqa() {
+    for (i, &(h, kvh)) in GQA.iter().enumerate() {
+        for (j, bs) in [1, 16, 64].into_iter().enumerate() {
+            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            let seqs = [
+                Seq { ctx_len: 1, q_len: 1 },
+                Seq { ctx_len: 37, q_len: 1 },
+                Seq { ctx_len: 200, q_len: 1 },
+            ];
+            check(&s, &seqs, (i * 10 + j) as u64);
+        }
+    }
+}
+
+#[test]
+fn prefill_matches_reference_including_cached_prefix() {
+    for (i, &(h, kvh)) in GQA.iter().enumerate() {
+        for (j, bs) in [1, 16, 64].into_iter().enumerate() {
+            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            // whole prompt; chunk after a cached prefix; a chunk of several tiles past 2 partitions
+            let seqs = [
+                Seq { ctx_len: 19, q_len: 19 },
+                Seq { ctx_len: 90, q_len: 23 },
+                Seq { ctx_len: 170, q_len: 40 },
+            ];
+            check(&s, &seqs, (100 + i * 10 + j) as u64);
+        }
+    }
+}
+
+#[test]
+fn mixed_step_and_other_head_sizes() {
+    for (i, hd) in [16usize, 128, 256].into_iter().enumerate() {
+        let s = Shape { num_heads: 8, num_kv_heads: 2, head_dim: hd, block_size: 16 };
+        let seqs = [
+            Seq { ctx_len: 65, q_len: 1 },
+            Seq { ctx_len: 129, q_len: 1 },
+            Seq { ctx_len: 50, q_len: 21 },
+        ];
+        check(&s, &seqs, 200 + i as u64);
+    }
+    // MQA with more query heads than one decode workgroup holds (slices of 16).
+    let s = Shape { num_heads: 20, num_kv_heads: 1, head_dim: 32, block_size: 16 };
+    check(&s, &[Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 33, q_len: 9 }], 300);
+}
+
+/// The same query tokens computed as one prefill chunk and as separate decode sequences give
+/// bit-identical outputs (the kernels share their arithmetic; see common/attention.wgsl).
+#[test]
+fn prefill_and_decode_are_bit_identical() {
+    for (i, bs) in [1usize, 16].into_iter().enumerate() {
+        let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: 64, block_size: bs };
+        let (ctx, n) = (150usize, 20usize);
+        let prefill = [Seq { ctx_len: ctx, q_len: n }];
+        let d = make_data(&s, &prefill, 400 + i as u64);
+        let Some(got_prefill) = gpu_attention(&s, &prefill, &d) else { return };
+        // n decode sequences sharing the same cache, each one query at a later position
+        let decode: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: ctx - n + j + 1, q_len: 1 }).collect();
+        let qd = s.num_heads * s.head_dim;
+        let dd = Data {
+            k: vec![d.k[0].clone(); n],
+            v: vec![d.v[0].clone(); n],
+            q: (0..n).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+            tables: vec![d.tables[0].clone(); n],
+            num_blocks: d.num_blocks,
+        };
+        let got_decode = gpu_attention(&s, &decode, &dd).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let first = bits(&got_prefill).iter().zip(bits(&got_decode)).position(|(a, b)| *a != b);
+        assert!(first.is_none(), "prefill and decode differ first at element {first:?}");
+    }
+}
+
+#[test]
+fn kv_write_scatters_through_slot_mapping() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, bs) in [1usize, 16, 64].into_iter().enumerate() {
+        let s = Shape { num_heads: 6, num_kv_heads: 2, head_dim: 32, block_size: bs };
+        let layout = QkvLayout { num_heads: 6, num_kv_heads: 2, head_dim: 32 };
+        let stride = layout.stride() as usize;
+        let mut r = rng(500 + i as u64);
+        let tokens: usize = 37;
+        let num_blocks = tokens.div_ceil(bs) + 4;
+        let mut slots: Vec<u32> = (0..(num_blocks * bs) as u32).collect();
+        slots.shuffle(&mut r);
+        slots.truncate(tokens);
+        let qkv = uniform(&mut r, tokens * stride, 2.0);
+        let words = num_blocks * 2 * bs * 16;
+        let sentinel = 0xDEAD_BEEFu32;
+        let k_b = storage_u32(gpu, &vec![sentinel; words]);
+        let v_b = storage_u32(gpu, &vec![sentinel; words]);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let qkv_b = storage_f32(gpu, &qkv);
+        let slots_b = storage_u32(gpu, &slots);
+        let op =
+            KvWriteOp::new(gpu, &t.kernels, &step, &qkv_b, &slots_b, &k_b, &v_b, layout, bs as u32);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
+        for (ti, &slot) in slots.iter().enumerate() {
+            let (block, off) = (slot as usize / bs, slot as usize % bs);
+            for h in 0..2 {
+                for w in 0..16 {
+                    let k = ti * stride + layout.k_offset() as usize + h * 32 + 2 * w;
+                    let v = ti * stride + layout.v_offset() as usize + h * 32 + 2 * w;
+                    want_k[word_index(&s, block, h, off, w)] = pack(qkv[k], qkv[k + 1]);
+                    want_v[word_index(&s, block, h, off, w)] = pack(qkv[v], qkv[v + 1]);
+                }
+            }
+        }
+        assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, block size {bs}");
+        assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, block size {bs}");
+    }
+}

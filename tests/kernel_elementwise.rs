@@ -1,0 +1,131 @@
+//! RMSNorm (plain and gathering), RoPE (interleaved and NEOX pairs) and SiLU-multiply vs the
+//! CPU reference, with odd sizes and sentinels around the outputs.
+
+mod common;
+
+use common::*;
+use kvrun::kernels::reference;
+use kvrun::kernels::rms_norm::{NormRows, RmsNormOp};
+use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use kvrun::kernels::silu_mul::SiluMulOp;
+use kvrun::kernels::{StepInfo, StepShape};
+
+#[test]
+fn rms_norm_matches_reference_plain_and_gathered() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, dim) in [64usize, 576, 1000].into_iter().enumerate() {
+        let mut r = rng(i as u64);
+        let tokens = 7;
+        let x = uniform(&mut r, tokens * dim, 3.0);
+        let w = uniform(&mut r, dim, 1.5);
+        let rows: Vec<u32> = vec![6, 0, 3];
+        let info = StepInfo {
+            num_tokens: tokens as u32,
+            num_logits: rows.len() as u32,
+            ..Default::default()
+        };
+        let step = step_uniform(gpu, info);
+        let (xb, wb, rb) = (storage_f32(gpu, &x), storage_f32(gpu, &w), storage_u32(gpu, &rows));
+        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * dim]);
+        let out_g = storage_f32(gpu, &vec![SENTINEL; (rows.len() + 1) * dim]);
+        let k = &t.kernels;
+        let plain =
+            RmsNormOp::new(gpu, k, "norm", &step, &xb, &wb, &out, dim as u32, 1e-5, NormRows::Step);
+        let gather = RmsNormOp::new(
+            gpu,
+            k,
+            "norm",
+            &step,
+            &xb,
+            &wb,
+            &out_g,
+            dim as u32,
+            1e-5,
+            NormRows::Gather(&rb),
+        );
+        let shape = StepShape {
+            num_tokens: tokens as u32,
+            num_logits: rows.len() as u32,
+            ..Default::default()
+        };
+        run(gpu, |pass| {
+            plain.record(pass, &shape);
+            gather.record(pass, &shape);
+        });
+        let want = reference::rms_norm(&x, &w, 1e-5);
+        let got = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
+        assert_close(&format!("rms_norm dim {dim}"), &got[..tokens * dim], &want, 1e-6, 2e-6);
+        assert_sentinels("rms_norm", &got[tokens * dim..]);
+        let got = gpu.read_f32(&out_g, 0, (rows.len() + 1) * dim).unwrap();
+        let want_g: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| want[r as usize * dim..(r as usize + 1) * dim].to_vec())
+            .collect();
+        assert_close(
+            &format!("rms_norm gather dim {dim}"),
+            &got[..rows.len() * dim],
+            &want_g,
+            1e-6,
+            2e-6,
+        );
+        assert_sentinels("rms_norm gather", &got[rows.len() * dim..]);
+    }
+}
+
+#[test]
+fn rope_matches_reference_for_both_pair_layouts() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, pairs) in [RopePairs::Interleaved, RopePairs::Neox].into_iter().enumerate() {
+        let layout = QkvLayout { num_heads: 5, num_kv_heads: 3, head_dim: 32 };
+        let stride = layout.stride() as usize;
+        let mut r = rng(10 + i as u64);
+        let positions: Vec<u32> = vec![0, 1, 17, 250, 4095];
+        let tokens = positions.len();
+        let qkv = uniform(&mut r, tokens * stride, 2.0);
+        let theta = 10000.0;
+        let table = rope_table(32, theta, 4096);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let qkv_b = storage_f32(gpu, &qkv);
+        let pos_b = storage_u32(gpu, &positions);
+        let table_b = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
+        let op = RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, layout, pairs);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
+        let mut want = qkv.clone();
+        for (ti, &pos) in positions.iter().enumerate() {
+            for h in 0..8 {
+                let base = ti * stride + h * 32;
+                reference::rope_head(&mut want[base..base + 32], pos as usize, theta, pairs);
+            }
+        }
+        // V heads (the last 3 of each row) must be untouched: the exact comparison covers them.
+        assert_close(&format!("rope {pairs:?}"), &got, &want, 2e-6, 2e-6);
+    }
+}
+
+#[test]
+fn silu_mul_matches_reference() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let (tokens, ffn) = (5usize, 100usize);
+    let mut r = rng(20);
+    let gate_up = uniform(&mut r, tokens * 2 * ffn, 6.0);
+    let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+    let gb = storage_f32(gpu, &gate_up);
+    let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
+    let op = SiluMulOp::new(gpu, &t.kernels, &step, &gb, &out, ffn as u32);
+    run(gpu, |pass| {
+        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+    });
+    let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
+    let mut want = Vec::new();
+    for row in gate_up.chunks(2 * ffn) {
+        want.extend(reference::silu_mul(&row[..ffn], &row[ffn..]));
+    }
+    assert_close("silu_mul", &got[..tokens * ffn], &want, 1e-6, 1e-5);
+    assert_sentinels("silu_mul", &got[tokens * ffn..]);
+}

@@ -1,0 +1,279 @@
+//! Linear and embedding kernels vs the CPU reference, for every weight format, odd row counts,
+//! token counts that leave partial tiles, weights split into several parts, bias, residual
+//! accumulation, strided/offset inputs and outputs, and sentinels around every output.
+
+mod common;
+
+use common::*;
+use half::{bf16, f16};
+use kvrun::kernels::embedding::EmbeddingOp;
+use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// Random file bytes of `rows` rows in `format`, and their values decoded straight from the
+/// GGUF block definitions (independent of the kernels' repacking).
+fn random_weight(
+    rng: &mut StdRng,
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes = Vec::new();
+    let mut values = Vec::new();
+    for _ in 0..rows {
+        match format {
+            WeightFormat::F32 => {
+                for _ in 0..cols {
+                    let v: f32 = rng.random_range(-1.0..1.0);
+                    bytes.extend(v.to_le_bytes());
+                    values.push(v);
+                }
+            }
+            WeightFormat::F16 => {
+                for _ in 0..cols {
+                    let v = f16::from_f32(rng.random_range(-1.0..1.0));
+                    bytes.extend(v.to_le_bytes());
+                    values.push(v.to_f32());
+                }
+            }
+            WeightFormat::Bf16 => {
+                for _ in 0..cols {
+                    let v = bf16::from_f32(rng.random_range(-1.0..1.0));
+                    bytes.extend(v.to_le_bytes());
+                    values.push(v.to_f32());
+                }
+            }
+            WeightFormat::Q8_0 => {
+                for _ in 0..cols / 32 {
+                    let d = f16::from_f32(rng.random_range(0.001..0.02));
+                    bytes.extend(d.to_le_bytes());
+                    for _ in 0..32 {
+                        let q: i8 = rng.random();
+                        bytes.push(q as u8);
+                        values.push(f32::from(q) * d.to_f32());
+                    }
+                }
+            }
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+                for _ in 0..cols / 32 {
+                    let d = f16::from_f32(rng.random_range(0.01..0.2));
+                    let m = f16::from_f32(rng.random_range(-1.0..0.0));
+                    bytes.extend(d.to_le_bytes());
+                    if format == WeightFormat::Q4_1 {
+                        bytes.extend(m.to_le_bytes());
+                    }
+                    let qs: Vec<u8> = (0..16).map(|_| rng.random()).collect();
+                    bytes.extend(&qs);
+                    for e in 0..32 {
+                        let q = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+                        values.push(if format == WeightFormat::Q4_0 {
+                            (f32::from(q) - 8.0) * d.to_f32()
+                        } else {
+                            f32::from(q) * d.to_f32() + m.to_f32()
+                        });
+                    }
+                }
+            }
+        }
+    }
+    (bytes, values)
+}
+
+struct Case {
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    /// Forces this many rows per part (splitting the weight) when set.
+    rows_per_part: Option<usize>,
+    bias: bool,
+    accumulate: bool,
+}
+
+fn run_case(c: &Case, seed: u64) {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let mut rng = rng(seed);
+    let (bytes, w) = random_weight(&mut rng, c.format, c.rows, c.cols);
+    let max_binding = match c.rows_per_part {
+        Some(r) => r as u64 * (c.cols / 8 * c.format.words_per_group() * 4) as u64,
+        None => u64::MAX,
+    };
+    let weight =
+        GpuWeight::upload(gpu, "w", c.format, c.rows, c.cols, &bytes, max_binding).unwrap();
+    if let Some(r) = c.rows_per_part {
+        assert_eq!(weight.parts.len(), c.rows.div_ceil(r));
+    }
+    // x rows have 8 extra floats; the input starts at float 4 of each row.
+    let x_stride = c.cols + 8;
+    let x_full = uniform(&mut rng, c.tokens * x_stride, 1.0);
+    let x: Vec<f32> = (0..c.tokens)
+        .flat_map(|ti| x_full[ti * x_stride + 4..ti * x_stride + 4 + c.cols].to_vec())
+        .collect();
+    // out rows have 8 extra floats (sentinels) and 2 extra rows of sentinels below.
+    let out_stride = c.rows + 8;
+    let mut out_init = vec![SENTINEL; (c.tokens + 2) * out_stride];
+    let old = uniform(&mut rng, c.tokens * c.rows, 1.0);
+    for ti in 0..c.tokens {
+        for n in 0..c.rows {
+            out_init[ti * out_stride + 4 + n] =
+                if c.accumulate { old[ti * c.rows + n] } else { 0.0 };
+        }
+    }
+    let bias = uniform(&mut rng, c.rows, 0.5);
+    let step = step_uniform(gpu, StepInfo { num_tokens: c.tokens as u32, ..Default::default() });
+    let xb = storage_f32(gpu, &x_full);
+    let ob = storage_f32(gpu, &out_init);
+    let bb = storage_f32(gpu, &bias);
+    let op = LinearOp::new(
+        gpu,
+        &t.kernels,
+        "test linear",
+        &weight,
+        LinearIo {
+            step: &step,
+            x: &xb,
+            x_stride: x_stride as u32,
+            x_offset: 4,
+            out: &ob,
+            out_stride: out_stride as u32,
+            out_offset: 4,
+            bias: c.bias.then_some(&bb),
+            accumulate: c.accumulate,
+            rows: TokenRows::Step,
+        },
+    );
+    let shape = StepShape { num_tokens: c.tokens as u32, ..Default::default() };
+    run(gpu, |pass| op.record(pass, &shape));
+    let got_full = gpu.read_f32(&ob, 0, out_init.len()).unwrap();
+
+    let mut want = reference::linear(&w, &x, c.rows, c.cols, c.bias.then_some(&bias[..]));
+    let abs_sum = reference::linear(
+        &w.iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        &x.iter().map(|v| v.abs()).collect::<Vec<_>>(),
+        c.rows,
+        c.cols,
+        None,
+    );
+    if c.accumulate {
+        for (wv, o) in want.iter_mut().zip(&old) {
+            *wv += o;
+        }
+    }
+    let mut got = Vec::new();
+    let mut sentinels = Vec::new();
+    for (ti, row) in got_full.chunks(out_stride).enumerate() {
+        if ti < c.tokens {
+            got.extend(&row[4..4 + c.rows]);
+            sentinels.extend(&row[..4]);
+            sentinels.extend(&row[4 + c.rows..]);
+        } else {
+            sentinels.extend(row);
+        }
+    }
+    // f32 sums of at most 256 terms per chunk: rounding error well under 1e-5 of Σ|w·x|.
+    let bound: Vec<f32> = abs_sum.iter().map(|s| 1e-5 * s + 1e-6).collect();
+    let name = format!("linear {:?} {}x{} T={}", c.format, c.rows, c.cols, c.tokens);
+    assert_within(&name, &got, &want, &bound);
+    assert_sentinels(&name, &sentinels);
+}
+
+#[test]
+fn linear_every_format_matches_reference() {
+    for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
+        for (j, &(rows, cols, tokens)) in
+            [(37, 96, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17)].iter().enumerate()
+        {
+            let case = Case {
+                format,
+                rows,
+                cols,
+                tokens,
+                rows_per_part: None,
+                bias: false,
+                accumulate: false,
+            };
+            run_case(&case, (i * 10 + j) as u64);
+        }
+    }
+}
+
+#[test]
+fn linear_split_parts_bias_and_residual() {
+    for (i, format) in
+        [WeightFormat::Q4_1, WeightFormat::Q8_0, WeightFormat::F32].into_iter().enumerate()
+    {
+        let case = Case {
+            format,
+            rows: 100,
+            cols: 320,
+            tokens: 5,
+            rows_per_part: Some(33),
+            bias: true,
+            accumulate: true,
+        };
+        run_case(&case, 100 + i as u64);
+        let case = Case {
+            format,
+            rows: 65,
+            cols: 64,
+            tokens: 1,
+            rows_per_part: Some(64),
+            bias: true,
+            accumulate: false,
+        };
+        run_case(&case, 200 + i as u64);
+    }
+}
+
+#[test]
+fn embedding_gathers_rows_across_parts() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
+        let mut rng = rng(300 + i as u64);
+        let (vocab, hidden) = (301, 96);
+        let (bytes, w) = random_weight(&mut rng, format, vocab, hidden);
+        let rows_per_part = 100u64;
+        let weight = GpuWeight::upload(
+            gpu,
+            "emb",
+            format,
+            vocab,
+            hidden,
+            &bytes,
+            rows_per_part * (hidden / 8 * format.words_per_group() * 4) as u64,
+        )
+        .unwrap();
+        assert_eq!(weight.parts.len(), 4);
+        let ids: Vec<u32> = vec![0, 300, 99, 100, 7, 255, 7];
+        let step =
+            step_uniform(gpu, StepInfo { num_tokens: ids.len() as u32, ..Default::default() });
+        let idb = storage_u32(gpu, &ids);
+        let out_stride = hidden + 4;
+        let ob = storage_f32(gpu, &vec![SENTINEL; (ids.len() + 1) * out_stride]);
+        let op =
+            EmbeddingOp::new(gpu, &t.kernels, &weight, &step, &idb, &ob, out_stride as u32, 0.5);
+        let shape = StepShape { num_tokens: ids.len() as u32, ..Default::default() };
+        run(gpu, |pass| op.record(pass, &shape));
+        let got = gpu.read_f32(&ob, 0, (ids.len() + 1) * out_stride).unwrap();
+        for (ti, &id) in ids.iter().enumerate() {
+            let want: Vec<f32> = w[id as usize * hidden..(id as usize + 1) * hidden]
+                .iter()
+                .map(|v| v * 0.5)
+                .collect();
+            let row = &got[ti * out_stride..(ti + 1) * out_stride];
+            assert_close(
+                &format!("embedding {format:?} token {id}"),
+                &row[..hidden],
+                &want,
+                0.0,
+                1e-6,
+            );
+            assert_sentinels("embedding row tail", &row[hidden..]);
+        }
+        assert_sentinels("embedding rows below", &got[ids.len() * out_stride..]);
+    }
+}
