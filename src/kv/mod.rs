@@ -3,10 +3,12 @@
 mod bytes;
 mod error;
 mod layout;
+mod plan;
 
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
+pub use plan::{plan, Plan, PlanInput};
 
 /// Identifies a sequence (a request's running state) in the KV cache.
 pub type SeqId = u64;
