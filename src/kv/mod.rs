@@ -1,10 +1,12 @@
 //! Host-side KV cache bookkeeping (no GPU types).
 
+mod block_pool;
 mod bytes;
 mod error;
 mod layout;
 mod plan;
 
+pub use block_pool::{BlockId, BlockPool};
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
