@@ -5,6 +5,7 @@ mod block_table;
 mod bytes;
 mod error;
 mod layout;
+mod manager;
 mod plan;
 
 pub use block_pool::{BlockId, BlockPool};
@@ -12,7 +13,5 @@ pub use block_table::BlockTable;
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
+pub use manager::{KvManager, SeqId};
 pub use plan::{plan, Plan, PlanInput};
-
-/// Identifies a sequence (a request's running state) in the KV cache.
-pub type SeqId = u64;
