@@ -7,6 +7,8 @@ mod error;
 mod layout;
 mod manager;
 mod plan;
+#[cfg(test)]
+mod proptests;
 
 pub use block_pool::{BlockId, BlockPool};
 pub use block_table::BlockTable;
