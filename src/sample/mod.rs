@@ -1,1 +1,5 @@
-//! TODO
+//! Next-token sampling: [`SamplingParams`], checked once by [`SamplingParams::validate`].
+
+mod params;
+
+pub use params::{SampleError, SamplingParams};
