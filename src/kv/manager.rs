@@ -161,9 +161,10 @@ impl KvManager {
                 return Err(format!("sequence {seq}: table has the wrong block size"));
             }
             for &id in table.as_slice() {
-                *holders
+                let held = holders
                     .get_mut(id as usize)
-                    .ok_or_else(|| format!("sequence {seq} holds block {id}, out of range"))? += 1;
+                    .ok_or_else(|| format!("sequence {seq} holds block {id}, out of range"))?;
+                *held += 1;
             }
         }
         for (id, &count) in holders.iter().enumerate() {

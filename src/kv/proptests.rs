@@ -12,6 +12,9 @@ use proptest::prelude::*;
 
 use super::{BlockTable, KvDtype, KvError, KvLayout, KvManager, SeqId};
 
+/// Sequence ids the operations use: few, so that they collide often.
+const NUM_SEQ_IDS: SeqId = 5;
+
 #[derive(Clone, Debug)]
 enum Op {
     Add(SeqId),
@@ -21,7 +24,7 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let seq = 0..5u64;
+    let seq = 0..NUM_SEQ_IDS;
     prop_oneof![
         2 => seq.clone().prop_map(Op::Add),
         5 => (seq.clone(), prop_oneof![0..4usize, 0..24usize]).prop_map(|(s, n)| Op::Reserve(s, n)),
@@ -93,7 +96,7 @@ impl Model {
 
 /// Everything observable about the manager, to check that a failed operation changed nothing.
 fn snapshot(kv: &KvManager) -> (Vec<(SeqId, BlockTable)>, Vec<u32>, usize) {
-    let tables = (0..5)
+    let tables = (0..NUM_SEQ_IDS)
         .filter_map(|s| kv.table(s).map(|t| (s, t.clone())))
         .collect();
     let refs = (0..kv.num_blocks() as u32)
@@ -137,7 +140,7 @@ fn check_against_model(kv: &KvManager, model: &Model) -> Result<(), TestCaseErro
 /// the same position of both.
 fn check_slots(kv: &KvManager) -> Result<(), TestCaseError> {
     let mut owner: HashMap<u32, (SeqId, usize)> = HashMap::new();
-    for seq in 0..5 {
+    for seq in 0..NUM_SEQ_IDS {
         let Some(table) = kv.table(seq) else { continue };
         let slots = table.slot_mapping(0..table.num_tokens());
         for (pos, slot) in slots.into_iter().enumerate() {
@@ -194,7 +197,7 @@ proptest! {
             check_against_model(&kv, &model)?;
             check_slots(&kv)?;
         }
-        for seq in 0..5 {
+        for seq in 0..NUM_SEQ_IDS {
             if kv.table(seq).is_some() {
                 kv.free_sequence(seq).unwrap();
             }
