@@ -1,1 +1,51 @@
-//! TODO
+//! Host-side KV cache bookkeeping: which block holds which token of which sequence, and what it
+//! all costs in bytes. No GPU types and no imports from other rooms; tested on the CPU alone.
+//!
+//! ## Map
+//!
+//! | file | concept |
+//! |---|---|
+//! | `layout.rs` | [`KvLayout`], [`KvDtype`]: bytes per token / block / budget from the model shape |
+//! | `plan.rs` | [`plan()`]: the arithmetic `kvrun plan` prints ([`Plan`], stable JSON keys) |
+//! | `bytes.rs` | [`parse_bytes`] (`6GiB`, `64MB`, `1.5GiB`) and [`format_bytes`] (`22.5 KiB`) |
+//! | `block_pool.rs` | [`BlockPool`]: block ids `0..num_blocks`, FIFO free list, ref counts |
+//! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot |
+//! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
+//! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
+//!
+//! ## Numbers (DESIGN.md, normative)
+//!
+//! ```text
+//! bytes_per_token = 2 (K, V) × num_layers × num_kv_heads × head_dim × bytes_per_element
+//!                   (+ scale bytes for quantized formats)
+//! bytes_per_block = block_size × bytes_per_token
+//! blocks(tokens)  = ceil(tokens / block_size)
+//! blocks(budget)  = floor(budget / bytes_per_block)          whole blocks only
+//! slot(pos)       = table[pos / block_size] × block_size + pos % block_size   (u32)
+//! ```
+//! Llama-2-7B (32 layers, 32 KV heads, head_dim 128, f16): 512 KiB a token, 2 GiB for 4096 tokens.
+//!
+//! ## Ownership
+//!
+//! Every block in a table holds one reference in the pool. [`KvManager::fork_sequence`] shares a
+//! sequence's *full* blocks (ref count + 1); the partial last block is never shared, so shared
+//! blocks are never written. A block returns to the free list when its last holder frees it.
+//! All growing operations are all-or-nothing: on [`KvError::OutOfBlocks`] nothing changed.
+
+mod block_pool;
+mod block_table;
+mod bytes;
+mod error;
+mod layout;
+mod manager;
+mod plan;
+#[cfg(test)]
+mod proptests;
+
+pub use block_pool::{BlockId, BlockPool};
+pub use block_table::BlockTable;
+pub use bytes::{format_bytes, parse_bytes};
+pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
+pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
+pub use manager::{KvManager, SeqId};
+pub use plan::{plan, Plan, PlanInput};

@@ -1,0 +1,240 @@
+//! The arithmetic behind `kvrun plan`: what a model's KV cache costs for a context length and a
+//! concurrency, and what a byte budget holds, before anything is loaded.
+//!
+//! ```text
+//! kv_bytes_per_sequence = blocks_for_tokens(max_model_len) × bytes_per_block
+//! kv_bytes_needed       = max_num_seqs × kv_bytes_per_sequence
+//! kv_cache_memory       = --kv-cache-memory, or kv_bytes_needed when not given
+//! kv_blocks_fit         = floor(kv_cache_memory / bytes_per_block)
+//! kv_tokens_fit         = kv_blocks_fit × block_size
+//! sequences_fit         = floor(kv_blocks_fit / blocks_for_tokens(max_model_len))
+//! ```
+
+use super::bytes::format_bytes;
+use super::error::{KvError, PlanField};
+use super::layout::{KvDtype, KvLayout};
+
+/// What `kvrun plan` is asked: a model's KV shape and the serving target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanInput {
+    pub layout: KvLayout,
+    /// `-c/--max-model-len`: tokens per sequence (prompt + output), at least 1.
+    pub max_model_len: usize,
+    /// `--max-num-seqs`: concurrent sequences, at least 1.
+    pub max_num_seqs: usize,
+    /// `--kv-cache-memory` in bytes; `None` = what `max_num_seqs` full-length sequences need.
+    pub kv_cache_memory: Option<u64>,
+    /// Bytes of the model weights as stored (reported, not part of the KV budget).
+    pub weight_bytes: u64,
+}
+
+/// The answer: every figure of the KV budget. Serialized as the `plan --json` object; the keys
+/// are stable (DESIGN.md, "Machine-readable output").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Plan {
+    pub kv_bytes_per_token: u64,
+    pub kv_bytes_per_block: u64,
+    /// KV of one `max_model_len` sequence, in whole blocks.
+    pub kv_bytes_per_sequence: u64,
+    /// Tokens the budget holds, whole blocks only.
+    pub kv_tokens_fit: u64,
+    /// Blocks the budget holds: the size of the block pool.
+    pub kv_blocks_fit: u64,
+    /// Whole `max_model_len` sequences the budget holds.
+    pub sequences_fit: u64,
+    pub weight_bytes: u64,
+    pub block_size: usize,
+    /// Serialized as its CLI name (`"f16"`).
+    pub kv_cache_dtype: KvDtype,
+    /// The budget in bytes (given, or `kv_bytes_needed` when not).
+    pub kv_cache_memory: u64,
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    /// KV of `max_num_seqs` full-length sequences.
+    pub kv_bytes_needed: u64,
+}
+
+/// Works out the plan. O(1). Byte products saturate at `u64::MAX` (16 EiB) rather than wrap.
+///
+/// Errors: `max_model_len` or `max_num_seqs` of 0 ([`KvError::ZeroPlanInput`]); a budget below
+/// one block ([`KvError::BudgetTooSmall`]). A budget that holds blocks but fewer than
+/// `max_num_seqs` full sequences is a valid plan (`sequences_fit < max_num_seqs`).
+pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
+    let layout = &input.layout;
+    if input.max_model_len == 0 {
+        return Err(KvError::ZeroPlanInput {
+            what: PlanField::MaxModelLen,
+        });
+    }
+    if input.max_num_seqs == 0 {
+        return Err(KvError::ZeroPlanInput {
+            what: PlanField::MaxNumSeqs,
+        });
+    }
+    let bytes_per_block = layout.bytes_per_block();
+    let blocks_per_sequence = layout.blocks_for_tokens(input.max_model_len) as u64;
+    let kv_bytes_per_sequence = blocks_per_sequence.saturating_mul(bytes_per_block);
+    let kv_bytes_needed = kv_bytes_per_sequence.saturating_mul(input.max_num_seqs as u64);
+    let kv_cache_memory = input.kv_cache_memory.unwrap_or(kv_bytes_needed);
+    layout.require_blocks_for_budget(kv_cache_memory)?;
+    let kv_blocks_fit = kv_cache_memory / bytes_per_block;
+    Ok(Plan {
+        kv_bytes_per_token: layout.bytes_per_token(),
+        kv_bytes_per_block: bytes_per_block,
+        kv_bytes_per_sequence,
+        kv_tokens_fit: kv_blocks_fit * layout.block_size as u64,
+        kv_blocks_fit,
+        sequences_fit: kv_blocks_fit / blocks_per_sequence,
+        weight_bytes: input.weight_bytes,
+        block_size: layout.block_size,
+        kv_cache_dtype: layout.dtype,
+        kv_cache_memory,
+        max_model_len: input.max_model_len,
+        max_num_seqs: input.max_num_seqs,
+        kv_bytes_needed,
+    })
+}
+
+/// A small human table; the last line warns when fewer than `max_num_seqs` full sequences fit.
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let row = |f: &mut std::fmt::Formatter<'_>, name: &str, bytes: u64, note: String| {
+            let line = format!("  {name:<14}{:>12}  {note}", format_bytes(bytes));
+            writeln!(f, "{}", line.trim_end())
+        };
+        writeln!(
+            f,
+            "KV cache plan (kv_cache_dtype {}, block_size {})",
+            self.kv_cache_dtype, self.block_size
+        )?;
+        let token_bytes = self.kv_bytes_per_token;
+        row(f, "per token", token_bytes, format!("{token_bytes} bytes"))?;
+        row(
+            f,
+            "per block",
+            self.kv_bytes_per_block,
+            format!("{} tokens", self.block_size),
+        )?;
+        let seq_note = format!("-c {} tokens", self.max_model_len);
+        row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
+        let needed_note = format!("--max-num-seqs {} full sequences", self.max_num_seqs);
+        row(f, "needed", self.kv_bytes_needed, needed_note)?;
+        let fit_note = format!(
+            "{} tokens in {} blocks = {} full sequences",
+            self.kv_tokens_fit, self.kv_blocks_fit, self.sequences_fit
+        );
+        row(f, "budget", self.kv_cache_memory, fit_note)?;
+        row(f, "weights", self.weight_bytes, String::new())?;
+        if self.sequences_fit < self.max_num_seqs as u64 {
+            writeln!(
+                f,
+                "warning: only {} of {} full-length sequences fit; raise --kv-cache-memory to {} \
+                 or lower --max-num-seqs / -c",
+                self.sequences_fit,
+                self.max_num_seqs,
+                format_bytes(self.kv_bytes_needed)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn input(layout: KvLayout, ctx: usize, seqs: usize, budget: Option<u64>) -> PlanInput {
+        PlanInput {
+            layout,
+            max_model_len: ctx,
+            max_num_seqs: seqs,
+            kv_cache_memory: budget,
+            weight_bytes: 13_476_839_424,
+        }
+    }
+
+    fn llama2_7b() -> KvLayout {
+        KvLayout::new(32, 32, 128, 16, KvDtype::F16).unwrap()
+    }
+
+    #[test]
+    fn llama2_7b_without_budget_needs_16_gib() {
+        let p = plan(&input(llama2_7b(), 4096, 8, None)).unwrap();
+        assert_eq!(p.kv_bytes_per_token, 512 << 10);
+        assert_eq!(p.kv_bytes_per_block, 8 << 20);
+        assert_eq!(p.kv_bytes_per_sequence, 2 * GIB);
+        assert_eq!(p.kv_bytes_needed, 16 * GIB);
+        assert_eq!(p.kv_cache_memory, 16 * GIB);
+        assert_eq!(p.kv_tokens_fit, 8 * 4096);
+        assert_eq!(p.kv_blocks_fit, 8 * 256);
+        assert_eq!(p.sequences_fit, 8);
+    }
+
+    #[test]
+    fn llama2_7b_in_6_gib() {
+        let p = plan(&input(llama2_7b(), 4096, 8, Some(6 * GIB))).unwrap();
+        assert_eq!(p.kv_tokens_fit, 12_288);
+        assert_eq!(p.sequences_fit, 3);
+        let text = p.to_string();
+        assert!(
+            text.contains("only 3 of 8 full-length sequences fit"),
+            "{text}"
+        );
+        assert!(text.contains("raise --kv-cache-memory to 16 GiB"), "{text}");
+    }
+
+    #[test]
+    fn partial_blocks_round_up_per_sequence() {
+        // SmolLM2-135M, -c 100: 7 blocks of 16 tokens = 112 tokens of KV per sequence.
+        let smol = KvLayout::new(30, 3, 64, 16, KvDtype::F16).unwrap();
+        let p = plan(&input(smol, 100, 4, None)).unwrap();
+        assert_eq!(p.kv_bytes_per_token, 23_040);
+        assert_eq!(p.kv_bytes_per_sequence, 7 * 16 * 23_040);
+        assert_eq!(p.kv_blocks_fit, 28);
+        assert_eq!(p.kv_tokens_fit, 448);
+        assert_eq!(p.sequences_fit, 4);
+        assert!(!p.to_string().contains("warning"));
+        assert!(p.to_string().contains("22.5 KiB"));
+    }
+
+    #[test]
+    fn json_keys_are_the_stable_ones() {
+        let p = plan(&input(llama2_7b(), 4096, 8, None)).unwrap();
+        let json = serde_json::to_value(p).unwrap();
+        for key in [
+            "kv_bytes_per_token",
+            "kv_bytes_per_block",
+            "kv_bytes_per_sequence",
+            "kv_tokens_fit",
+            "sequences_fit",
+            "weight_bytes",
+            "block_size",
+            "kv_cache_dtype",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(json["kv_cache_dtype"], "f16");
+        assert_eq!(json["kv_bytes_per_token"], 524_288);
+    }
+
+    #[test]
+    fn refuses_what_cannot_work() {
+        let too_small = plan(&input(llama2_7b(), 4096, 8, Some(GIB / 1024))).unwrap_err();
+        assert_eq!(
+            too_small.to_string(),
+            "--kv-cache-memory 1048576 holds no block of 8388608 bytes \
+             (block_size × bytes_per_token); raise it to at least 8388608"
+        );
+        let zero_ctx = plan(&input(llama2_7b(), 0, 8, None)).unwrap_err();
+        assert_eq!(
+            zero_ctx,
+            KvError::ZeroPlanInput {
+                what: PlanField::MaxModelLen
+            }
+        );
+        let zero_seqs = plan(&input(llama2_7b(), 8, 0, None)).unwrap_err();
+        assert!(zero_seqs.to_string().starts_with("--max-num-seqs must be"));
+    }
+}

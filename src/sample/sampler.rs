@@ -1,0 +1,343 @@
+//! [`Sampler`]: one sequence's next-token choice from its logits.
+//!
+//! Greedy (temperature 0) is a single allocation-free pass. Otherwise, in order:
+//! 1. drop NaN logits, scale by `1 / temperature`;
+//! 2. top-k: keep the `k` largest (ties → lower token id);
+//! 3. softmax over what is left (max subtracted first);
+//! 4. top-p: sort descending (ties → lower token id) and keep the shortest prefix whose
+//!    probability reaches `p`;
+//! 5. draw from the kept tokens with the sequence's seeded RNG.
+
+use std::cmp::Ordering;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::params::SamplingParams;
+
+/// Picks tokens for one sequence; owns that sequence's RNG, seeded from
+/// [`SamplingParams::seed`]. Same seed and same logits → same tokens, within one build (the RNG
+/// is rand's `StdRng`, whose algorithm rand may change between major versions).
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    mode: Mode,
+    rng: StdRng,
+    /// [num_candidates] (scaled logit, then weight; token id): scratch reused across steps.
+    candidates: Vec<(f32, u32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Greedy,
+    Random {
+        temperature: f32,
+        top_k: Option<usize>,
+        top_p: Option<f32>,
+    },
+}
+
+impl Sampler {
+    /// A sampler for one sequence. `params` should have passed [`SamplingParams::validate`];
+    /// out-of-range values never panic here: a temperature that is not finite and > 0 means
+    /// greedy, `top_k` of 0 and `top_p` outside `(0, 1)` mean no filter.
+    pub fn new(params: &SamplingParams) -> Self {
+        let t = params.temperature;
+        let mode = if t.is_finite() && t > 0.0 {
+            Mode::Random {
+                temperature: t,
+                top_k: params.top_k.filter(|&k| k > 0),
+                top_p: params.top_p.filter(|&p| p > 0.0 && p < 1.0),
+            }
+        } else {
+            Mode::Greedy
+        };
+        Sampler {
+            mode,
+            rng: StdRng::seed_from_u64(params.seed),
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no
+    /// RNG draw. Random: O(vocab) plus O(vocab log vocab) when top-p is on; one RNG draw.
+    ///
+    /// NaN logits are never picked; if every logit is NaN the answer is token 0. A `+inf` logit
+    /// wins outright (the first one, if several). Panics if `logits` is empty.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        assert!(!logits.is_empty(), "cannot sample from empty logits");
+        match self.mode {
+            Mode::Greedy => argmax(logits),
+            Mode::Random {
+                temperature,
+                top_k,
+                top_p,
+            } => self.sample_random(logits, temperature, top_k, top_p),
+        }
+    }
+
+    fn sample_random(
+        &mut self,
+        logits: &[f32],
+        temperature: f32,
+        top_k: Option<usize>,
+        top_p: Option<f32>,
+    ) -> u32 {
+        let best = argmax(logits);
+        let max = logits[best as usize] / temperature;
+        if !max.is_finite() {
+            // All NaN / -inf, a +inf logit, or a temperature so small the scaled max overflows:
+            // the distribution is a point mass on the argmax.
+            return best;
+        }
+        let candidates = &mut self.candidates;
+        candidates.clear();
+        candidates.extend(
+            (0u32..)
+                .zip(logits)
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(id, &l)| (l / temperature, id)),
+        );
+        if let Some(k) = top_k.filter(|&k| k < candidates.len()) {
+            candidates.select_nth_unstable_by(k - 1, descending);
+            candidates.truncate(k);
+        }
+        let mut total = 0.0f64;
+        for (value, _) in candidates.iter_mut() {
+            *value = (*value - max).exp();
+            total += f64::from(*value);
+        }
+        if let Some(p) = top_p {
+            candidates.sort_unstable_by(descending);
+            let target = f64::from(p) * total;
+            let mut kept = 0.0f64;
+            let mut len = 0;
+            while len < candidates.len() && (len == 0 || kept < target) {
+                kept += f64::from(candidates[len].0);
+                len += 1;
+            }
+            candidates.truncate(len);
+            total = kept;
+        }
+        let draw = self.rng.random::<f64>() * total;
+        let mut cumulative = 0.0f64;
+        for &(weight, id) in candidates.iter() {
+            cumulative += f64::from(weight);
+            if draw < cumulative {
+                return id;
+            }
+        }
+        best // unreachable in exact arithmetic: cumulative ends at total > draw
+    }
+}
+
+/// Larger value first; equal values by lower token id. Values are never NaN here.
+fn descending(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
+    b.0.partial_cmp(&a.0)
+        .unwrap_or(Ordering::Equal)
+        .then(a.1.cmp(&b.1))
+}
+
+/// Index of the largest non-NaN logit, lowest index on ties; 0 if all are NaN. One pass, no
+/// allocation.
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    let mut best_value = f32::NAN;
+    for (i, &value) in logits.iter().enumerate() {
+        if value > best_value || (best_value.is_nan() && !value.is_nan()) {
+            best = i;
+            best_value = value;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(temperature: f32, top_k: Option<usize>, top_p: Option<f32>, seed: u64) -> Sampler {
+        Sampler::new(&SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            ..SamplingParams::default()
+        })
+    }
+
+    fn greedy() -> Sampler {
+        Sampler::new(&SamplingParams::default())
+    }
+
+    fn softmax(logits: &[f32], temperature: f32) -> Vec<f64> {
+        let scaled: Vec<f64> = logits.iter().map(|&l| f64::from(l / temperature)).collect();
+        let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let exps: Vec<f64> = scaled.iter().map(|s| (s - max).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        exps.iter().map(|e| e / sum).collect()
+    }
+
+    /// Counts of each token over `draws` samples.
+    fn histogram(s: &mut Sampler, logits: &[f32], draws: usize) -> Vec<usize> {
+        let mut counts = vec![0; logits.len()];
+        for _ in 0..draws {
+            counts[s.sample(logits) as usize] += 1;
+        }
+        counts
+    }
+
+    /// Pearson's chi-square statistic of `counts` against probabilities `want` (zeros skipped,
+    /// but a count where `want` is 0 fails the test).
+    fn chi_square(counts: &[usize], want: &[f64]) -> f64 {
+        let n: usize = counts.iter().sum();
+        let mut chi2 = 0.0;
+        for (&c, &p) in counts.iter().zip(want) {
+            if p == 0.0 {
+                assert_eq!(c, 0, "drew a token of probability 0");
+                continue;
+            }
+            let expected = p * n as f64;
+            chi2 += (c as f64 - expected).powi(2) / expected;
+        }
+        chi2
+    }
+
+    /// Seeded pseudo-random logits in [-4, 4).
+    fn random_logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random::<f32>() * 8.0 - 4.0).collect()
+    }
+
+    #[test]
+    fn greedy_picks_lowest_index_on_ties() {
+        assert_eq!(greedy().sample(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(greedy().sample(&[-1.0]), 0);
+        assert_eq!(greedy().sample(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(greedy().sample(&[0.0, f32::INFINITY, f32::INFINITY]), 1);
+    }
+
+    #[test]
+    fn greedy_ignores_nan() {
+        let nan = f32::NAN;
+        assert_eq!(greedy().sample(&[nan, 1.0, nan, 2.0, nan]), 3);
+        assert_eq!(greedy().sample(&[nan, f32::NEG_INFINITY]), 1);
+        assert_eq!(greedy().sample(&[5.0, nan]), 0);
+        assert_eq!(greedy().sample(&[nan, nan, nan]), 0); // documented: all NaN → token 0
+    }
+
+    #[test]
+    fn greedy_ignores_the_seed() {
+        let logits = random_logits(100, 1);
+        let want = greedy().sample(&logits);
+        for seed in 0..5 {
+            assert_eq!(sampler(0.0, Some(3), Some(0.5), seed).sample(&logits), want);
+        }
+    }
+
+    #[test]
+    fn frequencies_follow_the_softmax() {
+        let logits = [1.0, 2.0, 0.5, 3.0, -1.0];
+        let mut s = sampler(0.8, None, None, 42);
+        let counts = histogram(&mut s, &logits, 200_000);
+        let chi2 = chi_square(&counts, &softmax(&logits, 0.8));
+        assert!(
+            chi2 < 18.47,
+            "chi² = {chi2} (df 4, p = 0.001 bound 18.47), {counts:?}"
+        );
+    }
+
+    #[test]
+    fn top_k_stays_in_the_k_largest_with_renormalized_odds() {
+        let logits = random_logits(50, 7);
+        let mut order: Vec<usize> = (0..50).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let top5 = &order[..5];
+        let mut s = sampler(2.0, Some(5), None, 3);
+        let counts = histogram(&mut s, &logits, 50_000);
+        let mut want = vec![0.0; 50];
+        let kept: Vec<f32> = top5.iter().map(|&i| logits[i]).collect();
+        for (&i, p) in top5.iter().zip(softmax(&kept, 2.0)) {
+            want[i] = p;
+        }
+        let chi2 = chi_square(&counts, &want); // asserts nothing outside the top 5
+        assert!(chi2 < 18.47, "chi² = {chi2}, {counts:?}");
+    }
+
+    #[test]
+    fn top_k_ties_keep_the_lower_ids() {
+        let mut s = sampler(1.0, Some(2), None, 0);
+        let counts = histogram(&mut s, &[1.0, 5.0, 5.0, 5.0], 1000);
+        assert_eq!((counts[0], counts[3]), (0, 0), "{counts:?}");
+        assert!(counts[1] > 400 && counts[2] > 400, "{counts:?}");
+    }
+
+    #[test]
+    fn tiny_top_p_is_greedy() {
+        for seed in 0..20 {
+            let logits = random_logits(64, seed);
+            let want = greedy().sample(&logits);
+            let mut s = sampler(1.5, None, Some(1e-6), seed);
+            for _ in 0..10 {
+                assert_eq!(s.sample(&logits), want);
+            }
+        }
+        assert_eq!(
+            sampler(1.0, None, Some(1e-6), 0).sample(&[2.0, 5.0, 5.0]),
+            1
+        );
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_nucleus() {
+        let probs = [0.5f32, 0.3, 0.15, 0.05];
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        let mut s = sampler(1.0, None, Some(0.75), 11);
+        let counts = histogram(&mut s, &logits, 100_000);
+        let chi2 = chi_square(&counts, &[0.625, 0.375, 0.0, 0.0]);
+        assert!(chi2 < 10.83, "chi² = {chi2} (df 1), {counts:?}");
+        let mut s = sampler(1.0, None, Some(0.85), 11);
+        let counts = histogram(&mut s, &logits, 100_000);
+        let chi2 = chi_square(&counts, &[0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]);
+        assert!(chi2 < 13.82, "chi² = {chi2} (df 2), {counts:?}");
+    }
+
+    #[test]
+    fn top_k_then_top_p() {
+        // top-k 3 leaves [0.5, 0.3, 0.15]/0.95; top-p 0.8 of that needs 0.5 + 0.3 (0.842).
+        let logits: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let mut s = sampler(1.0, Some(3), Some(0.8), 5);
+        let counts = histogram(&mut s, &logits, 10_000);
+        assert_eq!((counts[2], counts[3]), (0, 0), "{counts:?}");
+    }
+
+    #[test]
+    fn random_mode_never_picks_nan_or_minus_infinity() {
+        let (nan, neg) = (f32::NAN, f32::NEG_INFINITY);
+        let mut s = sampler(1.0, None, None, 9);
+        let counts = histogram(&mut s, &[nan, 0.0, neg, 0.0, nan], 10_000);
+        assert_eq!((counts[0], counts[2], counts[4]), (0, 0, 0), "{counts:?}");
+        assert_eq!(s.sample(&[nan, nan]), 0);
+        assert_eq!(s.sample(&[0.0, f32::INFINITY, 1.0]), 1);
+        assert_eq!(sampler(1e-30, None, None, 0).sample(&[1.0, 2.0, 1.5]), 1);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_different_seed_different_tokens() {
+        let logits = random_logits(1000, 99);
+        let run = |seed| {
+            let mut s = sampler(1.0, Some(100), Some(0.95), seed);
+            (0..200).map(|_| s.sample(&logits)).collect::<Vec<u32>>()
+        };
+        assert_eq!(run(1234), run(1234));
+        assert_ne!(run(1234), run(1235));
+    }
+
+    #[test]
+    fn invalid_params_do_not_panic() {
+        let logits = [0.0, 1.0, 2.0];
+        assert_eq!(sampler(f32::NAN, None, None, 0).sample(&logits), 2);
+        assert_eq!(sampler(-1.0, None, None, 0).sample(&logits), 2);
+        let mut s = sampler(1.0, Some(0), Some(f32::NAN), 0);
+        assert!(s.sample(&logits) < 3);
+    }
+}
