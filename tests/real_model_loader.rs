@@ -62,7 +62,7 @@ fn smollm2_dequantized_values_match_gguf_py() {
         return;
     };
     let m = ModelFile::open(&path).unwrap();
-    let cases: [(&str, [f32; 4], f64); 3] = [
+    let cases: [(&str, [f64; 4], f64); 3] = [
         (
             "blk.0.attn_q.weight",
             [
@@ -98,7 +98,8 @@ fn smollm2_dequantized_values_match_gguf_py() {
         let t = m.tensor(name).unwrap();
         let cols = t.shape[1];
         let values = t.to_f32().unwrap();
-        assert_eq!(&values[cols..cols + 4], &row1, "{name}");
+        let got: Vec<f64> = values[cols..cols + 4].iter().map(|&v| v as f64).collect();
+        assert_eq!(got, row1, "{name}");
         let ours: f64 = values.iter().map(|&v| v as f64).sum();
         assert!(
             (ours - sum).abs() < 1e-6 * sum.abs().max(1.0),
