@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 /// The real SmolLM2 GGUF (env `KVRUN_TEST_MODEL`, default
 /// `assets/models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a printed skip message.
-#[allow(dead_code)] // each test crate uses a different subset of these helpers
 pub fn real_model(test: &str) -> Option<PathBuf> {
     let path = std::env::var_os("KVRUN_TEST_MODEL")
         .map(PathBuf::from)
@@ -22,12 +21,4 @@ pub fn real_model(test: &str) -> Option<PathBuf> {
         );
         None
     }
-}
-
-/// A file under `assets/`.
-#[allow(dead_code)]
-pub fn asset(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("assets")
-        .join(rel)
 }
