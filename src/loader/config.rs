@@ -135,16 +135,7 @@ impl ModelConfig {
             }
         };
         let max_pos = c.max_position_embeddings.unwrap_or(2048);
-        let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
-        if let (true, Some(window)) = (window_on, c.sliding_window) {
-            if window < max_pos {
-                return Err(LoadError::config(format!(
-                    "{arch_name} uses sliding-window attention (sliding_window = {window} < \
-                     max_position_embeddings = {max_pos}), which kvrun does not support yet; use \
-                     a model without a sliding window (e.g. Mistral-7B v0.2 or later)"
-                )));
-            }
-        }
+        check_sliding_window(arch_name, arch, &c, max_pos)?;
         check_hf_rope_scaling(c.rope_scaling.as_ref())?;
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
         let config = ModelConfig {
@@ -264,6 +255,26 @@ impl ModelConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// Sliding-window attention is refused until kvrun implements it (Mistral v0.1 has a 4096
+/// window under 32k positions). A window no smaller than the context changes nothing; Qwen2
+/// configs carry a `sliding_window` that only counts when `use_sliding_window` is true.
+fn check_sliding_window(
+    arch_name: &str,
+    arch: Architecture,
+    c: &HfConfigJson,
+    max_pos: usize,
+) -> Result<(), LoadError> {
+    let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
+    match (window_on, c.sliding_window) {
+        (true, Some(window)) if window < max_pos => Err(LoadError::config(format!(
+            "{arch_name} uses sliding-window attention (sliding_window = {window} < \
+             max_position_embeddings = {max_pos}), which kvrun does not support yet; use a \
+             model without a sliding window (e.g. Mistral-7B v0.2 or later)"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -41,21 +41,8 @@ pub(super) fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
     let scores = file
         .get_f32_array("tokenizer.ggml.scores")
         .unwrap_or_default();
-    let token_id = |key: &str| -> Result<Option<u32>, LoadError> {
-        match file.get(key) {
-            None => Ok(None),
-            Some(v) => match v.as_u32() {
-                Some(id) if (id as usize) < tokens.len() => Ok(Some(id)),
-                _ => Err(LoadError::config(format!(
-                    "GGUF key {key} = {v:?} is not a token id below the vocabulary size {}; \
-                     the file is corrupt, re-convert it",
-                    tokens.len()
-                ))),
-            },
-        }
-    };
-    let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
-    let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
+    let bos_token_id = token_id(file, "tokenizer.ggml.bos_token_id", tokens.len())?;
+    let eos_token_id = token_id(file, "tokenizer.ggml.eos_token_id", tokens.len())?;
     let add_bos = file
         .get_bool("tokenizer.ggml.add_bos_token")
         .unwrap_or_else(|| gguf_default_add_bos(&model, pre.as_deref()));
@@ -75,4 +62,18 @@ pub(super) fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
         add_eos,
         chat_template: file.get_str("tokenizer.chat_template").map(str::to_string),
     })
+}
+
+/// An optional token-id key, checked against the vocabulary size.
+fn token_id(file: &GgufFile, key: &str, n_tokens: usize) -> Result<Option<u32>, LoadError> {
+    match file.get(key) {
+        None => Ok(None),
+        Some(v) => match v.as_u32() {
+            Some(id) if (id as usize) < n_tokens => Ok(Some(id)),
+            _ => Err(LoadError::config(format!(
+                "GGUF key {key} = {v:?} is not a token id below the vocabulary size \
+                 {n_tokens}; the file is corrupt, re-convert it"
+            ))),
+        },
+    }
 }

@@ -87,40 +87,15 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
     for (id, token) in v.tokens.iter().enumerate() {
         vocab.entry(token.clone()).or_insert(id as u32);
     }
-    let merges = v
-        .merges
-        .iter()
-        .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| {
-                    TokenizerError::Config(format!(
-                        "GGUF merge '{m}' is not two tokens separated by a space; the \
-                         vocabulary is corrupt, re-convert the model"
-                    ))
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let merges = parse_merges(&v.merges)?;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(profile.ignore_merges)
         .build()
         .map_err(|e| TokenizerError::Build(e.to_string()))?;
 
-    let mut pieces: Vec<PreTokenizerWrapper> = Vec::new();
-    for re in profile.regexes {
-        let split = Split::new(
-            SplitPattern::Regex((*re).to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| TokenizerError::Build(e.to_string()))?;
-        pieces.push(split.into());
-    }
-    pieces.push(ByteLevel::new(false, false, false).into());
-
     let mut tok = tokenizers::Tokenizer::new(bpe);
-    tok.with_pre_tokenizer(Some(Sequence::new(pieces)));
+    tok.with_pre_tokenizer(Some(pre_tokenizer(&profile)?));
     tok.with_decoder(Some(ByteLevel::default()));
     let specials: Vec<AddedToken> = v
         .tokens
@@ -134,4 +109,37 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
     tok.add_tokens(user)
         .map_err(|e| TokenizerError::Build(e.to_string()))?;
     Ok(tok)
+}
+
+/// `"left right"` strings → pairs.
+fn parse_merges(merges: &[String]) -> Result<Vec<(String, String)>, TokenizerError> {
+    merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| {
+                    TokenizerError::Config(format!(
+                        "GGUF merge '{m}' is not two tokens separated by a space; the \
+                         vocabulary is corrupt, re-convert the model"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// The profile's regex splits, then the byte-to-unicode mapping.
+fn pre_tokenizer(profile: &PreProfile) -> Result<Sequence, TokenizerError> {
+    let mut pieces: Vec<PreTokenizerWrapper> = Vec::new();
+    for re in profile.regexes {
+        let split = Split::new(
+            SplitPattern::Regex((*re).to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+        pieces.push(split.into());
+    }
+    pieces.push(ByteLevel::new(false, false, false).into());
+    Ok(Sequence::new(pieces))
 }
