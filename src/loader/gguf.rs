@@ -64,17 +64,7 @@ pub struct GgufFile {
 impl GgufFile {
     /// Map and parse the file at `path`.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
-        let io = |source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the map is read-only and private to this process. Its contents can change only
-        // if another process rewrites the model file while we run; we treat the bytes as
-        // untrusted and bounds-check every access, so that would give wrong weights, never
-        // memory unsafety in our code.
-        #[allow(unsafe_code)]
-        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let mmap = super::mmap::map_file(path)?;
         Self::parse(Backing::Mmap(mmap))
     }
 

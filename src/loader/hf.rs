@@ -77,19 +77,6 @@ fn read_text(path: &Path) -> Result<String, LoadError> {
     })
 }
 
-fn map_file(path: &Path) -> Result<memmap2::Mmap, LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    // SAFETY: as for GGUF files (see `GgufFile::open`): a read-only private map of a weight
-    // file whose bytes are treated as untrusted and bounds-checked by safetensors.
-    #[allow(unsafe_code)]
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    Ok(map)
-}
-
 fn ggml_type_of(dtype: Dtype, name: &str, path: &Path) -> Result<GgmlType, LoadError> {
     match dtype {
         Dtype::F32 => Ok(GgmlType::F32),
@@ -166,7 +153,7 @@ impl HfModel {
         let mut tensors = BTreeMap::new();
         for (idx, name) in shard_names(dir)?.into_iter().enumerate() {
             let path = dir.join(&name);
-            let map = map_file(&path)?;
+            let map = super::mmap::map_file(&path)?;
             let (header_len, meta) =
                 SafeTensors::read_metadata(&map).map_err(|e| LoadError::Safetensors {
                     path: path.clone(),

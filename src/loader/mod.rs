@@ -13,6 +13,7 @@ mod gguf_value;
 mod gguf_vocab;
 mod gguf_writer;
 mod hf;
+mod mmap;
 
 pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
 pub use error::LoadError;
