@@ -4,7 +4,9 @@ use super::error::LoadError;
 use super::gguf::GgufFile;
 use crate::tokenizer::{gguf_default_add_bos, GgufVocab};
 
-pub(super) fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
+/// The tokenizer described by a GGUF file's `tokenizer.ggml.*` keys (also for vocab-only files
+/// that have no model config).
+pub fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
     let missing = |key: &str| {
         LoadError::config(format!(
             "GGUF key {key} is missing or malformed, so the file has no usable tokenizer; use a \

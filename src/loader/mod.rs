@@ -19,6 +19,7 @@ pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
 pub use error::LoadError;
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use gguf_value::{GgufValue, GgufValueType};
+pub use gguf_vocab::gguf_vocab;
 pub use gguf_writer::GgufWriter;
 pub use hf::{canonical_name, HfModel};
 
