@@ -1,14 +1,16 @@
 //! Our GGUF tokenizers against llama.cpp's own tokenizer tests: the vocab-only GGUFs in
 //! llama.cpp's `models/` folder with their `.inp` (inputs separated by
 //! `\n__ggml_vocab_test__\n`) and `.out` (expected ids, one line per input, no BOS) files, as
-//! `tests/test-tokenizer-0.cpp` reads them. Runs when `KVRUN_LLAMA_CPP_VOCABS` names that folder.
+//! `tests/test-tokenizer-0.cpp` reads them. Also: decode gives the input back, and streaming
+//! detokenization gives what decode gives. Runs when `KVRUN_LLAMA_CPP_VOCABS` names that folder.
 
 use kvrun::loader::{gguf_vocab, GgufFile};
+use kvrun::output::Detokenizer;
 use kvrun::tokenizer::{Tokenizer, TokenizerSource};
 use std::path::{Path, PathBuf};
 
 /// The vocabularies whose model and pre-tokenizer kvrun supports.
-const VOCABS: [&str; 7] = [
+const VOCABS: [&str; 9] = [
     "gpt-2",
     "llama-bpe",
     "qwen2",
@@ -16,6 +18,8 @@ const VOCABS: [&str; 7] = [
     "refact",
     "mpt",
     "command-r",
+    "llama-spm",
+    "phi-3",
 ];
 
 fn cases(dir: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
@@ -49,21 +53,36 @@ fn llama_cpp_tokenizer_tests() {
         let vocab = gguf_vocab(&file).unwrap();
         let tok = Tokenizer::from_source(TokenizerSource::Gguf(vocab)).unwrap();
         let cases = cases(&dir, name);
-        let bad: Vec<_> = cases
-            .iter()
-            .filter(|(text, ids)| &tok.encode(text, false).unwrap() != ids)
-            .collect();
-        println!(
-            "{name}: {}/{} inputs match",
-            cases.len() - bad.len(),
-            cases.len()
-        );
-        for (text, ids) in bad {
-            failures.push(format!(
-                "{name} {text:?}: ours {:?}, llama.cpp {ids:?}",
-                tok.encode(text, false).unwrap()
-            ));
+        let before = failures.len();
+        for (text, ids) in &cases {
+            check_case(name, &tok, text, ids, &mut failures);
         }
+        println!(
+            "{name}: {} inputs, {} failures",
+            cases.len(),
+            failures.len() - before
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Ids equal llama.cpp's; decode gives the text back; streaming gives what decode gives.
+fn check_case(name: &str, tok: &Tokenizer, text: &str, ids: &[u32], failures: &mut Vec<String>) {
+    let ours = tok.encode(text, false).unwrap();
+    if ours != ids {
+        failures.push(format!("{name} {text:?}: ours {ours:?}, llama.cpp {ids:?}"));
+    }
+    let back = tok.decode(ids, false).unwrap();
+    if back != text {
+        failures.push(format!("{name}: decode of {text:?} gives {back:?}"));
+    }
+    let mut detok = Detokenizer::new(false);
+    let mut streamed = String::new();
+    for &id in ids {
+        streamed.push_str(&detok.step(tok, id).unwrap());
+    }
+    streamed.push_str(&detok.flush(tok).unwrap());
+    if streamed != back {
+        failures.push(format!("{name}: streaming {text:?} gives {streamed:?}"));
+    }
 }

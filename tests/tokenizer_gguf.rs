@@ -73,10 +73,10 @@ fn refusals_name_the_fix() {
     let err = build(v).err().unwrap().to_string();
     assert!(err.contains("no tokenizer.ggml.pre"), "{err}");
     let mut v = vocab();
-    v.model = "llama".into();
+    v.model = "gemma4".into();
     let err = build(v).err().unwrap();
     assert!(
-        matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "llama"),
+        matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "gemma4"),
         "{err}"
     );
     assert!(err.to_string().contains("tokenizer.json"));
@@ -84,4 +84,31 @@ fn refusals_name_the_fix() {
     v.merges.push("nospace".into());
     let err = build(v).err().unwrap().to_string();
     assert!(err.contains("'nospace'"), "{err}");
+}
+
+/// A toy SentencePiece vocabulary: merges come from scores, unknown characters fall back to
+/// byte tokens, and a `▁` is prepended to the text.
+#[test]
+fn sentencepiece_vocabulary() {
+    let tokens = [
+        "<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "▁", "h", "i", "▁h", "hi", "▁hi",
+    ];
+    let v = GgufVocab {
+        model: "llama".into(),
+        tokens: tokens.iter().map(|s| s.to_string()).collect(),
+        token_types: vec![2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1],
+        scores: vec![0.0, 0.0, 0.0, 0.0, 0.0, -5.0, -6.0, -7.0, -3.0, -2.0, -1.0],
+        bos_token_id: Some(1),
+        eos_token_id: Some(2),
+        add_bos: true,
+        add_space_prefix: true,
+        ..Default::default()
+    };
+    let tok = build(v).unwrap();
+    // "▁hi▁hé": hi (-2) merges first, then ▁+hi (-1), then ▁+h (-3); é is two byte tokens.
+    assert_eq!(tok.encode("hi hé", true).unwrap(), vec![1, 10, 8, 3, 4]);
+    assert_eq!(tok.decode(&[1, 10, 8, 3, 4], true).unwrap(), "hi hé");
+    // A special token splits the text; the stretch after it gets its own ▁.
+    assert_eq!(tok.encode("hi</s>hi", false).unwrap(), vec![10, 2, 10]);
+    assert_eq!(tok.eos_ids(), &[2]);
 }

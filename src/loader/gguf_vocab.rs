@@ -51,6 +51,9 @@ pub fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
     let add_eos = file
         .get_bool("tokenizer.ggml.add_eos_token")
         .unwrap_or(false);
+    let add_space_prefix = file
+        .get_bool("tokenizer.ggml.add_space_prefix")
+        .unwrap_or(model == "llama");
     Ok(GgufVocab {
         model,
         pre,
@@ -62,6 +65,7 @@ pub fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
         eos_token_id,
         add_bos,
         add_eos,
+        add_space_prefix,
         chat_template: file.get_str("tokenizer.chat_template").map(str::to_string),
     })
 }

@@ -66,6 +66,24 @@ fn added_token(text: &str, token_type: i32) -> Option<AddedToken> {
     }
 }
 
+/// Registers the vocabulary's non-normal tokens so they are matched whole in input text.
+pub(super) fn add_vocab_specials(
+    tok: &mut tokenizers::Tokenizer,
+    v: &GgufVocab,
+) -> Result<(), TokenizerError> {
+    let (special, user): (Vec<_>, Vec<_>) = v
+        .tokens
+        .iter()
+        .zip(&v.token_types)
+        .filter_map(|(t, &ty)| added_token(t, ty))
+        .partition(|t| t.special);
+    tok.add_special_tokens(special)
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    tok.add_tokens(user)
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    Ok(())
+}
+
 /// Build the byte-level BPE tokenizer of a `gpt2`-model GGUF vocabulary.
 pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, TokenizerError> {
     let pre = v.pre.as_deref().ok_or_else(|| {
@@ -97,17 +115,7 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
     let mut tok = tokenizers::Tokenizer::new(bpe);
     tok.with_pre_tokenizer(Some(pre_tokenizer(&profile)?));
     tok.with_decoder(Some(ByteLevel::default()));
-    let specials: Vec<AddedToken> = v
-        .tokens
-        .iter()
-        .zip(&v.token_types)
-        .filter_map(|(t, &ty)| added_token(t, ty))
-        .collect();
-    let (special, user): (Vec<_>, Vec<_>) = specials.into_iter().partition(|t| t.special);
-    tok.add_special_tokens(special)
-        .map_err(|e| TokenizerError::Build(e.to_string()))?;
-    tok.add_tokens(user)
-        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    add_vocab_specials(&mut tok, v)?;
     Ok(tok)
 }
 

@@ -5,6 +5,7 @@
 
 mod chat;
 mod gguf_bpe;
+mod gguf_spm;
 mod source;
 
 pub use chat::{ChatMessage, ChatTemplate};
@@ -19,8 +20,9 @@ pub enum TokenizerError {
     #[error("tokenizer: {0}")]
     Config(String),
     #[error(
-        "GGUF tokenizer model '{0}' is not supported (kvrun builds 'gpt2' byte-level BPE \
-         vocabularies); use the model's HF directory with tokenizer.json instead"
+        "GGUF tokenizer model '{0}' is not supported (kvrun builds 'gpt2' byte-level BPE and \
+         'llama' SentencePiece vocabularies); use the model's HF directory with tokenizer.json \
+         instead"
     )]
     UnsupportedModel(String),
     #[error("building the tokenizer failed: {0}")]
@@ -75,6 +77,7 @@ impl Tokenizer {
     fn from_gguf(v: GgufVocab) -> Result<Self, TokenizerError> {
         let inner = match v.model.as_str() {
             "gpt2" => gguf_bpe::build_bpe(&v)?,
+            "llama" => gguf_spm::build_spm(&v)?,
             other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
         };
         let text_of = |id: Option<u32>| id.and_then(|i| v.tokens.get(i as usize).cloned());

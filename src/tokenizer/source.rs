@@ -24,6 +24,9 @@ pub struct GgufVocab {
     /// Resolved: the file's `tokenizer.ggml.add_bos_token`, else [`gguf_default_add_bos`].
     pub add_bos: bool,
     pub add_eos: bool,
+    /// SentencePiece: prepend `▁` to the text (`tokenizer.ggml.add_space_prefix`, default true
+    /// for `llama` vocabularies as in llama.cpp).
+    pub add_space_prefix: bool,
     /// `tokenizer.chat_template`, if the file has one.
     pub chat_template: Option<String>,
 }
