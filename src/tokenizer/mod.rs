@@ -204,6 +204,8 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The wrapped `tokenizers` tokenizer. For GGUF vocabularies it has no post-processor:
+    /// `inner().encode(text, true)` does not add BOS; [`Tokenizer::encode`] does.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
