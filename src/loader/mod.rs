@@ -1,1 +1,223 @@
-//! TODO
+//! Model files → [`ModelConfig`] + tensors as byte slices of memory maps.
+//!
+//! [`ModelFile::open`] takes a `.gguf` file or an HF directory and presents both the same way:
+//! tensors under **GGUF's canonical names** (`token_embd.weight`, `blk.N.attn_q.weight` …; HF
+//! names are mapped at open), shapes outermost first, data straight from the map. Nothing is
+//! converted or copied; the one format difference left is [`ModelConfig::rope_style`] (GGUF
+//! Llama Q/K rows are permuted, HF's are not; see [`RopeStyle`]).
+
+mod config;
+mod error;
+mod gguf;
+mod gguf_value;
+mod gguf_vocab;
+mod gguf_writer;
+mod hf;
+mod mmap;
+
+pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
+pub use error::LoadError;
+pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
+pub use gguf_value::{GgufValue, GgufValueType};
+pub use gguf_vocab::gguf_vocab;
+pub use gguf_writer::GgufWriter;
+pub use hf::{canonical_name, HfModel};
+
+use crate::quant::{dequantize_row, GgmlType};
+use crate::tokenizer::TokenizerSource;
+use std::path::{Path, PathBuf};
+
+/// Which kind of file a [`ModelFile`] was opened from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SourceFormat {
+    Gguf,
+    HfSafetensors,
+}
+
+/// One tensor, borrowed from the model's memory map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorView<'a> {
+    /// Canonical (GGUF) name.
+    pub name: String,
+    pub dtype: GgmlType,
+    /// Outermost first: `[rows, cols]` for a matrix (GGUF dims reversed); rows of a Linear
+    /// weight are output features, quant blocks run along `cols`.
+    pub shape: Vec<usize>,
+    pub data: &'a [u8],
+}
+
+impl TensorView<'_> {
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The whole tensor dequantized to f32, row-major in `shape` order (for CPU references and
+    /// tests; GPU uploads take [`TensorView::data`] as it is).
+    pub fn to_f32(&self) -> Result<Vec<f32>, LoadError> {
+        let cols = self.shape.last().copied().unwrap_or(1);
+        let mut out = vec![0f32; self.n_elements()];
+        if cols == 0 {
+            return Ok(out);
+        }
+        let bad_row = |source| LoadError::BadRow {
+            name: self.name.clone(),
+            source,
+        };
+        let row_bytes = self.dtype.row_bytes(cols).map_err(bad_row)?;
+        for (src, dst) in self
+            .data
+            .chunks_exact(row_bytes)
+            .zip(out.chunks_exact_mut(cols))
+        {
+            dequantize_row(self.dtype, src, dst).map_err(bad_row)?;
+        }
+        Ok(out)
+    }
+}
+
+enum Source {
+    Gguf(GgufFile),
+    Hf(HfModel),
+}
+
+/// An opened model: a GGUF file or an HF directory, chosen by what the path is.
+pub struct ModelFile {
+    path: PathBuf,
+    source: Source,
+    config: ModelConfig,
+}
+
+impl ModelFile {
+    /// Open a `.gguf` file or an HF model directory.
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        let source = if path.is_dir() {
+            Source::Hf(HfModel::open(path)?)
+        } else if path.is_file() {
+            if path.file_name().is_some_and(|n| n == "config.json") {
+                return Err(LoadError::UnknownSource {
+                    path: path.to_path_buf(),
+                });
+            }
+            Source::Gguf(GgufFile::open(path)?)
+        } else {
+            return Err(LoadError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such file or directory",
+                ),
+            });
+        };
+        let config = match &source {
+            Source::Gguf(f) => ModelConfig::from_gguf(f)?,
+            Source::Hf(h) => h.config().clone(),
+        };
+        Ok(ModelFile {
+            path: path.to_path_buf(),
+            source,
+            config,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn format(&self) -> SourceFormat {
+        match self.source {
+            Source::Gguf(_) => SourceFormat::Gguf,
+            Source::Hf(_) => SourceFormat::HfSafetensors,
+        }
+    }
+
+    /// The parsed GGUF file, for metadata beyond [`ModelConfig`].
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        match &self.source {
+            Source::Gguf(f) => Some(f),
+            Source::Hf(_) => None,
+        }
+    }
+
+    /// What `config.json` says beyond [`ModelConfig`] (HF directories only).
+    pub fn hf_extras(&self) -> Option<&HfConfigExtras> {
+        match &self.source {
+            Source::Gguf(_) => None,
+            Source::Hf(h) => Some(h.extras()),
+        }
+    }
+
+    /// The tensor with this canonical name.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, LoadError> {
+        let missing = || LoadError::MissingTensor {
+            name: name.to_string(),
+            hint: format!(
+                " ({} holds {} tensors)",
+                self.path.display(),
+                self.num_tensors()
+            ),
+        };
+        match &self.source {
+            Source::Gguf(f) => {
+                let info = f.tensor_info(name).ok_or_else(missing)?;
+                Ok(TensorView {
+                    name: name.to_string(),
+                    dtype: info.ggml_type,
+                    shape: info.dims.iter().rev().copied().collect(),
+                    data: f.tensor_data(info),
+                })
+            }
+            Source::Hf(h) => {
+                let t = h.tensors().get(name).ok_or_else(missing)?;
+                Ok(TensorView {
+                    name: name.to_string(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    data: h.tensor_bytes(t),
+                })
+            }
+        }
+    }
+
+    pub fn has_tensor(&self, name: &str) -> bool {
+        match &self.source {
+            Source::Gguf(f) => f.tensor_info(name).is_some(),
+            Source::Hf(h) => h.tensors().contains_key(name),
+        }
+    }
+
+    /// Canonical names of every tensor (GGUF: file order; HF: sorted).
+    pub fn tensor_names(&self) -> Vec<&str> {
+        match &self.source {
+            Source::Gguf(f) => f.tensors().iter().map(|t| t.name.as_str()).collect(),
+            Source::Hf(h) => h.tensors().keys().map(String::as_str).collect(),
+        }
+    }
+
+    fn num_tensors(&self) -> usize {
+        match &self.source {
+            Source::Gguf(f) => f.tensors().len(),
+            Source::Hf(h) => h.tensors().len(),
+        }
+    }
+
+    /// Sum of all tensor data sizes in bytes.
+    pub fn weight_bytes(&self) -> u64 {
+        match &self.source {
+            Source::Gguf(f) => f.tensors().iter().map(|t| t.n_bytes as u64).sum(),
+            Source::Hf(h) => h.tensors().values().map(|t| (t.end - t.start) as u64).sum(),
+        }
+    }
+
+    /// Where to build the tokenizer from: the HF `tokenizer.json` (authoritative when present)
+    /// or the GGUF's embedded vocabulary.
+    pub fn tokenizer_source(&self) -> Result<TokenizerSource, LoadError> {
+        match &self.source {
+            Source::Gguf(f) => Ok(TokenizerSource::Gguf(gguf_vocab::gguf_vocab(f)?)),
+            Source::Hf(h) => h.tokenizer_source(),
+        }
+    }
+}

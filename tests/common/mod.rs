@@ -100,3 +100,20 @@ pub fn assert_sentinels(what: &str, values: &[f32]) {
         panic!("{what}: sentinel {i} overwritten with {}", values[i]);
     }
 }
+
+/// The real SmolLM2 GGUF (env `KVRUN_TEST_MODEL`, default
+/// `assets/models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a printed skip message.
+pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("KVRUN_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    if path.is_file() {
+        Some(path)
+    } else {
+        println!(
+            "skipping {test}: real model {} not found (set KVRUN_TEST_MODEL or run scripts/fetch-models.sh)",
+            path.display()
+        );
+        None
+    }
+}

@@ -1,0 +1,246 @@
+//! An HF model directory: `config.json`, `model.safetensors` or sharded
+//! `model.safetensors.index.json`, `tokenizer.json`, `tokenizer_config.json`, and
+//! `generation_config.json` when present.
+//!
+//! Tensors are renamed to kvrun's canonical (GGUF) names at open and stay byte slices of the
+//! shard maps. Weights are not re-permuted: HF Llama keeps its half-split RoPE pairs
+//! ([`super::RopeStyle::Neox`]).
+
+use super::config::{token_id_list, HfConfigExtras, ModelConfig};
+use super::error::LoadError;
+use crate::quant::GgmlType;
+use crate::tokenizer::{HfTokenizerConfig, TokenizerSource};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// One tensor's place in a shard.
+#[derive(Clone, Debug)]
+pub(super) struct HfTensor {
+    pub shard: usize,
+    pub dtype: GgmlType,
+    /// Outermost first, as safetensors stores it (`[out, in]` for a Linear weight).
+    pub shape: Vec<usize>,
+    /// Absolute byte range in the shard file.
+    pub start: usize,
+    pub end: usize,
+}
+
+/// An opened HF directory.
+pub struct HfModel {
+    dir: PathBuf,
+    config: ModelConfig,
+    extras: HfConfigExtras,
+    shards: Vec<memmap2::Mmap>,
+    /// Canonical name → tensor.
+    tensors: BTreeMap<String, HfTensor>,
+}
+
+/// HF Llama/Qwen2 parameter names → kvrun's canonical (GGUF) names. Names this does not know
+/// (e.g. `rotary_emb.inv_freq` in old checkpoints) are kept as they are.
+pub fn canonical_name(hf: &str) -> String {
+    match hf {
+        "model.embed_tokens.weight" => return "token_embd.weight".into(),
+        "model.norm.weight" => return "output_norm.weight".into(),
+        "lm_head.weight" => return "output.weight".into(),
+        _ => {}
+    }
+    let Some(rest) = hf.strip_prefix("model.layers.") else {
+        return hf.to_string();
+    };
+    let Some((layer, param)) = rest.split_once('.') else {
+        return hf.to_string();
+    };
+    let mapped = match param {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return hf.to_string(),
+    };
+    format!("blk.{layer}.{mapped}")
+}
+
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn ggml_type_of(dtype: Dtype, name: &str, path: &Path) -> Result<GgmlType, LoadError> {
+    match dtype {
+        Dtype::F32 => Ok(GgmlType::F32),
+        Dtype::F16 => Ok(GgmlType::F16),
+        Dtype::BF16 => Ok(GgmlType::BF16),
+        other => Err(LoadError::Safetensors {
+            path: path.to_path_buf(),
+            message: format!(
+                "tensor '{name}' has dtype {other:?}; kvrun reads F32, F16 and BF16 \
+                 safetensors (use an unquantized checkpoint, or a GGUF for quantized weights)"
+            ),
+        }),
+    }
+}
+
+/// The shard file names: `model.safetensors`, or the values of the index's `weight_map`.
+fn shard_names(dir: &Path) -> Result<Vec<String>, LoadError> {
+    if dir.join("model.safetensors").is_file() {
+        return Ok(vec!["model.safetensors".into()]);
+    }
+    let index_path = dir.join("model.safetensors.index.json");
+    if !index_path.is_file() {
+        return Err(LoadError::Safetensors {
+            path: dir.to_path_buf(),
+            message: "has neither model.safetensors nor model.safetensors.index.json; download \
+                      the model's weights into this directory"
+                .into(),
+        });
+    }
+    let index: serde_json::Value =
+        serde_json::from_str(&read_text(&index_path)?).map_err(|e| LoadError::Json {
+            path: index_path.clone(),
+            message: format!("{e}; re-download it"),
+        })?;
+    let map = index["weight_map"]
+        .as_object()
+        .ok_or_else(|| LoadError::Json {
+            path: index_path.clone(),
+            message: "has no weight_map object; re-download it".into(),
+        })?;
+    let mut names: Vec<String> = Vec::new();
+    for file in map.values() {
+        let file = file.as_str().unwrap_or("");
+        if file.is_empty() || file.contains(['/', '\\']) || file.starts_with('.') {
+            return Err(LoadError::Json {
+                path: index_path.clone(),
+                message: format!(
+                    "weight_map names shard '{file}', which is not a file name in the directory"
+                ),
+            });
+        }
+        if !names.iter().any(|n| n == file) {
+            names.push(file.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+impl HfModel {
+    pub fn open(dir: &Path) -> Result<Self, LoadError> {
+        let config_path = dir.join("config.json");
+        let (config, extras) = ModelConfig::from_hf_config_json_with_extras(&read_text(
+            &config_path,
+        )?)
+        .map_err(|e| match e {
+            LoadError::Config(message) => LoadError::Json {
+                path: config_path.clone(),
+                message,
+            },
+            other => other,
+        })?;
+        let mut shards = Vec::new();
+        let mut tensors = BTreeMap::new();
+        for (idx, name) in shard_names(dir)?.into_iter().enumerate() {
+            let path = dir.join(&name);
+            let map = super::mmap::map_file(&path)?;
+            let (header_len, meta) =
+                SafeTensors::read_metadata(&map).map_err(|e| LoadError::Safetensors {
+                    path: path.clone(),
+                    message: format!("{e}; the file is corrupt or incomplete, re-download it"),
+                })?;
+            let data_start = 8 + header_len;
+            for (hf_name, info) in meta.tensors() {
+                let canonical = canonical_name(&hf_name);
+                let tensor = HfTensor {
+                    shard: idx,
+                    dtype: ggml_type_of(info.dtype, &hf_name, &path)?,
+                    shape: info.shape.clone(),
+                    start: data_start + info.data_offsets.0,
+                    end: data_start + info.data_offsets.1,
+                };
+                if tensors.insert(canonical, tensor).is_some() {
+                    return Err(LoadError::DuplicateTensor(hf_name));
+                }
+            }
+            shards.push(map);
+        }
+        Ok(HfModel {
+            dir: dir.to_path_buf(),
+            config,
+            extras,
+            shards,
+            tensors,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn extras(&self) -> &HfConfigExtras {
+        &self.extras
+    }
+
+    pub(super) fn tensors(&self) -> &BTreeMap<String, HfTensor> {
+        &self.tensors
+    }
+
+    pub(super) fn tensor_bytes(&self, t: &HfTensor) -> &[u8] {
+        &self.shards[t.shard][t.start..t.end]
+    }
+
+    /// `tokenizer.json` plus what the config files say about templates and special tokens.
+    pub fn tokenizer_source(&self) -> Result<TokenizerSource, LoadError> {
+        let tokenizer_json = self.dir.join("tokenizer.json");
+        if !tokenizer_json.is_file() {
+            return Err(LoadError::Json {
+                path: tokenizer_json,
+                message: "is missing; kvrun needs the model's tokenizer.json (download it into \
+                          the model directory)"
+                    .into(),
+            });
+        }
+        let config_path = self.dir.join("tokenizer_config.json");
+        let mut config = if config_path.is_file() {
+            HfTokenizerConfig::from_json(&read_text(&config_path)?).map_err(|e| {
+                LoadError::Json {
+                    path: config_path.clone(),
+                    message: e.to_string(),
+                }
+            })?
+        } else {
+            HfTokenizerConfig::default()
+        };
+        let jinja = self.dir.join("chat_template.jinja");
+        if config.chat_template.is_none() && jinja.is_file() {
+            config.chat_template = Some(read_text(&jinja)?);
+        }
+        let mut extra = self.extras.eos_token_ids.clone();
+        let gen_path = self.dir.join("generation_config.json");
+        if gen_path.is_file() {
+            let gen: HashMap<String, serde_json::Value> =
+                serde_json::from_str(&read_text(&gen_path)?).map_err(|e| LoadError::Json {
+                    path: gen_path.clone(),
+                    message: format!("{e}; re-download it"),
+                })?;
+            extra.extend(token_id_list(gen.get("eos_token_id")));
+        }
+        extra.dedup();
+        config.extra_eos_ids = extra;
+        Ok(TokenizerSource::HfJson {
+            tokenizer_json,
+            config: Some(config),
+        })
+    }
+}

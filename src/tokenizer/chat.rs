@@ -1,0 +1,180 @@
+//! Chat templates: HF's Jinja templates rendered with minijinja, set up the way
+//! `transformers.apply_chat_template` sets up jinja2 (`trim_blocks`, `lstrip_blocks`,
+//! `raise_exception`, `strftime_now`, Python string methods through pycompat).
+
+use super::TokenizerError;
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// One chat turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos: String,
+    eos: String,
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Compile `source`; `bos`/`eos` are the texts templates see as `bos_token`/`eos_token`.
+    pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, TokenizerError> {
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |format: String| {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            strftime_utc(&format, secs)
+        });
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(template_err)?;
+        Ok(ChatTemplate {
+            env,
+            bos: bos.to_string(),
+            eos: eos.to_string(),
+        })
+    }
+
+    /// The prompt text for `messages`; with `add_generation_prompt`, ending with the header
+    /// of an assistant turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let tmpl = self.env.get_template(NAME).map_err(template_err)?;
+        tmpl.render(context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos,
+            eos_token => &self.eos,
+        })
+        .map_err(template_err)
+    }
+}
+
+fn template_err(e: Error) -> TokenizerError {
+    // `{:#}` includes the template line the error points at.
+    TokenizerError::Template(format!("{e:#}"))
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// A small `strftime` for UTC `secs` since the epoch: `%Y %m %d %B %b %H %M %S %%` (what chat
+/// templates use, e.g. Llama 3's `strftime_now("%d %b %Y")`); other directives pass through.
+fn strftime_utc(format: &str, secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let month_name = MONTHS[(month - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('B') => out.push_str(month_name),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strftime_known_dates() {
+        assert_eq!(strftime_utc("%d %b %Y", 0), "01 Jan 1970");
+        // 2024-02-29 13:45:07 UTC
+        assert_eq!(
+            strftime_utc("%Y-%m-%d %H:%M:%S %B %%", 1_709_214_307),
+            "2024-02-29 13:45:07 February %"
+        );
+    }
+
+    #[test]
+    fn raise_exception_and_python_methods() {
+        let t = ChatTemplate::new(
+            "{% if messages[0].role == 'bad' %}{{ raise_exception('no ' + 'bad') }}{% endif %}\
+             {{ messages[0].content.strip() }}",
+            "<s>",
+            "</s>",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "  hi  ")], false)
+                .unwrap(),
+            "hi"
+        );
+        let err = t
+            .render(&[ChatMessage::new("bad", "x")], false)
+            .unwrap_err();
+        assert!(err.to_string().contains("no bad"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        let err = ChatTemplate::new("{% for %}", "", "").err().unwrap();
+        assert!(matches!(err, TokenizerError::Template(_)));
+    }
+}

@@ -1,0 +1,176 @@
+//! `ModelConfig` from HF config.json and from GGUF metadata: defaults, quirks, refusals.
+
+use kvrun::loader::{
+    Architecture, GgufFile, GgufValue, GgufValueType, GgufWriter, LoadError, ModelConfig, RopeStyle,
+};
+
+fn llama_json(extra: &str) -> String {
+    format!(
+        r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+            "rms_norm_eps": 1e-5, "max_position_embeddings": 256{extra}}}"#
+    )
+}
+
+fn err_of(json: &str) -> String {
+    ModelConfig::from_hf_config_json(json)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn hf_llama_defaults() {
+    let (c, extras) = ModelConfig::from_hf_config_json_with_extras(&llama_json(
+        r#", "torch_dtype": "bfloat16", "eos_token_id": [128001, 128009], "bos_token_id": 1"#,
+    ))
+    .unwrap();
+    assert_eq!(c.arch, Architecture::Llama);
+    assert_eq!(c.rope_style, RopeStyle::Neox);
+    assert_eq!((c.num_kv_heads, c.head_dim), (4, 16));
+    assert_eq!(c.rope_theta, 10_000.0);
+    assert!(!c.tie_word_embeddings && !c.attention_bias);
+    assert_eq!(extras.torch_dtype.as_deref(), Some("bfloat16"));
+    assert_eq!(extras.eos_token_ids, vec![128001, 128009]);
+    assert_eq!(extras.bos_token_id, Some(1));
+    let c = ModelConfig::from_hf_config_json(&llama_json(
+        r#", "num_key_value_heads": 2, "head_dim": 32, "rope_theta": 500000.0,
+            "tie_word_embeddings": true, "dtype": "float16", "rope_scaling": null"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        (c.num_kv_heads, c.head_dim, c.rope_theta),
+        (2, 32, 500_000.0)
+    );
+    assert!(c.tie_word_embeddings);
+}
+
+#[test]
+fn hf_qwen2_and_mistral() {
+    let qwen = llama_json(
+        r#", "use_sliding_window": false, "sliding_window": 32, "num_key_value_heads": 2"#,
+    )
+    .replace("LlamaForCausalLM", "Qwen2ForCausalLM");
+    let c = ModelConfig::from_hf_config_json(&qwen).unwrap();
+    assert_eq!(
+        (c.arch, c.rope_style, c.attention_bias),
+        (Architecture::Qwen2, RopeStyle::Neox, true)
+    );
+
+    let mistral = |window: &str| {
+        llama_json(&format!(r#", "sliding_window": {window}"#))
+            .replace("LlamaForCausalLM", "MistralForCausalLM")
+    };
+    assert_eq!(
+        ModelConfig::from_hf_config_json(&mistral("null"))
+            .unwrap()
+            .arch,
+        Architecture::Llama
+    );
+    assert!(ModelConfig::from_hf_config_json(&mistral("4096")).is_ok()); // >= max positions
+    let err = err_of(&mistral("128"));
+    assert!(
+        err.contains("sliding_window = 128") && err.contains("not support"),
+        "{err}"
+    );
+}
+
+#[test]
+fn hf_refusals_name_the_problem() {
+    let err = err_of(&llama_json("").replace("LlamaForCausalLM", "GPT2LMHeadModel"));
+    assert!(
+        err.contains("'GPT2LMHeadModel'") && err.contains("Qwen2ForCausalLM"),
+        "{err}"
+    );
+    let err = err_of(&llama_json(r#", "num_key_value_heads": 3"#));
+    assert!(err.contains("not a multiple of num_kv_heads = 3"), "{err}");
+    let err = err_of(&llama_json(r#", "head_dim": 15"#));
+    assert!(err.contains("head_dim = 15 is odd"), "{err}");
+    let err =
+        err_of(&llama_json("").replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 0"#));
+    assert!(err.contains("num_layers is 0"), "{err}");
+    let err = err_of(&llama_json(
+        r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#,
+    ));
+    assert!(err.contains("'llama3'"), "{err}");
+    let err = err_of(r#"{"architectures": ["LlamaForCausalLM"]}"#);
+    assert!(err.contains("missing field"), "{err}");
+}
+
+fn gguf_llama(arch: &str, extra: impl FnOnce(&mut GgufWriter)) -> Result<ModelConfig, LoadError> {
+    let mut w = GgufWriter::new();
+    w.add_str("general.architecture", arch)
+        .add_u32(&format!("{arch}.block_count"), 2)
+        .add_u32(&format!("{arch}.context_length"), 256)
+        .add(&format!("{arch}.embedding_length"), GgufValue::U64(64))
+        .add_u32(&format!("{arch}.feed_forward_length"), 128)
+        .add(&format!("{arch}.attention.head_count"), GgufValue::I32(4))
+        .add_f32(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5)
+        .add(
+            "tokenizer.ggml.tokens",
+            GgufValue::Array {
+                elem_type: GgufValueType::String,
+                values: (0..10).map(|i| GgufValue::String(i.to_string())).collect(),
+            },
+        );
+    extra(&mut w);
+    ModelConfig::from_gguf(&GgufFile::from_bytes(w.to_bytes()).unwrap())
+}
+
+#[test]
+fn gguf_defaults_and_quirks() {
+    let c = gguf_llama("llama", |_| {}).unwrap();
+    assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    assert_eq!((c.num_kv_heads, c.head_dim, c.vocab_size), (4, 16, 10));
+    assert_eq!(c.rope_theta, 10_000.0);
+    assert!(c.tie_word_embeddings && !c.attention_bias);
+
+    let c = gguf_llama("qwen2", |w| {
+        w.add_u32("qwen2.attention.head_count_kv", 2)
+            .add_u32("qwen2.vocab_size", 300);
+        w.add_f32_tensor("output.weight", &[1], &[0.0]).unwrap();
+        w.add_f32_tensor("blk.0.attn_q.bias", &[64], &[0.0; 64])
+            .unwrap();
+    })
+    .unwrap();
+    assert_eq!(
+        (c.arch, c.rope_style),
+        (Architecture::Qwen2, RopeStyle::Neox)
+    );
+    assert_eq!((c.num_kv_heads, c.vocab_size), (2, 300));
+    assert!(!c.tie_word_embeddings && c.attention_bias);
+}
+
+#[test]
+fn gguf_refusals_name_the_key() {
+    let err = gguf_llama("gemma3", |_| {}).unwrap_err().to_string();
+    assert!(err.contains("'gemma3'") && err.contains("Llama"), "{err}");
+    let err = gguf_llama("llama", |w| {
+        w.add_str("llama.rope.freq_base", "fast");
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("llama.rope.freq_base should be a float"),
+        "{err}"
+    );
+    let err = gguf_llama("llama", |w| {
+        w.add_u32("llama.rope.dimension_count", 8);
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("partial rotary"), "{err}");
+    let err = gguf_llama("llama", |w| {
+        w.add_f32_tensor("rope_freqs.weight", &[8], &[1.0; 8])
+            .unwrap();
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("scales RoPE"), "{err}");
+    // Missing required key.
+    let mut w = GgufWriter::new();
+    w.add_str("general.architecture", "llama");
+    let err = ModelConfig::from_gguf(&GgufFile::from_bytes(w.to_bytes()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("llama.embedding_length is missing"), "{err}");
+}
