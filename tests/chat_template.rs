@@ -8,9 +8,7 @@ use kvrun::tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("assets/fixtures/chat")
-        .join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/fixtures/chat").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -20,11 +18,7 @@ fn check_cases(template: &ChatTemplate, cases_file: &str) {
         let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
         let add = case["add_generation_prompt"].as_bool().unwrap();
         let got = template.render(&messages, add).unwrap();
-        assert_eq!(
-            got,
-            case["expected"].as_str().unwrap(),
-            "{cases_file} case {i}"
-        );
+        assert_eq!(got, case["expected"].as_str().unwrap(), "{cases_file} case {i}");
     }
 }
 
@@ -38,10 +32,7 @@ fn smollm2_template_matches_jinja2() {
 fn block_layout_template_matches_jinja2() {
     let t = ChatTemplate::new(&fixture("layout.jinja"), "<|begin_of_text|>", "<|eot_id|>").unwrap();
     check_cases(&t, "layout_cases.json");
-    let err = t
-        .render(&[ChatMessage::new("tool", "x")], false)
-        .unwrap_err()
-        .to_string();
+    let err = t.render(&[ChatMessage::new("tool", "x")], false).unwrap_err().to_string();
     assert!(err.contains("unknown role tool"), "{err}");
 }
 
@@ -52,10 +43,7 @@ fn real_model_template_is_the_fixture() {
     };
     let tok = Tokenizer::from_source(ModelFile::open(&path).unwrap().tokenizer_source().unwrap())
         .unwrap();
-    assert_eq!(
-        tok.chat_template_source(),
-        Some(fixture("smollm2.jinja").as_str())
-    );
+    assert_eq!(tok.chat_template_source(), Some(fixture("smollm2.jinja").as_str()));
     let t = tok.chat_template().unwrap().unwrap();
     check_cases(&t, "smollm2_cases.json");
 }

@@ -29,15 +29,9 @@ fn cases(dir: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
     if inputs.last() == Some(&"") {
         inputs.pop();
     }
-    let outputs: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
-        .collect();
-    assert_eq!(
-        inputs.len(),
-        outputs.len(),
-        "{name}: .inp/.out counts differ"
-    );
+    let outputs: Vec<Vec<u32>> =
+        out.lines().map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect()).collect();
+    assert_eq!(inputs.len(), outputs.len(), "{name}: .inp/.out counts differ");
     inputs.into_iter().map(String::from).zip(outputs).collect()
 }
 
@@ -57,11 +51,7 @@ fn llama_cpp_tokenizer_tests() {
         for (text, ids) in &cases {
             check_case(name, &tok, text, ids, &mut failures);
         }
-        println!(
-            "{name}: {} inputs, {} failures",
-            cases.len(),
-            failures.len() - before
-        );
+        println!("{name}: {} inputs, {} failures", cases.len(), failures.len() - before);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

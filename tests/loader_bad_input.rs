@@ -56,34 +56,20 @@ fn open(bytes: Vec<u8>) -> LoadError {
 /// A valid file: metadata of several types, two tensors.
 fn valid_file() -> Vec<u8> {
     let mut w = GgufWriter::new();
-    w.add_str("general.architecture", "llama")
-        .add_u32("llama.block_count", 1)
-        .add(
-            "tokenizer.ggml.tokens",
-            GgufValue::Array {
-                elem_type: kvrun::loader::GgufValueType::String,
-                values: ["a", "b", "c"]
-                    .map(|s| GgufValue::String(s.into()))
-                    .to_vec(),
-            },
-        );
-    w.add_f32_tensor("output_norm.weight", &[8], &[1.0; 8])
-        .unwrap();
-    w.add_tensor(
-        "blk.3.ffn_up.weight",
-        GgmlType::Q8_0,
-        &[32, 4],
-        vec![0; 136],
-    )
-    .unwrap();
+    w.add_str("general.architecture", "llama").add_u32("llama.block_count", 1).add(
+        "tokenizer.ggml.tokens",
+        GgufValue::Array {
+            elem_type: kvrun::loader::GgufValueType::String,
+            values: ["a", "b", "c"].map(|s| GgufValue::String(s.into())).to_vec(),
+        },
+    );
+    w.add_f32_tensor("output_norm.weight", &[8], &[1.0; 8]).unwrap();
+    w.add_tensor("blk.3.ffn_up.weight", GgmlType::Q8_0, &[32, 4], vec![0; 136]).unwrap();
     w.to_bytes()
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .expect("needle")
+    haystack.windows(needle.len()).position(|w| w == needle).expect("needle")
 }
 
 fn assert_msg(err: &LoadError, parts: &[&str]) {
@@ -105,28 +91,16 @@ fn truncated_at_every_region() {
         (3, "the GGUF header"),
         (10, "the GGUF header"),
         (find(&file, b"llama.block_count") + 4, "metadata entry #1"),
-        (
-            find(&file, b"llama.block_count") + 20,
-            "metadata key 'llama.block_count'",
-        ),
-        (
-            find(&file, b"tokenizer.ggml.tokens") + 30,
-            "metadata key 'tokenizer.ggml.tokens'",
-        ),
+        (find(&file, b"llama.block_count") + 20, "metadata key 'llama.block_count'"),
+        (find(&file, b"tokenizer.ggml.tokens") + 30, "metadata key 'tokenizer.ggml.tokens'"),
         (find(&file, b"blk.3.ffn_up") + 3, "tensor info #1"),
-        (
-            find(&file, b"blk.3.ffn_up") + 25,
-            "tensor info 'blk.3.ffn_up.weight'",
-        ),
+        (find(&file, b"blk.3.ffn_up") + 25, "tensor info 'blk.3.ffn_up.weight'"),
         (data_start + 1, "tensor 'output_norm.weight'"),
         (up_end - 5, "tensor 'blk.3.ffn_up.weight'"),
     ];
     for (cut, what) in cuts {
         let err = open(file[..cut].to_vec());
-        assert!(
-            matches!(err, LoadError::Truncated { .. }),
-            "cut {cut}: {err}"
-        );
+        assert!(matches!(err, LoadError::Truncated { .. }), "cut {cut}: {err}");
         assert_msg(&err, &["file is truncated", what, "re-download"]);
     }
 }
@@ -141,10 +115,7 @@ fn bad_magic_and_versions() {
 
     for v in [1u32, 4] {
         let err = open(Raw::header(v, 0, 0).data(0));
-        assert!(
-            matches!(err, LoadError::UnsupportedVersion(x) if x == v),
-            "{err}"
-        );
+        assert!(matches!(err, LoadError::UnsupportedVersion(x) if x == v), "{err}");
         assert_msg(&err, &["versions 2 and 3", "re-convert"]);
     }
     let err = open(Raw::header(3u32.swap_bytes(), 0, 0).data(0));
@@ -159,11 +130,7 @@ fn tensor_data_out_of_range() {
     let err = open(r.data(512));
     assert_msg(
         &err,
-        &[
-            "tensor 'blk.3.ffn_up.weight' needs bytes",
-            "but the file has",
-            "re-download",
-        ],
+        &["tensor 'blk.3.ffn_up.weight' needs bytes", "but the file has", "re-download"],
     );
     // An offset so large that offset + size overflows u64.
     let mut r = Raw::header(3, 1, 0);
@@ -176,10 +143,7 @@ fn unknown_and_unsupported_type_codes() {
     let mut r = Raw::header(3, 1, 0);
     r.tensor("w", &[256], 16, 0);
     let err = open(r.data(256));
-    assert!(matches!(
-        err,
-        LoadError::UnsupportedTensorType { code: 16, .. }
-    ));
+    assert!(matches!(err, LoadError::UnsupportedTensorType { code: 16, .. }));
     assert_msg(&err, &["'w'", "16 (IQ2_XXS)", "Q4_K_M"]);
     let mut r = Raw::header(3, 1, 0);
     r.tensor("w", &[32], 999, 0);
@@ -188,18 +152,11 @@ fn unknown_and_unsupported_type_codes() {
 
 #[test]
 fn dims_overflow_and_bad_rows() {
-    for dims in [
-        vec![1u64 << 32, 1 << 32, 1 << 32],
-        vec![u64::MAX, 2],
-        vec![u64::MAX],
-    ] {
+    for dims in [vec![1u64 << 32, 1 << 32, 1 << 32], vec![u64::MAX, 2], vec![u64::MAX]] {
         let mut r = Raw::header(3, 1, 0);
         r.tensor("huge", &dims, 0, 0);
         let err = open(r.data(64));
-        assert!(
-            matches!(err, LoadError::ShapeOverflow { .. }),
-            "{dims:?}: {err}"
-        );
+        assert!(matches!(err, LoadError::ShapeOverflow { .. }), "{dims:?}: {err}");
         assert_msg(&err, &["'huge'", "overflows", "re-download"]);
     }
     let mut r = Raw::header(3, 1, 0);
@@ -253,26 +210,14 @@ fn counts_larger_than_file() {
     // Array count.
     for elem_type in [0u32, 8, 9] {
         let mut r = Raw::header(3, 0, 1);
-        r.string("tokenizer.ggml.tokens")
-            .u32(9)
-            .u32(elem_type)
-            .u64(1 << 40);
+        r.string("tokenizer.ggml.tokens").u32(9).u32(elem_type).u64(1 << 40);
         let err = open(r.data(0));
         assert!(matches!(err, LoadError::CountTooLarge { .. }), "{err}");
-        assert_msg(
-            &err,
-            &["'tokenizer.ggml.tokens' claims 1099511627776 entries"],
-        );
+        assert_msg(&err, &["'tokenizer.ggml.tokens' claims 1099511627776 entries"]);
     }
     // Header counts.
-    assert!(matches!(
-        open(Raw::header(3, u64::MAX, 0).data(0)),
-        LoadError::CountTooLarge { .. }
-    ));
-    assert!(matches!(
-        open(Raw::header(3, 0, 1 << 40).data(0)),
-        LoadError::CountTooLarge { .. }
-    ));
+    assert!(matches!(open(Raw::header(3, u64::MAX, 0).data(0)), LoadError::CountTooLarge { .. }));
+    assert!(matches!(open(Raw::header(3, 0, 1 << 40).data(0)), LoadError::CountTooLarge { .. }));
 }
 
 #[test]
@@ -280,14 +225,7 @@ fn misaligned_offset_and_bad_alignment() {
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[8], 0, 4);
     let err = open(r.data(64));
-    assert!(matches!(
-        err,
-        LoadError::Misaligned {
-            offset: 4,
-            alignment: 32,
-            ..
-        }
-    ));
+    assert!(matches!(err, LoadError::Misaligned { offset: 4, alignment: 32, .. }));
     assert_msg(&err, &["'t'", "not a multiple of the file's alignment 32"]);
 
     for a in [0u32, 3, 48] {

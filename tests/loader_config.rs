@@ -13,9 +13,7 @@ fn llama_json(extra: &str) -> String {
 }
 
 fn err_of(json: &str) -> String {
-    ModelConfig::from_hf_config_json(json)
-        .unwrap_err()
-        .to_string()
+    ModelConfig::from_hf_config_json(json).unwrap_err().to_string()
 }
 
 #[test]
@@ -37,10 +35,7 @@ fn hf_llama_defaults() {
             "tie_word_embeddings": true, "dtype": "float16", "rope_scaling": null"#,
     ))
     .unwrap();
-    assert_eq!(
-        (c.num_kv_heads, c.head_dim, c.rope_theta),
-        (2, 32, 500_000.0)
-    );
+    assert_eq!((c.num_kv_heads, c.head_dim, c.rope_theta), (2, 32, 500_000.0));
     assert!(c.tie_word_embeddings);
 }
 
@@ -61,26 +56,18 @@ fn hf_qwen2_and_mistral() {
             .replace("LlamaForCausalLM", "MistralForCausalLM")
     };
     assert_eq!(
-        ModelConfig::from_hf_config_json(&mistral("null"))
-            .unwrap()
-            .arch,
+        ModelConfig::from_hf_config_json(&mistral("null")).unwrap().arch,
         Architecture::Llama
     );
     assert!(ModelConfig::from_hf_config_json(&mistral("4096")).is_ok()); // >= max positions
     let err = err_of(&mistral("128"));
-    assert!(
-        err.contains("sliding_window = 128") && err.contains("not support"),
-        "{err}"
-    );
+    assert!(err.contains("sliding_window = 128") && err.contains("not support"), "{err}");
 }
 
 #[test]
 fn hf_refusals_name_the_problem() {
     let err = err_of(&llama_json("").replace("LlamaForCausalLM", "GPT2LMHeadModel"));
-    assert!(
-        err.contains("'GPT2LMHeadModel'") && err.contains("Qwen2ForCausalLM"),
-        "{err}"
-    );
+    assert!(err.contains("'GPT2LMHeadModel'") && err.contains("Qwen2ForCausalLM"), "{err}");
     let err = err_of(&llama_json(r#", "num_key_value_heads": 3"#));
     assert!(err.contains("not a multiple of num_kv_heads = 3"), "{err}");
     let err = err_of(&llama_json(r#", "head_dim": 15"#));
@@ -88,9 +75,7 @@ fn hf_refusals_name_the_problem() {
     let err =
         err_of(&llama_json("").replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 0"#));
     assert!(err.contains("num_layers is 0"), "{err}");
-    let err = err_of(&llama_json(
-        r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#,
-    ));
+    let err = err_of(&llama_json(r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#));
     assert!(err.contains("'llama3'"), "{err}");
     let err = err_of(r#"{"architectures": ["LlamaForCausalLM"]}"#);
     assert!(err.contains("missing field"), "{err}");
@@ -125,17 +110,12 @@ fn gguf_defaults_and_quirks() {
     assert!(c.tie_word_embeddings && !c.attention_bias);
 
     let c = gguf_llama("qwen2", |w| {
-        w.add_u32("qwen2.attention.head_count_kv", 2)
-            .add_u32("qwen2.vocab_size", 300);
+        w.add_u32("qwen2.attention.head_count_kv", 2).add_u32("qwen2.vocab_size", 300);
         w.add_f32_tensor("output.weight", &[1], &[0.0]).unwrap();
-        w.add_f32_tensor("blk.0.attn_q.bias", &[64], &[0.0; 64])
-            .unwrap();
+        w.add_f32_tensor("blk.0.attn_q.bias", &[64], &[0.0; 64]).unwrap();
     })
     .unwrap();
-    assert_eq!(
-        (c.arch, c.rope_style),
-        (Architecture::Qwen2, RopeStyle::Neox)
-    );
+    assert_eq!((c.arch, c.rope_style), (Architecture::Qwen2, RopeStyle::Neox));
     assert_eq!((c.num_kv_heads, c.vocab_size), (2, 300));
     assert!(!c.tie_word_embeddings && c.attention_bias);
 }
@@ -149,10 +129,7 @@ fn gguf_refusals_name_the_key() {
     })
     .unwrap_err()
     .to_string();
-    assert!(
-        err.contains("llama.rope.freq_base should be a float"),
-        "{err}"
-    );
+    assert!(err.contains("llama.rope.freq_base should be a float"), "{err}");
     let err = gguf_llama("llama", |w| {
         w.add_u32("llama.rope.dimension_count", 8);
     })
@@ -160,8 +137,7 @@ fn gguf_refusals_name_the_key() {
     .to_string();
     assert!(err.contains("partial rotary"), "{err}");
     let err = gguf_llama("llama", |w| {
-        w.add_f32_tensor("rope_freqs.weight", &[8], &[1.0; 8])
-            .unwrap();
+        w.add_f32_tensor("rope_freqs.weight", &[8], &[1.0; 8]).unwrap();
     })
     .unwrap_err()
     .to_string();

@@ -44,33 +44,13 @@ fn sharded_qwen(name: &str) -> PathBuf {
     std::fs::write(dir.join("config.json"), CONFIG).unwrap();
     let shard1 = [
         ("model.embed_tokens.weight", Dtype::BF16, vec![8, 32]),
-        (
-            "model.layers.0.input_layernorm.weight",
-            Dtype::F32,
-            vec![32],
-        ),
-        (
-            "model.layers.0.self_attn.q_proj.weight",
-            Dtype::BF16,
-            vec![32, 32],
-        ),
-        (
-            "model.layers.0.self_attn.q_proj.bias",
-            Dtype::BF16,
-            vec![32],
-        ),
+        ("model.layers.0.input_layernorm.weight", Dtype::F32, vec![32]),
+        ("model.layers.0.self_attn.q_proj.weight", Dtype::BF16, vec![32, 32]),
+        ("model.layers.0.self_attn.q_proj.bias", Dtype::BF16, vec![32]),
     ];
     let shard2 = [
-        (
-            "model.layers.0.self_attn.k_proj.weight",
-            Dtype::F16,
-            vec![16, 32],
-        ),
-        (
-            "model.layers.0.mlp.down_proj.weight",
-            Dtype::BF16,
-            vec![32, 64],
-        ),
+        ("model.layers.0.self_attn.k_proj.weight", Dtype::F16, vec![16, 32]),
+        ("model.layers.0.mlp.down_proj.weight", Dtype::BF16, vec![32, 64]),
         ("model.norm.weight", Dtype::F32, vec![32]),
     ];
     write_shard(&dir.join("model-00001-of-00002.safetensors"), &shard1);
@@ -89,32 +69,20 @@ fn sharded_qwen(name: &str) -> PathBuf {
 
 #[test]
 fn hf_names_map_to_canonical() {
-    assert_eq!(
-        canonical_name("model.embed_tokens.weight"),
-        "token_embd.weight"
-    );
+    assert_eq!(canonical_name("model.embed_tokens.weight"), "token_embd.weight");
     assert_eq!(canonical_name("lm_head.weight"), "output.weight");
     assert_eq!(canonical_name("model.norm.weight"), "output_norm.weight");
-    assert_eq!(
-        canonical_name("model.layers.11.input_layernorm.weight"),
-        "blk.11.attn_norm.weight"
-    );
+    assert_eq!(canonical_name("model.layers.11.input_layernorm.weight"), "blk.11.attn_norm.weight");
     assert_eq!(
         canonical_name("model.layers.3.post_attention_layernorm.weight"),
         "blk.3.ffn_norm.weight"
     );
-    assert_eq!(
-        canonical_name("model.layers.0.self_attn.v_proj.bias"),
-        "blk.0.attn_v.bias"
-    );
+    assert_eq!(canonical_name("model.layers.0.self_attn.v_proj.bias"), "blk.0.attn_v.bias");
     assert_eq!(
         canonical_name("model.layers.0.self_attn.o_proj.weight"),
         "blk.0.attn_output.weight"
     );
-    assert_eq!(
-        canonical_name("model.layers.2.mlp.gate_proj.weight"),
-        "blk.2.ffn_gate.weight"
-    );
+    assert_eq!(canonical_name("model.layers.2.mlp.gate_proj.weight"), "blk.2.ffn_gate.weight");
     assert_eq!(
         canonical_name("model.layers.2.rotary_emb.inv_freq"),
         "model.layers.2.rotary_emb.inv_freq"
@@ -127,15 +95,9 @@ fn sharded_directory_loads_with_canonical_names() {
     let m = ModelFile::open(&dir).unwrap();
     let c = m.config();
     assert!(c.attention_bias && c.tie_word_embeddings);
-    assert_eq!(
-        m.hf_extras().unwrap().torch_dtype.as_deref(),
-        Some("bfloat16")
-    );
+    assert_eq!(m.hf_extras().unwrap().torch_dtype.as_deref(), Some("bfloat16"));
     let q = m.tensor("blk.0.attn_q.weight").unwrap();
-    assert_eq!(
-        (q.dtype, q.shape.clone(), q.data.len()),
-        (GgmlType::BF16, vec![32, 32], 2048)
-    );
+    assert_eq!((q.dtype, q.shape.clone(), q.data.len()), (GgmlType::BF16, vec![32, 32], 2048));
     assert_eq!(&q.data[..4], &[0, 1, 2, 3]);
     let k = m.tensor("blk.0.attn_k.weight").unwrap();
     assert_eq!((k.dtype, k.shape.clone()), (GgmlType::F16, vec![16, 32]));
@@ -152,10 +114,7 @@ fn sharded_directory_loads_with_canonical_names() {
 #[test]
 fn tokenizer_files_are_collected() {
     let dir = sharded_qwen("tokfiles");
-    let err = ModelFile::open(&dir)
-        .unwrap()
-        .tokenizer_source()
-        .unwrap_err();
+    let err = ModelFile::open(&dir).unwrap().tokenizer_source().unwrap_err();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
     std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
     std::fs::write(
@@ -164,15 +123,9 @@ fn tokenizer_files_are_collected() {
     )
     .unwrap();
     std::fs::write(dir.join("chat_template.jinja"), "{{ messages }}").unwrap();
-    std::fs::write(
-        dir.join("generation_config.json"),
-        r#"{"eos_token_id": [7, 5]}"#,
-    )
-    .unwrap();
-    let TokenizerSource::HfJson {
-        tokenizer_json,
-        config,
-    } = ModelFile::open(&dir).unwrap().tokenizer_source().unwrap()
+    std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [7, 5]}"#).unwrap();
+    let TokenizerSource::HfJson { tokenizer_json, config } =
+        ModelFile::open(&dir).unwrap().tokenizer_source().unwrap()
     else {
         panic!("expected an HF tokenizer source");
     };
@@ -191,15 +144,9 @@ fn missing_and_unsupported_inputs_explain_the_fix() {
     let err = ModelFile::open(&dir).err().unwrap().to_string();
     assert!(err.contains("neither model.safetensors nor"), "{err}");
 
-    write_shard(
-        &dir.join("model.safetensors"),
-        &[("model.norm.weight", Dtype::I64, vec![4])],
-    );
+    write_shard(&dir.join("model.safetensors"), &[("model.norm.weight", Dtype::I64, vec![4])]);
     let err = ModelFile::open(&dir).err().unwrap().to_string();
-    assert!(
-        err.contains("dtype I64") && err.contains("F32, F16 and BF16"),
-        "{err}"
-    );
+    assert!(err.contains("dtype I64") && err.contains("F32, F16 and BF16"), "{err}");
 
     std::fs::write(dir.join("model.safetensors"), b"\x10\0\0\0\0\0\0\0{").unwrap();
     let err = ModelFile::open(&dir).err().unwrap().to_string();
@@ -209,21 +156,12 @@ fn missing_and_unsupported_inputs_explain_the_fix() {
     let err = ModelFile::open(&dir).err().unwrap().to_string();
     assert!(err.contains("'Phi3ForCausalLM' is not supported"), "{err}");
 
-    let err = ModelFile::open(&dir.join("config.json"))
-        .err()
-        .unwrap()
-        .to_string();
+    let err = ModelFile::open(&dir.join("config.json")).err().unwrap().to_string();
     assert!(err.contains("HF model directory"), "{err}");
-    let err = ModelFile::open(&dir.join("nope.gguf"))
-        .err()
-        .unwrap()
-        .to_string();
+    let err = ModelFile::open(&dir.join("nope.gguf")).err().unwrap().to_string();
     assert!(err.contains("nope.gguf"), "{err}");
     std::fs::write(dir.join("x.gguf"), b"not a gguf").unwrap();
-    let err = ModelFile::open(&dir.join("x.gguf"))
-        .err()
-        .unwrap()
-        .to_string();
+    let err = ModelFile::open(&dir.join("x.gguf")).err().unwrap().to_string();
     assert!(err.contains("not a GGUF file"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }

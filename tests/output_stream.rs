@@ -102,10 +102,7 @@ fn max_tokens_gives_length_and_flushes() {
     assert_eq!(out.finish_reason(), Some(FinishReason::Length));
     assert_eq!(out.text(), tok.decode(&ids[..4], true).unwrap());
     let (_, out) = stream_all(&tok, &ids, stop(3, &["b"]));
-    assert_eq!(
-        (out.text(), out.finish_reason()),
-        ("a", Some(FinishReason::Stop))
-    );
+    assert_eq!((out.text(), out.finish_reason()), ("a", Some(FinishReason::Stop)));
 }
 
 #[test]
@@ -113,10 +110,7 @@ fn stop_string_split_across_tokens_is_cut() {
     let tok = byte_tokenizer();
     let ids = tok.encode("Hello END world", false).unwrap();
     let (deltas, out) = stream_all(&tok, &ids, stop(100, &["END", "xyz"]));
-    assert_eq!(
-        (out.text(), out.finish_reason()),
-        ("Hello ", Some(FinishReason::Stop))
-    );
+    assert_eq!((out.text(), out.finish_reason()), ("Hello ", Some(FinishReason::Stop)));
     assert!(deltas.iter().all(|d| !d.contains('E')), "{deltas:?}");
     // A held prefix that does not complete is released.
     let ids = tok.encode("EN ENDx", false).unwrap();
@@ -128,10 +122,7 @@ fn stop_string_split_across_tokens_is_cut() {
     let mut ids = tok.encode("abEN", false).unwrap();
     ids.push(256);
     let (_, out) = stream_all(&tok, &ids, stop(100, &["END"]));
-    assert_eq!(
-        (out.text(), out.finish_reason()),
-        ("abEN", Some(FinishReason::Stop))
-    );
+    assert_eq!((out.text(), out.finish_reason()), ("abEN", Some(FinishReason::Stop)));
     // Multi-byte stop string, split inside its characters.
     let ids = tok.encode("ok — done", false).unwrap();
     let (_, out) = stream_all(&tok, &ids, stop(100, &["— "]));
@@ -142,15 +133,9 @@ fn stop_string_split_across_tokens_is_cut() {
 fn pushes_after_finish_are_ignored() {
     let tok = byte_tokenizer();
     let mut out = OutputStream::new(stop(1, &[]), Detokenizer::new(true));
-    assert_eq!(
-        out.push(&tok, 97).unwrap().finish,
-        Some(FinishReason::Length)
-    );
+    assert_eq!(out.push(&tok, 97).unwrap().finish, Some(FinishReason::Length));
     let again = out.push(&tok, 98).unwrap();
-    assert_eq!(
-        (again.text.as_str(), again.finish),
-        ("", Some(FinishReason::Length))
-    );
+    assert_eq!((again.text.as_str(), again.finish), ("", Some(FinishReason::Length)));
     assert_eq!(out.text(), "a");
 }
 
@@ -186,16 +171,9 @@ fn real_tokenizer_streams_emoji_and_accents() {
     let (deltas, out) = stream_all(
         &tok,
         &ids,
-        StopCondition {
-            max_tokens: 1000,
-            eos_ids: tok.eos_ids().to_vec(),
-            stop_strings: vec![],
-        },
+        StopCondition { max_tokens: 1000, eos_ids: tok.eos_ids().to_vec(), stop_strings: vec![] },
     );
-    assert!(
-        deltas.iter().any(|d| d.is_empty()),
-        "expected some held-back steps"
-    );
+    assert!(deltas.iter().any(|d| d.is_empty()), "expected some held-back steps");
     assert_eq!(out.text(), "Crabs 🦀🦀 say naïve “déjà vu” — 日本語 ok");
     assert_eq!(out.finish_reason(), Some(FinishReason::Stop));
 }

@@ -13,10 +13,7 @@ fn read(name: &str) -> Vec<u8> {
 }
 
 fn read_f32(name: &str) -> Vec<f32> {
-    read(name)
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    read(name).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 struct Manifest {

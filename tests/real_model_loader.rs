@@ -36,10 +36,7 @@ fn smollm2_config_and_tensors() {
     assert!(!m.has_tensor("output.weight"));
 
     let embd = m.tensor("token_embd.weight").unwrap();
-    assert_eq!(
-        (embd.dtype, embd.shape.clone()),
-        (GgmlType::Q8_0, vec![49152, 576])
-    );
+    assert_eq!((embd.dtype, embd.shape.clone()), (GgmlType::Q8_0, vec![49152, 576]));
     assert_eq!(embd.data.len(), 49152 * 612);
     let k = m.tensor("blk.0.attn_k.weight").unwrap();
     assert_eq!((k.dtype, k.shape.clone()), (GgmlType::Q4_1, vec![192, 576]));
@@ -49,10 +46,7 @@ fn smollm2_config_and_tensors() {
     assert_eq!((norm.dtype, norm.shape.clone()), (GgmlType::F32, vec![576]));
 
     let err = m.tensor("blk.30.attn_q.weight").unwrap_err().to_string();
-    assert!(
-        err.contains("'blk.30.attn_q.weight'") && err.contains("272 tensors"),
-        "{err}"
-    );
+    assert!(err.contains("'blk.30.attn_q.weight'") && err.contains("272 tensors"), "{err}");
 }
 
 /// Row 1, first four values, and the f64 sum of the whole tensor, from gguf-py.
@@ -65,32 +59,17 @@ fn smollm2_dequantized_values_match_gguf_py() {
     let cases: [(&str, [f64; 4], f64); 3] = [
         (
             "blk.0.attn_q.weight",
-            [
-                -0.1173095703125,
-                -0.1173095703125,
-                -0.19281005859375,
-                0.26019287109375,
-            ],
+            [-0.1173095703125, -0.1173095703125, -0.19281005859375, 0.26019287109375],
             59.22322082519531,
         ),
         (
             "token_embd.weight",
-            [
-                -0.0238037109375,
-                -0.015869140625,
-                -0.0396728515625,
-                0.015869140625,
-            ],
+            [-0.0238037109375, -0.015869140625, -0.0396728515625, 0.015869140625],
             -15353.04449415207,
         ),
         (
             "blk.29.ffn_down.weight",
-            [
-                -0.33282470703125,
-                -0.09429931640625,
-                0.14422607421875,
-                0.14422607421875,
-            ],
+            [-0.33282470703125, -0.09429931640625, 0.14422607421875, 0.14422607421875],
             49.83570861816406,
         ),
     ];
@@ -101,10 +80,7 @@ fn smollm2_dequantized_values_match_gguf_py() {
         let got: Vec<f64> = values[cols..cols + 4].iter().map(|&v| v as f64).collect();
         assert_eq!(got, row1, "{name}");
         let ours: f64 = values.iter().map(|&v| v as f64).sum();
-        assert!(
-            (ours - sum).abs() < 1e-6 * sum.abs().max(1.0),
-            "{name}: {ours} vs {sum}"
-        );
+        assert!((ours - sum).abs() < 1e-6 * sum.abs().max(1.0), "{name}: {ours} vs {sum}");
     }
     let norm = m.tensor("output_norm.weight").unwrap().to_f32().unwrap();
     assert_eq!(norm[1], 1.8203125);

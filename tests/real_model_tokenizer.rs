@@ -79,10 +79,7 @@ fn special_ids_and_eos_set() {
     let Some(tok) = smollm2("special_ids_and_eos_set") else {
         return;
     };
-    assert_eq!(
-        (tok.bos_id(), tok.add_bos(), tok.vocab_size()),
-        (Some(1), false, 49152)
-    );
+    assert_eq!((tok.bos_id(), tok.add_bos(), tok.vocab_size()), (Some(1), false, 49152));
     // eos = <|im_end|> (2); <|endoftext|> (0) is a turn ender too.
     assert_eq!(tok.eos_ids(), &[2, 0]);
     let ids = tok.encode("<|im_start|>a<|im_end|>", false).unwrap();
@@ -93,11 +90,7 @@ fn special_ids_and_eos_set() {
 fn long_text_matches_llama_cpp_when_given() {
     // Optional: a long text (KVRUN_TEST_TOK_TEXT) and llama.cpp's ids for it as a JSON list
     // (KVRUN_TEST_TOK_IDS, from `llama-tokenize -f TEXT --ids --no-bos --no-escape`).
-    let read = |var| {
-        std::env::var(var)
-            .ok()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-    };
+    let read = |var| std::env::var(var).ok().and_then(|p| std::fs::read_to_string(p).ok());
     let (Some(text), Some(ids)) = (read("KVRUN_TEST_TOK_TEXT"), read("KVRUN_TEST_TOK_IDS")) else {
         println!("skipping long_text_matches_llama_cpp_when_given: KVRUN_TEST_TOK_TEXT/IDS unset");
         return;

@@ -8,21 +8,12 @@ use kvrun::tokenizer::{ChatMessage, Tokenizer};
 use std::path::PathBuf;
 
 fn tiny(rel: &str) -> ModelFile {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("assets/tiny-llama")
-        .join(rel);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama").join(rel);
     ModelFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-const LINEAR: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
+const LINEAR: [&str; 7] =
+    ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
 
 /// The HF row that GGUF row `r` of a permuted q/k weight came from. llama.cpp's `permute`
 /// reshapes each head's rows as [2, head_dim/2] and transposes to [head_dim/2, 2]: GGUF row
@@ -47,24 +38,12 @@ fn configs_agree_except_rope_style() {
     assert_eq!(q.config(), &expected);
     let c = hf.config();
     assert_eq!(
-        (
-            c.num_layers,
-            c.hidden_size,
-            c.num_heads,
-            c.num_kv_heads,
-            c.head_dim
-        ),
+        (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim),
         (2, 64, 4, 2, 16)
     );
-    assert_eq!(
-        (c.intermediate_size, c.vocab_size, c.max_position_embeddings),
-        (128, 256, 256)
-    );
+    assert_eq!((c.intermediate_size, c.vocab_size, c.max_position_embeddings), (128, 256, 256));
     assert!(!c.tie_word_embeddings && !c.attention_bias);
-    assert_eq!(
-        hf.hf_extras().unwrap().torch_dtype.as_deref(),
-        Some("float32")
-    );
+    assert_eq!(hf.hf_extras().unwrap().torch_dtype.as_deref(), Some("float32"));
 }
 
 #[test]
@@ -118,11 +97,7 @@ fn gguf_qk_rows_are_the_llama_cpp_permutation_of_hf() {
             let row_bytes = h.shape[1] * 4;
             let permuted = kind == "attn_q" || kind == "attn_k";
             for r in 0..h.shape[0] {
-                let hf_r = if permuted {
-                    hf_row_of_gguf_row(r, head_dim)
-                } else {
-                    r
-                };
+                let hf_r = if permuted { hf_row_of_gguf_row(r, head_dim) } else { r };
                 assert_eq!(
                     &g.data[r * row_bytes..(r + 1) * row_bytes],
                     &h.data[hf_r * row_bytes..(hf_r + 1) * row_bytes],
@@ -135,10 +110,7 @@ fn gguf_qk_rows_are_the_llama_cpp_permutation_of_hf() {
         }
     }
     for name in ["token_embd.weight", "output.weight", "output_norm.weight"] {
-        assert_eq!(
-            hf.tensor(name).unwrap().data,
-            f32.tensor(name).unwrap().data
-        );
+        assert_eq!(hf.tensor(name).unwrap().data, f32.tensor(name).unwrap().data);
     }
 }
 
@@ -150,14 +122,8 @@ fn quantized_weights_are_close_to_f32() {
         let (a, b) = (f32.tensor(name).unwrap(), q.tensor(name).unwrap());
         let (a, b) = (a.to_f32().unwrap(), b.to_f32().unwrap());
         let max_abs = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let worst = a
-            .iter()
-            .zip(&b)
-            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-        assert!(
-            worst <= 0.2 * max_abs,
-            "{name}: error {worst} vs range {max_abs}"
-        );
+        let worst = a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 0.2 * max_abs, "{name}: error {worst} vs range {max_abs}");
     }
 }
 
@@ -172,10 +138,7 @@ fn golden_logits_file_is_complete() {
     for variant in ["hf_f32", "gguf_q"] {
         let rows = golden["logits"][variant].as_array().unwrap();
         assert_eq!(rows.len(), 40, "{variant}");
-        assert!(
-            rows.iter().all(|r| r.as_array().unwrap().len() == 256),
-            "{variant}"
-        );
+        assert!(rows.iter().all(|r| r.as_array().unwrap().len() == 256), "{variant}");
     }
 }
 
@@ -192,12 +155,7 @@ fn both_tokenizers_agree_and_the_template_renders() {
     assert_eq!((from_hf.vocab_size(), from_gguf.vocab_size()), (256, 256));
     for tok in [&from_hf, &from_gguf] {
         let chat = tok.chat_template().unwrap().unwrap();
-        let prompt = chat
-            .render(&[ChatMessage::new("user", "Hi")], true)
-            .unwrap();
-        assert_eq!(
-            prompt,
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-        );
+        let prompt = chat.render(&[ChatMessage::new("user", "Hi")], true).unwrap();
+        assert_eq!(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     }
 }

@@ -5,18 +5,7 @@ use kvrun::tokenizer::{GgufVocab, Tokenizer, TokenizerError, TokenizerSource};
 
 /// A toy byte-level vocabulary: letters, `Ġ` (space), merges `a b` then `Ġ ab`, and specials.
 fn vocab() -> GgufVocab {
-    let tokens = [
-        "<s>",
-        "</s>",
-        "a",
-        "b",
-        "Ġ",
-        "ab",
-        "Ġab",
-        "<|eot_id|>",
-        "<tool>",
-        "c",
-    ];
+    let tokens = ["<s>", "</s>", "a", "b", "Ġ", "ab", "Ġab", "<|eot_id|>", "<tool>", "c"];
     GgufVocab {
         model: "gpt2".into(),
         pre: Some("llama-bpe".into()),
@@ -39,18 +28,12 @@ fn merges_specials_and_bos() {
     let tok = build(vocab()).unwrap();
     assert_eq!(tok.encode("ab ab", true).unwrap(), vec![0, 5, 6]);
     assert_eq!(tok.encode("ab ab", false).unwrap(), vec![5, 6]);
-    assert_eq!(
-        tok.encode("ab<|eot_id|>c<tool>", false).unwrap(),
-        vec![5, 7, 9, 8]
-    );
+    assert_eq!(tok.encode("ab<|eot_id|>c<tool>", false).unwrap(), vec![5, 7, 9, 8]);
     assert!(tok.add_bos());
     // EOS plus the <|eot_id|> turn ender; the user-defined <tool> is not special.
     assert_eq!(tok.eos_ids(), &[1, 7]);
     assert_eq!(tok.decode(&[0, 5, 7, 8], true).unwrap(), "ab<tool>");
-    assert_eq!(
-        tok.decode(&[0, 5, 7, 8], false).unwrap(),
-        "<s>ab<|eot_id|><tool>"
-    );
+    assert_eq!(tok.decode(&[0, 5, 7, 8], false).unwrap(), "<s>ab<|eot_id|><tool>");
 
     let mut v = vocab();
     v.add_bos = false;
@@ -75,10 +58,7 @@ fn refusals_name_the_fix() {
     let mut v = vocab();
     v.model = "gemma4".into();
     let err = build(v).err().unwrap();
-    assert!(
-        matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "gemma4"),
-        "{err}"
-    );
+    assert!(matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "gemma4"), "{err}");
     assert!(err.to_string().contains("tokenizer.json"));
     let mut v = vocab();
     v.merges.push("nospace".into());
@@ -90,9 +70,7 @@ fn refusals_name_the_fix() {
 /// byte tokens, and a `▁` is prepended to the text.
 #[test]
 fn sentencepiece_vocabulary() {
-    let tokens = [
-        "<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "▁", "h", "i", "▁h", "hi", "▁hi",
-    ];
+    let tokens = ["<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "▁", "h", "i", "▁h", "hi", "▁hi"];
     let v = GgufVocab {
         model: "llama".into(),
         tokens: tokens.iter().map(|s| s.to_string()).collect(),

@@ -1,6 +1,84 @@
-//! Command-line interface (clap subcommands). Filled in by the foundation work.
+//! Command-line interface: clap subcommands over the engine. Logs go to stderr; stdout carries
+//! generated text and `--json` output only.
+
+mod info;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::gpu::GpuOptions;
+
+#[derive(Parser, Debug)]
+#[command(name = "kvrun", version, about = "LLM inference on any wgpu GPU, with a paged KV cache")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub global: GlobalArgs,
+}
+
+/// Flags every subcommand takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Backends to try: vulkan, metal, dx12, gl (comma list). Default: WGPU_BACKEND, else all.
+    #[arg(long, global = true, env = "WGPU_BACKEND")]
+    pub backend: Option<String>,
+    /// Use the adapter whose name contains this text (e.g. llvmpipe). Default: WGPU_ADAPTER_NAME.
+    #[arg(long, global = true, env = "WGPU_ADAPTER_NAME")]
+    pub adapter: Option<String>,
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl GlobalArgs {
+    pub fn gpu_options(&self) -> GpuOptions {
+        GpuOptions { backend: self.backend.clone(), adapter: self.adapter.clone() }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show the GPU adapter, backend, driver, features and limits.
+    Info(info::InfoArgs),
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,wgpu_core=warn,wgpu_hal=warn,naga=warn",
+        _ => "debug,wgpu_core=info,wgpu_hal=info,naga=info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
 
 /// Entry point of the `kvrun` binary.
-pub fn main() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.global.verbose);
+    let result = match &cli.command {
+        Command::Info(args) => info::run(args, &cli.global.gpu_options()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
 }

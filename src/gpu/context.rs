@@ -100,6 +100,24 @@ impl Gpu {
         Ok(Gpu { device, queue, info, caps, features, limits })
     }
 
+    /// Every adapter the backends chosen by `opts` (or the environment) expose, as
+    /// "name (backend, type)".
+    pub fn list_adapters(opts: &GpuOptions) -> Vec<String> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        if let Some(list) = &opts.backend {
+            desc.backends = wgpu::Backends::from_comma_list(list);
+        }
+        let backends = desc.backends;
+        let instance = wgpu::Instance::new(desc);
+        pollster::block_on(instance.enumerate_adapters(backends))
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+            })
+            .collect()
+    }
+
     /// Waits until all submitted work is done, turning a device error into [`GpuError`].
     pub fn wait_idle(&self) -> Result<(), GpuError> {
         self.device

@@ -124,12 +124,7 @@ impl ModelConfig {
             "Qwen2ForCausalLM" => Architecture::Qwen2,
             other => {
                 return Err(LoadError::UnsupportedArchitecture {
-                    found: if other.is_empty() {
-                        "(none given)"
-                    } else {
-                        other
-                    }
-                    .to_string(),
+                    found: if other.is_empty() { "(none given)" } else { other }.to_string(),
                     supported: SUPPORTED,
                 })
             }
@@ -145,9 +140,7 @@ impl ModelConfig {
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_kv_heads,
-            head_dim: c
-                .head_dim
-                .unwrap_or(c.hidden_size / c.num_attention_heads.max(1)),
+            head_dim: c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads.max(1)),
             vocab_size: c.vocab_size,
             rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6) as f32,
             rope_theta: c.rope_theta.unwrap_or(10_000.0) as f32,
@@ -185,10 +178,7 @@ impl ModelConfig {
                 })
             }
         };
-        let m = GgufKeys {
-            file,
-            arch: arch_name,
-        };
+        let m = GgufKeys { file, arch: arch_name };
         let hidden_size = m.usize("embedding_length")?;
         let num_heads = m.usize("attention.head_count")?;
         let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads.max(1))?;
@@ -326,14 +316,12 @@ fn gguf_vocab_len(file: &GgufFile) -> Result<usize, LoadError> {
     if let Some(tokens) = file.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
         return Ok(tokens.len());
     }
-    file.tensor_info("token_embd.weight")
-        .and_then(|t| t.dims.get(1).copied())
-        .ok_or_else(|| {
-            LoadError::config(
-                "the vocabulary size is unknown: no vocab_size key, no tokenizer.ggml.tokens and \
+    file.tensor_info("token_embd.weight").and_then(|t| t.dims.get(1).copied()).ok_or_else(|| {
+        LoadError::config(
+            "the vocabulary size is unknown: no vocab_size key, no tokenizer.ggml.tokens and \
                  no token_embd.weight; re-convert the model",
-            )
-        })
+        )
+    })
 }
 
 /// Typed, error-reporting access to `{arch}.{suffix}` keys.
@@ -374,10 +362,7 @@ impl GgufKeys<'_> {
         let key = format!("{}.{suffix}", self.arch);
         match self.file.get(&key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f32()
-                .map(Some)
-                .ok_or_else(|| self.bad_type(&key, "a float")),
+            Some(v) => v.as_f32().map(Some).ok_or_else(|| self.bad_type(&key, "a float")),
         }
     }
 

@@ -10,10 +10,7 @@ const REDOWNLOAD: &str = "the file is corrupt or incomplete; re-download or re-c
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read {path}: {source}; check the path and its permissions")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error(
         "{path} is neither a .gguf file nor a directory; pass a GGUF file or an HF model directory \
          (config.json + *.safetensors + tokenizer.json)"
@@ -35,20 +32,11 @@ pub enum LoadError {
     )]
     UnsupportedVersion(u32),
     #[error("file is truncated: {what} needs bytes {start}..{end} but the file has {file_len}; {REDOWNLOAD}")]
-    Truncated {
-        what: String,
-        start: u64,
-        end: u64,
-        file_len: u64,
-    },
+    Truncated { what: String, start: u64, end: u64, file_len: u64 },
     #[error(
         "{what} claims {count} entries but only {remaining} bytes remain in the file; {REDOWNLOAD}"
     )]
-    CountTooLarge {
-        what: String,
-        count: u64,
-        remaining: u64,
-    },
+    CountTooLarge { what: String, count: u64, remaining: u64 },
     #[error("{what} has unknown GGUF value type {code}; {REDOWNLOAD}")]
     BadValueType { what: String, code: u32 },
     #[error("metadata key '{key}' nests arrays deeper than {max_depth} levels; {REDOWNLOAD}")]
@@ -69,32 +57,20 @@ pub enum LoadError {
          GGUF quantized to F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q2_K..Q6_K \
          (e.g. Q4_K_M or Q8_0)"
     )]
-    UnsupportedTensorType {
-        name: String,
-        code: u32,
-        type_name: &'static str,
-    },
+    UnsupportedTensorType { name: String, code: u32, type_name: &'static str },
     #[error("tensor '{name}' has dims {dims:?} whose size overflows 64-bit/usize arithmetic; {REDOWNLOAD}")]
     ShapeOverflow { name: String, dims: Vec<u64> },
     #[error("tensor '{name}': {source}")]
     BadRow { name: String, source: QuantError },
     #[error("tensor '{name}' needs {expected} bytes for its type and shape but has {got}")]
-    TensorByteLen {
-        name: String,
-        expected: usize,
-        got: usize,
-    },
+    TensorByteLen { name: String, expected: usize, got: usize },
     #[error("tensor '{0}' appears twice; {REDOWNLOAD}")]
     DuplicateTensor(String),
     #[error(
         "tensor '{name}' starts at data offset {offset}, which is not a multiple of the file's \
          alignment {alignment}; {REDOWNLOAD}"
     )]
-    Misaligned {
-        name: String,
-        offset: u64,
-        alignment: u64,
-    },
+    Misaligned { name: String, offset: u64, alignment: u64 },
     #[error("tensor '{name}' is not in the model{hint}; the file does not match the architecture kvrun expects")]
     MissingTensor { name: String, hint: String },
     #[error("model config: {0}")]
@@ -103,10 +79,7 @@ pub enum LoadError {
         "architecture '{found}' is not supported; kvrun runs {supported} (GGUF \
          general.architecture llama/qwen2; HF LlamaForCausalLM/MistralForCausalLM/Qwen2ForCausalLM)"
     )]
-    UnsupportedArchitecture {
-        found: String,
-        supported: &'static str,
-    },
+    UnsupportedArchitecture { found: String, supported: &'static str },
     #[error("{path}: {message}")]
     Json { path: PathBuf, message: String },
     #[error("{path}: {message}")]

@@ -75,12 +75,7 @@ impl GgufFile {
 
     fn parse(backing: Backing) -> Result<Self, LoadError> {
         let parsed = Parser::new(backing.bytes()).parse()?;
-        let by_name = parsed
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let by_name = parsed.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Ok(GgufFile {
             backing,
             version: parsed.version,
@@ -153,29 +148,17 @@ impl GgufFile {
 
     /// An array of strings (`None` if absent or any element is not a string).
     pub fn get_str_array(&self, key: &str) -> Option<Vec<&str>> {
-        self.get(key)?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str())
-            .collect()
+        self.get(key)?.as_array()?.iter().map(|v| v.as_str()).collect()
     }
 
     /// An array of any integer type, as i32 (`None` if an element does not fit).
     pub fn get_i32_array(&self, key: &str) -> Option<Vec<i32>> {
-        self.get(key)?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_i32())
-            .collect()
+        self.get(key)?.as_array()?.iter().map(|v| v.as_i32()).collect()
     }
 
     /// An array of F32/F64.
     pub fn get_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.get(key)?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_f32())
-            .collect()
+        self.get(key)?.as_array()?.iter().map(|v| v.as_f32()).collect()
     }
 }
 
@@ -205,11 +188,7 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn new(buf: &'a [u8]) -> Self {
-        Parser {
-            buf,
-            pos: 0,
-            what: "the GGUF header".into(),
-        }
+        Parser { buf, pos: 0, what: "the GGUF header".into() }
     }
 
     fn remaining(&self) -> u64 {
@@ -265,18 +244,14 @@ impl<'a> Parser<'a> {
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_string()),
             Err(_) if !strict => Ok(String::from_utf8_lossy(bytes).into_owned()),
-            Err(_) => Err(LoadError::BadUtf8 {
-                what: self.what.clone(),
-            }),
+            Err(_) => Err(LoadError::BadUtf8 { what: self.what.clone() }),
         }
     }
 
     fn value_type(&mut self) -> Result<GgufValueType, LoadError> {
         let code = self.u32()?;
-        GgufValueType::from_code(code).ok_or_else(|| LoadError::BadValueType {
-            what: self.what.clone(),
-            code,
-        })
+        GgufValueType::from_code(code)
+            .ok_or_else(|| LoadError::BadValueType { what: self.what.clone(), code })
     }
 
     fn value(
@@ -338,28 +313,20 @@ impl<'a> Parser<'a> {
         let infos = self.tensor_infos(n_tensors)?;
         let data_offset = (self.pos as u64).next_multiple_of(alignment);
         let tensors = self.validate_tensors(infos, data_offset, alignment)?;
-        Ok(Parsed {
-            version,
-            metadata,
-            tensors,
-            alignment,
-            data_offset,
-        })
+        Ok(Parsed { version, metadata, tensors, alignment, data_offset })
     }
 
     fn header_version(&mut self) -> Result<u32, LoadError> {
         let magic = self.take(4)?;
         if magic != GGUF_MAGIC {
-            return Err(LoadError::BadMagic {
-                found: magic.to_vec(),
-            });
+            return Err(LoadError::BadMagic { found: magic.to_vec() });
         }
         let version = self.u32()?;
         match version {
             2 | 3 => Ok(version),
-            v if matches!(v.swap_bytes(), 2 | 3) => Err(LoadError::BigEndian {
-                version: v.swap_bytes(),
-            }),
+            v if matches!(v.swap_bytes(), 2 | 3) => {
+                Err(LoadError::BigEndian { version: v.swap_bytes() })
+            }
             v => Err(LoadError::UnsupportedVersion(v)),
         }
     }
@@ -389,17 +356,10 @@ impl<'a> Parser<'a> {
             if n_dims > MAX_DIMS {
                 return Err(LoadError::TooManyDims { name, n_dims });
             }
-            let dims = (0..n_dims)
-                .map(|_| self.u64())
-                .collect::<Result<Vec<_>, _>>()?;
+            let dims = (0..n_dims).map(|_| self.u64()).collect::<Result<Vec<_>, _>>()?;
             let code = self.u32()?;
             let offset = self.u64()?;
-            infos.push(RawTensorInfo {
-                name,
-                dims,
-                code,
-                offset,
-            });
+            infos.push(RawTensorInfo { name, dims, code, offset });
         }
         Ok(infos)
     }
@@ -412,13 +372,7 @@ impl<'a> Parser<'a> {
     ) -> Result<Vec<GgufTensorInfo>, LoadError> {
         let mut seen = HashMap::with_capacity(infos.len());
         let mut tensors = Vec::with_capacity(infos.len());
-        for RawTensorInfo {
-            name,
-            dims,
-            code,
-            offset,
-        } in infos
-        {
+        for RawTensorInfo { name, dims, code, offset } in infos {
             if seen.insert(name.clone(), ()).is_some() {
                 return Err(LoadError::DuplicateTensor(name));
             }
@@ -431,11 +385,7 @@ impl<'a> Parser<'a> {
             };
             let (n_elements, n_bytes) = tensor_size(&name, ggml_type, &dims)?;
             if offset % alignment != 0 {
-                return Err(LoadError::Misaligned {
-                    name,
-                    offset,
-                    alignment,
-                });
+                return Err(LoadError::Misaligned { name, offset, alignment });
             }
             let start = data_offset.checked_add(offset);
             let end = start.and_then(|s| s.checked_add(n_bytes as u64));
@@ -465,10 +415,7 @@ impl<'a> Parser<'a> {
 
 /// (elements, bytes) of a tensor, with checked arithmetic; ne0 must be whole blocks.
 fn tensor_size(name: &str, ty: GgmlType, dims: &[u64]) -> Result<(usize, usize), LoadError> {
-    let overflow = || LoadError::ShapeOverflow {
-        name: name.to_string(),
-        dims: dims.to_vec(),
-    };
+    let overflow = || LoadError::ShapeOverflow { name: name.to_string(), dims: dims.to_vec() };
     let n_elements = dims
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
@@ -478,10 +425,7 @@ fn tensor_size(name: &str, ty: GgmlType, dims: &[u64]) -> Result<(usize, usize),
     let ne0 = usize::try_from(ne0).map_err(|_| overflow())?;
     let row_bytes = ty.row_bytes(ne0).map_err(|source| match source {
         QuantError::Overflow { .. } => overflow(),
-        source => LoadError::BadRow {
-            name: name.to_string(),
-            source,
-        },
+        source => LoadError::BadRow { name: name.to_string(), source },
     })?;
     let n_rows = n_elements.checked_div(ne0).unwrap_or(0);
     let n_bytes = row_bytes.checked_mul(n_rows).ok_or_else(overflow)?;

@@ -30,23 +30,15 @@ impl Default for GgufWriter {
 
 impl GgufWriter {
     pub fn new() -> Self {
-        GgufWriter {
-            metadata: Vec::new(),
-            tensors: Vec::new(),
-            alignment: DEFAULT_ALIGNMENT,
-        }
+        GgufWriter { metadata: Vec::new(), tensors: Vec::new(), alignment: DEFAULT_ALIGNMENT }
     }
 
     /// Use a non-default data alignment (a power of two); also writes `general.alignment`.
     pub fn set_alignment(&mut self, alignment: u32) -> &mut Self {
-        assert!(
-            alignment.is_power_of_two(),
-            "alignment must be a power of two"
-        );
+        assert!(alignment.is_power_of_two(), "alignment must be a power of two");
         self.alignment = alignment.into();
         self.metadata.retain(|(k, _)| k != "general.alignment");
-        self.metadata
-            .push(("general.alignment".into(), GgufValue::U32(alignment)));
+        self.metadata.push(("general.alignment".into(), GgufValue::U32(alignment)));
         self
     }
 
@@ -76,10 +68,7 @@ impl GgufWriter {
         dims: &[usize],
         data: Vec<u8>,
     ) -> Result<&mut Self, LoadError> {
-        let bad_row = |source| LoadError::BadRow {
-            name: name.to_string(),
-            source,
-        };
+        let bad_row = |source| LoadError::BadRow { name: name.to_string(), source };
         let ne0 = dims.first().copied().unwrap_or(1);
         let rows: usize = dims.iter().skip(1).product();
         let expected = ty.row_bytes(ne0).map_err(bad_row)? * rows;
@@ -90,12 +79,7 @@ impl GgufWriter {
                 got: data.len(),
             });
         }
-        self.tensors.push(PendingTensor {
-            name: name.to_string(),
-            ty,
-            dims: dims.to_vec(),
-            data,
-        });
+        self.tensors.push(PendingTensor { name: name.to_string(), ty, dims: dims.to_vec(), data });
         Ok(self)
     }
 
@@ -142,10 +126,8 @@ impl GgufWriter {
     }
 
     pub fn write(&self, path: &Path) -> Result<(), LoadError> {
-        std::fs::write(path, self.to_bytes()).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, self.to_bytes())
+            .map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
     }
 }
 
@@ -192,9 +174,7 @@ mod tests {
     use crate::quant::quantize_row;
 
     fn every_value_type() -> Vec<(&'static str, GgufValue)> {
-        let strings = ["a", "", "ünï"]
-            .map(|s| GgufValue::String(s.into()))
-            .to_vec();
+        let strings = ["a", "", "ünï"].map(|s| GgufValue::String(s.into())).to_vec();
         vec![
             ("t.u8", GgufValue::U8(200)),
             ("t.i8", GgufValue::I8(-100)),
@@ -210,18 +190,9 @@ mod tests {
             ("t.f64", GgufValue::F64(-2.25)),
             (
                 "t.arr_str",
-                GgufValue::Array {
-                    elem_type: GgufValueType::String,
-                    values: strings.clone(),
-                },
+                GgufValue::Array { elem_type: GgufValueType::String, values: strings.clone() },
             ),
-            (
-                "t.arr_empty",
-                GgufValue::Array {
-                    elem_type: GgufValueType::F32,
-                    values: vec![],
-                },
-            ),
+            ("t.arr_empty", GgufValue::Array { elem_type: GgufValueType::F32, values: vec![] }),
             (
                 "t.arr_nested",
                 GgufValue::Array {
@@ -247,10 +218,8 @@ mod tests {
             quantize_row(GgmlType::Q8_0, &q_row).unwrap(),
         ]
         .concat();
-        w.add_tensor("blk.0.attn_q.weight", GgmlType::Q8_0, &[64, 2], q.clone())
-            .unwrap();
-        w.add_f32_tensor("norm.weight", &[3], &[1.0, 2.0, 3.0])
-            .unwrap();
+        w.add_tensor("blk.0.attn_q.weight", GgmlType::Q8_0, &[64, 2], q.clone()).unwrap();
+        w.add_f32_tensor("norm.weight", &[3], &[1.0, 2.0, 3.0]).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
         assert_eq!(f.version(), 3);
         for (k, v) in every_value_type() {
@@ -261,17 +230,11 @@ mod tests {
         assert_eq!(f.get_u64("t.u64"), Some(u64::MAX));
         assert_eq!(f.get_str_array("t.arr_str").unwrap(), vec!["a", "", "ünï"]);
         let t = f.tensor_info("blk.0.attn_q.weight").unwrap().clone();
-        assert_eq!(
-            (t.ggml_type, t.dims.clone(), t.n_bytes),
-            (GgmlType::Q8_0, vec![64, 2], 136)
-        );
+        assert_eq!((t.ggml_type, t.dims.clone(), t.n_bytes), (GgmlType::Q8_0, vec![64, 2], 136));
         assert_eq!(f.tensor_data(&t), &q[..]);
         let n = f.tensor_info("norm.weight").unwrap().clone();
         assert_eq!(n.offset % 32, 0);
-        assert_eq!(
-            f.tensor_data(&n),
-            &[1.0f32, 2.0, 3.0].map(f32::to_le_bytes).concat()[..]
-        );
+        assert_eq!(f.tensor_data(&n), &[1.0f32, 2.0, 3.0].map(f32::to_le_bytes).concat()[..]);
         assert_eq!(f.data_offset() % 32, 0);
     }
 
@@ -290,11 +253,7 @@ mod tests {
     #[test]
     fn add_tensor_checks_the_byte_count() {
         let mut w = GgufWriter::new();
-        assert!(w
-            .add_tensor("x", GgmlType::Q4_0, &[32, 2], vec![0; 35])
-            .is_err());
-        assert!(w
-            .add_tensor("x", GgmlType::Q4_0, &[31], vec![0; 18])
-            .is_err());
+        assert!(w.add_tensor("x", GgmlType::Q4_0, &[32, 2], vec![0; 35]).is_err());
+        assert!(w.add_tensor("x", GgmlType::Q4_0, &[31], vec![0; 18]).is_err());
     }
 }

@@ -71,10 +71,8 @@ pub fn canonical_name(hf: &str) -> String {
 }
 
 fn read_text(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read_to_string(path)
+        .map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
 }
 
 fn ggml_type_of(dtype: Dtype, name: &str, path: &Path) -> Result<GgmlType, LoadError> {
@@ -106,17 +104,13 @@ fn shard_names(dir: &Path) -> Result<Vec<String>, LoadError> {
                 .into(),
         });
     }
-    let index: serde_json::Value =
-        serde_json::from_str(&read_text(&index_path)?).map_err(|e| LoadError::Json {
-            path: index_path.clone(),
-            message: format!("{e}; re-download it"),
-        })?;
-    let map = index["weight_map"]
-        .as_object()
-        .ok_or_else(|| LoadError::Json {
-            path: index_path.clone(),
-            message: "has no weight_map object; re-download it".into(),
-        })?;
+    let index: serde_json::Value = serde_json::from_str(&read_text(&index_path)?).map_err(|e| {
+        LoadError::Json { path: index_path.clone(), message: format!("{e}; re-download it") }
+    })?;
+    let map = index["weight_map"].as_object().ok_or_else(|| LoadError::Json {
+        path: index_path.clone(),
+        message: "has no weight_map object; re-download it".into(),
+    })?;
     let mut names: Vec<String> = Vec::new();
     for file in map.values() {
         let file = file.as_str().unwrap_or("");
@@ -143,10 +137,7 @@ impl HfModel {
             &config_path,
         )?)
         .map_err(|e| match e {
-            LoadError::Config(message) => LoadError::Json {
-                path: config_path.clone(),
-                message,
-            },
+            LoadError::Config(message) => LoadError::Json { path: config_path.clone(), message },
             other => other,
         })?;
         let mut shards = Vec::new();
@@ -175,13 +166,7 @@ impl HfModel {
             }
             shards.push(map);
         }
-        Ok(HfModel {
-            dir: dir.to_path_buf(),
-            config,
-            extras,
-            shards,
-            tensors,
-        })
+        Ok(HfModel { dir: dir.to_path_buf(), config, extras, shards, tensors })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -214,10 +199,7 @@ impl HfModel {
         let config_path = self.dir.join("tokenizer_config.json");
         let mut config = if config_path.is_file() {
             HfTokenizerConfig::from_json(&read_text(&config_path)?).map_err(|e| {
-                LoadError::Json {
-                    path: config_path.clone(),
-                    message: e.to_string(),
-                }
+                LoadError::Json { path: config_path.clone(), message: e.to_string() }
             })?
         } else {
             HfTokenizerConfig::default()
@@ -238,9 +220,6 @@ impl HfModel {
         }
         extra.dedup();
         config.extra_eos_ids = extra;
-        Ok(TokenizerSource::HfJson {
-            tokenizer_json,
-            config: Some(config),
-        })
+        Ok(TokenizerSource::HfJson { tokenizer_json, config: Some(config) })
     }
 }

@@ -59,16 +59,9 @@ impl TensorView<'_> {
         if cols == 0 {
             return Ok(out);
         }
-        let bad_row = |source| LoadError::BadRow {
-            name: self.name.clone(),
-            source,
-        };
+        let bad_row = |source| LoadError::BadRow { name: self.name.clone(), source };
         let row_bytes = self.dtype.row_bytes(cols).map_err(bad_row)?;
-        for (src, dst) in self
-            .data
-            .chunks_exact(row_bytes)
-            .zip(out.chunks_exact_mut(cols))
-        {
+        for (src, dst) in self.data.chunks_exact(row_bytes).zip(out.chunks_exact_mut(cols)) {
             dequantize_row(self.dtype, src, dst).map_err(bad_row)?;
         }
         Ok(out)
@@ -94,9 +87,7 @@ impl ModelFile {
             Source::Hf(HfModel::open(path)?)
         } else if path.is_file() {
             if path.file_name().is_some_and(|n| n == "config.json") {
-                return Err(LoadError::UnknownSource {
-                    path: path.to_path_buf(),
-                });
+                return Err(LoadError::UnknownSource { path: path.to_path_buf() });
             }
             Source::Gguf(GgufFile::open(path)?)
         } else {
@@ -112,11 +103,7 @@ impl ModelFile {
             Source::Gguf(f) => ModelConfig::from_gguf(f)?,
             Source::Hf(h) => h.config().clone(),
         };
-        Ok(ModelFile {
-            path: path.to_path_buf(),
-            source,
-            config,
-        })
+        Ok(ModelFile { path: path.to_path_buf(), source, config })
     }
 
     pub fn path(&self) -> &Path {
@@ -154,11 +141,7 @@ impl ModelFile {
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, LoadError> {
         let missing = || LoadError::MissingTensor {
             name: name.to_string(),
-            hint: format!(
-                " ({} holds {} tensors)",
-                self.path.display(),
-                self.num_tensors()
-            ),
+            hint: format!(" ({} holds {} tensors)", self.path.display(), self.num_tensors()),
         };
         match &self.source {
             Source::Gguf(f) => {

@@ -1,1 +1,278 @@
-//! TODO
+//! Architectures as flat lists of dispatches, with their weights, activations and the paged KV
+//! pool on the GPU. Everything is allocated at load; a step only uploads the small per-step
+//! inputs of a [`ForwardBatch`] and records the op list into one compute pass.
+
+mod batch;
+mod buffers;
+mod llama;
+mod weights;
+
+use std::sync::Arc;
+
+pub use batch::{ForwardBatch, Logits, LogitsWanted, SeqChunk, StepTiming};
+pub use buffers::KvPool;
+
+use crate::gpu::{Gpu, GpuError, GpuTimer};
+use crate::kernels::attention::AttentionOp;
+use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::kv_write::KvWriteOp;
+use crate::kernels::linear::LinearOp;
+use crate::kernels::rms_norm::RmsNormOp;
+use crate::kernels::rope::{QkvLayout, RopeOp};
+use crate::kernels::silu_mul::SiluMulOp;
+use crate::kernels::weights::WeightError;
+use crate::kernels::{Kernels, StepShape};
+use crate::loader::{LoadError, ModelConfig, ModelFile};
+use buffers::{Activations, StepBuffers};
+
+/// Sizes fixed at load: every buffer is allocated for these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelOptions {
+    /// Most tokens computed in one step (the prefill chunk size).
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    /// Most rows of logits one step returns.
+    pub max_logit_rows: usize,
+    /// Context length per sequence (positions, block table length, decode partitions).
+    pub max_model_len: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the KV pool.
+    pub num_blocks: usize,
+}
+
+/// Errors while loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Weight(#[from] WeightError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(
+        "tensor '{tensor}' has type {dtype}, which kvrun's GPU kernels cannot read yet \
+         (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1); convert the model, e.g. \
+         `llama-quantize in.gguf out.gguf Q4_1`"
+    )]
+    UnsupportedWeight { tensor: String, dtype: String },
+    #[error("tensor '{tensor}' has shape {shape:?}, expected {expected:?}")]
+    BadShape { tensor: String, shape: Vec<usize>, expected: Vec<usize> },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error(
+        "the KV pool of one layer ({bytes} bytes for {blocks} blocks) exceeds the adapter's \
+         largest storage binding ({limit} bytes); lower --kv-cache-memory"
+    )]
+    KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64 },
+    #[error("this step has {got} {what}, more than the {max} the model was loaded for")]
+    BatchTooLarge { what: &'static str, got: usize, max: usize },
+}
+
+/// One dispatch (or dispatch group) of the forward pass.
+enum Op {
+    Embedding(EmbeddingOp),
+    RmsNorm(RmsNormOp),
+    Linear(LinearOp),
+    Rope(RopeOp),
+    KvWrite(KvWriteOp),
+    Attention(AttentionOp),
+    SiluMul(SiluMulOp),
+}
+
+impl Op {
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        match self {
+            Op::Embedding(op) => op.record(pass, shape),
+            Op::RmsNorm(op) => op.record(pass, shape),
+            Op::Linear(op) => op.record(pass, shape),
+            Op::Rope(op) => op.record(pass, shape),
+            Op::KvWrite(op) => op.record(pass, shape),
+            Op::Attention(op) => op.record(pass, shape),
+            Op::SiluMul(op) => op.record(pass, shape),
+        }
+    }
+}
+
+/// A loaded model: weights, activations, KV pool and the op list, on one GPU.
+pub struct Model {
+    gpu: Arc<Gpu>,
+    config: ModelConfig,
+    options: ModelOptions,
+    ops: Vec<Op>,
+    step: StepBuffers,
+    act: Activations,
+    kv: KvPool,
+    weight_bytes: u64,
+    timer: Option<GpuTimer>,
+}
+
+impl Model {
+    /// Uploads the weights of `file` and allocates every buffer for `options`.
+    pub fn load(
+        gpu: Arc<Gpu>,
+        kernels: &Kernels,
+        file: &ModelFile,
+        options: ModelOptions,
+    ) -> Result<Self, ModelError> {
+        llama::load(gpu, kernels, file, options)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn options(&self) -> &ModelOptions {
+        &self.options
+    }
+
+    pub fn kv_pool(&self) -> &KvPool {
+        &self.kv
+    }
+
+    /// Bytes of weights on the GPU (after repacking).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Shape of the Q/K/V heads.
+    pub fn qkv_layout(&self) -> QkvLayout {
+        QkvLayout {
+            num_heads: self.config.num_heads as u32,
+            num_kv_heads: self.config.num_kv_heads as u32,
+            head_dim: self.config.head_dim as u32,
+        }
+    }
+
+    /// Measures GPU time (attention and total) of every following step, where the adapter has
+    /// timestamp queries. Costs one extra pass per layer.
+    pub fn enable_timing(&mut self, on: bool) {
+        let passes = 2 * self.config.num_layers as u32 + 2;
+        self.timer = if on { GpuTimer::new(&self.gpu, passes) } else { None };
+    }
+
+    /// Runs one step: uploads the batch's inputs, records every op, reads the logits back.
+    pub fn forward(&mut self, batch: &ForwardBatch) -> Result<Logits, ModelError> {
+        self.check_capacity(batch)?;
+        self.step.upload(&self.gpu, batch);
+        let shape = batch.shape();
+        let mut encoder = self
+            .gpu
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        match self.timer.as_mut() {
+            None => {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("forward"),
+                    timestamp_writes: None,
+                });
+                for op in &self.ops {
+                    op.record(&mut pass, &shape);
+                }
+            }
+            Some(timer) => record_timed(&self.ops, timer, &mut encoder, &shape),
+        }
+        let rows = batch.logit_rows.len();
+        let vocab = self.config.vocab_size;
+        let bytes = (rows * vocab * 4) as u64;
+        if bytes > 0 {
+            encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.act.logits_staging, 0, bytes);
+        }
+        if let Some(timer) = &self.timer {
+            timer.resolve(&mut encoder);
+        }
+        self.gpu.queue.submit([encoder.finish()]);
+        let data = if bytes > 0 {
+            bytemuck::pod_collect_to_vec(&self.gpu.map_and_read(&self.act.logits_staging, bytes)?)
+        } else {
+            self.gpu.wait_idle()?;
+            Vec::new()
+        };
+        let timing = match &self.timer {
+            Some(timer) => Some(split_timing(&self.ops, &timer.read_ms(&self.gpu)?)),
+            None => None,
+        };
+        Ok(Logits { vocab, data, chunks: batch.logit_chunks.clone(), timing })
+    }
+
+    fn check_capacity(&self, b: &ForwardBatch) -> Result<(), ModelError> {
+        let o = &self.options;
+        let checks = [
+            ("tokens", b.num_tokens(), o.max_num_batched_tokens),
+            ("sequences", b.seqs.len(), o.max_num_seqs),
+            ("logit rows", b.logit_rows.len(), o.max_logit_rows),
+            ("block table entries", b.block_tables.len(), self.step.block_table_capacity),
+            ("prefill tiles", b.prefill_tiles.len(), self.step.tile_capacity),
+        ];
+        for (what, got, max) in checks {
+            if got > max {
+                return Err(ModelError::BatchTooLarge { what, got, max });
+            }
+        }
+        if let Some(s) = b.seqs.iter().find(|s| s.ctx_len as usize > o.max_model_len) {
+            return Err(ModelError::BatchTooLarge {
+                what: "context tokens",
+                got: s.ctx_len as usize,
+                max: o.max_model_len,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The ops cut into timed passes: each attention op alone, the ops between them together.
+/// (range of ops, is attention)
+fn timed_segments(ops: &[Op]) -> Vec<(std::ops::Range<usize>, bool)> {
+    let mut segments = Vec::new();
+    let mut i = 0;
+    while i < ops.len() {
+        let attention = matches!(ops[i], Op::Attention(_));
+        let end = if attention {
+            i + 1
+        } else {
+            ops[i..]
+                .iter()
+                .position(|op| matches!(op, Op::Attention(_)))
+                .map_or(ops.len(), |p| i + p)
+        };
+        segments.push((i..end, attention));
+        i = end;
+    }
+    segments
+}
+
+/// Records every segment of `timed_segments` as its own pass with timestamps.
+fn record_timed(
+    ops: &[Op],
+    timer: &mut GpuTimer,
+    encoder: &mut wgpu::CommandEncoder,
+    shape: &StepShape,
+) {
+    timer.reset();
+    for (range, attention) in timed_segments(ops) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(if attention { "attention" } else { "forward" }),
+            timestamp_writes: timer.next_pass(),
+        });
+        for op in &ops[range] {
+            op.record(&mut pass, shape);
+        }
+    }
+}
+
+/// Sums the passes of `record_timed` into attention time and total time.
+fn split_timing(ops: &[Op], pass_ms: &[f64]) -> StepTiming {
+    let mut t = StepTiming::default();
+    for (ms, (_, attention)) in pass_ms.iter().zip(timed_segments(ops)) {
+        t.total_ms += ms;
+        if attention {
+            t.attention_ms += ms;
+        }
+    }
+    t
+}

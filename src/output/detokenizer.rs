@@ -28,10 +28,7 @@ pub struct Detokenizer {
 impl Detokenizer {
     /// A detokenizer for generated ids; `skip_special` leaves special tokens out of the text.
     pub fn new(skip_special: bool) -> Self {
-        Detokenizer {
-            skip_special,
-            ..Default::default()
-        }
+        Detokenizer { skip_special, ..Default::default() }
     }
 
     /// Starts after `context` ids (e.g. the last few prompt tokens) whose text is not emitted

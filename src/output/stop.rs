@@ -63,10 +63,7 @@ impl OutputStream {
     /// Feed one generated id. After the sequence has finished, further ids are ignored.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<OutputDelta, TokenizerError> {
         if let Some(reason) = self.finished {
-            return Ok(OutputDelta {
-                text: String::new(),
-                finish: Some(reason),
-            });
+            return Ok(OutputDelta { text: String::new(), finish: Some(reason) });
         }
         self.num_tokens += 1;
         let is_eos = self.stop.eos_ids.contains(&id);
@@ -150,14 +147,8 @@ mod tests {
 
     #[test]
     fn finish_reason_serializes_lowercase() {
-        assert_eq!(
-            serde_json::to_string(&FinishReason::Stop).unwrap(),
-            "\"stop\""
-        );
-        assert_eq!(
-            serde_json::to_string(&FinishReason::Length).unwrap(),
-            "\"length\""
-        );
+        assert_eq!(serde_json::to_string(&FinishReason::Stop).unwrap(), "\"stop\"");
+        assert_eq!(serde_json::to_string(&FinishReason::Length).unwrap(), "\"length\"");
         let back: FinishReason = serde_json::from_str("\"length\"").unwrap();
         assert_eq!(back, FinishReason::Length);
     }

@@ -12,12 +12,7 @@ use half::{bf16, f16};
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     let expected = ty.row_bytes(dst.len())?;
     if src.len() != expected {
-        return Err(QuantError::ByteLenMismatch {
-            ty,
-            elems: dst.len(),
-            expected,
-            got: src.len(),
-        });
+        return Err(QuantError::ByteLenMismatch { ty, elems: dst.len(), expected, got: src.len() });
     }
     let block_fn: fn(&[u8], &mut [f32]) = match ty {
         GgmlType::F32 => |b, y| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
@@ -34,9 +29,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q5_K => block_q5_k,
         GgmlType::Q6_K => block_q6_k,
     };
-    for (block, out) in src
-        .chunks_exact(ty.block_bytes())
-        .zip(dst.chunks_exact_mut(ty.block_elems()))
+    for (block, out) in
+        src.chunks_exact(ty.block_bytes()).zip(dst.chunks_exact_mut(ty.block_elems()))
     {
         block_fn(block, out);
     }
@@ -150,10 +144,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -241,12 +232,7 @@ mod tests {
         dequantize_row(GgmlType::Q4_0, &block, &mut y).unwrap();
         for j in 0..16 {
             assert_eq!(y[j], (j as f32 - 8.0) * 0.5, "element {j}");
-            assert_eq!(
-                y[j + 16],
-                ((15 - j) as f32 - 8.0) * 0.5,
-                "element {}",
-                j + 16
-            );
+            assert_eq!(y[j + 16], ((15 - j) as f32 - 8.0) * 0.5, "element {}", j + 16);
         }
     }
 
@@ -322,11 +308,7 @@ mod tests {
         let mut y = [0f32; 32];
         assert!(matches!(
             dequantize_row(GgmlType::Q4_0, &[0u8; 17], &mut y),
-            Err(QuantError::ByteLenMismatch {
-                expected: 18,
-                got: 17,
-                ..
-            })
+            Err(QuantError::ByteLenMismatch { expected: 18, got: 17, .. })
         ));
         let mut y = [0f32; 31];
         assert!(matches!(

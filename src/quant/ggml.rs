@@ -14,23 +14,14 @@ pub enum QuantError {
          the tensor's innermost dimension does not fit {ty} blocks (the file is corrupt or was \
          written by a broken converter)"
     )]
-    NotBlockMultiple {
-        ty: GgmlType,
-        cols: usize,
-        block_elems: usize,
-    },
+    NotBlockMultiple { ty: GgmlType, cols: usize, block_elems: usize },
     #[error("a {ty} row of {cols} elements overflows usize bytes; the tensor shape is corrupt")]
     Overflow { ty: GgmlType, cols: usize },
     #[error(
         "a {ty} row of {elems} elements takes {expected} bytes but {got} bytes were given; \
          pass the row's exact byte slice"
     )]
-    ByteLenMismatch {
-        ty: GgmlType,
-        elems: usize,
-        expected: usize,
-        got: usize,
-    },
+    ByteLenMismatch { ty: GgmlType, elems: usize, expected: usize, got: usize },
     #[error(
         "quantizing to {0} is not implemented (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, \
          Q8_0); pick one of those"
@@ -160,11 +151,7 @@ impl GgmlType {
     pub fn row_bytes(self, cols: usize) -> Result<usize, QuantError> {
         let block_elems = self.block_elems();
         if cols % block_elems != 0 {
-            return Err(QuantError::NotBlockMultiple {
-                ty: self,
-                cols,
-                block_elems,
-            });
+            return Err(QuantError::NotBlockMultiple { ty: self, cols, block_elems });
         }
         (cols / block_elems)
             .checked_mul(self.block_bytes())
@@ -261,14 +248,8 @@ mod tests {
             GgmlType::Q4_0.row_bytes(33),
             Err(QuantError::NotBlockMultiple { cols: 33, .. })
         ));
-        assert!(matches!(
-            GgmlType::Q4_K.row_bytes(576),
-            Err(QuantError::NotBlockMultiple { .. })
-        ));
-        assert!(matches!(
-            GgmlType::F32.row_bytes(usize::MAX),
-            Err(QuantError::Overflow { .. })
-        ));
+        assert!(matches!(GgmlType::Q4_K.row_bytes(576), Err(QuantError::NotBlockMultiple { .. })));
+        assert!(matches!(GgmlType::F32.row_bytes(usize::MAX), Err(QuantError::Overflow { .. })));
         let msg = GgmlType::Q4_0.row_bytes(33).unwrap_err().to_string();
         assert!(msg.contains("multiple of 32"), "{msg}");
     }

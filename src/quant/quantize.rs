@@ -11,12 +11,10 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     let mut out = Vec::with_capacity(row_bytes);
     match ty {
         GgmlType::F32 => src.iter().for_each(|x| out.extend(x.to_le_bytes())),
-        GgmlType::F16 => src
-            .iter()
-            .for_each(|&x| out.extend(f16::from_f32(x).to_bits().to_le_bytes())),
-        GgmlType::BF16 => src
-            .iter()
-            .for_each(|&x| out.extend(f32_to_bf16_bits(x).to_le_bytes())),
+        GgmlType::F16 => {
+            src.iter().for_each(|&x| out.extend(f16::from_f32(x).to_bits().to_le_bytes()))
+        }
+        GgmlType::BF16 => src.iter().for_each(|&x| out.extend(f32_to_bf16_bits(x).to_le_bytes())),
         GgmlType::Q4_0 => src.chunks_exact(QK).for_each(|x| block_q4_0(x, &mut out)),
         GgmlType::Q4_1 => src.chunks_exact(QK).for_each(|x| block_q4_1(x, &mut out)),
         GgmlType::Q5_0 => src.chunks_exact(QK).for_each(|x| block_q5_0(x, &mut out)),
@@ -103,10 +101,7 @@ fn block_q4_1(x: &[f32], out: &mut Vec<u8>) {
 
 /// Packs 32 five-bit quants as `qh` (the 5th bits, u32 LE) then `qs` (nibbles, low half first).
 fn push_q5_quants(q: &[u8; QK], out: &mut Vec<u8>) {
-    let qh = q
-        .iter()
-        .enumerate()
-        .fold(0u32, |acc, (j, &v)| acc | (((v as u32 & 0x10) >> 4) << j));
+    let qh = q.iter().enumerate().fold(0u32, |acc, (j, &v)| acc | (((v as u32 & 0x10) >> 4) << j));
     out.extend(qh.to_le_bytes());
     out.extend((0..QK / 2).map(|j| (q[j] & 0x0F) | ((q[j + QK / 2] & 0x0F) << 4)));
 }
@@ -163,13 +158,7 @@ mod tests {
     #[test]
     fn round_trips_within_the_scale_bound() {
         let x = sample_row(256, 7);
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-        ] {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0] {
             let q = quantize_row(ty, &x).unwrap();
             let mut y = vec![0f32; x.len()];
             dequantize_row(ty, &q, &mut y).unwrap();

@@ -15,10 +15,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
+        ChatMessage { role: role.into(), content: content.into() }
     }
 }
 
@@ -48,13 +45,8 @@ impl ChatTemplate {
                 .unwrap_or(0);
             strftime_utc(&format, secs)
         });
-        env.add_template_owned(NAME, source.to_string())
-            .map_err(template_err)?;
-        Ok(ChatTemplate {
-            env,
-            bos: bos.to_string(),
-            eos: eos.to_string(),
-        })
+        env.add_template_owned(NAME, source.to_string()).map_err(template_err)?;
+        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string() })
     }
 
     /// The prompt text for `messages`; with `add_generation_prompt`, ending with the header
@@ -161,14 +153,8 @@ mod tests {
             "</s>",
         )
         .unwrap();
-        assert_eq!(
-            t.render(&[ChatMessage::new("user", "  hi  ")], false)
-                .unwrap(),
-            "hi"
-        );
-        let err = t
-            .render(&[ChatMessage::new("bad", "x")], false)
-            .unwrap_err();
+        assert_eq!(t.render(&[ChatMessage::new("user", "  hi  ")], false).unwrap(), "hi");
+        let err = t.render(&[ChatMessage::new("bad", "x")], false).unwrap_err();
         assert!(err.to_string().contains("no bad"), "{err}");
     }
 

@@ -43,10 +43,7 @@ fn pre_profile(pre: &str) -> Option<PreProfile> {
         "qwen2" | "stablelm2" | "deepseek-r1-qwen" => (&[QWEN2_RE], false),
         _ => return None,
     };
-    Some(PreProfile {
-        regexes,
-        ignore_merges,
-    })
+    Some(PreProfile { regexes, ignore_merges })
 }
 
 /// The names accepted by [`pre_profile`], for error messages.
@@ -77,10 +74,8 @@ pub(super) fn add_vocab_specials(
         .zip(&v.token_types)
         .filter_map(|(t, &ty)| added_token(t, ty))
         .partition(|t| t.special);
-    tok.add_special_tokens(special)
-        .map_err(|e| TokenizerError::Build(e.to_string()))?;
-    tok.add_tokens(user)
-        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    tok.add_special_tokens(special).map_err(|e| TokenizerError::Build(e.to_string()))?;
+    tok.add_tokens(user).map_err(|e| TokenizerError::Build(e.to_string()))?;
     Ok(())
 }
 
@@ -124,14 +119,12 @@ fn parse_merges(merges: &[String]) -> Result<Vec<(String, String)>, TokenizerErr
     merges
         .iter()
         .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| {
-                    TokenizerError::Config(format!(
-                        "GGUF merge '{m}' is not two tokens separated by a space; the \
+            m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| {
+                TokenizerError::Config(format!(
+                    "GGUF merge '{m}' is not two tokens separated by a space; the \
                          vocabulary is corrupt, re-convert the model"
-                    ))
-                })
+                ))
+            })
         })
         .collect()
 }

@@ -61,13 +61,7 @@ fn merges_from_scores(v: &GgufVocab) -> Vec<(String, String)> {
         for (split, _) in token.char_indices().skip(1) {
             let (l, r) = token.split_at(split);
             if let (Some(&left), Some(&right)) = (ids.get(l), ids.get(r)) {
-                candidates.push(MergeCandidate {
-                    score,
-                    merged,
-                    left,
-                    right,
-                    split,
-                });
+                candidates.push(MergeCandidate { score, merged, left, right, split });
             }
         }
     }
@@ -124,8 +118,7 @@ pub(super) fn build_spm(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
         decoders.push(Strip::new(' ', 1, 0).into());
     }
     let mut tok = tokenizers::Tokenizer::new(bpe);
-    tok.with_normalizer(Some(NormalizerSequence::new(normalizers)))
-        .map_err(build_err)?;
+    tok.with_normalizer(Some(NormalizerSequence::new(normalizers))).map_err(build_err)?;
     tok.with_decoder(Some(DecoderSequence::new(decoders)));
     super::gguf_bpe::add_vocab_specials(&mut tok, v)?;
     Ok(tok)

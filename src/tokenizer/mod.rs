@@ -67,10 +67,9 @@ impl Tokenizer {
     pub fn from_source(src: TokenizerSource) -> Result<Self, TokenizerError> {
         match src {
             TokenizerSource::Gguf(vocab) => Self::from_gguf(vocab),
-            TokenizerSource::HfJson {
-                tokenizer_json,
-                config,
-            } => Self::from_hf(tokenizer_json, config.unwrap_or_default()),
+            TokenizerSource::HfJson { tokenizer_json, config } => {
+                Self::from_hf(tokenizer_json, config.unwrap_or_default())
+            }
         }
     }
 
@@ -98,18 +97,10 @@ impl Tokenizer {
     }
 
     fn from_hf(path: PathBuf, config: HfTokenizerConfig) -> Result<Self, TokenizerError> {
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| TokenizerError::Io {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let bos_id = config
-            .bos_token
-            .as_deref()
-            .and_then(|t| inner.token_to_id(t));
-        let eos_id = config
-            .eos_token
-            .as_deref()
-            .and_then(|t| inner.token_to_id(t));
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| TokenizerError::Io { path: path.clone(), message: e.to_string() })?;
+        let bos_id = config.bos_token.as_deref().and_then(|t| inner.token_to_id(t));
+        let eos_id = config.eos_token.as_deref().and_then(|t| inner.token_to_id(t));
         // Whether the post-processor adds BOS: ask it.
         let with = inner.encode_fast("a", true).map_err(encode_err)?;
         let add_bos = bos_id.is_some() && with.get_ids().first().copied() == bos_id;
@@ -138,9 +129,7 @@ impl Tokenizer {
     fn add_turn_enders(&mut self) {
         let specials = self.inner.get_added_tokens_decoder();
         for text in TURN_ENDERS {
-            let found = specials
-                .iter()
-                .find(|(_, t)| t.special && t.content == text);
+            let found = specials.iter().find(|(_, t)| t.special && t.content == text);
             if let Some((&id, _)) = found {
                 if !self.eos_ids.contains(&id) {
                     self.eos_ids.push(id);
@@ -154,10 +143,7 @@ impl Tokenizer {
     /// become their ids.
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
         let inner_special = add_special && !self.manual_specials;
-        let enc = self
-            .inner
-            .encode_fast(text, inner_special)
-            .map_err(encode_err)?;
+        let enc = self.inner.encode_fast(text, inner_special).map_err(encode_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 2);
         if add_special && self.manual_specials && self.add_bos {
             ids.extend(self.bos_id);
@@ -171,9 +157,7 @@ impl Tokenizer {
 
     /// Text of `ids`; with `skip_special`, special tokens (BOS, `<|im_end|>` …) are left out.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| TokenizerError::Decode(e.to_string()))
+        self.inner.decode(ids, skip_special).map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 
     pub fn bos_id(&self) -> Option<u32> {

@@ -134,10 +134,7 @@ impl HfTokenizerConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenizerSource {
     /// An HF `tokenizer.json` (authoritative when present), with its config files.
-    HfJson {
-        tokenizer_json: PathBuf,
-        config: Option<HfTokenizerConfig>,
-    },
+    HfJson { tokenizer_json: PathBuf, config: Option<HfTokenizerConfig> },
     /// The vocabulary embedded in a GGUF file.
     Gguf(GgufVocab),
 }

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 pub const SENTINEL: f32 = -12345.5;
 
 pub struct TestGpu {
-    pub gpu: Gpu,
+    pub gpu: std::sync::Arc<Gpu>,
     pub kernels: Kernels,
 }
 
@@ -23,7 +23,7 @@ pub fn gpu() -> Option<&'static TestGpu> {
         Ok(gpu) => {
             let kernels = Kernels::new(&gpu);
             eprintln!("testing on {} ({:?})", gpu.info.name, gpu.info.backend);
-            Some(TestGpu { gpu, kernels })
+            Some(TestGpu { gpu: std::sync::Arc::new(gpu), kernels })
         }
         Err(e) => {
             eprintln!("SKIPPING GPU test: {e}");
@@ -104,9 +104,11 @@ pub fn assert_sentinels(what: &str, values: &[f32]) {
 /// The real SmolLM2 GGUF (env `KVRUN_TEST_MODEL`, default
 /// `assets/models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a printed skip message.
 pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("KVRUN_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
+    let path =
+        std::env::var_os("KVRUN_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
     if path.is_file() {
         Some(path)
     } else {

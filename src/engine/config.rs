@@ -1,0 +1,123 @@
+//! Engine configuration: what the user asks for ([`EngineConfig`]) and what it resolves to on
+//! this model and device ([`ResolvedConfig`]), computed once and never mutated downstream.
+
+use std::path::PathBuf;
+
+use crate::gpu::GpuOptions;
+use crate::kv::{format_bytes, KvDtype, KvLayout};
+use crate::loader::ModelConfig;
+
+use super::EngineError;
+
+/// What the user asks for. `None` fields take the defaults documented on each field.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// A `.gguf` file or an HF directory.
+    pub model: PathBuf,
+    pub gpu: GpuOptions,
+    /// Tokens per KV block (`--block-size`, default 16).
+    pub block_size: usize,
+    /// KV budget in bytes (`--kv-cache-memory`); default: `max_num_seqs` sequences of
+    /// `max_model_len` tokens.
+    pub kv_cache_memory: Option<u64>,
+    /// Context length per sequence (`-c`); default: the model's, capped at 8192.
+    pub max_model_len: Option<usize>,
+    /// Most sequences per step (`--max-num-seqs`, default 1 for one-shot commands).
+    pub max_num_seqs: usize,
+    /// Most tokens per step: the prefill chunk size (default 512).
+    pub max_num_batched_tokens: usize,
+    /// Most logit rows per step (default `max_num_seqs`; perplexity asks for more).
+    pub max_logit_rows: Option<usize>,
+}
+
+impl EngineConfig {
+    /// Defaults for `model`.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            model: model.into(),
+            gpu: GpuOptions::default(),
+            block_size: 16,
+            kv_cache_memory: None,
+            max_model_len: None,
+            max_num_seqs: 1,
+            max_num_batched_tokens: 512,
+            max_logit_rows: None,
+        }
+    }
+}
+
+/// The configuration after looking at the model: every number concrete.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ResolvedConfig {
+    pub block_size: usize,
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub max_logit_rows: usize,
+    pub kv_cache_memory: u64,
+    pub num_blocks: usize,
+    pub kv_cache_dtype: KvDtype,
+    pub kv_bytes_per_token: u64,
+}
+
+/// Context length used when the model declares a larger one and the user gave none.
+pub const DEFAULT_MAX_MODEL_LEN_CAP: usize = 8192;
+
+impl ResolvedConfig {
+    /// Resolves `cfg` against the model. Refuses a budget that holds no block, or less than
+    /// one sequence of `max_model_len` tokens (the fix is named in the error).
+    pub fn resolve(
+        cfg: &EngineConfig,
+        model: &ModelConfig,
+    ) -> Result<(Self, KvLayout), EngineError> {
+        let model_max = model.max_position_embeddings.max(1);
+        let max_model_len = match cfg.max_model_len {
+            Some(n) if n == 0 => return Err(EngineError::Config("-c/--max-model-len must be at least 1".into())),
+            Some(n) if n > model_max => {
+                return Err(EngineError::Config(format!(
+                    "-c {n} exceeds the model's context length of {model_max} tokens; use at most {model_max}"
+                )))
+            }
+            Some(n) => n,
+            None => model_max.min(DEFAULT_MAX_MODEL_LEN_CAP),
+        };
+        if cfg.max_num_seqs == 0 || cfg.max_num_batched_tokens == 0 {
+            return Err(EngineError::Config(
+                "--max-num-seqs and the batch token budget must be at least 1".into(),
+            ));
+        }
+        let layout = KvLayout::new(
+            model.num_layers,
+            model.num_kv_heads,
+            model.head_dim,
+            cfg.block_size,
+            KvDtype::F16,
+        )?;
+        let per_seq = layout.blocks_for_tokens(max_model_len) as u64 * layout.bytes_per_block();
+        let budget = cfg.kv_cache_memory.unwrap_or(per_seq * cfg.max_num_seqs as u64);
+        let num_blocks = layout.require_blocks_for_budget(budget)?;
+        if (num_blocks as u64) * layout.bytes_per_block() < per_seq {
+            return Err(EngineError::Config(format!(
+                "--kv-cache-memory {} holds {} tokens, less than one sequence of -c {max_model_len} tokens \
+                 needs ({}); raise --kv-cache-memory to at least {} or lower -c to at most {}",
+                format_bytes(budget),
+                num_blocks * cfg.block_size,
+                format_bytes(per_seq),
+                format_bytes(per_seq),
+                num_blocks * cfg.block_size,
+            )));
+        }
+        let resolved = ResolvedConfig {
+            block_size: cfg.block_size,
+            max_model_len,
+            max_num_seqs: cfg.max_num_seqs,
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_logit_rows: cfg.max_logit_rows.unwrap_or(cfg.max_num_seqs).max(cfg.max_num_seqs),
+            kv_cache_memory: budget,
+            num_blocks,
+            kv_cache_dtype: KvDtype::F16,
+            kv_bytes_per_token: layout.bytes_per_token(),
+        };
+        Ok((resolved, layout))
+    }
+}

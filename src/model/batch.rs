@@ -1,0 +1,168 @@
+//! The model's input and output for one step, as plain data.
+
+use crate::kernels::attention::{partitions, query_tile};
+use crate::kernels::{SeqInfo, StepInfo, StepShape};
+
+/// Which of a sequence chunk's tokens get logits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// None (a prefill chunk that is not the prompt's last).
+    None,
+    /// The last token only (sampling the next token).
+    Last,
+    /// Tokens `range` of the chunk (perplexity scoring).
+    Range(std::ops::Range<usize>),
+}
+
+/// One sequence's share of a step: the tokens it computes now, and where they go.
+#[derive(Clone, Debug)]
+pub struct SeqChunk<'a> {
+    /// Token ids computed in this step. [q_len]
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`; earlier positions are already in the KV cache.
+    pub start_pos: usize,
+    /// The sequence's block table, covering at least `start_pos + tokens.len()` slots.
+    pub block_table: &'a [u32],
+    pub logits: LogitsWanted,
+}
+
+/// Everything one forward step uploads: token ids, positions, slot mapping, sequence records,
+/// block tables, the prefill tile list and the rows that get logits. Built once per step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForwardBatch {
+    /// [num_tokens]
+    pub token_ids: Vec<u32>,
+    /// [num_tokens]
+    pub positions: Vec<u32>,
+    /// [num_tokens] slot = block_id × block_size + offset
+    pub slot_mapping: Vec<u32>,
+    /// [num_seqs] decode sequences (one query token) first
+    pub seqs: Vec<SeqInfo>,
+    /// concatenated block tables of `seqs`
+    pub block_tables: Vec<u32>,
+    /// [num_prefill_tiles] (sequence index, first query index of the tile)
+    pub prefill_tiles: Vec<[u32; 2]>,
+    /// [num_logits] token rows whose logits are computed, in chunk order
+    pub logit_rows: Vec<u32>,
+    /// [num_logits] index (into the `chunks` given to `new`) of the chunk each logit row is from
+    pub logit_chunks: Vec<usize>,
+}
+
+impl ForwardBatch {
+    /// Lays out a step. Chunks are reordered so decode chunks (one token) come first, as the
+    /// attention kernels expect; `logit_chunks` maps each logit row back to its chunk.
+    #[track_caller]
+    pub fn new(chunks: &[SeqChunk<'_>], block_size: usize, head_dim: u32) -> Self {
+        let qt = query_tile(head_dim) as usize;
+        let mut order: Vec<usize> = (0..chunks.len()).collect();
+        order.sort_by_key(|&i| chunks[i].tokens.len() != 1);
+        let mut b = ForwardBatch::default();
+        for (si, &ci) in order.iter().enumerate() {
+            let c = &chunks[ci];
+            let q_len = c.tokens.len();
+            assert!(q_len > 0, "a sequence chunk needs at least one token");
+            let end = c.start_pos + q_len;
+            assert!(
+                c.block_table.len() * block_size >= end,
+                "block table too short for {end} tokens"
+            );
+            let q_start = b.token_ids.len();
+            b.seqs.push(SeqInfo {
+                q_start: q_start as u32,
+                q_len: q_len as u32,
+                ctx_len: end as u32,
+                table_start: b.block_tables.len() as u32,
+            });
+            b.block_tables.extend_from_slice(&c.block_table[..end.div_ceil(block_size)]);
+            for (i, &tok) in c.tokens.iter().enumerate() {
+                let pos = c.start_pos + i;
+                b.token_ids.push(tok);
+                b.positions.push(pos as u32);
+                b.slot_mapping.push(
+                    c.block_table[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
+                );
+            }
+            if q_len > 1 {
+                for q0 in (0..q_len).step_by(qt) {
+                    b.prefill_tiles.push([si as u32, q0 as u32]);
+                }
+            }
+        }
+        // logit rows in the caller's chunk order
+        for (ci, c) in chunks.iter().enumerate() {
+            let si = order.iter().position(|&o| o == ci).expect("chunk in order");
+            let q_start = b.seqs[si].q_start as usize;
+            let range = match &c.logits {
+                LogitsWanted::None => 0..0,
+                LogitsWanted::Last => c.tokens.len() - 1..c.tokens.len(),
+                LogitsWanted::Range(r) => r.clone(),
+            };
+            for i in range {
+                b.logit_rows.push((q_start + i) as u32);
+                b.logit_chunks.push(ci);
+            }
+        }
+        b
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    pub fn num_decode_seqs(&self) -> usize {
+        self.seqs.iter().take_while(|s| s.q_len == 1).count()
+    }
+
+    /// The counts every kernel reads from the step uniform.
+    pub fn step_info(&self) -> StepInfo {
+        StepInfo {
+            num_tokens: self.token_ids.len() as u32,
+            num_logits: self.logit_rows.len() as u32,
+            num_seqs: self.seqs.len() as u32,
+            num_decode_seqs: self.num_decode_seqs() as u32,
+            num_prefill_tiles: self.prefill_tiles.len() as u32,
+            _pad: [0; 3],
+        }
+    }
+
+    /// The host-side numbers the dispatch sizes come from.
+    pub fn shape(&self) -> StepShape {
+        let decode = &self.seqs[..self.num_decode_seqs()];
+        StepShape {
+            num_tokens: self.token_ids.len() as u32,
+            num_logits: self.logit_rows.len() as u32,
+            num_decode_seqs: decode.len() as u32,
+            max_decode_partitions: decode.iter().map(|s| partitions(s.ctx_len)).max().unwrap_or(0),
+            num_prefill_tiles: self.prefill_tiles.len() as u32,
+        }
+    }
+}
+
+/// Logits of one step. [num_logits, vocab]
+#[derive(Clone, Debug, Default)]
+pub struct Logits {
+    pub vocab: usize,
+    pub data: Vec<f32>,
+    /// Chunk index (as given to [`ForwardBatch::new`]) of each row.
+    pub chunks: Vec<usize>,
+    /// GPU time of the step, when it was measured.
+    pub timing: Option<StepTiming>,
+}
+
+impl Logits {
+    /// Row `i`. [vocab]
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+/// GPU time of one step from timestamp queries, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StepTiming {
+    pub attention_ms: f64,
+    pub total_ms: f64,
+}

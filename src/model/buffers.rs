@@ -1,0 +1,179 @@
+//! Buffers allocated once at load: per-step inputs, activations, and the paged KV pool.
+
+use super::{ForwardBatch, ModelError, ModelOptions};
+use crate::gpu::Gpu;
+use crate::kernels::attention::{partials_bytes, partitions};
+use crate::kernels::{SeqInfo, StepInfo};
+use crate::loader::ModelConfig;
+
+/// The small inputs rewritten every step.
+pub(super) struct StepBuffers {
+    /// StepInfo (uniform)
+    pub step: wgpu::Buffer,
+    /// [max_tokens] u32
+    pub token_ids: wgpu::Buffer,
+    /// [max_tokens] u32
+    pub positions: wgpu::Buffer,
+    /// [max_tokens] u32
+    pub slot_mapping: wgpu::Buffer,
+    /// [max_seqs] SeqInfo
+    pub seqs: wgpu::Buffer,
+    /// [block_table_capacity] u32
+    pub block_tables: wgpu::Buffer,
+    /// [tile_capacity] (seq index, first query) u32 pairs
+    pub tiles: wgpu::Buffer,
+    /// [max_logit_rows] u32
+    pub logit_rows: wgpu::Buffer,
+    pub block_table_capacity: usize,
+    pub tile_capacity: usize,
+}
+
+impl StepBuffers {
+    pub fn new(gpu: &Gpu, o: &ModelOptions) -> Self {
+        let u32s = |label: &str, n: usize| gpu.storage_buffer(label, (n.max(1) * 4) as u64);
+        let block_table_capacity = o.max_num_seqs * o.max_model_len.div_ceil(o.block_size);
+        // every sequence can leave one partial tile, the rest are full tiles of ≥ 8 queries
+        let tile_capacity = o.max_num_seqs + o.max_num_batched_tokens.div_ceil(8);
+        StepBuffers {
+            step: gpu.uniform_buffer_init("step info", bytemuck::bytes_of(&StepInfo::default())),
+            token_ids: u32s("token ids", o.max_num_batched_tokens),
+            positions: u32s("positions", o.max_num_batched_tokens),
+            slot_mapping: u32s("slot mapping", o.max_num_batched_tokens),
+            seqs: gpu.storage_buffer(
+                "seq infos",
+                (o.max_num_seqs * std::mem::size_of::<SeqInfo>()) as u64,
+            ),
+            block_tables: u32s("block tables", block_table_capacity),
+            tiles: u32s("prefill tiles", 2 * tile_capacity),
+            logit_rows: u32s("logit rows", o.max_logit_rows),
+            block_table_capacity,
+            tile_capacity,
+        }
+    }
+
+    /// Writes the batch's inputs (sizes already checked against the capacities).
+    pub fn upload(&self, gpu: &Gpu, b: &ForwardBatch) {
+        let q = &gpu.queue;
+        q.write_buffer(&self.step, 0, bytemuck::bytes_of(&b.step_info()));
+        let write = |buf: &wgpu::Buffer, data: &[u32]| {
+            if !data.is_empty() {
+                q.write_buffer(buf, 0, bytemuck::cast_slice(data));
+            }
+        };
+        write(&self.token_ids, &b.token_ids);
+        write(&self.positions, &b.positions);
+        write(&self.slot_mapping, &b.slot_mapping);
+        write(&self.block_tables, &b.block_tables);
+        write(&self.tiles, bytemuck::cast_slice(&b.prefill_tiles));
+        write(&self.logit_rows, &b.logit_rows);
+        if !b.seqs.is_empty() {
+            q.write_buffer(&self.seqs, 0, bytemuck::cast_slice(&b.seqs));
+        }
+    }
+}
+
+/// Activations, sized for the largest step.
+pub(super) struct Activations {
+    /// [max_tokens, hidden] residual stream
+    pub hidden: wgpu::Buffer,
+    /// [max_tokens, hidden] normed input of a sub-layer
+    pub normed: wgpu::Buffer,
+    /// [max_tokens, (heads + 2 kv_heads) · head_dim] fused Q, K, V
+    pub qkv: wgpu::Buffer,
+    /// [max_tokens, heads · head_dim]
+    pub attn: wgpu::Buffer,
+    /// [max_tokens, 2 · ffn] fused gate and up projections
+    pub gate_up: wgpu::Buffer,
+    /// [max_tokens, ffn]
+    pub ffn: wgpu::Buffer,
+    /// [max_logit_rows, hidden] final-normed rows that get logits
+    pub logits_in: wgpu::Buffer,
+    /// [max_logit_rows, vocab]
+    pub logits: wgpu::Buffer,
+    /// MAP_READ copy of `logits`
+    pub logits_staging: wgpu::Buffer,
+    /// [max_seqs, heads, max_partitions, head_dim + 2] decode split-K partials
+    pub partials: wgpu::Buffer,
+    /// [max_model_len, head_dim / 2] (cos, sin)
+    pub rope_table: wgpu::Buffer,
+}
+
+impl Activations {
+    pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions, rope_table: &[[f32; 2]]) -> Self {
+        let f32s = |label: &str, rows: usize, cols: usize| {
+            gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)
+        };
+        let t = o.max_num_batched_tokens;
+        let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        let logits_bytes = (o.max_logit_rows.max(1) * c.vocab_size * 4) as u64;
+        Activations {
+            hidden: f32s("hidden", t, c.hidden_size),
+            normed: f32s("normed", t, c.hidden_size),
+            qkv: f32s("qkv", t, qkv),
+            attn: f32s("attention out", t, c.num_heads * c.head_dim),
+            gate_up: f32s("gate_up", t, 2 * c.intermediate_size),
+            ffn: f32s("ffn", t, c.intermediate_size),
+            logits_in: f32s("logits in", o.max_logit_rows, c.hidden_size),
+            logits: gpu.storage_buffer("logits", logits_bytes),
+            logits_staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("logits staging"),
+                size: logits_bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            partials: gpu.storage_buffer(
+                "decode partials",
+                partials_bytes(
+                    o.max_num_seqs as u32,
+                    c.num_heads as u32,
+                    partitions(o.max_model_len as u32),
+                    c.head_dim as u32,
+                ),
+            ),
+            rope_table: gpu.storage_buffer_init("rope table", bytemuck::cast_slice(rope_table)),
+        }
+    }
+}
+
+/// The paged KV pool on the GPU: per layer one K and one V buffer of
+/// [num_blocks, kv_heads, block_size, head_dim / 2] u32 (two f16 per word).
+/// Block ids address the same slot range in every layer.
+pub struct KvPool {
+    pub k: Vec<wgpu::Buffer>,
+    pub v: Vec<wgpu::Buffer>,
+    pub num_blocks: usize,
+    pub block_size: usize,
+    /// Bytes of all K and V buffers together.
+    pub bytes: u64,
+}
+
+impl KvPool {
+    pub(super) fn new(
+        gpu: &Gpu,
+        c: &ModelConfig,
+        o: &ModelOptions,
+        max_binding: u64,
+    ) -> Result<Self, ModelError> {
+        let per_layer = (o.num_blocks * c.num_kv_heads * o.block_size * c.head_dim * 2) as u64;
+        if per_layer > max_binding {
+            return Err(ModelError::KvPoolTooLarge {
+                bytes: per_layer,
+                blocks: o.num_blocks,
+                limit: max_binding,
+            });
+        }
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        for layer in 0..c.num_layers {
+            k.push(gpu.storage_buffer(&format!("kv pool K layer {layer}"), per_layer));
+            v.push(gpu.storage_buffer(&format!("kv pool V layer {layer}"), per_layer));
+        }
+        Ok(KvPool {
+            k,
+            v,
+            num_blocks: o.num_blocks,
+            block_size: o.block_size,
+            bytes: 2 * per_layer * c.num_layers as u64,
+        })
+    }
+}

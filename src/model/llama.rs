@@ -1,0 +1,357 @@
+//! The Llama family (Llama 2/3, SmolLM2, Mistral without window, Qwen2 with QKV bias) as a flat
+//! list of dispatches:
+//!
+//! ```text
+//! hidden = embed(tokens)
+//! per layer:  normed = rms_norm(hidden)            · attn_norm
+//!             qkv    = normed · [Wq|Wk|Wv]ᵀ (+ bias)   one fused linear when the types agree
+//!             rope(q, k)                              pairs per ModelConfig::rope_style
+//!             kv_write(k, v → pool[layer])            through the slot mapping
+//!             attn   = paged_attention(q, pool[layer])
+//!             hidden += attn · Woᵀ
+//!             normed = rms_norm(hidden)            · ffn_norm
+//!             gate_up = normed · [Wgate|Wup]ᵀ
+//!             ffn    = silu(gate) · up
+//!             hidden += ffn · Wdownᵀ
+//! logits_in = rms_norm(hidden[logit_rows]) · output_norm
+//! logits    = logits_in · Woutᵀ                       Wout = token_embd when tied (no output.weight)
+//! ```
+
+use std::sync::Arc;
+
+use super::buffers::{Activations, KvPool, StepBuffers};
+use super::weights::{self, fused, gpu_bytes, matrix, FusedPart};
+use super::{Model, ModelError, ModelOptions, Op};
+use crate::gpu::Gpu;
+use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, MAX_HEAD_DIM};
+use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::kv_write::KvWriteOp;
+use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use crate::kernels::rms_norm::{NormRows, RmsNormOp};
+use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use crate::kernels::silu_mul::SiluMulOp;
+use crate::kernels::Kernels;
+use crate::loader::{ModelConfig, ModelFile, RopeStyle};
+
+fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
+    let bad = |m: String| Err(ModelError::Unsupported(m));
+    if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 {
+        return bad(format!(
+            "hidden size {} and FFN size {} must be multiples of 32 for the GPU kernels",
+            c.hidden_size, c.intermediate_size
+        ));
+    }
+    if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
+        return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
+    }
+    if o.block_size == 0
+        || o.max_model_len == 0
+        || o.max_num_batched_tokens == 0
+        || o.max_num_seqs == 0
+    {
+        return bad(
+            "block size, context length, batch tokens and sequences must all be at least 1".into(),
+        );
+    }
+    if o.num_blocks == 0 {
+        return bad("the KV pool needs at least one block; raise --kv-cache-memory".into());
+    }
+    Ok(())
+}
+
+pub(super) fn load(
+    gpu: Arc<Gpu>,
+    kernels: &Kernels,
+    file: &ModelFile,
+    options: ModelOptions,
+) -> Result<Model, ModelError> {
+    let c = file.config().clone();
+    validate(&c, &options)?;
+    let max_binding = kernels.config.max_binding_bytes;
+    let table = rope_table(c.head_dim, f64::from(c.rope_theta), options.max_model_len);
+    let step = StepBuffers::new(&gpu, &options);
+    let act = Activations::new(&gpu, &c, &options, &table);
+    let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
+    let b = Builder {
+        gpu: &gpu,
+        kernels,
+        file,
+        c: &c,
+        o: &options,
+        step: &step,
+        act: &act,
+        kv: &kv,
+        max_binding,
+    };
+    let (ops, weight_bytes) = b.build()?;
+    Ok(Model { gpu, config: c, options, ops, step, act, kv, weight_bytes, timer: None })
+}
+
+struct Builder<'a> {
+    gpu: &'a Gpu,
+    kernels: &'a Kernels,
+    file: &'a ModelFile,
+    c: &'a ModelConfig,
+    o: &'a ModelOptions,
+    step: &'a StepBuffers,
+    act: &'a Activations,
+    kv: &'a KvPool,
+    max_binding: u64,
+}
+
+impl Builder<'_> {
+    fn layout(&self) -> QkvLayout {
+        QkvLayout {
+            num_heads: self.c.num_heads as u32,
+            num_kv_heads: self.c.num_kv_heads as u32,
+            head_dim: self.c.head_dim as u32,
+        }
+    }
+
+    fn build(&self) -> Result<(Vec<Op>, u64), ModelError> {
+        let (c, gpu, act) = (self.c, self.gpu, self.act);
+        let hidden = c.hidden_size;
+        let embd =
+            matrix(gpu, self.file, "token_embd.weight", c.vocab_size, hidden, self.max_binding)?;
+        let mut bytes = gpu_bytes(&embd);
+        let mut ops = vec![Op::Embedding(EmbeddingOp::new(
+            gpu,
+            self.kernels,
+            &embd,
+            &self.step.step,
+            &self.step.token_ids,
+            &act.hidden,
+            hidden as u32,
+            1.0,
+        ))];
+        let progress =
+            indicatif::ProgressBar::new(c.num_layers as u64).with_message("uploading layers");
+        for layer in 0..c.num_layers {
+            bytes += self.layer(layer, &mut ops)?;
+            progress.inc(1);
+        }
+        progress.finish_and_clear();
+        let norm = weights::vector(self.file, "output_norm.weight", hidden)?;
+        let norm = gpu.storage_buffer_init("output_norm", bytemuck::cast_slice(&norm));
+        ops.push(Op::RmsNorm(RmsNormOp::new(
+            gpu,
+            self.kernels,
+            "output_norm",
+            &self.step.step,
+            &act.hidden,
+            &norm,
+            &act.logits_in,
+            hidden as u32,
+            c.rms_norm_eps,
+            NormRows::Gather(&self.step.logit_rows),
+        )));
+        let head = if self.file.has_tensor("output.weight") {
+            let w =
+                matrix(gpu, self.file, "output.weight", c.vocab_size, hidden, self.max_binding)?;
+            bytes += gpu_bytes(&w);
+            w
+        } else {
+            embd
+        };
+        ops.push(Op::Linear(self.linear(
+            "lm_head",
+            &head,
+            &act.logits_in,
+            &act.logits,
+            0,
+            None,
+            false,
+            TokenRows::Logits,
+        )));
+        Ok((ops, bytes))
+    }
+
+    /// Appends one transformer layer's ops; returns the bytes of its weights.
+    fn layer(&self, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
+        let (c, gpu, act, k) = (self.c, self.gpu, self.act, self.kernels);
+        let name = |t: &str| format!("blk.{l}.{t}");
+        let hidden = c.hidden_size;
+        let layout = self.layout();
+        let mut bytes = 0;
+        let bias = |t: &str| c.attention_bias.then(|| name(&format!("{t}.bias")));
+        let qkv_tensors = [
+            (name("attn_q.weight"), c.num_heads * c.head_dim, bias("attn_q")),
+            (name("attn_k.weight"), c.num_kv_heads * c.head_dim, bias("attn_k")),
+            (name("attn_v.weight"), c.num_kv_heads * c.head_dim, bias("attn_v")),
+        ];
+        let qkv = fused(gpu, self.file, &name("attn_qkv"), &qkv_tensors, hidden, self.max_binding)?;
+        let o = matrix(
+            gpu,
+            self.file,
+            &name("attn_output.weight"),
+            hidden,
+            c.num_heads * c.head_dim,
+            self.max_binding,
+        )?;
+        let ffn = c.intermediate_size;
+        let gate_up_tensors =
+            [(name("ffn_gate.weight"), ffn, None), (name("ffn_up.weight"), ffn, None)];
+        let gate_up = fused(
+            gpu,
+            self.file,
+            &name("ffn_gate_up"),
+            &gate_up_tensors,
+            hidden,
+            self.max_binding,
+        )?;
+        let down = matrix(gpu, self.file, &name("ffn_down.weight"), hidden, ffn, self.max_binding)?;
+        for w in qkv.iter().chain(&gate_up).map(|p| &p.weight).chain([&o, &down]) {
+            bytes += gpu_bytes(w);
+        }
+
+        ops.push(self.norm(l, "attn_norm")?);
+        self.fused_ops(&name("qkv"), &qkv, layout.stride(), &act.qkv, ops);
+        let pairs = match c.rope_style {
+            RopeStyle::Interleaved => RopePairs::Interleaved,
+            RopeStyle::Neox => RopePairs::Neox,
+        };
+        let s = self.step;
+        ops.push(Op::Rope(RopeOp::new(
+            gpu,
+            k,
+            &s.step,
+            &act.qkv,
+            &s.positions,
+            &act.rope_table,
+            layout,
+            pairs,
+        )));
+        let (kp, vp) = (&self.kv.k[l], &self.kv.v[l]);
+        let bs = self.o.block_size as u32;
+        ops.push(Op::KvWrite(KvWriteOp::new(
+            gpu,
+            k,
+            &s.step,
+            &act.qkv,
+            &s.slot_mapping,
+            kp,
+            vp,
+            layout,
+            bs,
+        )));
+        let io = AttentionIo {
+            step: &s.step,
+            qkv: &act.qkv,
+            k_pool: kp,
+            v_pool: vp,
+            seqs: &s.seqs,
+            block_tables: &s.block_tables,
+            prefill_tiles: &s.tiles,
+            partials: &act.partials,
+            out: &act.attn,
+        };
+        let parts = partitions(self.o.max_model_len as u32);
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, io)));
+        ops.push(Op::Linear(self.linear(
+            &name("attn_output"),
+            &o,
+            &act.attn,
+            &act.hidden,
+            0,
+            None,
+            true,
+            TokenRows::Step,
+        )));
+        ops.push(self.norm(l, "ffn_norm")?);
+        self.fused_ops(&name("gate_up"), &gate_up, 2 * ffn as u32, &act.gate_up, ops);
+        ops.push(Op::SiluMul(SiluMulOp::new(gpu, k, &s.step, &act.gate_up, &act.ffn, ffn as u32)));
+        ops.push(Op::Linear(self.linear(
+            &name("ffn_down"),
+            &down,
+            &act.ffn,
+            &act.hidden,
+            0,
+            None,
+            true,
+            TokenRows::Step,
+        )));
+        Ok(bytes)
+    }
+
+    fn norm(&self, l: usize, which: &str) -> Result<Op, ModelError> {
+        let name = format!("blk.{l}.{which}.weight");
+        let w = weights::vector(self.file, &name, self.c.hidden_size)?;
+        let w = self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&w));
+        Ok(Op::RmsNorm(RmsNormOp::new(
+            self.gpu,
+            self.kernels,
+            &name,
+            &self.step.step,
+            &self.act.hidden,
+            &w,
+            &self.act.normed,
+            self.c.hidden_size as u32,
+            self.c.rms_norm_eps,
+            NormRows::Step,
+        )))
+    }
+
+    /// One linear op per part of a fused projection from `normed` into `out` (row stride `stride`).
+    fn fused_ops(
+        &self,
+        label: &str,
+        parts: &[FusedPart],
+        stride: u32,
+        out: &wgpu::Buffer,
+        ops: &mut Vec<Op>,
+    ) {
+        for p in parts {
+            let op = LinearOp::new(
+                self.gpu,
+                self.kernels,
+                label,
+                &p.weight,
+                LinearIo {
+                    step: &self.step.step,
+                    x: &self.act.normed,
+                    x_stride: self.c.hidden_size as u32,
+                    x_offset: 0,
+                    out,
+                    out_stride: stride,
+                    out_offset: p.out_offset,
+                    bias: p.bias.as_ref(),
+                    accumulate: false,
+                    rows: TokenRows::Step,
+                },
+            );
+            ops.push(Op::Linear(op));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &self,
+        label: &str,
+        w: &crate::kernels::GpuWeight,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        out_offset: u32,
+        bias: Option<&wgpu::Buffer>,
+        accumulate: bool,
+        rows: TokenRows,
+    ) -> LinearOp {
+        LinearOp::new(
+            self.gpu,
+            self.kernels,
+            label,
+            w,
+            LinearIo {
+                step: &self.step.step,
+                x,
+                x_stride: w.cols as u32,
+                x_offset: 0,
+                out,
+                out_stride: w.rows as u32,
+                out_offset,
+                bias,
+                accumulate,
+                rows,
+            },
+        )
+    }
+}

@@ -1,0 +1,120 @@
+//! Reading tensors from a model file onto the GPU.
+
+use super::ModelError;
+use crate::gpu::Gpu;
+use crate::kernels::{GpuWeight, WeightFormat};
+use crate::loader::{ModelFile, TensorView};
+use crate::quant::{dequantize_row, GgmlType};
+
+/// The kernels' weight format for a file tensor type, if they read it.
+pub fn weight_format(t: &TensorView<'_>) -> Result<WeightFormat, ModelError> {
+    let f = match t.dtype {
+        GgmlType::F32 => WeightFormat::F32,
+        GgmlType::F16 => WeightFormat::F16,
+        GgmlType::BF16 => WeightFormat::Bf16,
+        GgmlType::Q8_0 => WeightFormat::Q8_0,
+        GgmlType::Q4_0 => WeightFormat::Q4_0,
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        other => {
+            return Err(ModelError::UnsupportedWeight {
+                tensor: t.name.clone(),
+                dtype: other.name().to_string(),
+            })
+        }
+    };
+    Ok(f)
+}
+
+fn check_shape(t: &TensorView<'_>, expected: &[usize]) -> Result<(), ModelError> {
+    if t.shape != expected {
+        return Err(ModelError::BadShape {
+            tensor: t.name.clone(),
+            shape: t.shape.clone(),
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// A vector (norm weight, bias) as f32. [len]
+pub fn vector(file: &ModelFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[len])?;
+    let mut out = vec![0.0f32; len];
+    dequantize_row(t.dtype, t.data, &mut out)
+        .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
+    Ok(out)
+}
+
+/// A matrix [rows, cols] on the GPU.
+pub fn matrix(
+    gpu: &Gpu,
+    file: &ModelFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[rows, cols])?;
+    Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, rows, cols, t.data, max_binding)?)
+}
+
+/// One weight of a fused projection (e.g. Q|K|V) and where its rows land in the output row.
+pub struct FusedPart {
+    pub weight: GpuWeight,
+    /// Output column of the part's first row.
+    pub out_offset: u32,
+    /// [rows] bias of this part, when the model has one.
+    pub bias: Option<wgpu::Buffer>,
+}
+
+/// Matrices that share their input, stacked by rows into one output row: consecutive tensors
+/// of the same type become one weight (one dispatch); a type change starts a new part.
+/// `tensors`: (name, rows, optional bias name); all have `cols` columns.
+pub fn fused(
+    gpu: &Gpu,
+    file: &ModelFile,
+    label: &str,
+    tensors: &[(String, usize, Option<String>)],
+    cols: usize,
+    max_binding: u64,
+) -> Result<Vec<FusedPart>, ModelError> {
+    let mut parts = Vec::new();
+    let mut out_offset = 0usize;
+    let mut i = 0;
+    while i < tensors.len() {
+        let first = file.tensor(&tensors[i].0)?;
+        let format = weight_format(&first)?;
+        let mut data = Vec::new();
+        let mut bias = Vec::new();
+        let mut rows = 0;
+        let mut j = i;
+        while j < tensors.len() {
+            let (name, r, bias_name) = &tensors[j];
+            let t = file.tensor(name)?;
+            if weight_format(&t)? != format {
+                break;
+            }
+            check_shape(&t, &[*r, cols])?;
+            data.extend_from_slice(t.data);
+            if let Some(b) = bias_name {
+                bias.extend(vector(file, b, *r)?);
+            }
+            rows += r;
+            j += 1;
+        }
+        let weight = GpuWeight::upload(gpu, label, format, rows, cols, &data, max_binding)?;
+        let bias =
+            (!bias.is_empty()).then(|| gpu.storage_buffer_init(label, bytemuck::cast_slice(&bias)));
+        parts.push(FusedPart { weight, out_offset: out_offset as u32, bias });
+        out_offset += rows;
+        i = j;
+    }
+    Ok(parts)
+}
+
+/// Bytes a weight occupies on the GPU.
+pub fn gpu_bytes(w: &GpuWeight) -> u64 {
+    w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum()
+}

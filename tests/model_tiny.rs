@@ -1,0 +1,209 @@
+//! The whole model on the GPU against an independent CPU forward pass: the float64 numpy
+//! implementation of HF Llama in `assets/tiny-llama/make_tiny_llama.py`, whose logits are in
+//! `golden.json`. Covers the HF safetensors directory (NEOX RoPE), the f32 GGUF (llama.cpp's
+//! permuted Q/K, interleaved RoPE) and the mixed-quant GGUF (Q8_0, Q4_0, Q4_1, F16), through
+//! one prefill, chunked prefill, and prefill + decode steps, with shuffled block tables.
+
+mod common;
+
+use common::*;
+use kvrun::loader::ModelFile;
+use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
+use rand::seq::SliceRandom;
+use std::path::PathBuf;
+
+struct Golden {
+    tokens: Vec<u32>,
+    vocab: usize,
+    /// variant → [40, vocab]
+    logits: std::collections::HashMap<String, Vec<f32>>,
+}
+
+fn golden() -> Golden {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/golden.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let tokens =
+        v["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let vocab = v["logits_shape"][1].as_u64().unwrap() as usize;
+    let logits = v["logits"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, rows)| {
+            let flat: Vec<f32> = rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| {
+                    r.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap() as f32)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            (k.clone(), flat)
+        })
+        .collect();
+    Golden { tokens, vocab, logits }
+}
+
+fn load(rel: &str, block_size: usize) -> Option<(Model, ModelFile)> {
+    let t = gpu()?;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama").join(rel);
+    let file = ModelFile::open(&path).unwrap();
+    let options = ModelOptions {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 4,
+        max_logit_rows: 64,
+        max_model_len: 128,
+        block_size,
+        num_blocks: 2 * 128usize.div_ceil(block_size) + 3,
+    };
+    let model = Model::load(t.gpu.clone(), &t.kernels, &file, options).unwrap();
+    Some((model, file))
+}
+
+/// A shuffled block table covering 128 tokens.
+fn table(block_size: usize, seed: u64) -> Vec<u32> {
+    let n = 128usize.div_ceil(block_size);
+    let mut ids: Vec<u32> = (0..(2 * n + 3) as u32).collect();
+    ids.shuffle(&mut rng(seed));
+    ids.truncate(n);
+    ids
+}
+
+/// Runs the golden tokens through the model in `chunks` (lengths), returning [40, vocab] logits.
+fn run_chunks(
+    model: &mut Model,
+    tokens: &[u32],
+    chunks: &[usize],
+    block_size: usize,
+    seed: u64,
+) -> Vec<f32> {
+    let table = table(block_size, seed);
+    let mut out = Vec::new();
+    let mut pos = 0;
+    for &n in chunks {
+        let chunk = SeqChunk {
+            tokens: &tokens[pos..pos + n],
+            start_pos: pos,
+            block_table: &table,
+            logits: LogitsWanted::Range(0..n),
+        };
+        let batch = ForwardBatch::new(&[chunk], block_size, model.config().head_dim as u32);
+        out.extend(model.forward(&batch).unwrap().data);
+        pos += n;
+    }
+    assert_eq!(pos, tokens.len());
+    out
+}
+
+/// Logits of a float64 reference vs the GPU (f32 math, f16 KV cache): logits here have a
+/// spread of ~2; f16 rounding of K/V (rel 5e-4) and f32 sums keep errors near 1e-3, so 1e-2
+/// absolute plus 1e-2 relative flags any real bug (a wrong rope pair or head mapping moves
+/// logits by ~0.1–1) without tripping on rounding.
+fn check(what: &str, got: &[f32], want: &[f32], vocab: usize) {
+    assert_close(what, got, want, 1e-2, 1e-2);
+    for (i, (g, w)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+        let am = |r: &[f32]| r.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        let (ga, wa) = (am(g), am(w));
+        assert!(
+            ga == wa || (w[ga] - w[wa]).abs() < 1e-2,
+            "{what}: position {i} argmax {ga} vs reference {wa}"
+        );
+    }
+}
+
+#[test]
+fn gpu_logits_match_independent_cpu_forward_for_all_three_files() {
+    let g = golden();
+    for (rel, variant) in
+        [("hf", "hf_f32"), ("tiny-llama-f32.gguf", "hf_f32"), ("tiny-llama-q.gguf", "gguf_q")]
+    {
+        let Some((mut model, _)) = load(rel, 16) else { return };
+        let got = run_chunks(&mut model, &g.tokens, &[40], 16, 1);
+        check(&format!("{rel} one prefill"), &got, &g.logits[variant], g.vocab);
+    }
+}
+
+#[test]
+fn chunked_prefill_and_decode_steps_match_across_block_sizes() {
+    let g = golden();
+    for (i, bs) in [1usize, 16, 64].into_iter().enumerate() {
+        let Some((mut model, _)) = load("tiny-llama-q.gguf", bs) else { return };
+        let want = &g.logits["gguf_q"];
+        let one = run_chunks(&mut model, &g.tokens, &[40], bs, 10 + i as u64);
+        check(&format!("block {bs} prefill"), &one, want, g.vocab);
+        let chunked = run_chunks(&mut model, &g.tokens, &[13, 13, 14], bs, 20 + i as u64);
+        check(&format!("block {bs} chunked prefill"), &chunked, want, g.vocab);
+        let mut steps = vec![25];
+        steps.extend(std::iter::repeat_n(1, 15));
+        let decoded = run_chunks(&mut model, &g.tokens, &steps, bs, 30 + i as u64);
+        check(&format!("block {bs} prefill + 15 decode steps"), &decoded, want, g.vocab);
+        // Batch invariance: a token's logits do not depend on how its step was composed.
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&one) == bits(&chunked),
+            "block {bs}: chunked prefill is not bit-identical to one prefill"
+        );
+        assert!(
+            bits(&one) == bits(&decoded),
+            "block {bs}: decode steps are not bit-identical to prefill"
+        );
+    }
+}
+
+/// Two sequences in one step (a decode next to a prefill chunk) give each the logits it gets
+/// alone.
+#[test]
+fn mixed_batch_equals_sequences_alone() {
+    let g = golden();
+    let Some((mut model, _)) = load("tiny-llama-q.gguf", 16) else { return };
+    let hd = model.config().head_dim as u32;
+    // B takes the pool's last 8 blocks (in reverse), A a shuffled table without them.
+    let n_blocks = model.options().num_blocks as u32;
+    let tb: Vec<u32> = (0..8).map(|i| n_blocks - 1 - i).collect();
+    let mut ta: Vec<u32> = (0..n_blocks - 8).collect();
+    ta.shuffle(&mut rng(40));
+    // A: prefill 30 tokens; B: prefill 20 tokens.
+    let a0 = SeqChunk {
+        tokens: &g.tokens[..30],
+        start_pos: 0,
+        block_table: &ta,
+        logits: LogitsWanted::None,
+    };
+    let b0 = SeqChunk {
+        tokens: &g.tokens[..20],
+        start_pos: 0,
+        block_table: &tb,
+        logits: LogitsWanted::None,
+    };
+    model.forward(&ForwardBatch::new(&[a0, b0], 16, hd)).unwrap();
+    // one step: A decodes token 30, B prefills 20..40
+    let a1 = SeqChunk {
+        tokens: &g.tokens[30..31],
+        start_pos: 30,
+        block_table: &ta,
+        logits: LogitsWanted::Last,
+    };
+    let b1 = SeqChunk {
+        tokens: &g.tokens[20..40],
+        start_pos: 20,
+        block_table: &tb,
+        logits: LogitsWanted::Range(0..20),
+    };
+    let mixed = model.forward(&ForwardBatch::new(&[a1, b1], 16, hd)).unwrap();
+    assert_eq!(mixed.chunks[0], 0);
+    let alone = run_chunks(&mut model, &g.tokens, &[40], 16, 42);
+    let v = g.vocab;
+    assert_eq!(mixed.row(0), &alone[30 * v..31 * v], "decode next to a prefill differs from alone");
+    for r in 0..20 {
+        assert_eq!(
+            mixed.row(1 + r),
+            &alone[(20 + r) * v..(21 + r) * v],
+            "prefill row {r} next to a decode differs"
+        );
+    }
+}
