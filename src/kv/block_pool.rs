@@ -94,13 +94,8 @@ impl BlockPool {
     /// the caller's bookkeeping, not a user error.
     pub fn incref(&mut self, id: BlockId) {
         let count = &mut self.ref_counts[id as usize];
-        assert!(
-            *count > 0,
-            "incref of free block {id}: share only blocks you hold"
-        );
-        *count = count
-            .checked_add(1)
-            .unwrap_or_else(|| panic!("block {id} has 2^32 owners"));
+        assert!(*count > 0, "incref of free block {id}: share only blocks you hold");
+        *count = count.checked_add(1).unwrap_or_else(|| panic!("block {id} has 2^32 owners"));
     }
 
     /// Drops one owner of a used block; returns `true` when that was the last one and the block
@@ -212,10 +207,7 @@ mod tests {
     fn integrity_names_the_violation() {
         let mut pool = BlockPool::new(4);
         pool.free.push_back(1);
-        assert_eq!(
-            pool.check_integrity(),
-            Err("block 1 is in the free list twice".into())
-        );
+        assert_eq!(pool.check_integrity(), Err("block 1 is in the free list twice".into()));
 
         let mut pool = BlockPool::new(4);
         pool.allocate();

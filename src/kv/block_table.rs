@@ -25,11 +25,7 @@ impl BlockTable {
     /// An empty table. Panics if `block_size` is 0 (a [`super::KvLayout`] never has one).
     pub fn new(block_size: usize) -> Self {
         assert!(block_size > 0, "block_size must be at least 1");
-        BlockTable {
-            blocks: Vec::new(),
-            num_tokens: 0,
-            block_size,
-        }
+        BlockTable { blocks: Vec::new(), num_tokens: 0, block_size }
     }
 
     /// Tokens per block.
@@ -86,9 +82,7 @@ impl BlockTable {
 
     /// Extra blocks this table must claim to hold `new_total_tokens` tokens (0 if it already can).
     pub fn blocks_needed_for(&self, new_total_tokens: usize) -> usize {
-        new_total_tokens
-            .div_ceil(self.block_size)
-            .saturating_sub(self.blocks.len())
+        new_total_tokens.div_ceil(self.block_size).saturating_sub(self.blocks.len())
     }
 
     /// Reserves `n` more token positions (`num_tokens..num_tokens + n`), claiming from `pool` only
@@ -97,10 +91,9 @@ impl BlockTable {
     pub fn append_tokens(&mut self, pool: &mut BlockPool, n: usize) -> Result<(), KvError> {
         let new_total = self.num_tokens + n;
         let needed = self.blocks_needed_for(new_total);
-        let new_blocks = pool.allocate_n(needed).ok_or(KvError::OutOfBlocks {
-            needed,
-            free: pool.num_free(),
-        })?;
+        let new_blocks = pool
+            .allocate_n(needed)
+            .ok_or(KvError::OutOfBlocks { needed, free: pool.num_free() })?;
         self.blocks.extend(new_blocks);
         self.num_tokens = new_total;
         Ok(())
@@ -160,10 +153,7 @@ mod tests {
         let mut table = BlockTable::new(4);
         assert_eq!(table.blocks_needed_for(5), 2);
         table.append_tokens(&mut pool, 5).unwrap();
-        assert_eq!(
-            (table.num_tokens(), table.num_blocks(), table.capacity()),
-            (5, 2, 8)
-        );
+        assert_eq!((table.num_tokens(), table.num_blocks(), table.capacity()), (5, 2, 8));
         table.append_tokens(&mut pool, 3).unwrap(); // fills block 1, claims nothing
         assert_eq!(table.num_blocks(), 2);
         assert_eq!(table.blocks_needed_for(8), 0);
@@ -233,10 +223,7 @@ mod tests {
         let mut child = parent.fork(&mut pool);
         assert_eq!(child.as_slice(), &[0, 1]);
         assert_eq!(child.num_tokens(), 8);
-        assert_eq!(
-            (pool.ref_count(0), pool.ref_count(1), pool.ref_count(2)),
-            (2, 2, 1)
-        );
+        assert_eq!((pool.ref_count(0), pool.ref_count(1), pool.ref_count(2)), (2, 2, 1));
         child.append_tokens(&mut pool, 1).unwrap(); // its own block for position 8
         assert_eq!(child.as_slice(), &[0, 1, 3]);
         assert_ne!(child.slot(8), parent.slot(8));
@@ -249,20 +236,9 @@ mod tests {
 
     #[test]
     fn integrity_catches_wrong_block_count() {
-        let table = BlockTable {
-            blocks: vec![0, 0],
-            num_tokens: 5,
-            block_size: 4,
-        };
-        assert_eq!(
-            table.check_integrity(),
-            Err("block 0 appears twice in one table".into())
-        );
-        let table = BlockTable {
-            blocks: vec![0],
-            num_tokens: 5,
-            block_size: 4,
-        };
+        let table = BlockTable { blocks: vec![0, 0], num_tokens: 5, block_size: 4 };
+        assert_eq!(table.check_integrity(), Err("block 0 appears twice in one table".into()));
+        let table = BlockTable { blocks: vec![0], num_tokens: 5, block_size: 4 };
         assert!(table.check_integrity().unwrap_err().contains("expected 2"));
     }
 }

@@ -13,23 +13,16 @@ const MAX_FRACTION_DIGITS: u32 = 24;
 /// ambiguous. Fractions are exact (no floating point) and the result is rounded down to whole
 /// bytes: `1.5GiB` = 1,610,612,736. O(len).
 pub fn parse_bytes(s: &str) -> Result<u64, KvError> {
-    let fail = |problem| KvError::ByteSize {
-        input: s.to_owned(),
-        problem,
-    };
+    let fail = |problem| KvError::ByteSize { input: s.to_owned(), problem };
     let text = s.trim();
     if text.is_empty() {
         return Err(fail(ByteSizeProblem::Empty));
     }
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let (mantissa, scale) = parse_decimal(number).map_err(fail)?;
     let multiplier = unit_multiplier(unit.trim()).map_err(fail)?;
-    let bytes = mantissa
-        .checked_mul(multiplier)
-        .ok_or(fail(ByteSizeProblem::TooLarge))?
+    let bytes = mantissa.checked_mul(multiplier).ok_or(fail(ByteSizeProblem::TooLarge))?
         / 10u128.pow(scale);
     u64::try_from(bytes).map_err(|_| fail(ByteSizeProblem::TooLarge))
 }
@@ -173,11 +166,7 @@ mod tests {
         for bytes in [1u64, 999, 23_040, 368_640, 6 * GIB, 123_456_789_012] {
             let parsed = parse_bytes(&format_bytes(bytes).replace(' ', "")).unwrap();
             let err = parsed.abs_diff(bytes) as f64 / bytes as f64;
-            assert!(
-                err < 0.005,
-                "{bytes} -> {} -> {parsed}",
-                format_bytes(bytes)
-            );
+            assert!(err < 0.005, "{bytes} -> {} -> {parsed}", format_bytes(bytes));
         }
     }
 }

@@ -76,10 +76,7 @@ pub enum KvError {
         "{num_blocks} KV blocks of {block_size} tokens exceed the 2^32 slots a u32 slot mapping \
          addresses; lower --kv-cache-memory or --block-size"
     )]
-    TooManySlots {
-        num_blocks: usize,
-        block_size: usize,
-    },
+    TooManySlots { num_blocks: usize, block_size: usize },
 
     #[error(
         "KV cache is full: need {needed} more blocks, {free} free; \
@@ -101,16 +98,10 @@ pub enum KvError {
     UnknownSequence(SeqId),
 
     #[error("invalid byte size {input:?}: {problem}")]
-    ByteSize {
-        input: String,
-        problem: ByteSizeProblem,
-    },
+    ByteSize { input: String, problem: ByteSizeProblem },
 
     #[error("unknown --kv-cache-dtype {input:?}; supported: {supported}")]
-    UnknownDtype {
-        input: String,
-        supported: SupportedDtypes,
-    },
+    UnknownDtype { input: String, supported: SupportedDtypes },
 }
 
 /// A plan input that must be non-zero, named by its CLI flag.

@@ -115,13 +115,7 @@ impl KvLayout {
         if !(1..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(KvError::BlockSize { block_size });
         }
-        let layout = KvLayout {
-            num_layers,
-            num_kv_heads,
-            head_dim,
-            block_size,
-            dtype,
-        };
+        let layout = KvLayout { num_layers, num_kv_heads, head_dim, block_size, dtype };
         // Every figure below is at most bytes_per_block, so checking it once makes them all safe.
         let block_bytes = u128::from(dtype.bytes_per_vector(head_dim as u64))
             .checked_mul(2 * num_kv_heads as u128)
@@ -162,8 +156,7 @@ impl KvLayout {
     /// Tokens that fit in `budget_bytes`, counting whole blocks only:
     /// `blocks_for_budget × block_size` (saturating).
     pub fn tokens_for_budget(&self, budget_bytes: u64) -> usize {
-        self.blocks_for_budget(budget_bytes)
-            .saturating_mul(self.block_size)
+        self.blocks_for_budget(budget_bytes).saturating_mul(self.block_size)
     }
 
     /// Like [`KvLayout::blocks_for_budget`], but a budget below one block is an error naming the
@@ -223,13 +216,7 @@ mod tests {
         assert_eq!(l.tokens_for_budget(3 * block + block / 2), 48);
         assert_eq!(l.require_blocks_for_budget(2 * block), Ok(2));
         let err = l.require_blocks_for_budget(1000).unwrap_err();
-        assert_eq!(
-            err,
-            KvError::BudgetTooSmall {
-                budget: 1000,
-                bytes_per_block: 368_640
-            }
-        );
+        assert_eq!(err, KvError::BudgetTooSmall { budget: 1000, bytes_per_block: 368_640 });
         assert!(err.to_string().contains("raise it to at least 368640"));
     }
 
@@ -245,11 +232,7 @@ mod tests {
     #[test]
     fn rejects_bad_shapes() {
         let dims = [(0, 1, 1), (1, 0, 1), (1, 1, 0)];
-        let want = [
-            LayoutDim::NumLayers,
-            LayoutDim::NumKvHeads,
-            LayoutDim::HeadDim,
-        ];
+        let want = [LayoutDim::NumLayers, LayoutDim::NumKvHeads, LayoutDim::HeadDim];
         for ((l, h, d), dim) in dims.into_iter().zip(want) {
             let err = KvLayout::new(l, h, d, 16, KvDtype::F16).unwrap_err();
             assert_eq!(err, KvError::ZeroDim { dim });
@@ -267,10 +250,7 @@ mod tests {
         assert_eq!("F16".parse::<KvDtype>(), Ok(KvDtype::F16));
         assert_eq!(KvDtype::F16.to_string(), "f16");
         let err = "fp8".parse::<KvDtype>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "unknown --kv-cache-dtype \"fp8\"; supported: f16"
-        );
+        assert_eq!(err.to_string(), "unknown --kv-cache-dtype \"fp8\"; supported: f16");
         assert_eq!(KvDtype::F16.bytes_per_vector(64), 128);
     }
 }

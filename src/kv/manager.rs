@@ -29,16 +29,9 @@ impl KvManager {
     /// `u32`). Zero blocks is allowed: every reservation then fails with `OutOfBlocks`.
     pub fn new(layout: KvLayout, num_blocks: usize) -> Result<Self, KvError> {
         if num_blocks as u128 * layout.block_size as u128 > 1u128 << 32 {
-            return Err(KvError::TooManySlots {
-                num_blocks,
-                block_size: layout.block_size,
-            });
+            return Err(KvError::TooManySlots { num_blocks, block_size: layout.block_size });
         }
-        Ok(KvManager {
-            layout,
-            pool: BlockPool::new(num_blocks),
-            tables: HashMap::new(),
-        })
+        Ok(KvManager { layout, pool: BlockPool::new(num_blocks), tables: HashMap::new() })
     }
 
     /// A manager over the whole blocks that fit in `budget_bytes`
@@ -76,8 +69,7 @@ impl KvManager {
         if self.tables.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        self.tables
-            .insert(seq, BlockTable::new(self.layout.block_size));
+        self.tables.insert(seq, BlockTable::new(self.layout.block_size));
         Ok(())
     }
 
@@ -85,10 +77,7 @@ impl KvManager {
     /// (the step's slot mapping for this sequence). Claims blocks only as positions enter them.
     /// All or nothing: on error nothing changed. O(num_new_tokens).
     pub fn reserve(&mut self, seq: SeqId, num_new_tokens: usize) -> Result<Vec<u32>, KvError> {
-        let table = self
-            .tables
-            .get_mut(&seq)
-            .ok_or(KvError::UnknownSequence(seq))?;
+        let table = self.tables.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
         let start = table.num_tokens();
         table.append_tokens(&mut self.pool, num_new_tokens)?;
         Ok(table.slot_mapping(start..start + num_new_tokens))
@@ -101,10 +90,7 @@ impl KvManager {
         if self.tables.contains_key(&child) {
             return Err(KvError::SequenceExists(child));
         }
-        let parent_table = self
-            .tables
-            .get(&parent)
-            .ok_or(KvError::UnknownSequence(parent))?;
+        let parent_table = self.tables.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
         let child_table = parent_table.fork(&mut self.pool);
         self.tables.insert(child, child_table);
         Ok(())
@@ -118,10 +104,7 @@ impl KvManager {
     /// Ends `seq`: drops its references, freeing blocks no other sequence shares. Errors if `seq`
     /// is not live. O(its blocks).
     pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
-        let mut table = self
-            .tables
-            .remove(&seq)
-            .ok_or(KvError::UnknownSequence(seq))?;
+        let mut table = self.tables.remove(&seq).ok_or(KvError::UnknownSequence(seq))?;
         table.release(&mut self.pool);
         Ok(())
     }
@@ -154,9 +137,7 @@ impl KvManager {
         self.pool.check_integrity()?;
         let mut holders = vec![0u32; self.pool.num_blocks()];
         for (seq, table) in &self.tables {
-            table
-                .check_integrity()
-                .map_err(|e| format!("sequence {seq}: {e}"))?;
+            table.check_integrity().map_err(|e| format!("sequence {seq}: {e}"))?;
             if table.block_size() != self.layout.block_size {
                 return Err(format!("sequence {seq}: table has the wrong block size"));
             }
@@ -170,9 +151,7 @@ impl KvManager {
         for (id, &count) in holders.iter().enumerate() {
             let refs = self.pool.ref_count(id as u32);
             if count != refs {
-                return Err(format!(
-                    "block {id}: {count} tables hold it, ref count {refs}"
-                ));
+                return Err(format!("block {id}: {count} tables hold it, ref count {refs}"));
             }
         }
         Ok(())
@@ -281,9 +260,6 @@ mod tests {
         kv.add_sequence(1).unwrap();
         kv.reserve(1, 4).unwrap();
         kv.pool.incref(0); // a reference no table holds
-        assert_eq!(
-            kv.check_integrity(),
-            Err("block 0: 1 tables hold it, ref count 2".into())
-        );
+        assert_eq!(kv.check_integrity(), Err("block 0: 1 tables hold it, ref count 2".into()));
     }
 }

@@ -62,14 +62,10 @@ pub struct Plan {
 pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
     let layout = &input.layout;
     if input.max_model_len == 0 {
-        return Err(KvError::ZeroPlanInput {
-            what: PlanField::MaxModelLen,
-        });
+        return Err(KvError::ZeroPlanInput { what: PlanField::MaxModelLen });
     }
     if input.max_num_seqs == 0 {
-        return Err(KvError::ZeroPlanInput {
-            what: PlanField::MaxNumSeqs,
-        });
+        return Err(KvError::ZeroPlanInput { what: PlanField::MaxNumSeqs });
     }
     let bytes_per_block = layout.bytes_per_block();
     let blocks_per_sequence = layout.blocks_for_tokens(input.max_model_len) as u64;
@@ -109,12 +105,7 @@ impl std::fmt::Display for Plan {
         )?;
         let token_bytes = self.kv_bytes_per_token;
         row(f, "per token", token_bytes, format!("{token_bytes} bytes"))?;
-        row(
-            f,
-            "per block",
-            self.kv_bytes_per_block,
-            format!("{} tokens", self.block_size),
-        )?;
+        row(f, "per block", self.kv_bytes_per_block, format!("{} tokens", self.block_size))?;
         let seq_note = format!("-c {} tokens", self.max_model_len);
         row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
         let needed_note = format!("--max-num-seqs {} full sequences", self.max_num_seqs);
@@ -178,10 +169,7 @@ mod tests {
         assert_eq!(p.kv_tokens_fit, 12_288);
         assert_eq!(p.sequences_fit, 3);
         let text = p.to_string();
-        assert!(
-            text.contains("only 3 of 8 full-length sequences fit"),
-            "{text}"
-        );
+        assert!(text.contains("only 3 of 8 full-length sequences fit"), "{text}");
         assert!(text.contains("raise --kv-cache-memory to 16 GiB"), "{text}");
     }
 
@@ -228,12 +216,7 @@ mod tests {
              (block_size × bytes_per_token); raise it to at least 8388608"
         );
         let zero_ctx = plan(&input(llama2_7b(), 0, 8, None)).unwrap_err();
-        assert_eq!(
-            zero_ctx,
-            KvError::ZeroPlanInput {
-                what: PlanField::MaxModelLen
-            }
-        );
+        assert_eq!(zero_ctx, KvError::ZeroPlanInput { what: PlanField::MaxModelLen });
         let zero_seqs = plan(&input(llama2_7b(), 8, 0, None)).unwrap_err();
         assert!(zero_seqs.to_string().starts_with("--max-num-seqs must be"));
     }

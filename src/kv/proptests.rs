@@ -72,19 +72,13 @@ impl Model {
                 *tokens += n;
                 Ok(())
             }
-            Op::Free(s) => self
-                .seqs
-                .remove(&s)
-                .map(drop)
-                .ok_or(KvError::UnknownSequence(s)),
+            Op::Free(s) => self.seqs.remove(&s).map(drop).ok_or(KvError::UnknownSequence(s)),
             Op::Fork { child, .. } if self.seqs.contains_key(&child) => {
                 Err(KvError::SequenceExists(child))
             }
             Op::Fork { parent, child } => {
-                let (tokens, blocks) = self
-                    .seqs
-                    .get(&parent)
-                    .ok_or(KvError::UnknownSequence(parent))?;
+                let (tokens, blocks) =
+                    self.seqs.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
                 let full = tokens / self.block_size;
                 let shared = blocks[..full].to_vec();
                 self.seqs.insert(child, (full * self.block_size, shared));
@@ -96,41 +90,24 @@ impl Model {
 
 /// Everything observable about the manager, to check that a failed operation changed nothing.
 fn snapshot(kv: &KvManager) -> (Vec<(SeqId, BlockTable)>, Vec<u32>, usize) {
-    let tables = (0..NUM_SEQ_IDS)
-        .filter_map(|s| kv.table(s).map(|t| (s, t.clone())))
-        .collect();
-    let refs = (0..kv.num_blocks() as u32)
-        .map(|id| kv.pool().ref_count(id))
-        .collect();
+    let tables = (0..NUM_SEQ_IDS).filter_map(|s| kv.table(s).map(|t| (s, t.clone()))).collect();
+    let refs = (0..kv.num_blocks() as u32).map(|id| kv.pool().ref_count(id)).collect();
     (tables, refs, kv.num_free_blocks())
 }
 
 /// The real tables equal the model's up to a bijective renaming of blocks.
 fn check_against_model(kv: &KvManager, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(kv.num_sequences(), model.seqs.len());
-    prop_assert_eq!(
-        kv.num_free_blocks(),
-        model.num_blocks - model.num_live_blocks()
-    );
+    prop_assert_eq!(kv.num_free_blocks(), model.num_blocks - model.num_live_blocks());
     let mut to_real: HashMap<u64, u32> = HashMap::new();
     let mut to_name: HashMap<u32, u64> = HashMap::new();
     for (&seq, (tokens, names)) in &model.seqs {
-        let table = kv
-            .table(seq)
-            .ok_or_else(|| TestCaseError::fail("live sequence missing"))?;
+        let table = kv.table(seq).ok_or_else(|| TestCaseError::fail("live sequence missing"))?;
         prop_assert_eq!(table.num_tokens(), *tokens);
         prop_assert_eq!(table.num_blocks(), names.len());
         for (&name, &id) in names.iter().zip(table.as_slice()) {
-            prop_assert_eq!(
-                *to_real.entry(name).or_insert(id),
-                id,
-                "block renamed twice"
-            );
-            prop_assert_eq!(
-                *to_name.entry(id).or_insert(name),
-                name,
-                "two blocks in one id"
-            );
+            prop_assert_eq!(*to_real.entry(name).or_insert(id), id, "block renamed twice");
+            prop_assert_eq!(*to_name.entry(id).or_insert(name), name, "two blocks in one id");
         }
     }
     Ok(())
@@ -149,11 +126,7 @@ fn check_slots(kv: &KvManager) -> Result<(), TestCaseError> {
             if let Some(&(other, other_pos)) = owner.get(&slot) {
                 prop_assert!(other != seq, "slot {} twice in sequence {}", slot, seq);
                 prop_assert_eq!(other_pos, pos, "shared slot at different positions");
-                prop_assert!(
-                    kv.pool().ref_count(block) > 1,
-                    "slot {} shared unshared",
-                    slot
-                );
+                prop_assert!(kv.pool().ref_count(block) > 1, "slot {} shared unshared", slot);
             }
             owner.insert(slot, (seq, pos));
         }

@@ -21,13 +21,7 @@ pub struct SamplingParams {
 impl Default for SamplingParams {
     /// Greedy, no top-k/top-p, seed 0, 256 tokens.
     fn default() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: None,
-            top_p: None,
-            seed: 0,
-            max_tokens: 256,
-        }
+        SamplingParams { temperature: 0.0, top_k: None, top_p: None, seed: 0, max_tokens: 256 }
     }
 }
 
@@ -84,10 +78,7 @@ mod tests {
             f(&mut params);
             params.validate()
         };
-        assert_eq!(
-            with(|p| p.temperature = -0.5),
-            Err(SampleError::Temperature(-0.5))
-        );
+        assert_eq!(with(|p| p.temperature = -0.5), Err(SampleError::Temperature(-0.5)));
         assert!(with(|p| p.temperature = f32::NAN).is_err());
         assert!(with(|p| p.temperature = f32::INFINITY).is_err());
         assert_eq!(with(|p| p.top_k = Some(0)), Err(SampleError::TopK));
@@ -98,9 +89,6 @@ mod tests {
         assert_eq!(with(|p| p.top_k = Some(1)), Ok(()));
         assert_eq!(with(|p| p.temperature = 1e-6), Ok(()));
         let msg = SampleError::TopP(1.5).to_string();
-        assert_eq!(
-            msg,
-            "--top-p 1.5 is invalid; use a value in (0, 1] (1 keeps every token)"
-        );
+        assert_eq!(msg, "--top-p 1.5 is invalid; use a value in (0, 1] (1 keeps every token)");
     }
 }

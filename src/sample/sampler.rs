@@ -29,11 +29,7 @@ pub struct Sampler {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     Greedy,
-    Random {
-        temperature: f32,
-        top_k: Option<usize>,
-        top_p: Option<f32>,
-    },
+    Random { temperature: f32, top_k: Option<usize>, top_p: Option<f32> },
 }
 
 impl Sampler {
@@ -51,11 +47,7 @@ impl Sampler {
         } else {
             Mode::Greedy
         };
-        Sampler {
-            mode,
-            rng: StdRng::seed_from_u64(params.seed),
-            candidates: Vec::new(),
-        }
+        Sampler { mode, rng: StdRng::seed_from_u64(params.seed), candidates: Vec::new() }
     }
 
     /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no
@@ -67,11 +59,9 @@ impl Sampler {
         assert!(!logits.is_empty(), "cannot sample from empty logits");
         match self.mode {
             Mode::Greedy => argmax(logits),
-            Mode::Random {
-                temperature,
-                top_k,
-                top_p,
-            } => self.sample_random(logits, temperature, top_k, top_p),
+            Mode::Random { temperature, top_k, top_p } => {
+                self.sample_random(logits, temperature, top_k, top_p)
+            }
         }
     }
 
@@ -92,10 +82,7 @@ impl Sampler {
         let candidates = &mut self.candidates;
         candidates.clear();
         candidates.extend(
-            (0u32..)
-                .zip(logits)
-                .filter(|(_, l)| !l.is_nan())
-                .map(|(id, &l)| (l / temperature, id)),
+            (0u32..).zip(logits).filter(|(_, l)| !l.is_nan()).map(|(id, &l)| (l / temperature, id)),
         );
         if let Some(k) = top_k.filter(|&k| k < candidates.len()) {
             candidates.select_nth_unstable_by(k - 1, descending);
@@ -132,9 +119,7 @@ impl Sampler {
 
 /// Larger value first; equal values by lower token id. Values are never NaN here.
 fn descending(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
-    b.0.partial_cmp(&a.0)
-        .unwrap_or(Ordering::Equal)
-        .then(a.1.cmp(&b.1))
+    b.0.partial_cmp(&a.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1))
 }
 
 /// Index of the largest non-NaN logit, lowest index on ties; 0 if all are NaN. One pass, no
@@ -240,10 +225,7 @@ mod tests {
         let mut s = sampler(0.8, None, None, 42);
         let counts = histogram(&mut s, &logits, 200_000);
         let chi2 = chi_square(&counts, &softmax(&logits, 0.8));
-        assert!(
-            chi2 < 18.47,
-            "chi² = {chi2} (df 4, p = 0.001 bound 18.47), {counts:?}"
-        );
+        assert!(chi2 < 18.47, "chi² = {chi2} (df 4, p = 0.001 bound 18.47), {counts:?}");
     }
 
     #[test]
@@ -281,10 +263,7 @@ mod tests {
                 assert_eq!(s.sample(&logits), want);
             }
         }
-        assert_eq!(
-            sampler(1.0, None, Some(1e-6), 0).sample(&[2.0, 5.0, 5.0]),
-            1
-        );
+        assert_eq!(sampler(1.0, None, Some(1e-6), 0).sample(&[2.0, 5.0, 5.0]), 1);
     }
 
     #[test]
