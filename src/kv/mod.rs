@@ -10,6 +10,7 @@
 //! | `bytes.rs` | [`parse_bytes`] (`6GiB`, `64MB`, `1.5GiB`) and [`format_bytes`] (`22.5 KiB`) |
 //! | `block_pool.rs` | [`BlockPool`]: block ids `0..num_blocks`, FIFO free list, ref counts |
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot |
+//! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
 //!
@@ -39,6 +40,9 @@ mod error;
 mod layout;
 mod manager;
 mod plan;
+mod prefix_cache;
+#[cfg(test)]
+mod prefix_cache_proptests;
 #[cfg(test)]
 mod proptests;
 
@@ -49,3 +53,4 @@ pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes}
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, SeqId};
 pub use plan::{plan, Plan, PlanInput};
+pub use prefix_cache::{Namespace, PrefixCache};
