@@ -32,6 +32,12 @@
 //! sequence's *full* blocks (ref count + 1); the partial last block is never shared, so shared
 //! blocks are never written. A block returns to the free list when its last holder frees it.
 //! All growing operations are all-or-nothing: on [`KvError::OutOfBlocks`] nothing changed.
+//!
+//! With the prefix cache on ([`KvManager::with_prefix_cache`]) the [`PrefixCache`] is one more
+//! holder: it keeps a reference on each full, computed block a sequence gives it (eagerly, after
+//! the step that filled it), sequences lock the cached path they read, and unlocked cached blocks
+//! are evicted least recently used first, only when an allocation would otherwise fail. Free +
+//! evictable blocks are what admission may count on.
 
 mod block_pool;
 mod block_table;
@@ -39,6 +45,8 @@ mod bytes;
 mod error;
 mod layout;
 mod manager;
+#[cfg(test)]
+mod manager_cache_tests;
 mod plan;
 mod prefix_cache;
 #[cfg(test)]
@@ -51,6 +59,6 @@ pub use block_table::BlockTable;
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
-pub use manager::{KvManager, SeqId};
+pub use manager::{KvManager, KvStats, SeqId};
 pub use plan::{plan, Plan, PlanInput};
 pub use prefix_cache::{Namespace, PrefixCache};
