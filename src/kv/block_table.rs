@@ -127,6 +127,17 @@ impl BlockTable {
         BlockTable { blocks: blocks.to_vec(), num_tokens: blocks.len() * block_size, block_size }
     }
 
+    /// Replaces the full block at `idx` by `block`, which holds the same KV (a cached copy):
+    /// takes a reference on `block` and drops this table's reference on the old one (freeing it
+    /// if that was the last). Call between steps, when no GPU work reads the old block. O(1).
+    ///
+    /// Panics if block `idx` is not full or `block` is free.
+    pub fn swap_block(&mut self, pool: &mut BlockPool, idx: usize, block: BlockId) {
+        assert!(idx < self.num_full_blocks(), "block {idx} of the table is not full");
+        pool.incref(block);
+        pool.decref(std::mem::replace(&mut self.blocks[idx], block));
+    }
+
     /// Checks the table's own invariants: `ceil(num_tokens / block_size)` blocks, no block twice.
     /// O(num_blocks log num_blocks).
     pub fn check_integrity(&self) -> Result<(), String> {

@@ -14,9 +14,10 @@
 //! **Eager caching**: a block enters the cache as soon as it is full and computed
 //! ([`KvManager::cache_full_blocks`], called after each step), so concurrent sequences that share
 //! a prompt start (a system prompt) reuse each other's blocks, not only finished ones'. If two
-//! sequences computed the same block at once, the first to cache it wins and the other's copy
-//! stays private until released. With the cache disabled none of this happens: no hits, and
-//! release frees a sequence's blocks as before.
+//! sequences computed the same block at once, the first to cache it wins and the other switches
+//! to that copy, freeing its own; so a sequence's table always starts with exactly its locked
+//! cached path. With the cache disabled none of this happens: no hits, and release frees a
+//! sequence's blocks as before.
 
 use std::collections::HashMap;
 
@@ -56,7 +57,7 @@ struct SeqKv {
     table: BlockTable,
     namespace: Namespace,
     /// Leading blocks of this sequence's token path that are in the prefix cache (matched at
-    /// begin or cached since). `table` holds either those nodes' blocks or private copies.
+    /// begin or cached since); `table` starts with exactly those nodes' blocks.
     num_cached_blocks: usize,
     /// The deepest of them: this sequence holds one lock on the path root..=`locked`.
     locked: Option<BlockId>,
@@ -141,6 +142,14 @@ impl KvManager {
     /// evictable cached blocks as free. O(1).
     pub fn can_allocate(&self, seq: SeqId, new_tokens: usize) -> bool {
         self.blocks_needed(seq, new_tokens) <= self.num_free_or_evictable_blocks()
+    }
+
+    /// Most tokens [`KvManager::reserve`] can take for `seq` now: the room left in its last
+    /// block plus `block_size` per free or evictable block. 0 for an unknown `seq`. O(1).
+    pub fn num_reservable_tokens(&self, seq: SeqId) -> usize {
+        let Some(s) = self.seqs.get(&seq) else { return 0 };
+        let room = s.table.capacity() - s.table.num_tokens();
+        room + self.num_free_or_evictable_blocks() * self.layout.block_size
     }
 
     /// Tokens of `tokens` that [`KvManager::begin_sequence`] would take from the cache now,
@@ -250,8 +259,16 @@ impl KvManager {
         let last = cache.insert(&mut self.pool, s.namespace, prefix, blocks).expect("full ≥ 1");
         cache.lock(last);
         if let Some(old) = s.locked.replace(last) {
-            debug_assert_eq!(cache.path(last)[s.num_cached_blocks - 1], old, "tokens changed");
             cache.unlock(old);
+        }
+        let path = cache.path(last);
+        let cached = s.num_cached_blocks;
+        debug_assert_eq!(&path[..cached], &s.table.as_slice()[..cached], "tokens changed");
+        for (idx, &block) in path.iter().enumerate().skip(cached) {
+            if s.table.as_slice()[idx] != block {
+                // Another sequence cached this block first: read its copy, free ours.
+                s.table.swap_block(&mut self.pool, idx, block);
+            }
         }
         s.num_cached_blocks = full;
         Ok(())
@@ -360,8 +377,8 @@ impl KvManager {
 
     /// Checks every invariant: the pool's and the cache's own; each table's own (right block
     /// count, no block twice, the layout's block size); each block's ref count = tables holding
-    /// it + 1 if cached; each sequence's cached prefix is a locked path whose blocks are the only
-    /// cached blocks it holds, at their depth; and each node's lock count is the number of
+    /// it + 1 if cached; each table starts with its sequence's locked cached path and holds no
+    /// other cached block; and each node's lock count is the number of
     /// sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
     /// message names the first violation.
     pub fn check_integrity(&self) -> Result<(), String> {
@@ -433,12 +450,14 @@ impl KvManager {
         for &id in &path {
             *locks.entry(id).or_default() += 1;
         }
-        for (idx, &id) in s.table.as_slice().iter().enumerate() {
-            if cache.contains(id) && path.get(idx) != Some(&id) {
-                return Err(format!("sequence {seq} holds cached block {id} off its locked path"));
-            }
+        let (prefix, rest) = s.table.as_slice().split_at(path.len());
+        if prefix != path {
+            return Err(format!("sequence {seq}: its table does not start with its cached path"));
         }
-        Ok(())
+        match rest.iter().find(|&&id| cache.contains(id)) {
+            Some(id) => Err(format!("sequence {seq} holds cached block {id} off its locked path")),
+            None => Ok(()),
+        }
     }
 
     /// Tokens of a `len`-token sequence that may come from the cache: the largest multiple of

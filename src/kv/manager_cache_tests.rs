@@ -61,9 +61,12 @@ fn a_full_prompt_hit_still_computes_the_last_token() {
     assert_eq!(kv.num_cached_tokens(None, &prompt[..5]), 4);
     assert_eq!(kv.num_cached_tokens(None, &prompt[..4]), 0);
     assert_eq!(kv.num_cached_tokens(None, &[]), 0);
-    assert_eq!(run(&mut kv, 2, None, &prompt), 4);
-    // Its second block recomputes block 1's tokens into a private copy; block 1 stays cached.
+    assert_eq!(kv.begin_sequence(2, None, &prompt), Ok(4));
+    kv.reserve(2, 4).unwrap();
+    // Its second block recomputes block 1's tokens into a copy, which caching then merges.
     assert_eq!(kv.table(2).unwrap().as_slice(), &[0, 2]);
+    kv.cache_full_blocks(2, &prompt).unwrap();
+    assert_eq!(kv.table(2).unwrap().as_slice(), &[0, 1]);
     kv.release_sequence(2, &prompt).unwrap();
     assert_eq!(kv.stats().num_cached_blocks, 2);
     assert_eq!(kv.num_free_blocks(), 6);
@@ -83,9 +86,12 @@ fn a_short_pool_evicts_least_recently_used_blocks() {
     assert_eq!(kv.num_free_or_evictable_blocks(), 4);
     kv.add_sequence(3).unwrap();
     assert!(kv.can_allocate(3, 12));
+    assert_eq!(kv.num_reservable_tokens(3), 16);
+    assert_eq!(kv.num_reservable_tokens(4), 0); // unknown
     kv.reserve(3, 5).unwrap(); // evicts a's blocks (older): leaf 1, then 0
     assert_eq!(kv.table(3).unwrap().as_slice(), &[1, 0]);
     assert_eq!(kv.stats().num_evicted_blocks, 2);
+    assert_eq!(kv.num_reservable_tokens(3), 3 + 8); // room in block 0, then blocks 2 and 3
     assert_eq!(kv.num_cached_tokens(None, &[2; 9]), 8);
     let err = kv.reserve(3, 12).unwrap_err(); // needs 3, only 2 evictable: nothing evicted
     assert_eq!(err, KvError::OutOfBlocks { needed: 3, free: 2 });
@@ -119,17 +125,20 @@ fn namespaces_do_not_share() {
 }
 
 #[test]
-fn concurrent_copies_of_one_block_keep_the_first() {
+fn concurrent_copies_of_one_block_merge_into_the_first() {
     let mut kv = cached(8);
     let prompt = vec![7; 6];
     for seq in [1, 2] {
         kv.begin_sequence(seq, None, &prompt).unwrap();
         kv.reserve(seq, 6).unwrap();
     }
+    assert_eq!(kv.table(2).unwrap().as_slice(), &[2, 3]);
     kv.cache_full_blocks(1, &prompt).unwrap(); // block 0 cached
-    kv.cache_full_blocks(2, &prompt).unwrap(); // block 2 duplicates it: stays private
+    kv.cache_full_blocks(2, &prompt).unwrap(); // block 2 duplicates it: swapped for 0, freed
+    assert_eq!(kv.table(2).unwrap().as_slice(), &[0, 3]);
     assert_eq!(kv.prefix_cache().unwrap().lock_count(0), Some(2));
-    assert!(!kv.prefix_cache().unwrap().contains(2));
+    assert_eq!(kv.pool().ref_count(0), 3);
+    assert_eq!(kv.num_free_blocks(), 5);
     kv.check_integrity().unwrap();
     kv.release_sequence(1, &prompt).unwrap();
     kv.release_sequence(2, &prompt).unwrap();
