@@ -13,13 +13,14 @@
 //! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap) | quant |
 //! | [`tokenizer`] | `tokenizers` wrapper, GGUF vocab → tokenizer, chat templates | — |
 //! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | kernels, gpu, loader |
-//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables | — |
+//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree) | — |
+//! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
 //! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
 //! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, the embeddable engine API | all above |
 //! | [`cli`] | clap subcommands | engine |
 //!
-//! `kv`, `output` and `tokenizer` never import wgpu.
+//! `kv`, `sched`, `output` and `tokenizer` never import wgpu.
 //!
 //! ## Glossary (one meaning each)
 //!
@@ -40,4 +41,5 @@ pub mod model;
 pub mod output;
 pub mod quant;
 pub mod sample;
+pub mod sched;
 pub mod tokenizer;
