@@ -31,9 +31,9 @@ pub struct ScheduledSeq {
     pub id: RequestId,
     /// Position of `tokens[0]`; positions `0..start_pos` already hold KV (computed or cached).
     pub start_pos: usize,
-    /// [num_tokens] token ids to compute now: a prefill chunk, or the one decode token.
+    /// `[num_tokens]` token ids to compute now: a prefill chunk, or the one decode token.
     pub tokens: Vec<u32>,
-    /// [ceil((start_pos + num_tokens) / block_size)] the sequence's block ids, in token order:
+    /// `[ceil((start_pos + num_tokens) / block_size)]` the sequence's block ids, in token order:
     /// covers every position up to `start_pos + tokens.len()`. Slot of position `p`:
     /// `block_table[p / block_size] × block_size + p % block_size`.
     pub block_table: Vec<u32>,

@@ -10,7 +10,7 @@ pub type RequestId = u64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub id: RequestId,
-    /// [prompt_len] token ids; at least one, fewer than `max_model_len`.
+    /// `[prompt_len]` token ids; at least one, fewer than `max_model_len`.
     pub prompt: Vec<u32>,
     /// Most tokens to generate (`-n`); at least 1. Clipped to `max_model_len − prompt_len`.
     pub max_tokens: usize,

@@ -90,7 +90,7 @@ impl Step {
     }
 }
 
-/// Continuous-batching scheduler. Owns every unfinished request's [`Sequence`] and the
+/// Continuous-batching scheduler. Owns every unfinished request's state and the
 /// [`KvManager`]. Each [`Scheduler::schedule`] must be followed by [`Scheduler::commit`] of its
 /// plan before the next one.
 #[derive(Debug)]

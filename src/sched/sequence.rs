@@ -18,7 +18,7 @@ pub(super) enum Phase {
 #[derive(Clone, Debug)]
 pub(super) struct Sequence {
     pub namespace: Namespace,
-    /// [num_prompt_tokens + generated] the prompt, then every generated token.
+    /// `[num_prompt_tokens + generated]` the prompt, then every generated token.
     pub tokens: Vec<u32>,
     pub num_prompt_tokens: usize,
     /// Already clipped to `max_model_len − num_prompt_tokens`.
