@@ -28,7 +28,19 @@
 //! KV token slots, the same slot range in every layer) · *slot* (one token's KV position:
 //! `block_id * block_size + offset`) · *block table* (a sequence's block ids, in order) ·
 //! *slot mapping* (slot of every token computed in a step) · *step* (one scheduler iteration,
-//! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step).
+//! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step) · *prefix hit*
+//! (leading whole blocks of a sequence found in the prefix cache) · *preemption* (a running
+//! sequence gives its blocks back and is recomputed later).
+//!
+//! ## Request lifecycle (the [`sched`] side)
+//!
+//! ```text
+//! add_request ─▶ waiting ─(admitted: prefix hit + first chunk)─▶ running: prefill chunks ─▶ decodes
+//!                   ▲                                               │
+//!                   └─────────── preempted (recompute) ─────────────┤
+//!                                                                   ▼
+//!                      finished (stop token, max_tokens, -c; or a stop string via finish) / cancelled
+//! ```
 #![deny(unsafe_code)]
 
 pub mod cli;
