@@ -17,7 +17,7 @@
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
 //! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
-//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, the embeddable engine API | all above |
+//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, Prometheus metrics, the embeddable engine API | all above |
 //! | [`cli`] | clap subcommands | engine |
 //!
 //! `kv`, `sched`, `output` and `tokenizer` never import wgpu.
