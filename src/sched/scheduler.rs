@@ -18,7 +18,8 @@ use super::sequence::{Phase, Sequence};
 pub struct SchedulerConfig {
     /// Most sequences running at once (`--max-num-seqs`).
     pub max_num_seqs: usize,
-    /// Most tokens computed in one step, prefill chunks and decodes together.
+    /// Most tokens computed in one step, prefill chunks and decodes together. Keep it ≥
+    /// `max_num_seqs`, or some running sequences will skip steps (decodes go in admission order).
     pub max_num_batched_tokens: usize,
     /// Longest sequence, prompt + generated (`-c/--max-model-len`).
     pub max_model_len: usize,
