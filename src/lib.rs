@@ -13,13 +13,14 @@
 //! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap) | quant |
 //! | [`tokenizer`] | `tokenizers` wrapper, GGUF vocab → tokenizer, chat templates | — |
 //! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | kernels, gpu, loader |
-//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables | — |
+//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree) | — |
+//! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
 //! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
-//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, the embeddable engine API | all above |
+//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, Prometheus metrics, the embeddable engine API | all above |
 //! | [`cli`] | clap subcommands | engine |
 //!
-//! `kv`, `output` and `tokenizer` never import wgpu.
+//! `kv`, `sched`, `output` and `tokenizer` never import wgpu.
 //!
 //! ## Glossary (one meaning each)
 //!
@@ -27,7 +28,19 @@
 //! KV token slots, the same slot range in every layer) · *slot* (one token's KV position:
 //! `block_id * block_size + offset`) · *block table* (a sequence's block ids, in order) ·
 //! *slot mapping* (slot of every token computed in a step) · *step* (one scheduler iteration,
-//! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step).
+//! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step) · *prefix hit*
+//! (leading whole blocks of a sequence found in the prefix cache) · *preemption* (a running
+//! sequence gives its blocks back and is recomputed later).
+//!
+//! ## Request lifecycle (the [`sched`] side)
+//!
+//! ```text
+//! add_request ─▶ waiting ─(admitted: prefix hit + first chunk)─▶ running: prefill chunks ─▶ decodes
+//!                   ▲                                               │
+//!                   └─────────── preempted (recompute) ─────────────┤
+//!                                                                   ▼
+//!                      finished (stop token, max_tokens, -c; or a stop string via finish) / cancelled
+//! ```
 #![deny(unsafe_code)]
 
 pub mod cli;
@@ -40,4 +53,5 @@ pub mod model;
 pub mod output;
 pub mod quant;
 pub mod sample;
+pub mod sched;
 pub mod tokenizer;

@@ -5,6 +5,7 @@
 
 mod config;
 mod generate;
+pub mod metrics;
 mod perplexity;
 
 use std::path::Path;

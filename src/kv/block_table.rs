@@ -112,15 +112,30 @@ impl BlockTable {
     /// `num_full_blocks × block_size` tokens. The partial last block is not shared: the fork
     /// claims its own block when it appends, so shared blocks are never written. O(num_blocks).
     pub fn fork(&self, pool: &mut BlockPool) -> BlockTable {
-        let shared = &self.blocks[..self.num_full_blocks()];
-        for &id in shared {
+        BlockTable::from_shared(pool, &self.blocks[..self.num_full_blocks()], self.block_size)
+    }
+
+    /// A new table whose first blocks are `blocks`, already full and held by someone else (a
+    /// parent sequence, the prefix cache): takes one reference on each (`incref`) and holds
+    /// `blocks.len() × block_size` tokens. The table never writes them: its next token starts a
+    /// new block. Panics if a block is free (see [`BlockPool::incref`]). O(blocks.len()).
+    pub fn from_shared(pool: &mut BlockPool, blocks: &[BlockId], block_size: usize) -> BlockTable {
+        assert!(block_size > 0, "block_size must be at least 1");
+        for &id in blocks {
             pool.incref(id);
         }
-        BlockTable {
-            blocks: shared.to_vec(),
-            num_tokens: shared.len() * self.block_size,
-            block_size: self.block_size,
-        }
+        BlockTable { blocks: blocks.to_vec(), num_tokens: blocks.len() * block_size, block_size }
+    }
+
+    /// Replaces the full block at `idx` by `block`, which holds the same KV (a cached copy):
+    /// takes a reference on `block` and drops this table's reference on the old one (freeing it
+    /// if that was the last). Call between steps, when no GPU work reads the old block. O(1).
+    ///
+    /// Panics if block `idx` is not full or `block` is free.
+    pub fn swap_block(&mut self, pool: &mut BlockPool, idx: usize, block: BlockId) {
+        assert!(idx < self.num_full_blocks(), "block {idx} of the table is not full");
+        pool.incref(block);
+        pool.decref(std::mem::replace(&mut self.blocks[idx], block));
     }
 
     /// Checks the table's own invariants: `ceil(num_tokens / block_size)` blocks, no block twice.

@@ -1,41 +1,115 @@
-//! [`KvManager`]: the block pool plus one [`BlockTable`] per live sequence. The scheduler's only
-//! door to KV memory: admit (`can_allocate`, `add_sequence`), grow (`reserve` → slot mapping),
-//! share (`fork_sequence`) and finish (`free_sequence`).
+//! [`KvManager`]: the block pool, the optional [`PrefixCache`] and one [`BlockTable`] per live
+//! sequence. The scheduler's only door to KV memory: admit (`num_cached_tokens`, `can_begin`,
+//! `begin_sequence`), grow (`reserve` → slot mapping, evicting cached blocks when short), share
+//! (`cache_full_blocks`, `fork_sequence`) and finish (`release_sequence`).
+//!
+//! ## Ownership with the prefix cache
+//!
+//! Every block in a table holds one pool reference, and every cached block one more (the
+//! tree's). A sequence locks the cached path it reads (its matched prefix, then every block it
+//! caches), so each cached block a table holds is locked, and an unlocked cached block is held
+//! by the tree alone: evicting it frees it. Hence free + evictable blocks are exactly the blocks
+//! an allocation can get, and admission counts them both ([`KvManager::can_begin`]).
+//!
+//! **Eager caching**: a block enters the cache as soon as it is full and computed
+//! ([`KvManager::cache_full_blocks`], called after each step), so concurrent sequences that share
+//! a prompt start (a system prompt) reuse each other's blocks, not only finished ones'. If two
+//! sequences computed the same block at once, the first to cache it wins and the other switches
+//! to that copy, freeing its own; so a sequence's table always starts with exactly its locked
+//! cached path. With the cache disabled none of this happens: no hits, and release frees a
+//! sequence's blocks as before.
 
 use std::collections::HashMap;
 
-use super::block_pool::BlockPool;
+use super::block_pool::{BlockId, BlockPool};
 use super::block_table::BlockTable;
 use super::error::KvError;
 use super::layout::KvLayout;
+use super::prefix_cache::{Namespace, PrefixCache};
 
 /// Identifies a sequence (a request's running state) in the KV cache.
 pub type SeqId = u64;
 
-/// KV bookkeeping of every live sequence. Each block in a table holds one reference in the pool,
-/// so a block's ref count equals the number of tables that hold it.
+/// Counters and gauges of the KV cache, for metrics and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KvStats {
+    /// Blocks in the pool.
+    pub num_blocks: usize,
+    /// Blocks in the free list.
+    pub num_free_blocks: usize,
+    /// Blocks in the prefix cache (locked or not).
+    pub num_cached_blocks: usize,
+    /// Cached blocks no live sequence uses: free for the taking.
+    pub num_evictable_blocks: usize,
+    /// Prompt tokens looked up by [`KvManager::begin_sequence`] (0 with the cache disabled).
+    pub prefix_query_tokens: u64,
+    /// Of those, tokens found in the cache.
+    pub prefix_hit_tokens: u64,
+    /// Cached blocks evicted to make room, ever.
+    pub num_evicted_blocks: u64,
+    /// Fraction of blocks held by live sequences, `0.0..=1.0` (see [`KvManager::usage`]).
+    pub usage: f32,
+}
+
+/// The KV state of one live sequence.
+#[derive(Clone, Debug)]
+struct SeqKv {
+    table: BlockTable,
+    namespace: Namespace,
+    /// Leading blocks of this sequence's token path that are in the prefix cache (matched at
+    /// begin or cached since); `table` starts with exactly those nodes' blocks.
+    num_cached_blocks: usize,
+    /// The deepest of them: this sequence holds one lock on the path root..=`locked`.
+    locked: Option<BlockId>,
+}
+
+/// KV bookkeeping of every live sequence, and the prefix cache if enabled. A block's ref count
+/// equals the number of tables holding it, plus one if it is cached.
 #[derive(Clone, Debug)]
 pub struct KvManager {
     layout: KvLayout,
     pool: BlockPool,
-    tables: HashMap<SeqId, BlockTable>,
+    seqs: HashMap<SeqId, SeqKv>,
+    /// `None` = prefix caching disabled (`--no-prefix-cache`).
+    cache: Option<PrefixCache>,
+    prefix_query_tokens: u64,
+    prefix_hit_tokens: u64,
+    num_evicted_blocks: u64,
 }
 
 impl KvManager {
-    /// A manager over `num_blocks` blocks of `layout.block_size` tokens, all free.
-    /// O(num_blocks).
+    /// A manager over `num_blocks` blocks of `layout.block_size` tokens, all free, without a
+    /// prefix cache. O(num_blocks).
     ///
     /// Errors with [`KvError::TooManySlots`] if `num_blocks × block_size` exceeds 2^32 (slots are
     /// `u32`). Zero blocks is allowed: every reservation then fails with `OutOfBlocks`.
     pub fn new(layout: KvLayout, num_blocks: usize) -> Result<Self, KvError> {
+        KvManager::with_prefix_cache(layout, num_blocks, false)
+    }
+
+    /// Like [`KvManager::new`], with a prefix cache when `enabled`.
+    pub fn with_prefix_cache(
+        layout: KvLayout,
+        num_blocks: usize,
+        enabled: bool,
+    ) -> Result<Self, KvError> {
         if num_blocks as u128 * layout.block_size as u128 > 1u128 << 32 {
             return Err(KvError::TooManySlots { num_blocks, block_size: layout.block_size });
         }
-        Ok(KvManager { layout, pool: BlockPool::new(num_blocks), tables: HashMap::new() })
+        Ok(KvManager {
+            layout,
+            pool: BlockPool::new(num_blocks),
+            seqs: HashMap::new(),
+            cache: enabled.then(|| PrefixCache::new(layout.block_size)),
+            prefix_query_tokens: 0,
+            prefix_hit_tokens: 0,
+            num_evicted_blocks: 0,
+        })
     }
 
     /// A manager over the whole blocks that fit in `budget_bytes`
-    /// ([`KvLayout::require_blocks_for_budget`]). Errors if that is not one block, or too many.
+    /// ([`KvLayout::require_blocks_for_budget`]), without a prefix cache. Errors if that is not
+    /// one block, or too many.
     pub fn from_budget(layout: KvLayout, budget_bytes: u64) -> Result<Self, KvError> {
         KvManager::new(layout, layout.require_blocks_for_budget(budget_bytes)?)
     }
@@ -50,68 +124,208 @@ impl KvManager {
         &self.pool
     }
 
+    /// Read-only view of the prefix cache; `None` when disabled.
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.cache.as_ref()
+    }
+
     /// Extra blocks `seq` must claim to hold `new_tokens` more tokens; an unknown `seq` counts as
     /// an empty table (so admission can ask before [`KvManager::add_sequence`]). O(1).
     pub fn blocks_needed(&self, seq: SeqId, new_tokens: usize) -> usize {
-        match self.tables.get(&seq) {
-            Some(table) => table.blocks_needed_for(table.num_tokens() + new_tokens),
+        match self.seqs.get(&seq) {
+            Some(s) => s.table.blocks_needed_for(s.table.num_tokens() + new_tokens),
             None => self.layout.blocks_for_tokens(new_tokens),
         }
     }
 
-    /// Whether [`KvManager::reserve`] of `new_tokens` for `seq` would succeed now. O(1).
+    /// Whether [`KvManager::reserve`] of `new_tokens` for `seq` would succeed now, counting
+    /// evictable cached blocks as free. O(1).
     pub fn can_allocate(&self, seq: SeqId, new_tokens: usize) -> bool {
-        self.blocks_needed(seq, new_tokens) <= self.pool.num_free()
+        self.blocks_needed(seq, new_tokens) <= self.num_free_or_evictable_blocks()
     }
 
-    /// Starts an empty table for `seq`. Claims no blocks. Errors if `seq` is already live.
+    /// Most tokens [`KvManager::reserve`] can take for `seq` now: the room left in its last
+    /// block plus `block_size` per free or evictable block. 0 for an unknown `seq`. O(1).
+    pub fn num_reservable_tokens(&self, seq: SeqId) -> usize {
+        let Some(s) = self.seqs.get(&seq) else { return 0 };
+        let room = s.table.capacity() - s.table.num_tokens();
+        room + self.num_free_or_evictable_blocks() * self.layout.block_size
+    }
+
+    /// Tokens of `tokens` that [`KvManager::begin_sequence`] would take from the cache now,
+    /// without touching anything: whole cached blocks, capped at the largest block multiple ≤
+    /// `tokens.len() − 1` so that at least the last token is computed (its logits are needed).
+    /// 0 with the cache disabled. O(tokens.len()).
+    pub fn num_cached_tokens(&self, namespace: Namespace, tokens: &[u32]) -> usize {
+        self.peek_prefix(namespace, tokens).len() * self.layout.block_size
+    }
+
+    /// Whether [`KvManager::begin_sequence`] for `tokens`, then [`KvManager::reserve`] of
+    /// `num_new_tokens` (the tokens after the cached prefix), would succeed now. Exact: matched
+    /// blocks that are evictable now stop being evictable once locked, and are not counted
+    /// twice. O(tokens.len()).
+    pub fn can_begin(&self, namespace: Namespace, tokens: &[u32], num_new_tokens: usize) -> bool {
+        let matched = self.peek_prefix(namespace, tokens);
+        let newly_locked = match &self.cache {
+            Some(cache) => matched.iter().filter(|&&b| cache.lock_count(b) == Some(0)).count(),
+            None => 0,
+        };
+        let num_cached_tokens = matched.len() * self.layout.block_size;
+        let needed =
+            self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
+        needed + newly_locked <= self.num_free_or_evictable_blocks()
+    }
+
+    /// Starts an empty table for `seq` in the default namespace, matching nothing. Claims no
+    /// blocks. Errors if `seq` is already live.
     pub fn add_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
-        if self.tables.contains_key(&seq) {
+        self.insert_sequence(seq, BlockTable::new(self.layout.block_size), None, None)
+    }
+
+    /// Starts `seq` for a sequence whose tokens begin with `tokens` (the prompt, or prompt +
+    /// generated tokens when recomputing after preemption): the longest cached prefix (see
+    /// [`KvManager::num_cached_tokens`]) becomes the start of its table, each block shared
+    /// (incref) and the path locked. Returns the number of cached tokens; the caller computes
+    /// from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
+    /// already live. O(tokens.len()).
+    pub fn begin_sequence(
+        &mut self,
+        seq: SeqId,
+        namespace: Namespace,
+        tokens: &[u32],
+    ) -> Result<usize, KvError> {
+        if self.seqs.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        self.tables.insert(seq, BlockTable::new(self.layout.block_size));
-        Ok(())
+        let cap = self.cacheable_len(tokens.len());
+        let matched = match &mut self.cache {
+            Some(cache) => cache.match_prefix(namespace, &tokens[..cap]),
+            None => Vec::new(),
+        };
+        let locked = matched.last().copied();
+        if let (Some(cache), Some(last)) = (&mut self.cache, locked) {
+            cache.lock(last);
+        }
+        if self.cache.is_some() {
+            self.prefix_query_tokens += tokens.len() as u64;
+            self.prefix_hit_tokens += (matched.len() * self.layout.block_size) as u64;
+        }
+        let table = BlockTable::from_shared(&mut self.pool, &matched, self.layout.block_size);
+        let num_cached_tokens = table.num_tokens();
+        self.insert_sequence(seq, table, namespace, locked)?;
+        Ok(num_cached_tokens)
     }
 
     /// Reserves the next `num_new_tokens` positions of `seq` and returns their slots, in order
-    /// (the step's slot mapping for this sequence). Claims blocks only as positions enter them.
-    /// All or nothing: on error nothing changed. O(num_new_tokens).
+    /// (the step's slot mapping for this sequence). Claims blocks only as positions enter them;
+    /// when the free list is short, first evicts least recently used unlocked cached blocks.
+    /// All or nothing: on error the table and pool are unchanged and nothing was evicted.
+    /// O(num_new_tokens + evicted × log).
     pub fn reserve(&mut self, seq: SeqId, num_new_tokens: usize) -> Result<Vec<u32>, KvError> {
-        let table = self.tables.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let s = self.seqs.get(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        self.make_room(s.table.blocks_needed_for(s.table.num_tokens() + num_new_tokens))?;
+        let table = &mut self.seqs.get_mut(&seq).expect("checked above").table;
         let start = table.num_tokens();
-        table.append_tokens(&mut self.pool, num_new_tokens)?;
+        table.append_tokens(&mut self.pool, num_new_tokens).expect("make_room freed enough");
         Ok(table.slot_mapping(start..start + num_new_tokens))
     }
 
-    /// Starts `child` as a copy of `parent` that shares the parent's full blocks (ref counts +1)
-    /// and holds `num_full_blocks × block_size` tokens; the child recomputes any partial tail into
-    /// its own blocks. Errors if `parent` is unknown or `child` is live. O(parent's blocks).
+    /// Caches the blocks of `seq` that `computed_tokens` fills (its tokens whose KV is computed,
+    /// from position 0) and that are not cached yet, and moves the sequence's lock to the end
+    /// of the longer path. Call after every step (eager caching). A no-op with the cache
+    /// disabled. Errors if `seq` is not live. O(computed_tokens.len()) when a block is added.
+    ///
+    /// Panics if `computed_tokens` is longer than the reserved tokens of `seq`; it must also
+    /// start with the tokens of earlier calls and of [`KvManager::begin_sequence`].
+    pub fn cache_full_blocks(
+        &mut self,
+        seq: SeqId,
+        computed_tokens: &[u32],
+    ) -> Result<(), KvError> {
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let Some(cache) = &mut self.cache else { return Ok(()) };
+        assert!(
+            computed_tokens.len() <= s.table.num_tokens(),
+            "sequence {seq}: {} computed tokens, only {} reserved",
+            computed_tokens.len(),
+            s.table.num_tokens()
+        );
+        let full = computed_tokens.len() / self.layout.block_size;
+        if full <= s.num_cached_blocks {
+            return Ok(());
+        }
+        let prefix = &computed_tokens[..full * self.layout.block_size];
+        let blocks = &s.table.as_slice()[..full];
+        let last = cache.insert(&mut self.pool, s.namespace, prefix, blocks).expect("full ≥ 1");
+        cache.lock(last);
+        if let Some(old) = s.locked.replace(last) {
+            cache.unlock(old);
+        }
+        let path = cache.path(last);
+        let cached = s.num_cached_blocks;
+        debug_assert_eq!(&path[..cached], &s.table.as_slice()[..cached], "tokens changed");
+        for (idx, &block) in path.iter().enumerate().skip(cached) {
+            if s.table.as_slice()[idx] != block {
+                // Another sequence cached this block first: read its copy, free ours.
+                s.table.swap_block(&mut self.pool, idx, block);
+            }
+        }
+        s.num_cached_blocks = full;
+        Ok(())
+    }
+
+    /// Ends `seq` (finished, preempted or cancelled): caches its computed full blocks like
+    /// [`KvManager::cache_full_blocks`], unlocks its path and drops its references, freeing the
+    /// blocks that neither the cache nor another sequence holds. With the cache disabled this is
+    /// [`KvManager::free_sequence`]. Errors if `seq` is not live. O(its blocks).
+    pub fn release_sequence(&mut self, seq: SeqId, computed_tokens: &[u32]) -> Result<(), KvError> {
+        self.cache_full_blocks(seq, computed_tokens)?;
+        let mut s = self.seqs.remove(&seq).expect("cache_full_blocks checked it");
+        if let (Some(cache), Some(last)) = (&mut self.cache, s.locked) {
+            cache.unlock(last);
+        }
+        s.table.release(&mut self.pool);
+        Ok(())
+    }
+
+    /// Ends `seq` without caching anything more: unlocks its path and drops its references.
+    /// Errors if `seq` is not live. O(its blocks).
+    pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.release_sequence(seq, &[])
+    }
+
+    /// Starts `child` as a copy of `parent` that shares the start of the parent's table (ref
+    /// counts +1) and recomputes the rest into its own blocks. Without a prefix cache it shares
+    /// all full blocks; with one, only the parent's cached prefix (and locks that path too), so
+    /// that every cached block a table holds stays locked. Errors if `parent` is unknown or
+    /// `child` is live. O(parent's blocks).
     pub fn fork_sequence(&mut self, parent: SeqId, child: SeqId) -> Result<(), KvError> {
-        if self.tables.contains_key(&child) {
+        if self.seqs.contains_key(&child) {
             return Err(KvError::SequenceExists(child));
         }
-        let parent_table = self.tables.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
-        let child_table = parent_table.fork(&mut self.pool);
-        self.tables.insert(child, child_table);
-        Ok(())
+        let p = self.seqs.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
+        let table = match &mut self.cache {
+            None => p.table.fork(&mut self.pool),
+            Some(cache) => {
+                if let Some(last) = p.locked {
+                    cache.lock(last);
+                }
+                let shared = &p.table.as_slice()[..p.num_cached_blocks];
+                BlockTable::from_shared(&mut self.pool, shared, self.layout.block_size)
+            }
+        };
+        let (namespace, locked) = (p.namespace, p.locked);
+        self.insert_sequence(child, table, namespace, locked)
     }
 
     /// The block table of `seq`, if live.
     pub fn table(&self, seq: SeqId) -> Option<&BlockTable> {
-        self.tables.get(&seq)
-    }
-
-    /// Ends `seq`: drops its references, freeing blocks no other sequence shares. Errors if `seq`
-    /// is not live. O(its blocks).
-    pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
-        let mut table = self.tables.remove(&seq).ok_or(KvError::UnknownSequence(seq))?;
-        table.release(&mut self.pool);
-        Ok(())
+        self.seqs.get(&seq).map(|s| &s.table)
     }
 
     /// Live sequences.
     pub fn num_sequences(&self) -> usize {
-        self.tables.len()
+        self.seqs.len()
     }
 
     /// Blocks in the pool, free or used.
@@ -119,41 +333,178 @@ impl KvManager {
         self.pool.num_blocks()
     }
 
-    /// Blocks free to claim.
+    /// Blocks in the free list.
     pub fn num_free_blocks(&self) -> usize {
         self.pool.num_free()
     }
 
-    /// Fraction of blocks in use, `0.0..=1.0` (the `kv_cache_usage_perc` metric).
-    pub fn usage(&self) -> f32 {
-        self.pool.usage()
+    /// Blocks an allocation can get now: free ones plus evictable cached ones. O(1).
+    pub fn num_free_or_evictable_blocks(&self) -> usize {
+        self.pool.num_free() + self.cache.as_ref().map_or(0, PrefixCache::num_evictable_blocks)
     }
 
-    /// Checks every invariant: the pool's own, each table's own (right block count, no block
-    /// twice, the layout's block size), and that each block's ref count equals the number of
-    /// tables holding it. O(num_blocks + total table length × log). The message names the first
-    /// violation.
+    /// Fraction of blocks held by live sequences, `0.0..=1.0`: evictable cached blocks count as
+    /// free (the `kv_cache_usage_perc` metric, as vLLM reports it).
+    pub fn usage(&self) -> f32 {
+        match self.num_blocks() {
+            0 => 0.0,
+            n => 1.0 - self.num_free_or_evictable_blocks() as f32 / n as f32,
+        }
+    }
+
+    /// Evicts every unlocked cached block (all of them once no sequence is live); returns how
+    /// many. O(k log n).
+    pub fn clear_prefix_cache(&mut self) -> usize {
+        let Some(cache) = &mut self.cache else { return 0 };
+        let evicted = cache.evict(&mut self.pool, usize::MAX).len();
+        self.num_evicted_blocks += evicted as u64;
+        evicted
+    }
+
+    /// Counters and gauges now.
+    pub fn stats(&self) -> KvStats {
+        KvStats {
+            num_blocks: self.num_blocks(),
+            num_free_blocks: self.num_free_blocks(),
+            num_cached_blocks: self.cache.as_ref().map_or(0, PrefixCache::num_cached_blocks),
+            num_evictable_blocks: self.cache.as_ref().map_or(0, PrefixCache::num_evictable_blocks),
+            prefix_query_tokens: self.prefix_query_tokens,
+            prefix_hit_tokens: self.prefix_hit_tokens,
+            num_evicted_blocks: self.num_evicted_blocks,
+            usage: self.usage(),
+        }
+    }
+
+    /// Checks every invariant: the pool's and the cache's own; each table's own (right block
+    /// count, no block twice, the layout's block size); each block's ref count = tables holding
+    /// it + 1 if cached; each table starts with its sequence's locked cached path and holds no
+    /// other cached block; and each node's lock count is the number of
+    /// sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
+    /// message names the first violation.
     pub fn check_integrity(&self) -> Result<(), String> {
         self.pool.check_integrity()?;
         let mut holders = vec![0u32; self.pool.num_blocks()];
-        for (seq, table) in &self.tables {
-            table.check_integrity().map_err(|e| format!("sequence {seq}: {e}"))?;
-            if table.block_size() != self.layout.block_size {
+        let mut locks: HashMap<BlockId, u32> = HashMap::new();
+        for (seq, s) in &self.seqs {
+            s.table.check_integrity().map_err(|e| format!("sequence {seq}: {e}"))?;
+            if s.table.block_size() != self.layout.block_size {
                 return Err(format!("sequence {seq}: table has the wrong block size"));
             }
-            for &id in table.as_slice() {
+            for &id in s.table.as_slice() {
                 let held = holders
                     .get_mut(id as usize)
                     .ok_or_else(|| format!("sequence {seq} holds block {id}, out of range"))?;
                 *held += 1;
             }
+            self.check_cached_prefix(*seq, s, &mut locks)?;
         }
-        for (id, &count) in holders.iter().enumerate() {
-            let refs = self.pool.ref_count(id as u32);
-            if count != refs {
-                return Err(format!("block {id}: {count} tables hold it, ref count {refs}"));
+        if let Some(cache) = &self.cache {
+            cache.check_integrity(&self.pool)?;
+            for id in 0..self.pool.num_blocks() as BlockId {
+                let Some(count) = cache.lock_count(id) else { continue };
+                holders[id as usize] += 1;
+                let want = locks.get(&id).copied().unwrap_or(0);
+                if count != want {
+                    return Err(format!("cached block {id}: lock count {count}, {want} paths"));
+                }
             }
         }
+        for (id, &count) in holders.iter().enumerate() {
+            let refs = self.pool.ref_count(id as BlockId);
+            if count != refs {
+                return Err(format!(
+                    "block {id}: {count} holders (tables + prefix cache), ref count {refs}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-sequence cache part of [`KvManager::check_integrity`]: adds the sequence's lock to
+    /// `locks` (one per node of its path).
+    fn check_cached_prefix(
+        &self,
+        seq: SeqId,
+        s: &SeqKv,
+        locks: &mut HashMap<BlockId, u32>,
+    ) -> Result<(), String> {
+        let Some(cache) = &self.cache else {
+            return match (s.num_cached_blocks, s.locked) {
+                (0, None) => Ok(()),
+                _ => Err(format!("sequence {seq} has a cached prefix without a cache")),
+            };
+        };
+        let path = match s.locked {
+            Some(last) if cache.contains(last) => cache.path(last),
+            Some(last) => return Err(format!("sequence {seq} locks uncached block {last}")),
+            None => Vec::new(),
+        };
+        if path.len() != s.num_cached_blocks || path.len() > s.table.num_full_blocks() {
+            return Err(format!(
+                "sequence {seq}: {} cached blocks, locked path of {}, {} full blocks",
+                s.num_cached_blocks,
+                path.len(),
+                s.table.num_full_blocks()
+            ));
+        }
+        for &id in &path {
+            *locks.entry(id).or_default() += 1;
+        }
+        let (prefix, rest) = s.table.as_slice().split_at(path.len());
+        if prefix != path {
+            return Err(format!("sequence {seq}: its table does not start with its cached path"));
+        }
+        match rest.iter().find(|&&id| cache.contains(id)) {
+            Some(id) => Err(format!("sequence {seq} holds cached block {id} off its locked path")),
+            None => Ok(()),
+        }
+    }
+
+    /// Tokens of a `len`-token sequence that may come from the cache: the largest multiple of
+    /// `block_size` ≤ `len − 1`.
+    fn cacheable_len(&self, len: usize) -> usize {
+        len.saturating_sub(1) / self.layout.block_size * self.layout.block_size
+    }
+
+    /// The cached blocks [`KvManager::begin_sequence`] would match (nothing touched).
+    fn peek_prefix(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
+        match &self.cache {
+            Some(cache) => cache.peek(namespace, &tokens[..self.cacheable_len(tokens.len())]),
+            None => Vec::new(),
+        }
+    }
+
+    /// Makes `needed` blocks free, evicting cached blocks if the free list is short; on
+    /// [`KvError::OutOfBlocks`] nothing was evicted.
+    fn make_room(&mut self, needed: usize) -> Result<(), KvError> {
+        let free = self.pool.num_free();
+        if needed <= free {
+            return Ok(());
+        }
+        let available = self.num_free_or_evictable_blocks();
+        if needed > available {
+            return Err(KvError::OutOfBlocks { needed, free: available });
+        }
+        let cache = self.cache.as_mut().expect("evictable blocks imply a cache");
+        let evicted = cache.evict(&mut self.pool, needed - free);
+        self.num_evicted_blocks += evicted.len() as u64;
+        Ok(())
+    }
+
+    /// Registers a new live sequence. Errors if `seq` is live (nothing changed: callers check
+    /// first, before taking references).
+    fn insert_sequence(
+        &mut self,
+        seq: SeqId,
+        table: BlockTable,
+        namespace: Namespace,
+        locked: Option<BlockId>,
+    ) -> Result<(), KvError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(KvError::SequenceExists(seq));
+        }
+        let num_cached_blocks = if locked.is_some() { table.num_blocks() } else { 0 };
+        self.seqs.insert(seq, SeqKv { table, namespace, num_cached_blocks, locked });
         Ok(())
     }
 }
@@ -260,6 +611,27 @@ mod tests {
         kv.add_sequence(1).unwrap();
         kv.reserve(1, 4).unwrap();
         kv.pool.incref(0); // a reference no table holds
-        assert_eq!(kv.check_integrity(), Err("block 0: 1 tables hold it, ref count 2".into()));
+        assert_eq!(
+            kv.check_integrity(),
+            Err("block 0: 1 holders (tables + prefix cache), ref count 2".into())
+        );
+    }
+
+    #[test]
+    fn integrity_catches_an_unlocked_holder() {
+        let layout = KvLayout::new(2, 1, 2, 4, KvDtype::F16).unwrap();
+        let mut kv = KvManager::with_prefix_cache(layout, 4, true).unwrap();
+        kv.begin_sequence(1, None, &[1; 4]).unwrap();
+        kv.reserve(1, 4).unwrap();
+        kv.cache_full_blocks(1, &[1; 4]).unwrap();
+        kv.check_integrity().unwrap();
+        let mut broken = kv.clone();
+        broken.seqs.get_mut(&1).unwrap().locked = None;
+        broken.seqs.get_mut(&1).unwrap().num_cached_blocks = 0;
+        let err = broken.check_integrity().unwrap_err();
+        assert!(
+            err.contains("off its locked path") || err.contains("lock count 1, 0 paths"),
+            "{err}"
+        );
     }
 }

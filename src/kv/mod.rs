@@ -10,6 +10,7 @@
 //! | `bytes.rs` | [`parse_bytes`] (`6GiB`, `64MB`, `1.5GiB`) and [`format_bytes`] (`22.5 KiB`) |
 //! | `block_pool.rs` | [`BlockPool`]: block ids `0..num_blocks`, FIFO free list, ref counts |
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot |
+//! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
 //!
@@ -31,6 +32,12 @@
 //! sequence's *full* blocks (ref count + 1); the partial last block is never shared, so shared
 //! blocks are never written. A block returns to the free list when its last holder frees it.
 //! All growing operations are all-or-nothing: on [`KvError::OutOfBlocks`] nothing changed.
+//!
+//! With the prefix cache on ([`KvManager::with_prefix_cache`]) the [`PrefixCache`] is one more
+//! holder: it keeps a reference on each full, computed block a sequence gives it (eagerly, after
+//! the step that filled it), sequences lock the cached path they read, and unlocked cached blocks
+//! are evicted least recently used first, only when an allocation would otherwise fail. Free +
+//! evictable blocks are what admission may count on.
 
 mod block_pool;
 mod block_table;
@@ -38,7 +45,12 @@ mod bytes;
 mod error;
 mod layout;
 mod manager;
+#[cfg(test)]
+mod manager_cache_tests;
 mod plan;
+mod prefix_cache;
+#[cfg(test)]
+mod prefix_cache_proptests;
 #[cfg(test)]
 mod proptests;
 
@@ -47,5 +59,6 @@ pub use block_table::BlockTable;
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
 pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
-pub use manager::{KvManager, SeqId};
+pub use manager::{KvManager, KvStats, SeqId};
 pub use plan::{plan, Plan, PlanInput};
+pub use prefix_cache::{Namespace, PrefixCache};

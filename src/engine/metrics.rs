@@ -1,0 +1,214 @@
+//! [`Metrics`]: the Prometheus metrics served at `/metrics`, named like vLLM's with a `kvrun:`
+//! prefix (DESIGN.md), in a registry of our own (no globals). The engine feeds it
+//! [`SchedulerStats`] after each step and the latency of each request; [`Metrics::encode`]
+//! writes the OpenMetrics text.
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `kvrun:num_requests_running` / `_waiting` | gauge | sequences running / waiting |
+//! | `kvrun:kv_cache_usage_perc` | gauge | fraction (0–1) of KV blocks held by live sequences |
+//! | `kvrun:prefix_cache_queries_total` / `_hits_total` | counter | prompt tokens looked up / found in the prefix cache |
+//! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
+//! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
+//! | `kvrun:time_to_first_token_seconds` | histogram | arrival → first token |
+//! | `kvrun:time_per_output_token_seconds` | histogram | between consecutive output tokens |
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::sched::SchedulerStats;
+
+/// Buckets of `time_to_first_token_seconds`, as vLLM's.
+const TTFT_BUCKETS: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+
+/// Buckets of `time_per_output_token_seconds`, as vLLM's.
+const TPOT_BUCKETS: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+
+/// Every exported metric and the registry that encodes them. Cheap to update (atomics); share
+/// it behind an `Arc` between the engine loop and the HTTP server.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    num_requests_running: Gauge,
+    num_requests_waiting: Gauge,
+    kv_cache_usage_perc: Gauge<f64, AtomicU64>,
+    prefix_cache_queries: Counter,
+    prefix_cache_hits: Counter,
+    num_preemptions: Counter,
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    time_to_first_token_seconds: Histogram,
+    time_per_output_token_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric at zero, registered under `kvrun:`.
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            num_requests_running: Gauge::default(),
+            num_requests_waiting: Gauge::default(),
+            kv_cache_usage_perc: Gauge::default(),
+            prefix_cache_queries: Counter::default(),
+            prefix_cache_hits: Counter::default(),
+            num_preemptions: Counter::default(),
+            prompt_tokens: Counter::default(),
+            generation_tokens: Counter::default(),
+            time_to_first_token_seconds: Histogram::new(TTFT_BUCKETS),
+            time_per_output_token_seconds: Histogram::new(TPOT_BUCKETS),
+            registry: Registry::default(),
+        };
+        let r = &mut m.registry;
+        r.register(
+            "kvrun:num_requests_running",
+            "Number of requests running on the GPU",
+            m.num_requests_running.clone(),
+        );
+        r.register(
+            "kvrun:num_requests_waiting",
+            "Number of requests waiting to be admitted",
+            m.num_requests_waiting.clone(),
+        );
+        r.register(
+            "kvrun:kv_cache_usage_perc",
+            "KV-cache usage: fraction of blocks held by live sequences (1 = full)",
+            m.kv_cache_usage_perc.clone(),
+        );
+        r.register(
+            "kvrun:prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache",
+            m.prefix_cache_queries.clone(),
+        );
+        r.register(
+            "kvrun:prefix_cache_hits",
+            "Prompt tokens found in the prefix cache",
+            m.prefix_cache_hits.clone(),
+        );
+        r.register(
+            "kvrun:num_preemptions",
+            "Sequences preempted (recomputed later)",
+            m.num_preemptions.clone(),
+        );
+        r.register("kvrun:prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
+        r.register("kvrun:generation_tokens", "Tokens generated", m.generation_tokens.clone());
+        r.register(
+            "kvrun:time_to_first_token_seconds",
+            "Seconds from a request's arrival to its first token",
+            m.time_to_first_token_seconds.clone(),
+        );
+        r.register(
+            "kvrun:time_per_output_token_seconds",
+            "Seconds between consecutive output tokens of a request",
+            m.time_per_output_token_seconds.clone(),
+        );
+        m
+    }
+
+    /// Sets the gauges and advances the counters to the totals in `stats` (a total lower than the
+    /// exported value, as after a scheduler restart, leaves the counter where it is).
+    pub fn update_from(&self, stats: &SchedulerStats) {
+        self.num_requests_running.set(stats.num_running as i64);
+        self.num_requests_waiting.set(stats.num_waiting as i64);
+        self.kv_cache_usage_perc.set(f64::from(stats.kv_usage));
+        for (counter, total) in [
+            (&self.prefix_cache_queries, stats.prefix_query_tokens),
+            (&self.prefix_cache_hits, stats.prefix_hit_tokens),
+            (&self.num_preemptions, stats.num_preemptions),
+            (&self.prompt_tokens, stats.prompt_tokens),
+            (&self.generation_tokens, stats.generation_tokens),
+        ] {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+    }
+
+    /// Records one request's time to first token.
+    pub fn observe_ttft(&self, secs: f64) {
+        self.time_to_first_token_seconds.observe(secs);
+    }
+
+    /// Records one gap between consecutive output tokens.
+    pub fn observe_tpot(&self, secs: f64) {
+        self.time_per_output_token_seconds.observe(secs);
+    }
+
+    /// The OpenMetrics text exposition of every metric (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_vllm_names_and_tracks_scheduler_totals() {
+        let metrics = Metrics::new();
+        let mut stats = SchedulerStats {
+            num_running: 3,
+            num_waiting: 2,
+            num_preemptions: 1,
+            prefix_query_tokens: 1000,
+            prefix_hit_tokens: 640,
+            prompt_tokens: 1000,
+            generation_tokens: 50,
+            kv_usage: 0.25,
+            ..SchedulerStats::default()
+        };
+        metrics.update_from(&stats);
+        stats.generation_tokens = 80;
+        stats.num_running = 1;
+        metrics.update_from(&stats);
+        metrics.observe_ttft(0.003);
+        metrics.observe_tpot(0.02);
+        let text = metrics.encode();
+        for line in [
+            "# TYPE kvrun:num_requests_running gauge",
+            "kvrun:num_requests_running 1",
+            "kvrun:num_requests_waiting 2",
+            "kvrun:kv_cache_usage_perc 0.25",
+            "# TYPE kvrun:prefix_cache_queries counter",
+            "kvrun:prefix_cache_queries_total 1000",
+            "kvrun:prefix_cache_hits_total 640",
+            "kvrun:num_preemptions_total 1",
+            "kvrun:prompt_tokens_total 1000",
+            "kvrun:generation_tokens_total 80",
+            "# TYPE kvrun:time_to_first_token_seconds histogram",
+            "kvrun:time_to_first_token_seconds_bucket{le=\"0.001\"} 0",
+            "kvrun:time_to_first_token_seconds_bucket{le=\"0.005\"} 1",
+            "kvrun:time_to_first_token_seconds_bucket{le=\"2560.0\"} 1",
+            "kvrun:time_per_output_token_seconds_bucket{le=\"0.025\"} 1",
+            "kvrun:time_per_output_token_seconds_count 1",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn counters_never_go_back() {
+        let metrics = Metrics::new();
+        let stats = SchedulerStats { num_preemptions: 5, ..SchedulerStats::default() };
+        metrics.update_from(&stats);
+        metrics.update_from(&SchedulerStats::default());
+        assert!(metrics.encode().contains("kvrun:num_preemptions_total 5\n"));
+    }
+}

@@ -1,0 +1,566 @@
+//! [`PrefixCache`]: a radix tree over full KV blocks, keyed by exact token ids, so that sequences
+//! that start with the same tokens share the blocks of that start instead of recomputing them.
+//!
+//! One node per block. A node's key is its block's `block_size` token ids; its parent is the
+//! block before it. The path from a namespace's root to a node spells the token prefix whose KV
+//! the node's block holds, so a block is reusable exactly by a sequence that begins with the same
+//! tokens in the same namespace (a prompt that differs by one token shares nothing after it;
+//! tenants in different namespaces share nothing). Only full blocks enter the tree: the partial
+//! last block of a sequence is always private.
+//!
+//! ## Contract
+//!
+//! - **References.** The tree holds one pool reference on each cached block: [`PrefixCache::insert`]
+//!   takes it (`incref`), [`PrefixCache::evict`] drops it (`decref`). Cached blocks are full and
+//!   never written again; whoever reads one holds its own reference as well.
+//! - **Locks.** A running sequence that uses cached blocks locks the path to the deepest one
+//!   ([`PrefixCache::lock`]: +1 on that node and every ancestor) and unlocks it when done. Locked
+//!   nodes are never evicted. Because locks always cover whole paths, a node's lock count is at
+//!   least the sum of its children's, so the unlocked nodes are closed downward: every one of them
+//!   can be evicted, leaves first, and [`PrefixCache::num_evictable_blocks`] counts exactly them.
+//! - **LRU.** A logical clock ticks once per [`PrefixCache::match_prefix`] and
+//!   [`PrefixCache::insert`], which stamp every node on the path they walk; a parent is therefore
+//!   never older than its children. [`PrefixCache::evict`] takes unlocked leaves oldest first
+//!   (ties: lowest block id); removing a leaf may make its parent an evictable leaf.
+//! - **Complexity.** `B` = blocks in the walked prefix, `b` = `block_size`: match and insert
+//!   O(B·b) (one hash of `b` tokens per block) + O(B log n) for the LRU index; lock and unlock
+//!   O(depth · log n); evicting `k` blocks O(k log n); [`PrefixCache::check_integrity`] O(n·b).
+//!
+//! The cache never allocates blocks and never decides when to evict: [`super::KvManager`] calls
+//! [`PrefixCache::evict`] only when an allocation would otherwise fail.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::block_pool::{BlockId, BlockPool};
+
+/// Isolation key: cached blocks are shared only among sequences of the same namespace (e.g. a
+/// tenant). `None` is the default namespace.
+pub type Namespace = Option<u64>;
+
+/// Children of a node (or of a namespace root), keyed by the child block's token ids.
+type Children = HashMap<Box<[u32]>, BlockId>;
+
+/// Where a node hangs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parent {
+    /// Directly under the root of this namespace (the node is the first block of a sequence).
+    Root(Namespace),
+    /// Under the node of this block.
+    Node(BlockId),
+}
+
+/// One cached block.
+#[derive(Clone, Debug)]
+struct Node {
+    /// [block_size] the block's token ids: the node's key under its parent.
+    tokens: Box<[u32]>,
+    parent: Parent,
+    children: Children,
+    /// Locked paths through this node; 0 = evictable once its children are gone.
+    lock_count: u32,
+    /// Clock value of the last match or insert that walked through this node.
+    last_access: u64,
+}
+
+/// The radix tree over full blocks; see the module docs for the contract. Nodes are keyed by
+/// their block id (a block is in at most one node).
+#[derive(Clone, Debug)]
+pub struct PrefixCache {
+    block_size: usize,
+    /// The top-level children of each namespace's root; a namespace without blocks has no entry.
+    roots: HashMap<Namespace, Children>,
+    nodes: HashMap<BlockId, Node>,
+    /// Unlocked leaves as `(last_access, block)`: the eviction order, oldest first.
+    evictable_leaves: BTreeSet<(u64, BlockId)>,
+    /// Nodes with lock count 0 (all evictable, leaves first).
+    num_unlocked: usize,
+    clock: u64,
+}
+
+impl PrefixCache {
+    /// An empty cache for blocks of `block_size` tokens. Panics if `block_size` is 0.
+    pub fn new(block_size: usize) -> Self {
+        assert!(block_size > 0, "block_size must be at least 1");
+        PrefixCache {
+            block_size,
+            roots: HashMap::new(),
+            nodes: HashMap::new(),
+            evictable_leaves: BTreeSet::new(),
+            num_unlocked: 0,
+            clock: 0,
+        }
+    }
+
+    /// Tokens per block (the length of every key).
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the tree.
+    pub fn num_cached_blocks(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Blocks that [`PrefixCache::evict`] could remove now: the unlocked ones. O(1).
+    pub fn num_evictable_blocks(&self) -> usize {
+        self.num_unlocked
+    }
+
+    /// Whether `block` is in the tree.
+    pub fn contains(&self, block: BlockId) -> bool {
+        self.nodes.contains_key(&block)
+    }
+
+    /// Locked paths through `block`'s node, or `None` if it is not cached.
+    pub fn lock_count(&self, block: BlockId) -> Option<u32> {
+        self.nodes.get(&block).map(|node| node.lock_count)
+    }
+
+    /// The cached blocks that hold the longest prefix of `tokens`, in whole blocks (a trailing
+    /// partial block of `tokens` is ignored), without touching anything. O(B·b).
+    pub fn peek(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
+        let mut blocks = Vec::new();
+        let mut children = self.roots.get(&namespace);
+        for key in tokens.chunks_exact(self.block_size) {
+            let Some(&id) = children.and_then(|c| c.get(key)) else { break };
+            blocks.push(id);
+            children = Some(&self.nodes[&id].children);
+        }
+        blocks
+    }
+
+    /// Like [`PrefixCache::peek`], and stamps the matched path as most recently used (the
+    /// clock ticks even when nothing matches). The caller takes its own references on the
+    /// returned blocks and locks the last one before anything can evict them.
+    pub fn match_prefix(&mut self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
+        let blocks = self.peek(namespace, tokens);
+        self.clock += 1;
+        if let Some(&last) = blocks.last() {
+            self.touch_path(last);
+        }
+        blocks
+    }
+
+    /// Caches the full blocks of a sequence: `blocks[i]` holds the KV of
+    /// `tokens[i·b..(i+1)·b]` (after the tokens before it). Walks the path of `tokens` from the
+    /// namespace root; where a node already exists it is kept (if it holds another block, the
+    /// caller's block stays private to the caller), else a node is made for `blocks[i]` and the
+    /// tree takes a reference on it. Stamps the whole path as most recently used. Returns the
+    /// block of the path's last node (what the caller locks), `None` if `blocks` is empty.
+    ///
+    /// Panics if `tokens` is shorter than `blocks.len()` blocks, if a new block is free in
+    /// `pool` (the caller must hold it), or if it is already cached under another prefix.
+    pub fn insert(
+        &mut self,
+        pool: &mut BlockPool,
+        namespace: Namespace,
+        tokens: &[u32],
+        blocks: &[BlockId],
+    ) -> Option<BlockId> {
+        let b = self.block_size;
+        assert!(
+            tokens.len() >= blocks.len() * b,
+            "insert of {} blocks needs {} tokens, got {}",
+            blocks.len(),
+            blocks.len() * b,
+            tokens.len()
+        );
+        self.clock += 1;
+        let mut parent = Parent::Root(namespace);
+        for (&block, key) in blocks.iter().zip(tokens.chunks_exact(b)) {
+            let existing = match parent {
+                Parent::Root(ns) => self.roots.get(&ns).and_then(|c| c.get(key)),
+                Parent::Node(p) => self.nodes[&p].children.get(key),
+            };
+            let id = match existing {
+                Some(&id) => id,
+                None => {
+                    self.add_node(pool, parent, key, block);
+                    block
+                }
+            };
+            parent = Parent::Node(id);
+        }
+        let Parent::Node(last) = parent else { return None };
+        self.touch_path(last);
+        Some(last)
+    }
+
+    /// Locks the path from the root to `block`'s node (+1 on each node): none of them can be
+    /// evicted until a matching [`PrefixCache::unlock`]. O(depth · log n).
+    ///
+    /// Panics if `block` is not cached (take the lock right after match or insert).
+    #[track_caller]
+    pub fn lock(&mut self, block: BlockId) {
+        assert!(self.contains(block), "lock of block {block}, which is not cached");
+        for id in self.path(block) {
+            self.unindex(id);
+            let node = self.nodes.get_mut(&id).expect("path node");
+            node.lock_count += 1;
+            if node.lock_count == 1 {
+                self.num_unlocked -= 1;
+            }
+        }
+    }
+
+    /// Undoes one [`PrefixCache::lock`] of the path to `block`. Nodes whose count drops to 0
+    /// become evictable (leaves first). O(depth · log n).
+    ///
+    /// Panics if `block` is not cached or a node on its path is not locked (unbalanced unlock).
+    #[track_caller]
+    pub fn unlock(&mut self, block: BlockId) {
+        assert!(self.contains(block), "unlock of block {block}, which is not cached");
+        for id in self.path(block) {
+            let node = self.nodes.get_mut(&id).expect("path node");
+            assert!(node.lock_count > 0, "unlock of block {id}, which is not locked");
+            node.lock_count -= 1;
+            if node.lock_count == 0 {
+                self.num_unlocked += 1;
+                self.index(id);
+            }
+        }
+    }
+
+    /// Evicts up to `num_blocks` unlocked leaves, least recently used first (a parent whose last
+    /// child goes becomes a leaf in turn), dropping the tree's reference on each. Returns the
+    /// evicted blocks in order; fewer than asked when the unlocked nodes run out. A block returns
+    /// to the free list unless someone else still holds it. O(k log n).
+    pub fn evict(&mut self, pool: &mut BlockPool, num_blocks: usize) -> Vec<BlockId> {
+        let mut evicted = Vec::new();
+        while evicted.len() < num_blocks {
+            let Some(&(_, id)) = self.evictable_leaves.first() else { break };
+            self.remove_leaf(id);
+            pool.decref(id);
+            evicted.push(id);
+        }
+        evicted
+    }
+
+    /// The blocks from the namespace root down to `block`, in token order (its cached prefix).
+    /// Panics if `block` is not cached. O(depth).
+    pub fn path(&self, block: BlockId) -> Vec<BlockId> {
+        let mut path = vec![block];
+        while let Parent::Node(parent) = self.nodes[path.last().expect("non-empty")].parent {
+            path.push(parent);
+        }
+        path.reverse();
+        path
+    }
+
+    /// Checks every invariant: keys have `block_size` tokens; parent and child links agree and
+    /// every node is reachable from a root exactly once (so no cycles, no block in two nodes);
+    /// the pool counts the tree's reference on each block; a node's lock count is at least the
+    /// sum of its children's; a parent is never older than its children and no stamp is in the
+    /// future; the LRU index holds exactly the unlocked leaves and `num_unlocked` is right.
+    /// O(n·b). The message names the first violation.
+    pub fn check_integrity(&self, pool: &BlockPool) -> Result<(), String> {
+        let mut reached = 0;
+        let mut stack: Vec<(Parent, &Children)> = Vec::new();
+        for (ns, children) in &self.roots {
+            if children.is_empty() {
+                return Err(format!("namespace {ns:?} has an empty root"));
+            }
+            stack.push((Parent::Root(*ns), children));
+        }
+        while let Some((parent, children)) = stack.pop() {
+            for (key, &id) in children {
+                let node = self.nodes.get(&id).ok_or(format!("child {id} has no node"))?;
+                if node.parent != parent || node.tokens != *key {
+                    return Err(format!(
+                        "block {id}: parent link or key disagrees with its parent"
+                    ));
+                }
+                reached += 1;
+                if reached > self.nodes.len() {
+                    return Err("a block is reachable twice (cycle or shared child)".into());
+                }
+                stack.push((Parent::Node(id), &node.children));
+            }
+        }
+        if reached != self.nodes.len() {
+            return Err(format!("{} nodes, {reached} reachable from a root", self.nodes.len()));
+        }
+        for (&id, node) in &self.nodes {
+            self.check_node(pool, id, node)?;
+        }
+        let unlocked = self.nodes.values().filter(|n| n.lock_count == 0).count();
+        if unlocked != self.num_unlocked {
+            return Err(format!("{unlocked} unlocked nodes, counted {}", self.num_unlocked));
+        }
+        let leaves: BTreeSet<(u64, BlockId)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.lock_count == 0 && n.children.is_empty())
+            .map(|(&id, n)| (n.last_access, id))
+            .collect();
+        if leaves != self.evictable_leaves {
+            return Err("the LRU index is not the set of unlocked leaves".into());
+        }
+        Ok(())
+    }
+
+    /// The per-node part of [`PrefixCache::check_integrity`].
+    fn check_node(&self, pool: &BlockPool, id: BlockId, node: &Node) -> Result<(), String> {
+        if node.tokens.len() != self.block_size {
+            return Err(format!("block {id}: key of {} tokens", node.tokens.len()));
+        }
+        if (id as usize) >= pool.num_blocks() || pool.ref_count(id) == 0 {
+            return Err(format!("cached block {id} is out of range or free in the pool"));
+        }
+        if node.last_access > self.clock {
+            return Err(format!("block {id}: stamp {} after the clock", node.last_access));
+        }
+        let mut child_locks = 0;
+        for &child in node.children.values() {
+            let child = &self.nodes[&child];
+            child_locks += child.lock_count;
+            if child.last_access > node.last_access {
+                return Err(format!("block {id} is older than one of its children"));
+            }
+        }
+        if node.lock_count < child_locks {
+            let count = node.lock_count;
+            return Err(format!("block {id}: lock count {count} < its children's {child_locks}"));
+        }
+        Ok(())
+    }
+
+    /// Makes a node for `block` under `parent` with key `key`, taking the tree's reference.
+    fn add_node(&mut self, pool: &mut BlockPool, parent: Parent, key: &[u32], block: BlockId) {
+        assert!(!self.contains(block), "block {block} is already cached under another prefix");
+        pool.incref(block);
+        let children = match parent {
+            Parent::Root(ns) => self.roots.entry(ns).or_default(),
+            Parent::Node(p) => {
+                self.unindex(p); // no longer a leaf
+                &mut self.nodes.get_mut(&p).expect("parent node").children
+            }
+        };
+        children.insert(key.into(), block);
+        let node = Node {
+            tokens: key.into(),
+            parent,
+            children: HashMap::new(),
+            lock_count: 0,
+            last_access: self.clock,
+        };
+        self.nodes.insert(block, node);
+        self.num_unlocked += 1;
+        self.index(block);
+    }
+
+    /// Removes an unlocked leaf from the tree (not from the pool).
+    fn remove_leaf(&mut self, id: BlockId) {
+        self.unindex(id);
+        let node = self.nodes.remove(&id).expect("leaf node");
+        debug_assert!(node.children.is_empty() && node.lock_count == 0);
+        self.num_unlocked -= 1;
+        match node.parent {
+            Parent::Root(ns) => {
+                let children = self.roots.get_mut(&ns).expect("root");
+                children.remove(&node.tokens);
+                if children.is_empty() {
+                    self.roots.remove(&ns);
+                }
+            }
+            Parent::Node(p) => {
+                self.nodes.get_mut(&p).expect("parent node").children.remove(&node.tokens);
+                self.index(p); // may have become a leaf
+            }
+        }
+    }
+
+    /// Stamps `block` and its ancestors with the current clock.
+    fn touch_path(&mut self, block: BlockId) {
+        for id in self.path(block) {
+            self.unindex(id);
+            self.nodes.get_mut(&id).expect("path node").last_access = self.clock;
+            self.index(id);
+        }
+    }
+
+    /// Takes `id` out of the LRU index (a no-op if it is not there).
+    fn unindex(&mut self, id: BlockId) {
+        let last_access = self.nodes[&id].last_access;
+        self.evictable_leaves.remove(&(last_access, id));
+    }
+
+    /// Puts `id` in the LRU index if it is an unlocked leaf.
+    fn index(&mut self, id: BlockId) {
+        let node = &self.nodes[&id];
+        if node.lock_count == 0 && node.children.is_empty() {
+            self.evictable_leaves.insert((node.last_access, id));
+        }
+    }
+
+    /// Every cached prefix: `(namespace, tokens from the root) → (block, lock count, last
+    /// access)`. For the property tests' comparison with a naive model. O(n · depth · b).
+    #[cfg(test)]
+    pub(super) fn entries(
+        &self,
+    ) -> std::collections::BTreeMap<(Namespace, Vec<u32>), (BlockId, u32, u64)> {
+        let mut out = std::collections::BTreeMap::new();
+        for (&id, node) in &self.nodes {
+            let path = self.path(id);
+            let tokens: Vec<u32> =
+                path.iter().flat_map(|p| self.nodes[p].tokens.iter().copied()).collect();
+            let mut root = id;
+            while let Parent::Node(p) = self.nodes[&root].parent {
+                root = p;
+            }
+            let Parent::Root(ns) = self.nodes[&root].parent else { unreachable!() };
+            out.insert((ns, tokens), (id, node.lock_count, node.last_access));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of `n` blocks and a cache of 2-token blocks.
+    fn setup(n: usize) -> (BlockPool, PrefixCache) {
+        (BlockPool::new(n), PrefixCache::new(2))
+    }
+
+    /// Allocates `n` blocks, inserts them for `tokens`, then drops the caller's references (a
+    /// finished sequence donating its blocks). Returns the path's last block.
+    fn donate(pool: &mut BlockPool, cache: &mut PrefixCache, ns: Namespace, tokens: &[u32]) {
+        let n = tokens.len() / cache.block_size();
+        let blocks = pool.allocate_n(n).expect("room in the pool");
+        cache.insert(pool, ns, tokens, &blocks);
+        for id in blocks {
+            pool.decref(id);
+        }
+        cache.check_integrity(pool).unwrap();
+    }
+
+    #[test]
+    fn match_finds_the_longest_cached_prefix_in_whole_blocks() {
+        let (mut pool, mut cache) = setup(8);
+        donate(&mut pool, &mut cache, None, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(cache.num_cached_blocks(), 3);
+        assert_eq!(pool.num_free(), 5); // the tree's references keep blocks 0..3
+        assert_eq!(cache.match_prefix(None, &[1, 2, 3, 4, 5, 6, 7]), vec![0, 1, 2]);
+        assert_eq!(cache.match_prefix(None, &[1, 2, 3, 9, 5, 6]), vec![0]);
+        assert_eq!(cache.match_prefix(None, &[1, 2, 3]), vec![0]); // partial block ignored
+        assert_eq!(cache.match_prefix(None, &[2, 1]), Vec::<BlockId>::new());
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    fn insert_keeps_existing_nodes_and_branches() {
+        let (mut pool, mut cache) = setup(8);
+        let a = pool.allocate_n(2).unwrap(); // [0, 1]
+        assert_eq!(cache.insert(&mut pool, None, &[1, 2, 3, 4], &a), Some(1));
+        let b = pool.allocate_n(3).unwrap(); // [2, 3, 4]: same first block, then a branch
+        assert_eq!(cache.insert(&mut pool, None, &[1, 2, 7, 7, 8, 8], &b), Some(4));
+        assert!(!cache.contains(2)); // block 2 duplicates block 0: stays private
+        assert_eq!(cache.path(4), vec![0, 3, 4]);
+        assert_eq!(cache.insert(&mut pool, None, &[], &[]), None);
+        for id in a.into_iter().chain(b) {
+            pool.decref(id);
+        }
+        assert_eq!(cache.num_cached_blocks(), 4);
+        assert_eq!(pool.num_free(), 4); // blocks 2, 5, 6, 7
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    fn evicts_least_recently_used_leaves_first() {
+        let (mut pool, mut cache) = setup(8);
+        donate(&mut pool, &mut cache, None, &[1, 1, 2, 2]); // blocks 0 ← 1
+        donate(&mut pool, &mut cache, None, &[3, 3]); // block 2
+        cache.match_prefix(None, &[1, 1, 2, 2]); // 0 and 1 are now newer than 2
+        assert_eq!(cache.num_evictable_blocks(), 3);
+        assert_eq!(cache.evict(&mut pool, 1), vec![2]);
+        assert_eq!(cache.evict(&mut pool, 5), vec![1, 0]); // the leaf, then its parent
+        assert_eq!(pool.num_free(), 8);
+        assert_eq!(cache.num_cached_blocks(), 0);
+        assert!(cache.roots.is_empty());
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    fn locked_paths_are_never_evicted() {
+        let (mut pool, mut cache) = setup(8);
+        donate(&mut pool, &mut cache, None, &[1, 1, 2, 2, 3, 3]); // 0 ← 1 ← 2
+        donate(&mut pool, &mut cache, None, &[1, 1, 4, 4]); // 0 ← 4 (block 3 duplicated 0)
+        cache.lock(1); // path 0, 1
+        assert_eq!((cache.lock_count(0), cache.lock_count(1)), (Some(1), Some(1)));
+        assert_eq!(cache.num_evictable_blocks(), 2); // blocks 2 and 4
+        assert_eq!(cache.evict(&mut pool, 8), vec![2, 4]);
+        assert_eq!(cache.num_evictable_blocks(), 0);
+        assert_eq!(cache.evict(&mut pool, 8), Vec::<BlockId>::new());
+        cache.lock(1);
+        cache.unlock(1);
+        assert_eq!(cache.evict(&mut pool, 8), Vec::<BlockId>::new()); // still locked once
+        cache.unlock(1);
+        assert_eq!(cache.evict(&mut pool, 8), vec![1, 0]);
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    fn namespaces_share_nothing() {
+        let (mut pool, mut cache) = setup(8);
+        donate(&mut pool, &mut cache, Some(7), &[1, 1, 2, 2]);
+        assert!(cache.match_prefix(None, &[1, 1, 2, 2]).is_empty());
+        assert!(cache.match_prefix(Some(8), &[1, 1, 2, 2]).is_empty());
+        assert_eq!(cache.match_prefix(Some(7), &[1, 1, 2, 2]), vec![0, 1]);
+        donate(&mut pool, &mut cache, None, &[1, 1]);
+        assert_eq!(cache.peek(None, &[1, 1, 2, 2]), vec![2]);
+        assert_eq!(cache.num_cached_blocks(), 3);
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    fn eviction_keeps_blocks_others_still_hold() {
+        let (mut pool, mut cache) = setup(4);
+        let blocks = pool.allocate_n(1).unwrap();
+        cache.insert(&mut pool, None, &[5, 5], &blocks);
+        assert_eq!(pool.ref_count(0), 2);
+        assert_eq!(cache.evict(&mut pool, 1), vec![0]);
+        assert_eq!(pool.ref_count(0), 1); // the caller's reference remains
+        pool.decref(0);
+        cache.check_integrity(&pool).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "unlock of block 0, which is not locked")]
+    fn unbalanced_unlock_panics() {
+        let (mut pool, mut cache) = setup(4);
+        donate(&mut pool, &mut cache, None, &[1, 1]);
+        cache.unlock(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "already cached under another prefix")]
+    fn a_block_lives_in_one_node() {
+        let (mut pool, mut cache) = setup(4);
+        let blocks = pool.allocate_n(1).unwrap();
+        cache.insert(&mut pool, None, &[1, 1], &blocks);
+        cache.insert(&mut pool, None, &[2, 2], &blocks);
+    }
+
+    #[test]
+    fn integrity_names_the_violation() {
+        let (mut pool, mut cache) = setup(4);
+        donate(&mut pool, &mut cache, None, &[1, 1, 2, 2]);
+        let mut broken = cache.clone();
+        broken.nodes.get_mut(&1).unwrap().lock_count = 1; // child locked, parent not
+        broken.num_unlocked -= 1;
+        broken.evictable_leaves.clear();
+        let err = broken.check_integrity(&pool).unwrap_err();
+        assert!(err.contains("lock count 0 < its children's 1"), "{err}");
+
+        let mut broken = cache.clone();
+        broken.nodes.get_mut(&1).unwrap().last_access += 1;
+        let err = broken.check_integrity(&pool).unwrap_err();
+        assert!(err.contains("after the clock") || err.contains("older"), "{err}");
+
+        pool.decref(1); // the tree's reference lost
+        let err = cache.check_integrity(&pool).unwrap_err();
+        assert_eq!(err, "cached block 1 is out of range or free in the pool");
+    }
+}

@@ -1,0 +1,52 @@
+//! [`StepPlan`]: what one step computes, the scheduler's output and the engine's input. Plain
+//! data: the engine turns it into a GPU batch (token ids, positions, slot mapping, block tables).
+
+use std::ops::Range;
+
+use super::request::RequestId;
+
+/// The work of one step: one entry per scheduled sequence, decodes first, then prefill chunks of
+/// running sequences, then newly admitted ones. Σ `tokens.len()` ≤ `max_num_batched_tokens` and
+/// `seqs.len()` ≤ `max_num_seqs`. Pass it back, unchanged, to [`super::Scheduler::commit`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepPlan {
+    pub seqs: Vec<ScheduledSeq>,
+}
+
+impl StepPlan {
+    /// Tokens computed this step (the batch size in tokens).
+    pub fn num_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len()).sum()
+    }
+
+    /// Whether there is nothing to compute.
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledSeq {
+    pub id: RequestId,
+    /// Position of `tokens[0]`; positions `0..start_pos` already hold KV (computed or cached).
+    pub start_pos: usize,
+    /// `[num_tokens]` token ids to compute now: a prefill chunk, or the one decode token.
+    pub tokens: Vec<u32>,
+    /// `[ceil((start_pos + num_tokens) / block_size)]` the sequence's block ids, in token order:
+    /// covers every position up to `start_pos + tokens.len()`. Slot of position `p`:
+    /// `block_table[p / block_size] × block_size + p % block_size`.
+    pub block_table: Vec<u32>,
+    /// Sample a next token from the last position: true for decodes and for the chunk that
+    /// completes the prompt (prompt + already generated tokens after a preemption).
+    pub sample: bool,
+    /// Prefix-cache hit of the request at its first admission, for usage reporting.
+    pub num_cached_tokens: usize,
+}
+
+impl ScheduledSeq {
+    /// Positions of `tokens`: `start_pos..start_pos + tokens.len()`.
+    pub fn positions(&self) -> Range<usize> {
+        self.start_pos..self.start_pos + self.tokens.len()
+    }
+}

@@ -1,0 +1,430 @@
+//! [`Scheduler`]: continuous batching over a [`KvManager`] — waiting and running queues, a
+//! token budget per step with chunked prefill, admission by free (or evictable) blocks,
+//! cache-aware deferral, preemption by recompute. See the module docs of [`super`] for the
+//! policy.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::kv::KvManager;
+
+use super::plan::{ScheduledSeq, StepPlan};
+use super::request::{
+    ConfigField, FinishReason, Request, RequestId, SchedError, TokenEvent, Usage,
+};
+use super::sequence::{Phase, Sequence};
+
+/// Limits of the scheduler, resolved once (prefix caching is the [`KvManager`]'s setting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Most sequences running at once (`--max-num-seqs`).
+    pub max_num_seqs: usize,
+    /// Most tokens computed in one step, prefill chunks and decodes together. Keep it ≥
+    /// `max_num_seqs`, or some running sequences will skip steps (decodes go in admission order).
+    pub max_num_batched_tokens: usize,
+    /// Longest sequence, prompt + generated (`-c/--max-model-len`).
+    pub max_model_len: usize,
+}
+
+/// Gauges and counters (counters count since [`Scheduler::new`]), for metrics and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SchedulerStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    /// Sequences preempted (recompute), ever.
+    pub num_preemptions: u64,
+    /// Tokens looked up in the prefix cache at admissions (re-admissions count again).
+    pub prefix_query_tokens: u64,
+    /// Of those, tokens served from the cache.
+    pub prefix_hit_tokens: u64,
+    /// Tokens computed in prefill chunks (recomputation after preemption included).
+    pub computed_prefill_tokens: u64,
+    /// Tokens computed by decodes.
+    pub computed_decode_tokens: u64,
+    /// Prompt tokens of admitted requests (once per request).
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub generation_tokens: u64,
+    /// Cached blocks evicted to make room.
+    pub num_evicted_blocks: u64,
+    /// Fraction of KV blocks held by live sequences (evictable cached blocks count as free).
+    pub kv_usage: f32,
+    /// Requests ended, by reason (`request_success_total{finished_reason}` in vLLM).
+    pub num_finished: FinishedCounts,
+}
+
+/// Requests ended, by [`FinishReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FinishedCounts {
+    pub stop: u64,
+    pub length: u64,
+    pub cancelled: u64,
+}
+
+impl FinishedCounts {
+    fn count(&mut self, reason: FinishReason) {
+        match reason {
+            FinishReason::Stop => self.stop += 1,
+            FinishReason::Length => self.length += 1,
+            FinishReason::Cancelled => self.cancelled += 1,
+        }
+    }
+}
+
+/// The budget and choices of the step being planned.
+struct Step {
+    budget_left: usize,
+    /// (sequence, tokens to compute), in scheduling order.
+    chunks: Vec<(RequestId, usize)>,
+}
+
+impl Step {
+    fn push(&mut self, id: RequestId, num_tokens: usize) {
+        self.budget_left -= num_tokens;
+        self.chunks.push((id, num_tokens));
+    }
+
+    /// Drops `id`'s chunk, if any, and gives its tokens back to the budget.
+    fn remove(&mut self, id: RequestId) {
+        if let Some(idx) = self.chunks.iter().position(|&(c, _)| c == id) {
+            self.budget_left += self.chunks.remove(idx).1;
+        }
+    }
+}
+
+/// Continuous-batching scheduler. Owns every unfinished request's state and the
+/// [`KvManager`]. Each [`Scheduler::schedule`] must be followed by [`Scheduler::commit`] of its
+/// plan before the next one.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    kv: KvManager,
+    seqs: HashMap<RequestId, Sequence>,
+    /// Not running, in admission order (preempted sequences go to the front).
+    waiting: VecDeque<RequestId>,
+    /// Running (live in `kv`), in admission order: the last one is preempted first.
+    running: Vec<RequestId>,
+    num_preemptions: u64,
+    computed_prefill_tokens: u64,
+    computed_decode_tokens: u64,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    num_finished: FinishedCounts,
+}
+
+impl Scheduler {
+    /// A scheduler over `kv` (fresh: no live sequences). Refuses zero limits, and a pool that
+    /// cannot hold one sequence of `max_model_len` tokens: with that guarantee a sequence
+    /// running alone always gets its blocks, so preemption always makes progress.
+    pub fn new(config: SchedulerConfig, kv: KvManager) -> Result<Self, SchedError> {
+        for (value, field) in [
+            (config.max_num_seqs, ConfigField::MaxNumSeqs),
+            (config.max_num_batched_tokens, ConfigField::MaxNumBatchedTokens),
+            (config.max_model_len, ConfigField::MaxModelLen),
+        ] {
+            if value == 0 {
+                return Err(SchedError::ZeroLimit(field));
+            }
+        }
+        let needed = kv.layout().blocks_for_tokens(config.max_model_len);
+        if kv.num_blocks() < needed {
+            return Err(SchedError::PoolTooSmall {
+                num_blocks: kv.num_blocks(),
+                block_size: kv.layout().block_size,
+                needed,
+                max_model_len: config.max_model_len,
+            });
+        }
+        assert_eq!(kv.num_sequences(), 0, "the scheduler needs a KvManager without sequences");
+        Ok(Scheduler {
+            config,
+            kv,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            num_preemptions: 0,
+            computed_prefill_tokens: 0,
+            computed_decode_tokens: 0,
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            num_finished: FinishedCounts::default(),
+        })
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Queues `request` at the back of the waiting queue. Refuses an empty prompt, a prompt of
+    /// `max_model_len` tokens or more, `max_tokens` 0 and an id in use; clips `max_tokens` to
+    /// `max_model_len − prompt_len`. O(1).
+    pub fn add_request(&mut self, request: Request) -> Result<(), SchedError> {
+        let (id, prompt_len, max_model_len) =
+            (request.id, request.prompt.len(), self.config.max_model_len);
+        if prompt_len == 0 {
+            return Err(SchedError::EmptyPrompt { id });
+        }
+        if prompt_len >= max_model_len {
+            return Err(SchedError::PromptTooLong { id, prompt_len, max_model_len });
+        }
+        if request.max_tokens == 0 {
+            return Err(SchedError::ZeroMaxTokens { id });
+        }
+        if self.seqs.contains_key(&id) {
+            return Err(SchedError::DuplicateId(id));
+        }
+        let max_tokens = request.max_tokens.min(max_model_len - prompt_len);
+        self.seqs.insert(id, Sequence::new(request, max_tokens));
+        self.waiting.push_back(id);
+        Ok(())
+    }
+
+    /// Plans the next step; never fails, may preempt. In order: (1) every running sequence in
+    /// decode gets its one token; (2) running sequences in prefill continue with
+    /// `min(remaining, budget left)` tokens, fewer if the pool holds fewer; (3) waiting
+    /// sequences are admitted first come, first served, while `max_num_seqs`, the budget and
+    /// the pool allow. A running sequence that cannot get one block even after evicting the
+    /// prefix cache preempts the most recently admitted running sequence (itself, if that is
+    /// it) and retries. Cost: O(running) plus, per waiting request examined, O(its length) for
+    /// the prefix match and O(running × its prefix) for the deferral check.
+    pub fn schedule(&mut self) -> StepPlan {
+        let mut step = Step { budget_left: self.config.max_num_batched_tokens, chunks: Vec::new() };
+        for phase in [Phase::Decode, Phase::Prefill] {
+            for id in self.running.clone() {
+                if step.budget_left == 0 {
+                    break;
+                }
+                let seq = &self.seqs[&id];
+                if seq.phase != phase || self.kv.table(id).is_none() {
+                    continue; // other phase, or preempted earlier in this loop
+                }
+                let want = seq.num_remaining().min(step.budget_left);
+                self.schedule_running(id, want, &mut step);
+            }
+        }
+        self.admit_waiting(&mut step);
+        self.build_plan(&step)
+    }
+
+    /// Records what the engine computed for `plan` (the last one [`Scheduler::schedule`]
+    /// returned) and the tokens it sampled (one per `sample` entry, `(id, token)` in any order):
+    /// advances computed counts, caches newly full blocks, appends sampled tokens and ends the
+    /// sequences that hit a stop token, `max_tokens` or `max_model_len`, releasing their blocks.
+    /// Entries for requests finished or cancelled since the plan are skipped. Returns the events
+    /// in plan order. O(plan tokens + cached blocks).
+    ///
+    /// Panics if a `sample` entry of a running sequence has no sampled token (an engine bug).
+    pub fn commit(&mut self, plan: &StepPlan, sampled: &[(RequestId, u32)]) -> Vec<TokenEvent> {
+        let sampled: HashMap<RequestId, u32> = sampled.iter().copied().collect();
+        let mut events = Vec::new();
+        for s in &plan.seqs {
+            let Some(seq) = self.seqs.get_mut(&s.id) else { continue };
+            if self.kv.table(s.id).is_none() || seq.num_computed_tokens != s.start_pos {
+                continue; // no longer running this plan
+            }
+            seq.num_computed_tokens += s.tokens.len();
+            match seq.phase {
+                Phase::Prefill => self.computed_prefill_tokens += s.tokens.len() as u64,
+                Phase::Decode => self.computed_decode_tokens += s.tokens.len() as u64,
+            }
+            self.kv.cache_full_blocks(s.id, seq.computed_tokens()).expect("running is live");
+            if !s.sample {
+                continue;
+            }
+            let token = *sampled
+                .get(&s.id)
+                .unwrap_or_else(|| panic!("no sampled token for request {} (sample = true)", s.id));
+            seq.tokens.push(token);
+            seq.phase = Phase::Decode;
+            self.generation_tokens += 1;
+            events.push(TokenEvent::Token { id: s.id, token });
+            if let Some(reason) = seq.finish_reason(self.config.max_model_len) {
+                let usage = self.remove(s.id, reason).expect("present");
+                events.push(TokenEvent::Finished { id: s.id, reason, usage });
+            }
+        }
+        events
+    }
+
+    /// Ends request `id` now — the engine found a stop string after detokenizing (`Stop`), or
+    /// any other reason — and releases its blocks (its computed full blocks stay cached).
+    /// Returns its usage, or `None` if `id` is not an unfinished request. No event is emitted
+    /// (the caller reports the end); `reason` is counted in [`SchedulerStats::num_finished`].
+    /// O(queue lengths + its blocks).
+    pub fn finish(&mut self, id: RequestId, reason: FinishReason) -> Option<Usage> {
+        self.remove(id, reason)
+    }
+
+    /// Cancels request `id`, waiting or running; its blocks come back (computed full blocks
+    /// stay cached). Returns whether it was unfinished.
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        self.finish(id, FinishReason::Cancelled).is_some()
+    }
+
+    /// Whether any request is waiting or running.
+    pub fn has_unfinished(&self) -> bool {
+        !self.seqs.is_empty()
+    }
+
+    /// The KV bookkeeping (block tables, prefix cache, integrity check).
+    pub fn kv(&self) -> &KvManager {
+        &self.kv
+    }
+
+    /// Evicts every cached block no running sequence uses (e.g. after new weights are loaded,
+    /// or to compare runs from a cold cache); returns how many.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.kv.clear_prefix_cache()
+    }
+
+    /// Gauges and counters now.
+    pub fn stats(&self) -> SchedulerStats {
+        let kv = self.kv.stats();
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            num_preemptions: self.num_preemptions,
+            prefix_query_tokens: kv.prefix_query_tokens,
+            prefix_hit_tokens: kv.prefix_hit_tokens,
+            computed_prefill_tokens: self.computed_prefill_tokens,
+            computed_decode_tokens: self.computed_decode_tokens,
+            prompt_tokens: self.prompt_tokens,
+            generation_tokens: self.generation_tokens,
+            num_evicted_blocks: kv.num_evicted_blocks,
+            kv_usage: kv.usage,
+            num_finished: self.num_finished,
+        }
+    }
+
+    /// Gives running sequence `id` up to `want` tokens this step: as many as its table and the
+    /// pool (free + evictable) can take; if that is none, preempts the most recently admitted
+    /// running sequence and retries. Returns false if `id` itself was preempted.
+    fn schedule_running(&mut self, id: RequestId, want: usize, step: &mut Step) -> bool {
+        debug_assert_eq!(
+            self.kv.table(id).map(|t| t.num_tokens()),
+            Some(self.seqs[&id].num_computed_tokens),
+            "a plan was not committed"
+        );
+        loop {
+            let num_tokens = want.min(self.kv.num_reservable_tokens(id));
+            if num_tokens > 0 {
+                self.kv.reserve(id, num_tokens).expect("fits: num_reservable_tokens");
+                step.push(id, num_tokens);
+                return true;
+            }
+            let victim = *self.running.last().expect("id is running");
+            debug_assert!(
+                victim != id || self.running.len() > 1,
+                "a lone sequence always fits (pool ≥ one max_model_len sequence)"
+            );
+            self.preempt(victim, step);
+            if victim == id {
+                return false;
+            }
+        }
+    }
+
+    /// Preemption by recompute: releases `id`'s blocks (its computed full blocks go to the
+    /// prefix cache, so the recompute is mostly a hit), keeps its generated tokens, puts it at
+    /// the front of the waiting queue and drops its chunk from this step.
+    fn preempt(&mut self, id: RequestId, step: &mut Step) {
+        let seq = self.seqs.get_mut(&id).expect("running sequence");
+        self.kv.release_sequence(id, seq.computed_tokens()).expect("running is live");
+        seq.num_computed_tokens = 0;
+        seq.phase = Phase::Prefill;
+        self.running.retain(|&r| r != id);
+        self.waiting.push_front(id);
+        self.num_preemptions += 1;
+        step.remove(id);
+    }
+
+    /// Phase (3): admits waiting sequences in order while a sequence slot, budget and blocks
+    /// (counting evictable cached ones) remain. A prefix hit is computed only from its end. A
+    /// sequence is skipped this step, not admitted, when a running sequence is prefilling its
+    /// first uncached block (it will be a cache hit shortly); with nothing running nothing is
+    /// skipped. Stops at the first sequence whose chunk does not fit (first come, first served).
+    fn admit_waiting(&mut self, step: &mut Step) {
+        let mut idx = 0;
+        while idx < self.waiting.len()
+            && self.running.len() < self.config.max_num_seqs
+            && step.budget_left > 0
+        {
+            let id = self.waiting[idx];
+            let seq = &self.seqs[&id];
+            let num_cached = self.kv.num_cached_tokens(seq.namespace, &seq.tokens);
+            if self.is_being_prefilled(seq, num_cached) {
+                idx += 1;
+                continue;
+            }
+            let num_tokens = (seq.tokens.len() - num_cached).min(step.budget_left);
+            if !self.kv.can_begin(seq.namespace, &seq.tokens, num_tokens) {
+                break;
+            }
+            self.waiting.remove(idx);
+            let seq = self.seqs.get_mut(&id).expect("waiting sequence");
+            let hit = self.kv.begin_sequence(id, seq.namespace, &seq.tokens).expect("not live");
+            debug_assert_eq!(hit, num_cached);
+            self.kv.reserve(id, num_tokens).expect("fits: can_begin");
+            seq.num_computed_tokens = hit;
+            if seq.first_num_cached_tokens.is_none() {
+                seq.first_num_cached_tokens = Some(hit);
+                self.prompt_tokens += seq.num_prompt_tokens as u64;
+            }
+            self.running.push(id);
+            step.push(id, num_tokens);
+        }
+    }
+
+    /// Whether a running sequence in the same namespace is computing, and will cache, the first
+    /// full block `seq` would compute after its `num_cached` tokens (cache-aware deferral).
+    /// O(running × prefix length).
+    fn is_being_prefilled(&self, seq: &Sequence, num_cached: usize) -> bool {
+        let Some(cache) = self.kv.prefix_cache() else { return false };
+        let end = num_cached + cache.block_size();
+        if end >= seq.tokens.len() {
+            return false; // that block would not be taken from the cache anyway
+        }
+        self.running.iter().any(|r| {
+            let r = &self.seqs[r];
+            r.namespace == seq.namespace
+                && r.num_computed_tokens < end
+                && r.tokens.len() >= end
+                && r.tokens[..end] == seq.tokens[..end]
+        })
+    }
+
+    /// Turns the step's choices into the plan the engine runs.
+    fn build_plan(&self, step: &Step) -> StepPlan {
+        let seqs = step
+            .chunks
+            .iter()
+            .map(|&(id, num_tokens)| {
+                let seq = &self.seqs[&id];
+                let start_pos = seq.num_computed_tokens;
+                let end = start_pos + num_tokens;
+                ScheduledSeq {
+                    id,
+                    start_pos,
+                    tokens: seq.tokens[start_pos..end].to_vec(),
+                    block_table: self.kv.table(id).expect("running").as_slice().to_vec(),
+                    sample: end == seq.tokens.len(),
+                    num_cached_tokens: seq.first_num_cached_tokens.unwrap_or(0),
+                }
+            })
+            .collect();
+        StepPlan { seqs }
+    }
+
+    /// Removes unfinished request `id` from wherever it is, releasing its blocks if running.
+    fn remove(&mut self, id: RequestId, reason: FinishReason) -> Option<Usage> {
+        let seq = self.seqs.remove(&id)?;
+        self.num_finished.count(reason);
+        if let Some(idx) = self.running.iter().position(|&r| r == id) {
+            self.running.remove(idx);
+            self.kv.release_sequence(id, seq.computed_tokens()).expect("running is live");
+        } else {
+            self.waiting.retain(|&w| w != id);
+        }
+        Some(seq.usage())
+    }
+}

@@ -1,0 +1,82 @@
+//! [`Sequence`]: the running state of one request, waiting or running.
+
+use crate::kv::Namespace;
+
+use super::request::{FinishReason, Request, Usage};
+
+/// Whether a sequence has sampled since it was (re-)admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Computing its tokens (prompt, plus generated ones after a preemption), chunk by chunk.
+    Prefill,
+    /// One token a step: the last sampled one.
+    Decode,
+}
+
+/// A request's state. Positions `0..num_computed_tokens` of `tokens` hold KV in the sequence's
+/// block table (computed, or taken from the prefix cache); the rest are still to compute.
+#[derive(Clone, Debug)]
+pub(super) struct Sequence {
+    pub namespace: Namespace,
+    /// `[num_prompt_tokens + generated]` the prompt, then every generated token.
+    pub tokens: Vec<u32>,
+    pub num_prompt_tokens: usize,
+    /// Already clipped to `max_model_len − num_prompt_tokens`.
+    pub max_tokens: usize,
+    pub stop_token_ids: Vec<u32>,
+    /// 0 while waiting (a preempted sequence recomputes from scratch, cache permitting).
+    pub num_computed_tokens: usize,
+    /// Prefix-cache hit at the first admission; `None` before it.
+    pub first_num_cached_tokens: Option<usize>,
+    pub phase: Phase,
+}
+
+impl Sequence {
+    /// A waiting sequence for `request`, `max_tokens` already clipped.
+    pub fn new(request: Request, max_tokens: usize) -> Self {
+        Sequence {
+            namespace: request.namespace,
+            num_prompt_tokens: request.prompt.len(),
+            tokens: request.prompt,
+            max_tokens,
+            stop_token_ids: request.stop_token_ids,
+            num_computed_tokens: 0,
+            first_num_cached_tokens: None,
+            phase: Phase::Prefill,
+        }
+    }
+
+    pub fn num_generated(&self) -> usize {
+        self.tokens.len() - self.num_prompt_tokens
+    }
+
+    /// Tokens still to compute before the next sample.
+    pub fn num_remaining(&self) -> usize {
+        self.tokens.len() - self.num_computed_tokens
+    }
+
+    /// The tokens whose KV is in the table.
+    pub fn computed_tokens(&self) -> &[u32] {
+        &self.tokens[..self.num_computed_tokens]
+    }
+
+    /// Why the sequence must end now that its last token was sampled, if it must.
+    pub fn finish_reason(&self, max_model_len: usize) -> Option<FinishReason> {
+        let last = self.tokens.last()?;
+        if self.stop_token_ids.contains(last) {
+            Some(FinishReason::Stop)
+        } else if self.num_generated() >= self.max_tokens || self.tokens.len() >= max_model_len {
+            Some(FinishReason::Length)
+        } else {
+            None
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.num_prompt_tokens,
+            cached_tokens: self.first_num_cached_tokens.unwrap_or(0),
+            completion_tokens: self.num_generated(),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! A GPU-free step loop for tests: the real [`Scheduler`] and [`crate::kv::KvManager`], a fake
+//! model, and a check of every invariant after every step.
+//!
+//! The fake model keeps a "KV pool" of one `u64` per slot. The KV of position `p` is a hash of
+//! the tokens `0..=p`, computed from the KV of `p − 1` *read through the block table* — so a
+//! wrong block table, a cache hit on the wrong block or an overwritten shared block changes every
+//! later token. The next token is a function of the last position's KV, never a stop token unless
+//! a test puts one in the vocabulary. [`reference_output`] computes the same tokens with no
+//! scheduler at all: every run, whatever its pool, budget or preemptions, must match it.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::kv::{KvDtype, KvLayout, KvManager};
+
+use super::{
+    FinishReason, Request, RequestId, Scheduler, SchedulerConfig, StepPlan, TokenEvent, Usage,
+};
+
+const SEED: u64 = 0x243F_6A88_85A3_08D3;
+
+/// SplitMix64 finalizer: a cheap, well-mixed 64-bit hash step.
+pub fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// KV of a position from the KV before it and its token.
+fn kv_of(prev: u64, token: u32) -> u64 {
+    splitmix(prev ^ u64::from(token).wrapping_mul(0x0100_0000_01B3))
+}
+
+fn next_token(kv: u64, vocab: u32) -> u32 {
+    (kv >> 32) as u32 % vocab
+}
+
+/// The tokens the fake model generates for a request, computed directly (no scheduler, no KV
+/// cache), with `max_tokens` clipped like the scheduler does.
+pub fn reference_output(request: &Request, vocab: u32, max_model_len: usize) -> Vec<u32> {
+    let max_tokens = request.max_tokens.min(max_model_len - request.prompt.len());
+    let mut kv = request.prompt.iter().fold(SEED, |h, &t| kv_of(h, t));
+    let mut out = Vec::new();
+    loop {
+        let token = next_token(kv, vocab);
+        out.push(token);
+        if request.stop_token_ids.contains(&token) || out.len() == max_tokens {
+            return out;
+        }
+        kv = kv_of(kv, token);
+    }
+}
+
+/// The fake model: slot contents and the vocabulary size.
+struct FakeModel {
+    /// [num_blocks × block_size] KV of each slot; `None` = never written.
+    slots: Vec<Option<u64>>,
+    block_size: usize,
+    vocab: u32,
+}
+
+impl FakeModel {
+    /// Runs `plan`: checks that every earlier position of each sequence holds the KV of its
+    /// prefix of `known` (its tokens so far), writes the chunk's KV (only into blocks the
+    /// sequence alone holds) and samples where asked.
+    fn forward(
+        &mut self,
+        kv: &KvManager,
+        plan: &StepPlan,
+        known: &HashMap<RequestId, Vec<u32>>,
+    ) -> Vec<(RequestId, u32)> {
+        let bs = self.block_size;
+        let slot = |table: &[u32], pos: usize| table[pos / bs] as usize * bs + pos % bs;
+        let mut sampled = Vec::new();
+        for s in &plan.seqs {
+            let tokens = &known[&s.id];
+            let mut expected = SEED;
+            for (pos, &token) in tokens[..s.start_pos].iter().enumerate() {
+                expected = kv_of(expected, token);
+                let got = self.slots[slot(&s.block_table, pos)];
+                assert_eq!(
+                    got,
+                    Some(expected),
+                    "request {} reads wrong KV at position {pos}",
+                    s.id
+                );
+            }
+            let mut h = expected;
+            for (pos, &token) in s.positions().zip(&s.tokens) {
+                let block = s.block_table[pos / bs];
+                assert_eq!(kv.pool().ref_count(block), 1, "write into shared block {block}");
+                let cached = kv.prefix_cache().is_some_and(|c| c.contains(block));
+                assert!(!cached, "write into cached block {block}");
+                h = kv_of(h, token);
+                self.slots[slot(&s.block_table, pos)] = Some(h);
+            }
+            if s.sample {
+                sampled.push((s.id, next_token(h, self.vocab)));
+            }
+        }
+        sampled
+    }
+}
+
+/// Sizes of a simulated engine.
+#[derive(Clone, Copy, Debug)]
+pub struct SimConfig {
+    pub block_size: usize,
+    pub num_blocks: usize,
+    pub prefix_cache: bool,
+    pub sched: SchedulerConfig,
+    pub vocab: u32,
+}
+
+/// What happened to a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub tokens: Vec<u32>,
+    pub finished: Option<(FinishReason, Usage)>,
+}
+
+/// The step loop with its checks and observations.
+pub struct Sim {
+    pub sched: Scheduler,
+    model: FakeModel,
+    /// Every request's tokens so far: prompt, then generated.
+    known: HashMap<RequestId, Vec<u32>>,
+    prompt_lens: HashMap<RequestId, usize>,
+    pub outcomes: HashMap<RequestId, Outcome>,
+    pub steps: usize,
+    /// Some step computed a prefill chunk that did not end the prompt.
+    pub saw_chunked_prefill: bool,
+    /// Some step held a decode and a prefill chunk together.
+    pub saw_mixed_step: bool,
+}
+
+impl Sim {
+    pub fn new(config: SimConfig) -> Self {
+        let layout = KvLayout::new(1, 1, 1, config.block_size, KvDtype::F16).unwrap();
+        let kv =
+            KvManager::with_prefix_cache(layout, config.num_blocks, config.prefix_cache).unwrap();
+        Sim {
+            sched: Scheduler::new(config.sched, kv).unwrap(),
+            model: FakeModel {
+                slots: vec![None; config.num_blocks * config.block_size],
+                block_size: config.block_size,
+                vocab: config.vocab,
+            },
+            known: HashMap::new(),
+            prompt_lens: HashMap::new(),
+            outcomes: HashMap::new(),
+            steps: 0,
+            saw_chunked_prefill: false,
+            saw_mixed_step: false,
+        }
+    }
+
+    pub fn add(&mut self, request: Request) {
+        self.known.insert(request.id, request.prompt.clone());
+        self.prompt_lens.insert(request.id, request.prompt.len());
+        self.outcomes.insert(request.id, Outcome { tokens: Vec::new(), finished: None });
+        self.sched.add_request(request).unwrap();
+    }
+
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        let cancelled = self.sched.cancel(id);
+        self.sched.kv().check_integrity().unwrap();
+        cancelled
+    }
+
+    /// One step: schedule, check the plan, fake forward, commit, record the events.
+    pub fn step(&mut self) -> Vec<TokenEvent> {
+        let plan = self.sched.schedule();
+        self.check_plan(&plan);
+        self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after schedule: {e}"));
+        let sampled = self.model.forward(self.sched.kv(), &plan, &self.known);
+        let events = self.sched.commit(&plan, &sampled);
+        self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after commit: {e}"));
+        for event in &events {
+            match *event {
+                TokenEvent::Token { id, token } => {
+                    self.known.get_mut(&id).unwrap().push(token);
+                    self.outcomes.get_mut(&id).unwrap().tokens.push(token);
+                }
+                TokenEvent::Finished { id, reason, usage } => {
+                    let outcome = self.outcomes.get_mut(&id).unwrap();
+                    assert!(outcome.finished.is_none(), "request {id} finished twice");
+                    assert_eq!(usage.completion_tokens, outcome.tokens.len());
+                    assert_eq!(usage.prompt_tokens, self.prompt_lens[&id]);
+                    outcome.finished = Some((reason, usage));
+                }
+            }
+        }
+        self.steps += 1;
+        events
+    }
+
+    /// Steps until every request has ended. Panics after `max_steps`.
+    pub fn run_to_end(&mut self, max_steps: usize) {
+        while self.sched.has_unfinished() {
+            assert!(self.steps < max_steps, "no end after {max_steps} steps");
+            self.step();
+        }
+    }
+
+    /// Every invariant of a plan (see the module docs of [`super`]).
+    fn check_plan(&mut self, plan: &StepPlan) {
+        let config = *self.sched.config();
+        let bs = self.model.block_size;
+        assert!(plan.seqs.len() <= config.max_num_seqs, "{} sequences", plan.seqs.len());
+        assert!(plan.num_tokens() <= config.max_num_batched_tokens, "{} tokens", plan.num_tokens());
+        assert!(self.sched.stats().num_running <= config.max_num_seqs);
+        assert!(
+            !plan.is_empty() || !self.sched.has_unfinished(),
+            "empty plan with requests left: stalled"
+        );
+        let mut ids = HashSet::new();
+        let (mut decodes, mut chunks) = (0, 0);
+        for s in &plan.seqs {
+            assert!(ids.insert(s.id), "request {} twice in a plan", s.id);
+            let known = &self.known[&s.id];
+            assert!(!s.tokens.is_empty());
+            assert_eq!(s.tokens, known[s.positions()], "request {}: wrong tokens", s.id);
+            assert_eq!(s.sample, s.positions().end == known.len());
+            assert_eq!(s.block_table.len(), s.positions().end.div_ceil(bs));
+            assert_eq!(s.block_table, self.sched.kv().table(s.id).unwrap().as_slice());
+            if s.tokens.len() == 1 && s.start_pos >= self.prompt_lens[&s.id] {
+                decodes += 1;
+            } else {
+                chunks += 1;
+                self.saw_chunked_prefill |= !s.sample;
+            }
+        }
+        self.saw_mixed_step |= decodes > 0 && chunks > 0;
+    }
+
+    /// After the run: every non-cancelled request ended exactly once with the reference output,
+    /// and the pool is whole again once the prefix cache is emptied.
+    pub fn check_end(&mut self, requests: &[Request], cancelled: &HashSet<RequestId>) {
+        let max_model_len = self.sched.config().max_model_len;
+        for r in requests {
+            let outcome = &self.outcomes[&r.id];
+            let want = reference_output(r, self.model.vocab, max_model_len);
+            if cancelled.contains(&r.id) {
+                assert!(want.starts_with(&outcome.tokens), "request {} diverged", r.id);
+                continue;
+            }
+            assert_eq!(outcome.tokens, want, "request {}", r.id);
+            let (reason, _) = outcome.finished.expect("every request finishes");
+            let stopped = r.stop_token_ids.contains(want.last().unwrap());
+            assert_eq!(reason, if stopped { FinishReason::Stop } else { FinishReason::Length });
+        }
+        let kv = self.sched.kv();
+        assert_eq!(kv.num_sequences(), 0);
+        assert_eq!(kv.num_free_or_evictable_blocks(), kv.num_blocks());
+        self.sched.reset_prefix_cache();
+        assert_eq!(self.sched.kv().num_free_blocks(), self.sched.kv().num_blocks());
+        self.sched.kv().check_integrity().unwrap();
+    }
+}
