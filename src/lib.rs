@@ -43,6 +43,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod cli;
 pub mod engine;
 pub mod gpu;

@@ -1,7 +1,12 @@
 //! Command-line interface: clap subcommands over the engine. Logs go to stderr; stdout carries
 //! generated text and `--json` output only.
 
+mod args;
+mod bench;
+mod generate;
 mod info;
+mod perplexity;
+mod plan;
 
 use std::process::ExitCode;
 
@@ -40,6 +45,14 @@ impl GlobalArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Generate text for one prompt, streamed as it is produced.
+    Generate(generate::GenerateArgs),
+    /// Perplexity of a text file (llama.cpp's llama-perplexity convention).
+    Perplexity(perplexity::PerplexityArgs),
+    /// KV-cache arithmetic for a model and a target, before anything is loaded (no GPU).
+    Plan(plan::PlanArgs),
+    /// Benchmarks (JSON + table).
+    Bench(bench::BenchArgs),
     /// Show the GPU adapter, backend, driver, features and limits.
     Info(info::InfoArgs),
 }
@@ -61,6 +74,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.global.verbose);
     let result = match &cli.command {
+        Command::Generate(args) => generate::run(args, &cli.global),
+        Command::Perplexity(args) => perplexity::run(args, &cli.global),
+        Command::Plan(args) => plan::run(args),
+        Command::Bench(args) => bench::run(args, &cli.global),
         Command::Info(args) => info::run(args, &cli.global.gpu_options()),
     };
     match result {

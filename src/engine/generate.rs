@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{Engine, EngineError};
-use crate::model::{ForwardBatch, LogitsWanted, SeqChunk};
+use crate::model::{ForwardBatch, LogitsWanted, SeqChunk, StepTiming};
 use crate::output::{Detokenizer, FinishReason, OutputStream, StopCondition};
 use crate::sample::{Sampler, SamplingParams};
 
@@ -30,6 +30,12 @@ pub struct GenerateOutput {
     pub ttft_s: f64,
     /// Seconds spent in decode steps (after the first token).
     pub decode_s: f64,
+    /// GPU time of the prefill steps, summed (when the model measures timing).
+    #[serde(skip)]
+    pub prefill_timing: Option<StepTiming>,
+    /// GPU time of each decode step (when the model measures timing).
+    #[serde(skip)]
+    pub decode_timings: Vec<StepTiming>,
 }
 
 impl GenerateOutput {
@@ -88,6 +94,11 @@ impl Engine {
                 LogitsWanted::None
             }
         })?;
+        let prefill_timing = logits.iter().filter_map(|l| l.timing.clone()).reduce(|mut a, b| {
+            a.add(&b);
+            a
+        });
+        let mut decode_timings = Vec::new();
         let mut token = sampler.sample(logits.last().expect("one chunk at least").row(0));
         let ttft_s = start.elapsed().as_secs_f64();
         let decode_start = Instant::now();
@@ -115,6 +126,7 @@ impl Engine {
             );
             let logits = self.model.forward(&batch)?;
             token = sampler.sample(logits.row(0));
+            decode_timings.extend(logits.timing);
         };
         Ok(GenerateOutput {
             tokens,
@@ -123,6 +135,8 @@ impl Engine {
             prompt_tokens: n,
             ttft_s,
             decode_s: decode_start.elapsed().as_secs_f64(),
+            prefill_timing,
+            decode_timings,
         })
     }
 }

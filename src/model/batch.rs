@@ -161,8 +161,21 @@ impl Logits {
 }
 
 /// GPU time of one step from timestamp queries, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StepTiming {
     pub attention_ms: f64,
     pub total_ms: f64,
+    /// Milliseconds by kernel kind (`Timing::PerOp` only).
+    pub by_kind: std::collections::BTreeMap<&'static str, f64>,
+}
+
+impl StepTiming {
+    /// Adds `other` into `self` (summing steps).
+    pub fn add(&mut self, other: &StepTiming) {
+        self.attention_ms += other.attention_ms;
+        self.total_ms += other.total_ms;
+        for (k, v) in &other.by_kind {
+            *self.by_kind.entry(k).or_default() += v;
+        }
+    }
 }

@@ -84,7 +84,18 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = b.build()?;
-    Ok(Model { gpu, config: c, options, ops, step, act, kv, weight_bytes, timer: None })
+    Ok(Model {
+        gpu,
+        config: c,
+        options,
+        ops,
+        step,
+        act,
+        kv,
+        weight_bytes,
+        timer: None,
+        timing: super::Timing::Off,
+    })
 }
 
 struct Builder<'a> {

@@ -82,6 +82,19 @@ enum Op {
 }
 
 impl Op {
+    /// Short name of the op's kernel, for per-op timing reports.
+    fn kind(&self) -> &'static str {
+        match self {
+            Op::Embedding(_) => "embedding",
+            Op::RmsNorm(_) => "rms_norm",
+            Op::Linear(_) => "linear",
+            Op::Rope(_) => "rope",
+            Op::KvWrite(_) => "kv_write",
+            Op::Attention(_) => "attention",
+            Op::SiluMul(_) => "silu_mul",
+        }
+    }
+
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
         match self {
             Op::Embedding(op) => op.record(pass, shape),
@@ -106,6 +119,17 @@ pub struct Model {
     kv: KvPool,
     weight_bytes: u64,
     timer: Option<GpuTimer>,
+    timing: Timing,
+}
+
+/// How much of each step to time with timestamp queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    Off,
+    /// Attention vs everything else: one extra pass per layer.
+    Attention,
+    /// Every op in its own pass (profiling; slower).
+    PerOp,
 }
 
 impl Model {
@@ -149,11 +173,11 @@ impl Model {
         }
     }
 
-    /// Measures GPU time (attention and total) of every following step, where the adapter has
-    /// timestamp queries. Costs one extra pass per layer.
-    pub fn enable_timing(&mut self, on: bool) {
-        let passes = 2 * self.config.num_layers as u32 + 2;
-        self.timer = if on { GpuTimer::new(&self.gpu, passes) } else { None };
+    /// Measures GPU time of every following step, where the adapter has timestamp queries.
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.timing = timing;
+        let passes = timed_segments(&self.ops, timing == Timing::PerOp).len() as u32;
+        self.timer = if timing == Timing::Off { None } else { GpuTimer::new(&self.gpu, passes) };
     }
 
     /// Runs one step: uploads the batch's inputs, records every op, reads the logits back.
@@ -175,7 +199,9 @@ impl Model {
                     op.record(&mut pass, &shape);
                 }
             }
-            Some(timer) => record_timed(&self.ops, timer, &mut encoder, &shape),
+            Some(timer) => {
+                record_timed(&self.ops, self.timing == Timing::PerOp, timer, &mut encoder, &shape)
+            }
         }
         let rows = batch.logit_rows.len();
         let vocab = self.config.vocab_size;
@@ -194,7 +220,11 @@ impl Model {
             Vec::new()
         };
         let timing = match &self.timer {
-            Some(timer) => Some(split_timing(&self.ops, &timer.read_ms(&self.gpu)?)),
+            Some(timer) => Some(split_timing(
+                &self.ops,
+                self.timing == Timing::PerOp,
+                &timer.read_ms(&self.gpu)?,
+            )),
             None => None,
         };
         Ok(Logits { vocab, data, chunks: batch.logit_chunks.clone(), timing })
@@ -225,14 +255,14 @@ impl Model {
     }
 }
 
-/// The ops cut into timed passes: each attention op alone, the ops between them together.
-/// (range of ops, is attention)
-fn timed_segments(ops: &[Op]) -> Vec<(std::ops::Range<usize>, bool)> {
+/// The ops cut into timed passes: each attention op alone and the ops between them together,
+/// or (`per_op`) every op alone. (range of ops, is attention)
+fn timed_segments(ops: &[Op], per_op: bool) -> Vec<(std::ops::Range<usize>, bool)> {
     let mut segments = Vec::new();
     let mut i = 0;
     while i < ops.len() {
         let attention = matches!(ops[i], Op::Attention(_));
-        let end = if attention {
+        let end = if attention || per_op {
             i + 1
         } else {
             ops[i..]
@@ -249,12 +279,13 @@ fn timed_segments(ops: &[Op]) -> Vec<(std::ops::Range<usize>, bool)> {
 /// Records every segment of `timed_segments` as its own pass with timestamps.
 fn record_timed(
     ops: &[Op],
+    per_op: bool,
     timer: &mut GpuTimer,
     encoder: &mut wgpu::CommandEncoder,
     shape: &StepShape,
 ) {
     timer.reset();
-    for (range, attention) in timed_segments(ops) {
+    for (range, attention) in timed_segments(ops, per_op) {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(if attention { "attention" } else { "forward" }),
             timestamp_writes: timer.next_pass(),
@@ -265,13 +296,16 @@ fn record_timed(
     }
 }
 
-/// Sums the passes of `record_timed` into attention time and total time.
-fn split_timing(ops: &[Op], pass_ms: &[f64]) -> StepTiming {
+/// Sums the passes of `record_timed` into attention time, total time and (per op) time by kind.
+fn split_timing(ops: &[Op], per_op: bool, pass_ms: &[f64]) -> StepTiming {
     let mut t = StepTiming::default();
-    for (ms, (_, attention)) in pass_ms.iter().zip(timed_segments(ops)) {
+    for (ms, (range, attention)) in pass_ms.iter().zip(timed_segments(ops, per_op)) {
         t.total_ms += ms;
         if attention {
             t.attention_ms += ms;
+        }
+        if per_op {
+            *t.by_kind.entry(ops[range.start].kind()).or_default() += ms;
         }
     }
     t

@@ -1,0 +1,108 @@
+//! Flag groups shared by several subcommands (names mirror vLLM and llama.cpp).
+
+use std::path::PathBuf;
+
+use crate::engine::{default_model_path, EngineConfig};
+use crate::gpu::GpuOptions;
+use crate::kv::parse_bytes;
+
+/// The model to load.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file or an HF directory (config.json, *.safetensors, tokenizer.json).
+    /// Default: $KVRUN_MODEL, else the model scripts/fetch-models.sh fetches.
+    #[arg(short, long)]
+    pub model: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    /// The model path, or an error that says how to get the default model.
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        let p = default_model_path();
+        if !p.exists() {
+            anyhow::bail!(
+                "no model given (-m) and the default model {} is missing; run scripts/fetch-models.sh \
+                 or pass -m PATH",
+                p.display()
+            );
+        }
+        Ok(p)
+    }
+}
+
+/// KV cache and context sizing.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KvArgs {
+    /// Context length per sequence (prompt + output). Default: the model's, at most 8192.
+    #[arg(short = 'c', long = "max-model-len")]
+    pub max_model_len: Option<usize>,
+    /// KV cache budget, e.g. 256MiB, 6GiB. Default: what the sequences at full length need.
+    #[arg(long, value_parser = parse_budget)]
+    pub kv_cache_memory: Option<u64>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Most tokens computed in one step (the prefill chunk size).
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+}
+
+fn parse_budget(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}
+
+impl KvArgs {
+    /// An engine configuration for `model` with these sizes and `max_num_seqs` sequences.
+    pub fn engine_config(
+        &self,
+        model: PathBuf,
+        gpu: GpuOptions,
+        max_num_seqs: usize,
+    ) -> EngineConfig {
+        EngineConfig {
+            model,
+            gpu,
+            block_size: self.block_size,
+            kv_cache_memory: self.kv_cache_memory,
+            max_model_len: self.max_model_len,
+            max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_logit_rows: None,
+        }
+    }
+}
+
+/// Sampling flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Softmax temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Keep the most likely tokens up to this probability mass.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// RNG seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> crate::sample::SamplingParams {
+        crate::sample::SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+            max_tokens: self.max_tokens,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! `kvrun generate`: one prompt, streamed to stdout as it is produced.
+
+use std::io::Write;
+
+use super::args::{KvArgs, ModelArgs, SamplingArgs};
+use super::GlobalArgs;
+use crate::engine::{Engine, GenerateRequest};
+use crate::tokenizer::ChatMessage;
+
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short, long)]
+    pub prompt: String,
+    /// Use the prompt as is, without the model's chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// System message (chat template only).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Stop when the output contains this text (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Print a JSON object (text, token ids, timings) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+}
+
+/// The prompt text to tokenize: as given with `--raw`, else rendered by the chat template.
+pub fn prompt_text(
+    engine: &Engine,
+    system: Option<&str>,
+    user: &str,
+    raw: bool,
+) -> anyhow::Result<String> {
+    if raw {
+        return Ok(user.to_string());
+    }
+    let Some(template) = engine.chat_template() else {
+        anyhow::bail!("the model has no chat template; pass --raw to use the prompt as is");
+    };
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(ChatMessage { role: "system".into(), content: s.into() });
+    }
+    messages.push(ChatMessage { role: "user".into(), content: user.into() });
+    Ok(template.render(&messages, true)?)
+}
+
+pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1);
+    let mut engine = Engine::load(&cfg)?;
+    let text = prompt_text(&engine, args.system.as_deref(), &args.prompt, args.raw)?;
+    let prompt = engine.tokenizer().encode(&text, true)?;
+    let req = GenerateRequest {
+        prompt,
+        params: args.sampling.params(),
+        stop: args.stop.clone(),
+        ignore_eos: false,
+    };
+    let mut stdout = std::io::stdout();
+    let out = engine.generate(&req, |piece| {
+        if !args.json {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens, {} generated ({:?}); TTFT {:.0} ms, decode {:.1} tok/s on {}]",
+            out.prompt_tokens,
+            out.tokens.len(),
+            out.finish_reason,
+            out.ttft_s * 1e3,
+            out.decode_tokens_per_s(),
+            engine.gpu().info.name
+        );
+    }
+    Ok(())
+}
