@@ -94,11 +94,18 @@ struct Case {
 
 fn run_case(c: &Case, seed: u64) {
     let Some(t) = gpu() else { return };
+    for (variant, kernels) in linear_variants(t) {
+        run_variant(c, seed, &kernels, &format!("{variant:?}"));
+    }
+}
+
+fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: &str) {
+    let t = gpu().expect("checked by run_case");
     let gpu = &t.gpu;
     let mut rng = rng(seed);
     let (bytes, w) = random_weight(&mut rng, c.format, c.rows, c.cols);
     let max_binding = match c.rows_per_part {
-        Some(r) => r as u64 * (c.cols / 8 * c.format.words_per_group() * 4) as u64,
+        Some(r) => r as u64 * (c.cols / 32 * c.format.words_per_block() * 4) as u64,
         None => u64::MAX,
     };
     let weight =
@@ -129,7 +136,7 @@ fn run_case(c: &Case, seed: u64) {
     let bb = storage_f32(gpu, &bias);
     let op = LinearOp::new(
         gpu,
-        &t.kernels,
+        kernels,
         "test linear",
         &weight,
         LinearIo {
@@ -175,7 +182,7 @@ fn run_case(c: &Case, seed: u64) {
     }
     // f32 sums of at most 256 terms per chunk: rounding error well under 1e-5 of Σ|w·x|.
     let bound: Vec<f32> = abs_sum.iter().map(|s| 1e-5 * s + 1e-6).collect();
-    let name = format!("linear {:?} {}x{} T={}", c.format, c.rows, c.cols, c.tokens);
+    let name = format!("linear {variant} {:?} {}x{} T={}", c.format, c.rows, c.cols, c.tokens);
     assert_within(&name, &got, &want, &bound);
     assert_sentinels(&name, &sentinels);
 }
@@ -244,7 +251,7 @@ fn embedding_gathers_rows_across_parts() {
             vocab,
             hidden,
             &bytes,
-            rows_per_part * (hidden / 8 * format.words_per_group() * 4) as u64,
+            rows_per_part * (hidden / 32 * format.words_per_block() * 4) as u64,
         )
         .unwrap();
         assert_eq!(weight.parts.len(), 4);

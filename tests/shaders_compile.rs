@@ -2,13 +2,24 @@
 //! HLSL (DX12) with naga — so Metal/DX12 breakage shows up in plain `cargo test`, without the
 //! hardware. Runs without a GPU.
 
-use kvrun::kernels::source;
+use kvrun::kernels::{source, LinearVariant, PipelineKey};
 
-fn compile(key: kvrun::kernels::PipelineKey) -> Result<(), String> {
+fn compile(key: PipelineKey) -> Result<(), String> {
     let wgsl = source::wgsl(key);
     let module = naga::front::wgsl::parse_str(&wgsl).map_err(|e| e.emit_to_string(&wgsl))?;
-    let caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
+    // it); the subgroup variant also needs subgroups, which it is only chosen with.
+    let subgroup = matches!(key, PipelineKey::Linear { variant: LinearVariant::Subgroup, .. });
+    let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    if subgroup {
+        caps |= naga::valid::Capabilities::SUBGROUP;
+    }
     let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
+    if subgroup {
+        validator
+            .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all());
+    }
     let info = validator.validate(&module).map_err(|e| e.emit_to_string(&wgsl))?;
     let mut constants = naga::back::PipelineConstants::default();
     for (name, value) in source::constants(key) {

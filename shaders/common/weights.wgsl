@@ -1,12 +1,80 @@
-// Shared by every kernel that reads weights: eight consecutive weights of one row, and the one
-// dot product all linear kernels use, so that a token's result never depends on which kernel
-// variant or batch computed it (fixed reduction order).
-struct W8 {
-    lo: vec4<f32>,  // elements 8g..8g+3
-    hi: vec4<f32>,  // elements 8g+4..8g+7
+// Shared by every kernel that reads weights. Weights are repacked at load into the
+// block-interleaved layout (kernels::weights): the 32-element block b of row n is
+// W_VEC4_PER_BLOCK vec4<u32> at wq[(b * rows + n) * W_VEC4_PER_BLOCK ..] and (for quantized
+// formats) its scale word at ws[b * rows + n]. Each format snippet defines W_VEC4_PER_BLOCK,
+// struct WRaw + w_load (the block as stored), w_decode (→ WFloat: stored values as floats and
+// the block's scale and minimum) and w_combine (the block's dot from Σ q·x and Σ x).
+//
+// w_dot is the only definition of a linear layer's reduction: every linear kernel variant
+// feeds it the same x values and sums blocks in the same order, so a token's result never
+// depends on the variant's loading scheme or on the batch it was computed in.
+// (No arrays here on purpose: CPU adapters spill dynamically indexed arrays to memory.)
+
+// 32 values in element order: e[0..4] = v0, e[4..8] = v1, …
+struct V8 {
+    v0: vec4<f32>,
+    v1: vec4<f32>,
+    v2: vec4<f32>,
+    v3: vec4<f32>,
+    v4: vec4<f32>,
+    v5: vec4<f32>,
+    v6: vec4<f32>,
+    v7: vec4<f32>,
 }
 
-fn group_dot(w: W8, x_lo: vec4<f32>, x_hi: vec4<f32>) -> f32 {
-    let p = fma(w.lo, x_lo, w.hi * x_hi);
+// A block's stored values as floats (q) and its scale d and minimum m.
+struct WFloat {
+    q: V8,
+    d: f32,
+    m: f32,
+}
+
+// 32 consecutive inputs and their sum.
+struct XBlock {
+    x: V8,
+    sum: f32,
+}
+
+// Σ x over the 32 inputs: a fixed tree.
+fn x_block(x: V8) -> XBlock {
+    let s = ((x.v0 + x.v1) + (x.v2 + x.v3)) + ((x.v4 + x.v5) + (x.v6 + x.v7));
+    return XBlock(x, (s.x + s.y) + (s.z + s.w));
+}
+
+// Dot product of 8 values (lo = elements 0..3, hi = 4..7) with 8 inputs.
+fn group_dot(lo: vec4<f32>, hi: vec4<f32>, x_lo: vec4<f32>, x_hi: vec4<f32>) -> f32 {
+    let p = fma(lo, x_lo, hi * x_hi);
     return (p.x + p.y) + (p.z + p.w);
+}
+
+// Σ q·x over a block: four groups of 8, combined as (g0 + g1) + (g2 + g3).
+fn v8_dot(q: V8, x: V8) -> f32 {
+    let g0 = group_dot(q.v0, q.v1, x.v0, x.v1);
+    let g1 = group_dot(q.v2, q.v3, x.v2, x.v3);
+    let g2 = group_dot(q.v4, q.v5, x.v4, x.v5);
+    let g3 = group_dot(q.v6, q.v7, x.v6, x.v7);
+    return (g0 + g1) + (g2 + g3);
+}
+
+// The block's contribution Σ_i w_i · x_i.
+fn w_dot(w: WFloat, xb: XBlock) -> f32 {
+    return w_combine(v8_dot(w.q, xb.x), xb.sum, w);
+}
+
+// The 8 nibbles of a repacked Q4 word: byte i holds element i (low nibble) and element i + 4
+// (high nibble).
+fn nibbles_lo(q: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8(q & 0x0F0F0F0Fu));
+}
+fn nibbles_hi(q: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8((q >> 4u) & 0x0F0F0F0Fu));
+}
+
+fn q4_floats(q: vec4<u32>) -> V8 {
+    return V8(nibbles_lo(q.x), nibbles_hi(q.x), nibbles_lo(q.y), nibbles_hi(q.y),
+              nibbles_lo(q.z), nibbles_hi(q.z), nibbles_lo(q.w), nibbles_hi(q.w));
+}
+
+fn v8_scale(v: V8, d: f32) -> V8 {
+    return V8(v.v0 * d, v.v1 * d, v.v2 * d, v.v3 * d, v.v4 * d, v.v5 * d, v.v6 * d, v.v7 * d);
 }

@@ -1,13 +1,26 @@
-// Weight format F32 in the interleaved layout (see kernels::weights):
-//   wq: [cols, rows] u32       — word (k, n) holds element k of row n (f32 bits)
-//   ws: unused
-const W_WORDS_PER_GROUP: u32 = 8u;
+// Weight format F32: per block 32 u32 (8 vec4) of f32 bits. No scales: the values are q.
+const W_VEC4_PER_BLOCK: u32 = 8u;
 
-fn w_load8(n: u32, g: u32, rows: u32) -> W8 {
-    let base = 8u * g;
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        v[i] = bitcast<f32>(wq[(base + i) * rows + n]);
-    }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+struct WRaw {
+    q: V8,
+}
+
+fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
+    let i = 8u * (b * rows + n);
+    return WRaw(V8(bitcast<vec4<f32>>(wq[i]), bitcast<vec4<f32>>(wq[i + 1u]),
+                   bitcast<vec4<f32>>(wq[i + 2u]), bitcast<vec4<f32>>(wq[i + 3u]),
+                   bitcast<vec4<f32>>(wq[i + 4u]), bitcast<vec4<f32>>(wq[i + 5u]),
+                   bitcast<vec4<f32>>(wq[i + 6u]), bitcast<vec4<f32>>(wq[i + 7u])));
+}
+
+fn w_decode(r: WRaw) -> WFloat {
+    return WFloat(r.q, 1.0, 0.0);
+}
+
+fn w_combine(qdot: f32, sx: f32, w: WFloat) -> f32 {
+    return qdot;
+}
+
+fn w_values(w: WFloat) -> V8 {
+    return w.q;
 }

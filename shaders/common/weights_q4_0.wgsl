@@ -1,14 +1,26 @@
-// Weight format Q4_0, repacked at load into the interleaved layout (see kernels::weights):
-//   wq: [cols / 8, rows] u32   — word (g, n) holds elements 8g..8g+7 of row n; byte i holds
-//                                element i (low nibble) and element i+4 (high nibble)
-//   ws: [cols / 32, rows] u32  — f16 scale d in the low half
-// value = (q - 8) * d
-const W_WORDS_PER_GROUP: u32 = 1u;
+// Weight format Q4_0: per block 4 u32 of nibbles (1 vec4) and an f16 scale d (low half of the
+// scale word). value = (q − 8) · d, so the block dot is d · (Σ q·x − 8 Σ x).
+const W_VEC4_PER_BLOCK: u32 = 1u;
 
-fn w_load8(n: u32, g: u32, rows: u32) -> W8 {
-    let q = wq[g * rows + n];
-    let d = unpack2x16float(ws[(g / 4u) * rows + n]).x;
-    let lo = vec4<f32>(unpack4xU8(q & 0x0F0F0F0Fu));
-    let hi = vec4<f32>(unpack4xU8((q >> 4u) & 0x0F0F0F0Fu));
-    return W8((lo - 8.0) * d, (hi - 8.0) * d);
+struct WRaw {
+    q: vec4<u32>,
+    s: u32,
+}
+
+fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
+    return WRaw(wq[b * rows + n], ws[b * rows + n]);
+}
+
+fn w_decode(r: WRaw) -> WFloat {
+    return WFloat(q4_floats(r.q), unpack2x16float(r.s).x, 0.0);
+}
+
+fn w_combine(qdot: f32, sx: f32, w: WFloat) -> f32 {
+    return w.d * fma(-8.0, sx, qdot);
+}
+
+fn w_values(w: WFloat) -> V8 {
+    let q = w.q;
+    return v8_scale(V8(q.v0 - 8.0, q.v1 - 8.0, q.v2 - 8.0, q.v3 - 8.0,
+                       q.v4 - 8.0, q.v5 - 8.0, q.v6 - 8.0, q.v7 - 8.0), w.d);
 }

@@ -1,12 +1,32 @@
-// Weight format Q8_0, repacked at load into the interleaved layout (see kernels::weights):
-//   wq: [cols / 4, rows] u32   — word (w, n) holds elements 4w..4w+3 of row n as i8
-//   ws: [cols / 32, rows] u32  — f16 scale d in the low half
-// value = q * d
-const W_WORDS_PER_GROUP: u32 = 2u;
+// Weight format Q8_0: per block 8 u32 of signed bytes (2 vec4; byte i of word w = element
+// 4w + i) and an f16 scale d (low half of the scale word). value = q · d.
+const W_VEC4_PER_BLOCK: u32 = 2u;
 
-fn w_load8(n: u32, g: u32, rows: u32) -> W8 {
-    let d = unpack2x16float(ws[(g / 4u) * rows + n]).x;
-    let lo = vec4<f32>(unpack4xI8(wq[(2u * g) * rows + n]));
-    let hi = vec4<f32>(unpack4xI8(wq[(2u * g + 1u) * rows + n]));
-    return W8(lo * d, hi * d);
+struct WRaw {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    s: u32,
+}
+
+fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
+    let i = 2u * (b * rows + n);
+    return WRaw(wq[i], wq[i + 1u], ws[b * rows + n]);
+}
+
+fn i8x4(w: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xI8(w));
+}
+
+fn w_decode(r: WRaw) -> WFloat {
+    let q = V8(i8x4(r.a.x), i8x4(r.a.y), i8x4(r.a.z), i8x4(r.a.w),
+               i8x4(r.b.x), i8x4(r.b.y), i8x4(r.b.z), i8x4(r.b.w));
+    return WFloat(q, unpack2x16float(r.s).x, 0.0);
+}
+
+fn w_combine(qdot: f32, sx: f32, w: WFloat) -> f32 {
+    return w.d * qdot;
+}
+
+fn w_values(w: WFloat) -> V8 {
+    return v8_scale(w.q, w.d);
 }

@@ -1,5 +1,5 @@
 // Token embedding: out[t, :] = scale · W[token_ids[t] - row_offset, :] for the tokens whose id
-// falls in this weight part. One invocation = one group of 8 columns of one token.
+// falls in this weight part. One invocation = one 32-column block of one token.
 
 struct EmbeddingParams {
     k: u32,           // hidden size (multiple of 32)
@@ -14,32 +14,37 @@ struct EmbeddingParams {
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: EmbeddingParams;
-@group(0) @binding(2) var<storage, read> wq: array<u32>;        // [k / 8 * W_WORDS_PER_GROUP, rows]
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
 @group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows]
 @group(0) @binding(4) var<storage, read> token_ids: array<u32>; // [tokens]
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
 
+fn store4(i: u32, v: vec4<f32>) {
+    out[i] = v.x;
+    out[i + 1u] = v.y;
+    out[i + 2u] = v.z;
+    out[i + 3u] = v.w;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let g = gid.x;
+    let b = gid.x;
     let t = gid.y;
-    if (t >= step.num_tokens || g >= p.k / 8u) {
+    if (t >= step.num_tokens || b >= p.k / 32u) {
         return;
     }
     let id = token_ids[t];
     if (id < p.row_offset || id - p.row_offset >= p.rows) {
         return;
     }
-    let w = w_load8(id - p.row_offset, g, p.rows);
-    let base = t * p.out_stride + 8u * g;
-    let lo = w.lo * p.scale;
-    let hi = w.hi * p.scale;
-    out[base] = lo.x;
-    out[base + 1u] = lo.y;
-    out[base + 2u] = lo.z;
-    out[base + 3u] = lo.w;
-    out[base + 4u] = hi.x;
-    out[base + 5u] = hi.y;
-    out[base + 6u] = hi.z;
-    out[base + 7u] = hi.w;
+    let v = w_values(w_decode(w_load(id - p.row_offset, b, p.rows)));
+    let base = t * p.out_stride + 32u * b;
+    store4(base, v.v0 * p.scale);
+    store4(base + 4u, v.v1 * p.scale);
+    store4(base + 8u, v.v2 * p.scale);
+    store4(base + 12u, v.v3 * p.scale);
+    store4(base + 16u, v.v4 * p.scale);
+    store4(base + 20u, v.v5 * p.scale);
+    store4(base + 24u, v.v6 * p.scale);
+    store4(base + 28u, v.v7 * p.scale);
 }

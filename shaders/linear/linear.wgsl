@@ -1,13 +1,11 @@
 // Linear layer: out[t, row_offset + n] (+)= Σ_k W[n, k] · x[t, k]  (+ bias[row_offset + n])
+// GPU variant: one invocation computes one weight row for TT tokens; neighbouring invocations
+// read neighbouring blocks (block-interleaved layout), so weight loads are coalesced; x rows
+// are read alike by every invocation (a broadcast through the cache).
 //
-// One invocation computes one weight row n for TT consecutive tokens. Weights are in the
-// interleaved layout (word g of row n at g * rows + n), so neighbouring invocations read
-// neighbouring words: coalesced on GPUs, one vector load on CPU adapters. x rows are read by
-// every invocation of a workgroup alike (a broadcast).
-//
-// Reduction order, shared by every linear kernel so that a token's result never depends on the
-// batch it was computed in: 8-element groups combined by group_dot(), summed left to right in
-// chunks of CHUNK_GROUPS groups, chunk sums added left to right; then bias, then the residual.
+// Reduction order (see common/weights.wgsl): w_dot per 32-element block, blocks summed left
+// to right in chunks of CHUNK_BLOCKS, chunk sums added left to right; then bias, then the
+// residual. linear_subgroup.wgsl computes exactly the same sums.
 
 struct LinearParams {
     k: u32,           // input features (multiple of 32)
@@ -23,68 +21,94 @@ struct LinearParams {
 const FLAG_BIAS: u32 = 1u;        // add bias[row_offset + n]
 const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
 const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
-const CHUNK_GROUPS: u32 = 32u;    // 256 elements per partial sum
-const MAX_TT: u32 = 8u;
+const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
-override TT: u32 = 8u;            // tokens per invocation, 1..=MAX_TT
+override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
-@group(0) @binding(2) var<storage, read> wq: array<u32>;        // [k / 8 * W_WORDS_PER_GROUP, rows]
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
 @group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows] block scales
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
 
+fn token_count() -> u32 {
+    return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
+}
+
+// vec4 index of token t's input row (clamped to the last token: tiles past the end compute
+// copies that are never written).
+fn x_row(t: u32, count: u32) -> u32 {
+    return (min(t, count - 1u) * p.x_stride + p.x_offset) / 4u;
+}
+
+// Writes one output: the sum, then bias, then the residual.
+fn finish(n: u32, t: u32, sum: f32) {
+    let col = p.row_offset + n;
+    let idx = t * p.out_stride + p.out_offset + col;
+    var r = sum;
+    if ((p.flags & FLAG_BIAS) != 0u) {
+        r = r + bias[col];
+    }
+    if ((p.flags & FLAG_ACCUMULATE) != 0u) {
+        r = out[idx] + r;
+    }
+    out[idx] = r;
+}
+
+// Writes row n's results for tokens t0.. of the tile.
+fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
+    if (n >= p.rows) {
+        return;
+    }
+    finish(n, t0, acc.x);
+    if (TT > 1u) {
+        if (t0 + 1u < count) {
+            finish(n, t0 + 1u, acc.y);
+        }
+        if (t0 + 2u < count) {
+            finish(n, t0 + 2u, acc.z);
+        }
+        if (t0 + 3u < count) {
+            finish(n, t0 + 3u, acc.w);
+        }
+    }
+}
+
+// The 32 inputs of block b of the token row starting at vec4 `row`.
+fn x_block_at(row: u32, b: u32) -> XBlock {
+    let i = row + 8u * b;
+    return x_block(V8(x[i], x[i + 1u], x[i + 2u], x[i + 3u], x[i + 4u], x[i + 5u], x[i + 6u], x[i + 7u]));
+}
+
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let count = select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
-    let t0 = gid.y * TT;
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let count = token_count();
+    let t0 = wid.y * TT;
     if (t0 >= count) {
         return;
     }
     let n = gid.x;
     let nn = min(n, p.rows - 1u);  // rows past the end compute a copy of the last row, unwritten
-    var xrow: array<u32, MAX_TT>;
-    for (var i = 0u; i < TT; i++) {
-        let t = min(t0 + i, count - 1u);
-        xrow[i] = (t * p.x_stride + p.x_offset) / 4u;
-    }
-    var acc: array<f32, MAX_TT>;
-    var cs: array<f32, MAX_TT>;
-    let groups = p.k / 8u;
-    for (var c0 = 0u; c0 < groups; c0 += CHUNK_GROUPS) {
-        for (var i = 0u; i < TT; i++) {
-            cs[i] = 0.0;
-        }
-        let c1 = min(c0 + CHUNK_GROUPS, groups);
-        for (var g = c0; g < c1; g++) {
-            let w = w_load8(nn, g, p.rows);
-            for (var i = 0u; i < TT; i++) {
-                let xi = xrow[i] + 2u * g;
-                cs[i] += group_dot(w, x[xi], x[xi + 1u]);
+    let r0 = x_row(t0, count);
+    let r1 = x_row(t0 + 1u, count);
+    let r2 = x_row(t0 + 2u, count);
+    let r3 = x_row(t0 + 3u, count);
+    var acc = vec4<f32>(0.0);
+    let blocks = p.k / 32u;
+    for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
+        var cs = vec4<f32>(0.0);
+        for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
+            let w = w_decode(w_load(nn, b, p.rows));
+            cs.x += w_dot(w, x_block_at(r0, b));
+            if (TT > 1u) {
+                cs.y += w_dot(w, x_block_at(r1, b));
+                cs.z += w_dot(w, x_block_at(r2, b));
+                cs.w += w_dot(w, x_block_at(r3, b));
             }
         }
-        for (var i = 0u; i < TT; i++) {
-            acc[i] += cs[i];
-        }
+        acc += cs;
     }
-    if (n >= p.rows) {
-        return;
-    }
-    let col = p.row_offset + n;
-    for (var i = 0u; i < TT; i++) {
-        let t = t0 + i;
-        if (t < count) {
-            let idx = t * p.out_stride + p.out_offset + col;
-            var r = acc[i];
-            if ((p.flags & FLAG_BIAS) != 0u) {
-                r = r + bias[col];
-            }
-            if ((p.flags & FLAG_ACCUMULATE) != 0u) {
-                r = out[idx] + r;
-            }
-            out[idx] = r;
-        }
-    }
+    finish_tile(n, t0, count, acc);
 }

@@ -23,7 +23,7 @@ const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: EmbeddingParams
-    BindingKind::StorageRead,      // wq: [k / 8 * words_per_group, rows]
+    BindingKind::StorageRead,      // wq: [k / 32, rows, words_per_block]
     BindingKind::StorageRead,      // ws: [k / 32, rows]
     BindingKind::StorageRead,      // token_ids: [tokens]
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
@@ -73,7 +73,7 @@ impl EmbeddingOp {
         EmbeddingOp {
             parts,
             pipeline,
-            groups_x: groups(w.cols as u32 / 8, 64),
+            groups_x: groups(w.cols as u32 / 32, 64),
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, groups, GpuWeight, Kernels, PipelineKey, StepShape, TokenTile};
+use super::{check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `LinearParams`.
@@ -30,7 +30,7 @@ pub const FLAG_LOGIT_ROWS: u32 = 4;
 pub const BINDINGS: [BindingKind; 7] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: LinearParams
-    BindingKind::StorageRead,      // wq: [k / 8 * words_per_group, rows]
+    BindingKind::StorageRead,      // wq: [k / 32, rows, words_per_block]
     BindingKind::StorageRead,      // ws: [k / 32, rows]
     BindingKind::StorageRead,      // x: [tokens, x_stride]
     BindingKind::StorageRead,      // bias: [row_offset + rows]
@@ -65,7 +65,8 @@ pub struct LinearIo<'a> {
 pub struct LinearOp {
     parts: Vec<(wgpu::BindGroup, u32)>,
     one: Arc<Pipeline>,
-    eight: Arc<Pipeline>,
+    many: Arc<Pipeline>,
+    variant: LinearVariant,
     rows: TokenRows,
     wg_limit: u32,
 }
@@ -78,10 +79,10 @@ impl LinearOp {
             "{label}: x rows must be vec4-aligned"
         );
         assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
-        let one =
-            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, tile: TokenTile::One });
-        let eight =
-            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, tile: TokenTile::Eight });
+        let variant = kernels.config.linear;
+        let key = |tile| PipelineKey::Linear { format: w.format, variant, tile };
+        let one = kernels.pipeline(gpu, key(TokenTile::One));
+        let many = kernels.pipeline(gpu, key(TokenTile::Many));
         let mut flags = 0;
         if io.bias.is_some() {
             flags |= FLAG_BIAS;
@@ -126,7 +127,8 @@ impl LinearOp {
         LinearOp {
             parts,
             one,
-            eight,
+            many,
+            variant,
             rows: io.rows,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
@@ -142,10 +144,15 @@ impl LinearOp {
             return;
         }
         let tile = TokenTile::for_count(count);
-        let pipeline = if tile == TokenTile::One { &self.one } else { &self.eight };
+        let pipeline = if tile == TokenTile::One { &self.one } else { &self.many };
+        // rows per workgroup: 64 invocations × 1 row, or 16 lanes × 2 rows
+        let rows_per_group = match self.variant {
+            LinearVariant::Gpu => 64,
+            LinearVariant::Subgroup => 32,
+        };
         pass.set_pipeline(&pipeline.pipeline);
         for (bg, rows) in &self.parts {
-            let grid = [groups(*rows, 64), groups(count, tile.tokens()), 1];
+            let grid = [groups(*rows, rows_per_group), groups(count, tile.tokens(self.variant)), 1];
             check_grid(grid, self.wg_limit);
             pass.set_bind_group(0, bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);

@@ -62,21 +62,32 @@ pub struct StepShape {
     pub num_prefill_tiles: u32,
 }
 
-/// Tokens computed per invocation by the linear kernel. The arithmetic per token is the same for
-/// both, so the choice only affects speed.
+/// How the linear kernel loads its inputs. Both variants compute the same sums (the reduction
+/// is defined once, in shaders/common/weights.wgsl), so the choice only affects speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum LinearVariant {
+    /// One row per invocation, inputs read by every invocation (a cache broadcast on GPUs).
+    Gpu,
+    /// CPU adapters: inputs loaded once per 8 lanes and shared with subgroupBroadcast, two rows
+    /// per lane. Needs subgroups of at least 8 lanes.
+    Subgroup,
+}
+
+/// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenTile {
     /// Decode-sized steps: one token per invocation, no wasted work.
     One,
-    /// Prefill: eight tokens per invocation share each weight load.
-    Eight,
+    /// Prefill: several tokens per invocation share each weight load.
+    Many,
 }
 
 impl TokenTile {
-    pub fn tokens(self) -> u32 {
-        match self {
-            TokenTile::One => 1,
-            TokenTile::Eight => 8,
+    /// Tokens per invocation for a variant.
+    pub fn tokens(self, variant: LinearVariant) -> u32 {
+        match (self, variant) {
+            (TokenTile::One, _) => 1,
+            (TokenTile::Many, _) => 4,
         }
     }
 
@@ -85,7 +96,7 @@ impl TokenTile {
         if count <= 2 {
             TokenTile::One
         } else {
-            TokenTile::Eight
+            TokenTile::Many
         }
     }
 }
@@ -93,7 +104,7 @@ impl TokenTile {
 /// Typed pipeline key: kernel × variant. Never a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PipelineKey {
-    Linear { format: WeightFormat, tile: TokenTile },
+    Linear { format: WeightFormat, variant: LinearVariant, tile: TokenTile },
     Embedding { format: WeightFormat },
     RmsNorm,
     Rope,
@@ -111,14 +122,18 @@ pub struct KernelConfig {
     pub max_binding_bytes: u64,
     /// Workgroup memory available to the attention kernels.
     pub workgroup_memory: u32,
+    /// How linear layers load their inputs.
+    pub linear: LinearVariant,
 }
 
 impl KernelConfig {
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
+        let subgroup_linear = caps.is_cpu && caps.subgroups && caps.subgroup_min_size >= 8;
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,
+            linear: if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu },
         }
     }
 }
@@ -131,7 +146,12 @@ pub struct Kernels {
 
 impl Kernels {
     pub fn new(gpu: &Gpu) -> Self {
-        Kernels { config: KernelConfig::choose(&gpu.caps), cache: PipelineCache::default() }
+        Self::with_config(KernelConfig::choose(&gpu.caps))
+    }
+
+    /// Kernels with an explicit configuration (tests force each variant this way).
+    pub fn with_config(config: KernelConfig) -> Self {
+        Kernels { config, cache: PipelineCache::default() }
     }
 
     /// The pipeline for `key`, compiled on first use.

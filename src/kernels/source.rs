@@ -2,14 +2,14 @@
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
 use super::{attention, embedding, kv_write, linear, rms_norm, rope, silu_mul, PipelineKey};
-use super::{TokenTile, WeightFormat};
+use super::{LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");
 pub const WEIGHTS: &str = include_str!("../../shaders/common/weights.wgsl");
 pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 
-/// The snippet that decodes one weight format (defines `w_load8`).
+/// The snippet that decodes one weight format (defines `w_load`, `w_decode`, `w_combine`).
 pub fn weight_snippet(format: WeightFormat) -> &'static str {
     match format {
         WeightFormat::F32 => include_str!("../../shaders/common/weights_f32.wgsl"),
@@ -24,13 +24,12 @@ pub fn weight_snippet(format: WeightFormat) -> &'static str {
 /// Complete WGSL of a kernel variant (snippets first, kernel last).
 pub fn wgsl(key: PipelineKey) -> String {
     let parts: Vec<&str> = match key {
-        PipelineKey::Linear { format, .. } => {
-            vec![
-                STEP,
-                WEIGHTS,
-                weight_snippet(format),
-                include_str!("../../shaders/linear/linear.wgsl"),
-            ]
+        PipelineKey::Linear { format, variant, .. } => {
+            let kernel = match variant {
+                LinearVariant::Gpu => include_str!("../../shaders/linear/linear.wgsl"),
+                LinearVariant::Subgroup => include_str!("../../shaders/linear/linear_subgroup.wgsl"),
+            };
+            vec![STEP, WEIGHTS, weight_snippet(format), kernel]
         }
         PipelineKey::Embedding { format } => vec![
             STEP,
@@ -60,7 +59,7 @@ pub fn wgsl(key: PipelineKey) -> String {
 /// Values of the `override` constants of a kernel variant.
 pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
     match key {
-        PipelineKey::Linear { tile, .. } => vec![("TT", f64::from(tile.tokens()))],
+        PipelineKey::Linear { tile, variant, .. } => vec![("TT", f64::from(tile.tokens(variant)))],
         PipelineKey::AttnDecodePartials { head_dim }
         | PipelineKey::AttnDecodeReduce { head_dim } => {
             vec![("HEAD_DIM", f64::from(head_dim))]
@@ -97,8 +96,10 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
 pub fn all_keys() -> Vec<PipelineKey> {
     let mut keys = Vec::new();
     for format in WeightFormat::ALL {
-        for tile in [TokenTile::One, TokenTile::Eight] {
-            keys.push(PipelineKey::Linear { format, tile });
+        for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
+            for tile in [TokenTile::One, TokenTile::Many] {
+                keys.push(PipelineKey::Linear { format, variant, tile });
+            }
         }
         keys.push(PipelineKey::Embedding { format });
     }

@@ -2,15 +2,16 @@
 //! weight-reading kernel uses (shaders/common/weights_*.wgsl).
 //!
 //! Why repack: GGUF blocks are 18, 20 or 34 bytes, not 4-byte aligned, and WGSL addresses 32-bit
-//! words. The interleaved layout puts word `g` of row `n` at `g * rows + n`, so invocations that
-//! work on neighbouring rows read neighbouring words (coalesced on GPUs, one vector load on CPU
-//! adapters). Block scales go to a second array laid out the same way. Bits are only moved,
-//! never rounded: the GPU sees exactly the values the file holds.
+//! words. The block-interleaved layout puts the words of 32-element block `b` of row `n` at
+//! `(b * rows + n) * words_per_block`, so invocations working on neighbouring rows read
+//! neighbouring 16-byte units (coalesced on GPUs) and one invocation reads a whole block with
+//! vec4 loads (the cheap kind on CPU adapters). Block scales go to a second array,
+//! `[cols / 32, rows]`. Bits are only moved, never rounded: the GPU sees exactly the values the
+//! file holds.
 //!
 //! A tensor whose packed words exceed the largest storage binding is split into row ranges
 //! (parts), each packed and bound on its own.
 
-use half::f16;
 
 use crate::gpu::Gpu;
 
@@ -48,11 +49,16 @@ impl WeightFormat {
 
     /// Packed u32 words per group of 8 elements.
     pub fn words_per_group(self) -> usize {
+        self.words_per_block() / 4
+    }
+
+    /// Packed u32 words per 32-element block (always whole vec4s).
+    pub fn words_per_block(self) -> usize {
         match self {
-            WeightFormat::F32 => 8,
-            WeightFormat::F16 | WeightFormat::Bf16 => 4,
-            WeightFormat::Q8_0 => 2,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => 1,
+            WeightFormat::F32 => 32,
+            WeightFormat::F16 | WeightFormat::Bf16 => 16,
+            WeightFormat::Q8_0 => 8,
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => 4,
         }
     }
 
@@ -90,7 +96,7 @@ pub struct PackedWeight {
     pub format: WeightFormat,
     pub rows: usize,
     pub cols: usize,
-    /// [cols / 8 * words_per_group, rows]
+    /// [cols / 32, rows, words_per_block]
     pub words: Vec<u32>,
     /// [cols / 32, rows] (empty for formats without scales)
     pub scales: Vec<u32>,
@@ -109,15 +115,19 @@ fn q4_elem(qs: &[u8], e: usize) -> u32 {
     }
 }
 
-/// Packs one file row into `words[w * rows + n]` / `scales[b * rows + n]`.
+/// Index of word `j` of block `b` of row `n`.
+fn word_index(format: WeightFormat, n: usize, b: usize, j: usize, rows: usize) -> usize {
+    (b * rows + n) * format.words_per_block() + j
+}
+
+/// Packs one file row into the block-interleaved `words` and `scales[b * rows + n]`.
 fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut PackedWeight) {
-    let wpg = format.words_per_group();
-    let cols = out.cols;
+    let wpb = format.words_per_block();
     match format {
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => {
-            for (w, chunk) in row.chunks_exact(4).enumerate() {
-                out.words[w * rows + n] =
-                    u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            for (w, c) in row.chunks_exact(4).enumerate() {
+                out.words[word_index(format, n, w / wpb, w % wpb, rows)] =
+                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
         WeightFormat::Q8_0 => {
@@ -125,7 +135,7 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
                 out.scales[b * rows + n] = f16_bits(&block[0..2]);
                 for j in 0..8 {
                     let q = &block[2 + 4 * j..6 + 4 * j];
-                    out.words[(b * 8 + j) * rows + n] =
+                    out.words[word_index(format, n, b, j, rows)] =
                         u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
                 }
             }
@@ -147,12 +157,11 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
                         let byte = q4_elem(qs, e0 + i) | (q4_elem(qs, e0 + i + 4) << 4);
                         word |= byte << (8 * i);
                     }
-                    out.words[(b * 4 + j) * rows + n] = word;
+                    out.words[word_index(format, n, b, j, rows)] = word;
                 }
             }
         }
     }
-    debug_assert_eq!(out.words.len(), cols / 8 * wpg * rows);
 }
 
 impl PackedWeight {
@@ -180,7 +189,7 @@ impl PackedWeight {
             format,
             rows,
             cols,
-            words: vec![0; cols / 8 * format.words_per_group() * rows],
+            words: vec![0; cols / 32 * format.words_per_block() * rows],
             scales: if format.has_scales() { vec![0; cols / 32 * rows] } else { Vec::new() },
         };
         for (n, row) in data.chunks_exact(row_bytes).enumerate() {
@@ -191,46 +200,7 @@ impl PackedWeight {
 
     /// Bytes of packed words per row.
     pub fn word_bytes_per_row(format: WeightFormat, cols: usize) -> u64 {
-        (cols / 8 * format.words_per_group() * 4) as u64
-    }
-
-    /// Element (n, k) decoded on the CPU from the packed layout (tests, references).
-    pub fn get(&self, n: usize, k: usize) -> f32 {
-        let rows = self.rows;
-        let scale = |b: usize| self.scales[b * rows + n];
-        let lo = |s: u32| f16::from_bits(s as u16).to_f32();
-        let hi = |s: u32| f16::from_bits((s >> 16) as u16).to_f32();
-        match self.format {
-            WeightFormat::F32 => f32::from_bits(self.words[k * rows + n]),
-            WeightFormat::F16 => {
-                let w = self.words[(k / 2) * rows + n];
-                if k % 2 == 0 {
-                    lo(w)
-                } else {
-                    hi(w)
-                }
-            }
-            WeightFormat::Bf16 => {
-                let w = self.words[(k / 2) * rows + n];
-                f32::from_bits(if k % 2 == 0 { w << 16 } else { w & 0xFFFF_0000 })
-            }
-            WeightFormat::Q8_0 => {
-                let w = self.words[(k / 4) * rows + n];
-                let q = (w >> (8 * (k % 4))) as u8 as i8;
-                f32::from(q) * lo(scale(k / 32))
-            }
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-                let w = self.words[(k / 8) * rows + n];
-                let i = k % 8;
-                let q = ((w >> (8 * (i % 4) + 4 * (i / 4))) & 0xF) as f32;
-                let s = scale(k / 32);
-                if self.format == WeightFormat::Q4_0 {
-                    (q - 8.0) * lo(s)
-                } else {
-                    q * lo(s) + hi(s)
-                }
-            }
-        }
+        (cols / 32 * format.words_per_block() * 4) as u64
     }
 }
 
@@ -239,7 +209,7 @@ pub struct WeightPart {
     /// First row of the full matrix held by this part.
     pub row_offset: usize,
     pub rows: usize,
-    /// [cols / 8 * words_per_group, rows] u32
+    /// [cols / 32, rows, words_per_block] u32
     pub words: wgpu::Buffer,
     /// [cols / 32, rows] u32 (a 4-byte placeholder for formats without scales)
     pub scales: wgpu::Buffer,

@@ -54,6 +54,23 @@ pub fn storage_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
     gpu.storage_buffer_init("test u32", bytemuck::cast_slice(data))
 }
 
+/// Kernel sets for every linear variant this adapter can run (the subgroup variant needs
+/// subgroups of at least 8 lanes).
+pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kernels)> {
+    use kvrun::kernels::LinearVariant;
+    let mut out = Vec::new();
+    for v in [LinearVariant::Gpu, LinearVariant::Subgroup] {
+        let caps = &t.gpu.caps;
+        if v == LinearVariant::Subgroup && !(caps.subgroups && caps.subgroup_min_size >= 8) {
+            eprintln!("adapter lacks subgroups of 8+ lanes: subgroup linear variant not tested");
+            continue;
+        }
+        let config = kvrun::kernels::KernelConfig { linear: v, ..t.kernels.config.clone() };
+        out.push((v, Kernels::with_config(config)));
+    }
+    out
+}
+
 /// Runs `record` in one compute pass and waits.
 pub fn run(gpu: &Gpu, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
     let mut enc =

@@ -1,0 +1,130 @@
+// Linear layer, subgroup variant for CPU adapters (lavapipe, WARP): the same sums as
+// linear.wgsl (see common/weights.wgsl), loaded differently. On a CPU adapter every lane does
+// its own memory access, so loads are what cost: here the 8 vec4 of a 32-input block are
+// loaded by 8 lanes, one each, and handed to every lane with subgroupBroadcast; each lane
+// computes 2 weight rows (sharing those inputs) for TT tokens and reads its weights as whole
+// vec4 blocks. Needs a subgroup size of at least 8 (kernels::KernelConfig::choose checks).
+
+struct LinearParams {
+    k: u32,           // input features (multiple of 32)
+    rows: u32,        // weight rows in this part
+    row_offset: u32,  // output column of this part's row 0
+    flags: u32,       // FLAG_*
+    x_stride: u32,    // floats between token rows of x (multiple of 4)
+    x_offset: u32,    // float offset of the input columns within a row of x (multiple of 4)
+    out_stride: u32,  // floats between token rows of out
+    out_offset: u32,  // float offset of column 0 within a row of out
+}
+
+const FLAG_BIAS: u32 = 1u;        // add bias[row_offset + n]
+const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
+const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
+const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
+
+override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: LinearParams;
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows] block scales
+@group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
+@group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
+@group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
+
+fn token_count() -> u32 {
+    return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
+}
+
+// vec4 index of token t's input row (clamped to the last token: tiles past the end compute
+// copies that are never written).
+fn x_row(t: u32, count: u32) -> u32 {
+    return (min(t, count - 1u) * p.x_stride + p.x_offset) / 4u;
+}
+
+// Writes one output: the sum, then bias, then the residual.
+fn finish(n: u32, t: u32, sum: f32) {
+    let col = p.row_offset + n;
+    let idx = t * p.out_stride + p.out_offset + col;
+    var r = sum;
+    if ((p.flags & FLAG_BIAS) != 0u) {
+        r = r + bias[col];
+    }
+    if ((p.flags & FLAG_ACCUMULATE) != 0u) {
+        r = out[idx] + r;
+    }
+    out[idx] = r;
+}
+
+// Writes row n's results for tokens t0.. of the tile.
+fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
+    if (n >= p.rows) {
+        return;
+    }
+    finish(n, t0, acc.x);
+    if (TT > 1u) {
+        if (t0 + 1u < count) {
+            finish(n, t0 + 1u, acc.y);
+        }
+        if (t0 + 2u < count) {
+            finish(n, t0 + 2u, acc.z);
+        }
+        if (t0 + 3u < count) {
+            finish(n, t0 + 3u, acc.w);
+        }
+    }
+}
+
+// The 32 inputs of block b of the token row starting at vec4 `row`, one vec4 loaded per lane.
+fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
+    let mine = x[row + 8u * b + (lane & 7u)];
+    return x_block(V8(subgroupBroadcast(mine, 0u), subgroupBroadcast(mine, 1u),
+                      subgroupBroadcast(mine, 2u), subgroupBroadcast(mine, 3u),
+                      subgroupBroadcast(mine, 4u), subgroupBroadcast(mine, 5u),
+                      subgroupBroadcast(mine, 6u), subgroupBroadcast(mine, 7u)));
+}
+
+@compute @workgroup_size(16)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let count = token_count();
+    let t0 = wid.y * TT;
+    if (t0 >= count) {
+        return;
+    }
+    let n0 = 2u * gid.x;
+    let na = min(n0, p.rows - 1u);
+    let nb = min(n0 + 1u, p.rows - 1u);
+    let r0 = x_row(t0, count);
+    let r1 = x_row(t0 + 1u, count);
+    let r2 = x_row(t0 + 2u, count);
+    let r3 = x_row(t0 + 3u, count);
+    var acc_a = vec4<f32>(0.0);
+    var acc_b = vec4<f32>(0.0);
+    let blocks = p.k / 32u;
+    for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
+        var cs_a = vec4<f32>(0.0);
+        var cs_b = vec4<f32>(0.0);
+        for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
+            let wa = w_decode(w_load(na, b, p.rows));
+            let wb = w_decode(w_load(nb, b, p.rows));
+            let x0 = x_block_shared(r0, b, lane);
+            cs_a.x += w_dot(wa, x0);
+            cs_b.x += w_dot(wb, x0);
+            if (TT > 1u) {
+                let x1 = x_block_shared(r1, b, lane);
+                cs_a.y += w_dot(wa, x1);
+                cs_b.y += w_dot(wb, x1);
+                let x2 = x_block_shared(r2, b, lane);
+                cs_a.z += w_dot(wa, x2);
+                cs_b.z += w_dot(wb, x2);
+                let x3 = x_block_shared(r3, b, lane);
+                cs_a.w += w_dot(wa, x3);
+                cs_b.w += w_dot(wb, x3);
+            }
+        }
+        acc_a += cs_a;
+        acc_b += cs_b;
+    }
+    finish_tile(n0, t0, count, acc_a);
+    finish_tile(n0 + 1u, t0, count, acc_b);
+}
