@@ -11,7 +11,7 @@ use half::f16;
 use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
 use kvrun::kernels::kv_write::KvWriteOp;
 use kvrun::kernels::rope::QkvLayout;
-use kvrun::kernels::{attention, reference, SeqInfo, StepInfo, StepShape};
+use kvrun::kernels::{attention, reference, Kernels, SeqInfo, StepInfo, StepShape};
 use rand::seq::SliceRandom;
 
 /// One sequence of a test step: `ctx_len` keys in the cache, the last `q_len` are queries.
@@ -96,8 +96,8 @@ fn cpu_pools(s: &Shape, seqs: &[Seq], d: &Data) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// Runs one attention step (decode sequences must come first) and returns [tokens, heads·head_dim].
-fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Option<Vec<f32>> {
-    let t = gpu()?;
+fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f32> {
+    let t = gpu().expect("GPU checked by the caller");
     let gpu = &t.gpu;
     let layout = QkvLayout {
         num_heads: s.num_heads as u32,
@@ -111,7 +111,8 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Option<Vec<f32>> {
     let mut tables = Vec::new();
     let mut tiles = Vec::new();
     let mut row = 0;
-    let qt = attention::query_tile(s.head_dim as u32) as usize;
+    let variant = kernels.config.attention(s.head_dim as u32);
+    let qt = attention::query_tile(variant, s.head_dim as u32) as usize;
     let num_decode = seqs.iter().take_while(|q| q.q_len == 1).count();
     for (si, q) in seqs.iter().enumerate() {
         for i in 0..q.q_len {
@@ -158,7 +159,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Option<Vec<f32>> {
     let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * out_stride]);
     let op = AttentionOp::new(
         gpu,
-        &t.kernels,
+        kernels,
         layout,
         s.block_size as u32,
         max_parts,
@@ -184,7 +185,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Option<Vec<f32>> {
     run(gpu, |pass| op.record(pass, &shape));
     let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * out_stride).unwrap();
     assert_sentinels("attention output row past the last token", &got[num_tokens * out_stride..]);
-    Some(got[..num_tokens * out_stride].to_vec())
+    got[..num_tokens * out_stride].to_vec()
 }
 
 fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
@@ -207,11 +208,19 @@ fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
 }
 
 fn check(s: &Shape, seqs: &[Seq], seed: u64) {
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        check_variant(s, seqs, seed, &kernels, name);
+    }
+}
+
+fn check_variant(s: &Shape, seqs: &[Seq], seed: u64, kernels: &Kernels, name: &str) {
     let d = make_data(s, seqs, seed);
-    let Some(got) = gpu_attention(s, seqs, &d) else { return };
+    let got = gpu_attention(s, seqs, &d, kernels);
     let want = cpu_attention(s, seqs, &d);
     let what = format!(
-        "attention heads {}/{} head_dim {} block {} seqs {:?}",
+        "attention ({name} as {:?}) heads {}/{} head_dim {} block {} seqs {:?}",
+        kernels.config.attention(s.head_dim as u32),
         s.num_heads,
         s.num_kv_heads,
         s.head_dim,
@@ -275,12 +284,21 @@ fn mixed_step_and_other_head_sizes() {
 /// bit-identical outputs (the kernels share their arithmetic; see common/attention.wgsl).
 #[test]
 fn prefill_and_decode_are_bit_identical() {
-    for (i, bs) in [1usize, 16].into_iter().enumerate() {
-        let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: 64, block_size: bs };
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        for (i, (bs, hd)) in [(1usize, 64usize), (16, 64), (16, 128)].into_iter().enumerate() {
+            bit_identity(bs, hd, 400 + i as u64, &kernels, name);
+        }
+    }
+}
+
+fn bit_identity(bs: usize, hd: usize, seed: u64, kernels: &Kernels, name: &str) {
+    {
+        let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: hd, block_size: bs };
         let (ctx, n) = (150usize, 20usize);
         let prefill = [Seq { ctx_len: ctx, q_len: n }];
-        let d = make_data(&s, &prefill, 400 + i as u64);
-        let Some(got_prefill) = gpu_attention(&s, &prefill, &d) else { return };
+        let d = make_data(&s, &prefill, seed);
+        let got_prefill = gpu_attention(&s, &prefill, &d, kernels);
         // n decode sequences sharing the same cache, each one query at a later position
         let decode: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: ctx - n + j + 1, q_len: 1 }).collect();
         let qd = s.num_heads * s.head_dim;
@@ -291,10 +309,13 @@ fn prefill_and_decode_are_bit_identical() {
             tables: vec![d.tables[0].clone(); n],
             num_blocks: d.num_blocks,
         };
-        let got_decode = gpu_attention(&s, &decode, &dd).unwrap();
+        let got_decode = gpu_attention(&s, &decode, &dd, kernels);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let first = bits(&got_prefill).iter().zip(bits(&got_decode)).position(|(a, b)| *a != b);
-        assert!(first.is_none(), "prefill and decode differ first at element {first:?}");
+        assert!(
+            first.is_none(),
+            "{name}, block {bs}, head_dim {hd}: prefill and decode differ first at element {first:?}"
+        );
     }
 }
 

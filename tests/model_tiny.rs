@@ -92,7 +92,7 @@ fn run_chunks(
             block_table: &table,
             logits: LogitsWanted::Range(0..n),
         };
-        let batch = ForwardBatch::new(&[chunk], block_size, model.config().head_dim as u32);
+        let batch = ForwardBatch::new(&[chunk], block_size, model.query_tile());
         out.extend(model.forward(&batch).unwrap().data);
         pos += n;
     }
@@ -161,7 +161,7 @@ fn chunked_prefill_and_decode_steps_match_across_block_sizes() {
 fn mixed_batch_equals_sequences_alone() {
     let g = golden();
     let Some((mut model, _)) = load("tiny-llama-q.gguf", 16) else { return };
-    let hd = model.config().head_dim as u32;
+    let qt = model.query_tile();
     // B takes the pool's last 8 blocks (in reverse), A a shuffled table without them.
     let n_blocks = model.options().num_blocks as u32;
     let tb: Vec<u32> = (0..8).map(|i| n_blocks - 1 - i).collect();
@@ -180,7 +180,7 @@ fn mixed_batch_equals_sequences_alone() {
         block_table: &tb,
         logits: LogitsWanted::None,
     };
-    model.forward(&ForwardBatch::new(&[a0, b0], 16, hd)).unwrap();
+    model.forward(&ForwardBatch::new(&[a0, b0], 16, qt)).unwrap();
     // one step: A decodes token 30, B prefills 20..40
     let a1 = SeqChunk {
         tokens: &g.tokens[30..31],
@@ -194,7 +194,7 @@ fn mixed_batch_equals_sequences_alone() {
         block_table: &tb,
         logits: LogitsWanted::Range(0..20),
     };
-    let mixed = model.forward(&ForwardBatch::new(&[a1, b1], 16, hd)).unwrap();
+    let mixed = model.forward(&ForwardBatch::new(&[a1, b1], 16, qt)).unwrap();
     assert_eq!(mixed.chunks[0], 0);
     let alone = run_chunks(&mut model, &g.tokens, &[40], 16, 42);
     let v = g.vocab;

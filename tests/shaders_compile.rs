@@ -2,14 +2,19 @@
 //! HLSL (DX12) with naga — so Metal/DX12 breakage shows up in plain `cargo test`, without the
 //! hardware. Runs without a GPU.
 
-use kvrun::kernels::{source, LinearVariant, PipelineKey};
+use kvrun::kernels::{source, AttentionVariant, LinearVariant, PipelineKey};
 
 fn compile(key: PipelineKey) -> Result<(), String> {
     let wgsl = source::wgsl(key);
     let module = naga::front::wgsl::parse_str(&wgsl).map_err(|e| e.emit_to_string(&wgsl))?;
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
     // it); the subgroup variant also needs subgroups, which it is only chosen with.
-    let subgroup = matches!(key, PipelineKey::Linear { variant: LinearVariant::Subgroup, .. });
+    let subgroup = matches!(
+        key,
+        PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
+            | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
+            | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
+    );
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
         caps |= naga::valid::Capabilities::SUBGROUP;

@@ -119,11 +119,8 @@ impl Engine {
                 block_table: table,
                 logits: LogitsWanted::Last,
             };
-            let batch = ForwardBatch::new(
-                &[chunk],
-                self.resolved.block_size,
-                self.model.config().head_dim as u32,
-            );
+            let batch =
+                ForwardBatch::new(&[chunk], self.resolved.block_size, self.model.query_tile());
             let logits = self.model.forward(&batch)?;
             token = sampler.sample(logits.row(0));
             decode_timings.extend(logits.timing);

@@ -143,11 +143,8 @@ impl Engine {
                 block_table: &table,
                 logits: logits(done..done + n),
             };
-            let batch = ForwardBatch::new(
-                &[chunk],
-                self.resolved.block_size,
-                self.model.config().head_dim as u32,
-            );
+            let batch =
+                ForwardBatch::new(&[chunk], self.resolved.block_size, self.model.query_tile());
             out.push(self.model.forward(&batch)?);
             done += n;
         }

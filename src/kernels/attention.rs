@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::rope::QkvLayout;
-use super::{check_grid, Kernels, PipelineKey, StepShape};
+use super::{check_grid, AttentionVariant, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Key positions per partition (WGSL `PART`): the unit of split-K in decode and of the key loop
@@ -67,9 +67,13 @@ pub const PREFILL_BINDINGS: [BindingKind; 9] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
-/// Query tokens per prefill tile for a head size (the q tile fills 2048 floats of workgroup memory).
-pub fn query_tile(head_dim: u32) -> u32 {
-    (2048 / head_dim).min(16)
+/// Query tokens per prefill tile: the lane variant takes one per lane; the workgroup variant
+/// fills 2048 floats of workgroup memory with them.
+pub fn query_tile(variant: AttentionVariant, head_dim: u32) -> u32 {
+    match variant {
+        AttentionVariant::Lanes => 8,
+        AttentionVariant::Workgroup => (2048 / head_dim).min(16),
+    }
 }
 
 /// Query heads of one KV group handled by one decode workgroup.
@@ -156,10 +160,13 @@ impl AttentionOp {
             _pad: [0; 3],
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
-        let partials_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd });
+        let variant = kernels.config.attention(hd);
+        let partials_pl =
+            kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd, variant });
         let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
-        let prefill_pl = kernels
-            .pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile: query_tile(hd) });
+        let query_tile = query_tile(variant, hd);
+        let prefill_pl =
+            kernels.pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant });
         let partials_bg = partials_pl.bind_group(
             gpu,
             "attention decode partials",
@@ -193,7 +200,11 @@ impl AttentionOp {
             reduce_pl,
             prefill_pl,
             num_heads: layout.num_heads,
-            decode_y: layout.num_kv_heads * group.div_ceil(heads_per_wg),
+            // workgroup variant: slices of one KV group's query heads; lanes: one query head
+            decode_y: match variant {
+                AttentionVariant::Workgroup => layout.num_kv_heads * group.div_ceil(heads_per_wg),
+                AttentionVariant::Lanes => layout.num_heads,
+            },
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }

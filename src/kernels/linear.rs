@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile};
+use super::{
+    check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile,
+};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `LinearParams`.

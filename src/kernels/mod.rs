@@ -73,6 +73,17 @@ pub enum LinearVariant {
     Subgroup,
 }
 
+/// How the attention kernels split their work. Decode and prefill of one variant share their
+/// arithmetic exactly; the two variants differ in the order of the score sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum AttentionVariant {
+    /// A workgroup of 64 per (partition | query tile), scores and weights in workgroup memory.
+    Workgroup,
+    /// CPU adapters: one subgroup of exactly 8 lanes per query head, each lane holding
+    /// head_dim / 8 channels; no workgroup memory, no barriers. head_dim 64 or 128.
+    Lanes,
+}
+
 /// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenTile {
@@ -110,9 +121,9 @@ pub enum PipelineKey {
     Rope,
     KvWrite,
     SiluMul,
-    AttnDecodePartials { head_dim: u32 },
+    AttnDecodePartials { head_dim: u32, variant: AttentionVariant },
     AttnDecodeReduce { head_dim: u32 },
-    AttnPrefill { head_dim: u32, query_tile: u32 },
+    AttnPrefill { head_dim: u32, query_tile: u32, variant: AttentionVariant },
 }
 
 /// Kernel choices resolved once from the device's capabilities.
@@ -124,16 +135,33 @@ pub struct KernelConfig {
     pub workgroup_memory: u32,
     /// How linear layers load their inputs.
     pub linear: LinearVariant,
+    /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes on a
+    /// CPU adapter); they are used for head sizes 64 and 128.
+    pub lanes_attention: bool,
 }
 
 impl KernelConfig {
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
         let subgroup_linear = caps.is_cpu && caps.subgroups && caps.subgroup_min_size >= 8;
+        let lanes_attention = caps.is_cpu
+            && caps.subgroups
+            && caps.subgroup_min_size == 8
+            && caps.subgroup_max_size == 8;
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,
             linear: if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu },
+            lanes_attention,
+        }
+    }
+
+    /// The attention variant for a head size.
+    pub fn attention(&self, head_dim: u32) -> AttentionVariant {
+        if self.lanes_attention && matches!(head_dim, 64 | 128) {
+            AttentionVariant::Lanes
+        } else {
+            AttentionVariant::Workgroup
         }
     }
 }

@@ -2,12 +2,13 @@
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
 use super::{attention, embedding, kv_write, linear, rms_norm, rope, silu_mul, PipelineKey};
-use super::{LinearVariant, TokenTile, WeightFormat};
+use super::{AttentionVariant, LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");
 pub const WEIGHTS: &str = include_str!("../../shaders/common/weights.wgsl");
 pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
+pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 
 /// The snippet that decodes one weight format (defines `w_load`, `w_decode`, `w_combine`).
 pub fn weight_snippet(format: WeightFormat) -> &'static str {
@@ -27,7 +28,9 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::Linear { format, variant, .. } => {
             let kernel = match variant {
                 LinearVariant::Gpu => include_str!("../../shaders/linear/linear.wgsl"),
-                LinearVariant::Subgroup => include_str!("../../shaders/linear/linear_subgroup.wgsl"),
+                LinearVariant::Subgroup => {
+                    include_str!("../../shaders/linear/linear_subgroup.wgsl")
+                }
             };
             vec![STEP, WEIGHTS, weight_snippet(format), kernel]
         }
@@ -43,15 +46,27 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::SiluMul => {
             vec![STEP, include_str!("../../shaders/elementwise/silu_mul.wgsl")]
         }
-        PipelineKey::AttnDecodePartials { .. } => {
+        PipelineKey::AttnDecodePartials { variant: AttentionVariant::Workgroup, .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_partials.wgsl")]
         }
+        PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. } => vec![
+            STEP,
+            ATTENTION,
+            ATTENTION_LANES,
+            include_str!("../../shaders/attention/decode_partials_lanes.wgsl"),
+        ],
         PipelineKey::AttnDecodeReduce { .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]
         }
-        PipelineKey::AttnPrefill { .. } => {
+        PipelineKey::AttnPrefill { variant: AttentionVariant::Workgroup, .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/prefill.wgsl")]
         }
+        PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. } => vec![
+            STEP,
+            ATTENTION,
+            ATTENTION_LANES,
+            include_str!("../../shaders/attention/prefill_lanes.wgsl"),
+        ],
     };
     parts.join("\n")
 }
@@ -60,11 +75,12 @@ pub fn wgsl(key: PipelineKey) -> String {
 pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
     match key {
         PipelineKey::Linear { tile, variant, .. } => vec![("TT", f64::from(tile.tokens(variant)))],
-        PipelineKey::AttnDecodePartials { head_dim }
-        | PipelineKey::AttnDecodeReduce { head_dim } => {
+        PipelineKey::AttnDecodePartials { head_dim, .. }
+        | PipelineKey::AttnDecodeReduce { head_dim }
+        | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, .. } => {
             vec![("HEAD_DIM", f64::from(head_dim))]
         }
-        PipelineKey::AttnPrefill { head_dim, query_tile } => {
+        PipelineKey::AttnPrefill { head_dim, query_tile, variant: AttentionVariant::Workgroup } => {
             vec![("HEAD_DIM", f64::from(head_dim)), ("QT", f64::from(query_tile))]
         }
         _ => Vec::new(),
@@ -110,12 +126,15 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::SiluMul,
     ]);
     for head_dim in [16, 64, 128, 256] {
-        keys.push(PipelineKey::AttnDecodePartials { head_dim });
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
-        keys.push(PipelineKey::AttnPrefill {
-            head_dim,
-            query_tile: attention::query_tile(head_dim),
-        });
+        for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
+            if variant == AttentionVariant::Lanes && !matches!(head_dim, 64 | 128) {
+                continue;
+            }
+            keys.push(PipelineKey::AttnDecodePartials { head_dim, variant });
+            let query_tile = attention::query_tile(variant, head_dim);
+            keys.push(PipelineKey::AttnPrefill { head_dim, query_tile, variant });
+        }
     }
     keys
 }

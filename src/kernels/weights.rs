@@ -12,7 +12,6 @@
 //! A tensor whose packed words exceed the largest storage binding is split into row ranges
 //! (parts), each packed and bound on its own.
 
-
 use crate::gpu::Gpu;
 
 /// Weight formats the kernels read.

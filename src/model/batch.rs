@@ -1,6 +1,6 @@
 //! The model's input and output for one step, as plain data.
 
-use crate::kernels::attention::{partitions, query_tile};
+use crate::kernels::attention::partitions;
 use crate::kernels::{SeqInfo, StepInfo, StepShape};
 
 /// Which of a sequence chunk's tokens get logits.
@@ -49,11 +49,12 @@ pub struct ForwardBatch {
 }
 
 impl ForwardBatch {
-    /// Lays out a step. Chunks are reordered so decode chunks (one token) come first, as the
+    /// Lays out a step; `query_tile` is the attention kernel's ([`super::Model::query_tile`]).
+    /// Chunks are reordered so decode chunks (one token) come first, as the
     /// attention kernels expect; `logit_chunks` maps each logit row back to its chunk.
     #[track_caller]
-    pub fn new(chunks: &[SeqChunk<'_>], block_size: usize, head_dim: u32) -> Self {
-        let qt = query_tile(head_dim) as usize;
+    pub fn new(chunks: &[SeqChunk<'_>], block_size: usize, query_tile: usize) -> Self {
+        let qt = query_tile;
         let mut order: Vec<usize> = (0..chunks.len()).collect();
         order.sort_by_key(|&i| chunks[i].tokens.len() != 1);
         let mut b = ForwardBatch::default();

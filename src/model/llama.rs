@@ -84,6 +84,8 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = b.build()?;
+    let variant = kernels.config.attention(c.head_dim as u32);
+    let query_tile = crate::kernels::attention::query_tile(variant, c.head_dim as u32) as usize;
     Ok(Model {
         gpu,
         config: c,
@@ -95,6 +97,7 @@ pub(super) fn load(
         weight_bytes,
         timer: None,
         timing: super::Timing::Off,
+        query_tile,
     })
 }
 

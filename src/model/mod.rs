@@ -120,6 +120,7 @@ pub struct Model {
     weight_bytes: u64,
     timer: Option<GpuTimer>,
     timing: Timing,
+    query_tile: usize,
 }
 
 /// How much of each step to time with timestamp queries.
@@ -162,6 +163,11 @@ impl Model {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Query tokens per prefill tile of this model's attention kernel (for [`ForwardBatch::new`]).
+    pub fn query_tile(&self) -> usize {
+        self.query_tile
     }
 
     /// Shape of the Q/K/V heads.

@@ -71,6 +71,24 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
     out
 }
 
+/// Kernel sets for both attention variants where this adapter can run them (the lane variant
+/// needs subgroups of exactly 8 lanes).
+pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
+    let caps = &t.gpu.caps;
+    let mut out = Vec::new();
+    let workgroup =
+        kvrun::kernels::KernelConfig { lanes_attention: false, ..t.kernels.config.clone() };
+    out.push(("workgroup", Kernels::with_config(workgroup)));
+    if caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8 {
+        let lanes =
+            kvrun::kernels::KernelConfig { lanes_attention: true, ..t.kernels.config.clone() };
+        out.push(("lanes", Kernels::with_config(lanes)));
+    } else {
+        eprintln!("adapter lacks subgroups of exactly 8 lanes: lane attention variant not tested");
+    }
+    out
+}
+
 /// Runs `record` in one compute pass and waits.
 pub fn run(gpu: &Gpu, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
     let mut enc =

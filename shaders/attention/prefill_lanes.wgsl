@@ -1,0 +1,106 @@
+// Paged prefill attention for CPU adapters: one subgroup of 8 lanes per (tile of up to 8 query
+// tokens of one sequence, query head). Lane j holds channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8)
+// of every query and of the outputs, and owns query j's softmax state (its score comes out of
+// the butterfly in lane j). Partitions of PART keys are walked left to right with the same
+// per-query arithmetic as decode_partials_lanes + decode_reduce, so a token's output is the
+// same bits whether it was prefilled or decoded. Causal: keys past a query's position add 0.
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: AttnParams;
+@group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;        // [tokens, qkv_stride / 4]
+@group(0) @binding(3) var<storage, read> k_pool: array<vec4<u32>>;     // [blocks, kv_heads, block_size, HEAD_DIM/8] f16x8
+@group(0) @binding(4) var<storage, read> v_pool: array<vec4<u32>>;     // same
+@group(0) @binding(5) var<storage, read> seqs: array<SeqInfo>;         // [num_seqs]
+@group(0) @binding(6) var<storage, read> block_tables: array<u32>;     // concatenated tables
+@group(0) @binding(7) var<storage, read> tiles: array<vec2<u32>>;      // [num_prefill_tiles] (seq index, first query index)
+@group(0) @binding(8) var<storage, read_write> out: array<f32>;        // [tokens, out_stride]
+
+const QT: u32 = 8u;  // queries per tile = lanes
+
+// The 8 queries' scores for one key; lane j gets query j's.
+fn scores(q: array<Lane16, 8>, k: Lane16, lane: u32) -> f32 {
+    let lo = vec4<f32>(lane_dot(q[0], k), lane_dot(q[1], k), lane_dot(q[2], k), lane_dot(q[3], k));
+    let hi = vec4<f32>(lane_dot(q[4], k), lane_dot(q[5], k), lane_dot(q[6], k), lane_dot(q[7], k));
+    return lanes_sum_scatter(lo, hi, lane) * p.scale;
+}
+
+@compute @workgroup_size(8)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
+    if (wid.x >= step.num_prefill_tiles) {
+        return;
+    }
+    let tile = tiles[wid.x];
+    let seq = seqs[tile.x];
+    let h = wid.y;
+    let kvh = h / (p.num_heads / p.num_kv_heads);
+    let nq = min(QT, seq.q_len - tile.y);
+    let pos0 = seq.ctx_len - seq.q_len + tile.y;  // position of the tile's first query
+    let last = pos0 + nq - 1u;
+    let first_tok = seq.q_start + tile.y;
+    let table = seq.table_start;
+    var q: array<Lane16, 8>;
+    for (var i = 0u; i < QT; i++) {
+        q[i] = q_lane(first_tok + min(i, nq - 1u), h, lane);
+    }
+    let mine = lane < nq;       // this lane's query exists
+    let my_pos = pos0 + lane;   // and sits at this position
+
+    var m_run = NEG_BIG;
+    var l_run = 0.0;
+    var o: array<Lane16, 8>;
+    for (var i = 0u; i < QT; i++) {
+        o[i] = lane_zero();
+    }
+    for (var start = 0u; start <= last; start += PART) {
+        let end = min(start + PART, last + 1u);
+        var m = NEG_BIG;
+        for (var pos = start; pos < end; pos++) {
+            let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
+            let s = scores(q, k_lane(row), lane);
+            m = select(m, max(m, s), pos <= my_pos);
+        }
+        var l = 0.0;
+        var op: array<Lane16, 8>;
+        for (var i = 0u; i < QT; i++) {
+            op[i] = lane_zero();
+        }
+        for (var pos = start; pos < end; pos++) {
+            let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
+            let s = scores(q, k_lane(row), lane);
+            let e = select(0.0, exp(s - m), mine && pos <= my_pos);
+            l = l + e;
+            let v = v_lane(row);
+            for (var i = 0u; i < QT; i++) {
+                op[i] = lane_fma(subgroupShuffle(e, i), v, op[i]);
+            }
+        }
+        // fold this partition into the running state (queries with no key here keep theirs)
+        let has = mine && start <= my_pos;
+        let f = merge_factors(m_run, m);
+        let a = select(1.0, f.x, has);
+        let b = select(0.0, f.y, has);
+        if (has) {
+            l_run = fma(l_run, f.x, l * f.y);
+            m_run = f.z;
+        }
+        for (var i = 0u; i < QT; i++) {
+            o[i] = lane_merge(o[i], subgroupShuffle(a, i), op[i], subgroupShuffle(b, i));
+        }
+    }
+
+    for (var i = 0u; i < QT; i++) {
+        let l_i = subgroupShuffle(l_run, i);
+        if (i < nq) {
+            let c = (first_tok + i) * p.out_stride + h * HEAD_DIM + lane * 8u * WPL;
+            let r = o[i];
+            for (var j = 0u; j < 4u; j++) {
+                out[c + j] = r.a[j] / l_i;
+                out[c + 4u + j] = r.b[j] / l_i;
+                if (WPL > 1u) {
+                    out[c + 8u + j] = r.c[j] / l_i;
+                    out[c + 12u + j] = r.d[j] / l_i;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+// Shared by the lane-parallel attention kernels for CPU adapters (decode_partials_lanes,
+// prefill_lanes): a subgroup of 8 lanes computes one query head, lane j holding channels
+// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8). No workgroup memory, no barriers: on a CPU adapter every
+// workgroup-memory access and barrier is expensive, vector ops across the 8 lanes are not.
+//
+// A score is Σ over the lanes of each lane's partial dot product, combined by a butterfly
+// whose pairs are fixed — lanes l and l^4, then l^2, then l^1 — so every kernel (one query or
+// eight at a time) adds the same numbers in the same tree and gets the same bits.
+// The rest of the arithmetic is common/attention.wgsl's: per partition of PART keys
+// m = max s, e = exp(s − m), l = Σ e left to right, o = fma chain over keys; partitions merged
+// left to right with merge_factors.
+
+const LANES: u32 = 8u;
+override WPL: u32 = HEAD_DIM / 64u;  // vec4<u32> (8 f16 channels each) per lane per key row: 1 or 2
+
+// One lane's channels of a row of q or v: 8 (WPL 1) or 16 (WPL 2) values.
+struct Lane16 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
+fn f16x4(a: u32, b: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(a), unpack2x16float(b));
+}
+
+// This lane's channels of a key or value row: `i` is the row's first vec4<u32> plus
+// lane · WPL (the pool holds two f16 per u32).
+fn k_lane(i: u32) -> Lane16 {
+    let w0 = k_pool[i];
+    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (WPL > 1u) {
+        let w1 = k_pool[i + 1u];
+        r.c = f16x4(w1.x, w1.y);
+        r.d = f16x4(w1.z, w1.w);
+    }
+    return r;
+}
+
+fn v_lane(i: u32) -> Lane16 {
+    let w0 = v_pool[i];
+    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (WPL > 1u) {
+        let w1 = v_pool[i + 1u];
+        r.c = f16x4(w1.x, w1.y);
+        r.d = f16x4(w1.z, w1.w);
+    }
+    return r;
+}
+
+// This lane's channels of query row `token`, head h (qkv holds f32).
+fn q_lane(token: u32, h: u32, lane: u32) -> Lane16 {
+    let i = (token * p.qkv_stride + p.q_offset + h * HEAD_DIM) / 4u + lane * 2u * WPL;
+    var r = Lane16(qkv[i], qkv[i + 1u], vec4<f32>(0.0), vec4<f32>(0.0));
+    if (WPL > 1u) {
+        r.c = qkv[i + 2u];
+        r.d = qkv[i + 3u];
+    }
+    return r;
+}
+
+// vec4<u32> index of this lane's part of the pool row of position `pos` (KV head kvh).
+fn pool_row(block: u32, pos: u32, kvh: u32, lane: u32) -> u32 {
+    let row = (block * p.num_kv_heads + kvh) * p.block_size + pos % p.block_size;
+    return row * (HEAD_DIM / 8u) + lane * WPL;
+}
+
+// This lane's partial dot product q·k over its channels: groups of 8 as in group_dot.
+fn lane_dot(q: Lane16, k: Lane16) -> f32 {
+    let p = fma(q.a, k.a, q.b * k.b);
+    var s = (p.x + p.y) + (p.z + p.w);
+    if (WPL > 1u) {
+        let p2 = fma(q.c, k.c, q.d * k.d);
+        s = s + ((p2.x + p2.y) + (p2.z + p2.w));
+    }
+    return s;
+}
+
+// Σ of x over the 8 lanes, the same value in every lane.
+fn lanes_sum(x: f32) -> f32 {
+    let a = x + subgroupShuffleXor(x, 4u);
+    let b = a + subgroupShuffleXor(a, 2u);
+    return b + subgroupShuffleXor(b, 1u);
+}
+
+// Eight sums at once: lane l passes its partials for queries 0..7 (lo = 0..3, hi = 4..7) and
+// gets back the Σ over lanes for query l — the same tree as lanes_sum.
+fn lanes_sum_scatter(lo: vec4<f32>, hi: vec4<f32>, lane: u32) -> f32 {
+    let first = lane < 4u;
+    let h1 = select(hi, lo, first) + subgroupShuffleXor(select(lo, hi, first), 4u);
+    let second = (lane & 2u) == 0u;
+    let h2 = select(h1.zw, h1.xy, second) + subgroupShuffleXor(select(h1.xy, h1.zw, second), 2u);
+    let third = (lane & 1u) == 0u;
+    return select(h2.y, h2.x, third) + subgroupShuffleXor(select(h2.x, h2.y, third), 1u);
+}
+
+// o = fma(e, v, o) over this lane's channels.
+fn lane_fma(e: f32, v: Lane16, o: Lane16) -> Lane16 {
+    let ev = vec4<f32>(e);
+    var r = Lane16(fma(ev, v.a, o.a), fma(ev, v.b, o.b), o.c, o.d);
+    if (WPL > 1u) {
+        r.c = fma(ev, v.c, o.c);
+        r.d = fma(ev, v.d, o.d);
+    }
+    return r;
+}
+
+// Running output merged with a partition's: fma(o, a, o_p · b) (common/attention.wgsl).
+fn lane_merge(o: Lane16, a: f32, op: Lane16, b: f32) -> Lane16 {
+    let av = vec4<f32>(a);
+    var r = Lane16(fma(o.a, av, op.a * b), fma(o.b, av, op.b * b), o.c, o.d);
+    if (WPL > 1u) {
+        r.c = fma(o.c, av, op.c * b);
+        r.d = fma(o.d, av, op.d * b);
+    }
+    return r;
+}
+
+fn lane_zero() -> Lane16 {
+    return Lane16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+}
