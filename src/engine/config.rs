@@ -154,3 +154,64 @@ impl ResolvedConfig {
         Ok((resolved, layout))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{KvFormat, ScaleGranularity};
+
+    const SMOLLM2: &str = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5, "rope_theta": 100000, "tie_word_embeddings": true}"#;
+
+    fn smol_layout(spec: &KvCacheSpec) -> KvLayout {
+        KvLayout::new(30, 3, 64, 16, kv_storage(spec, 16, 64).unwrap()).unwrap()
+    }
+
+    /// SmolLM2-135M, block 16, default granularities (K per-channel, V per-token):
+    /// fp8/int8 head blocks K 1024 + 128, V 1024 + 32 bytes; int4 K 512 + 256, V 512 + 64.
+    #[test]
+    fn smollm2_bytes_per_token_by_format() {
+        let want = [
+            (KvFormat::F16, 23_040.0, 0),
+            (KvFormat::Fp8E4m3, 12_420.0, 184_320),
+            (KvFormat::Fp8E5m2, 12_420.0, 184_320),
+            (KvFormat::Int8, 12_420.0, 184_320),
+            (KvFormat::Int4, 7_560.0, 184_320),
+        ];
+        for (format, per_token, staging) in want {
+            let layout = smol_layout(&KvCacheSpec::new(format, None, None, false).unwrap());
+            assert_eq!(layout.bytes_per_token(), per_token, "{format}");
+            assert_eq!(layout.staging_bytes_per_sequence(), staging, "{format}");
+            assert_eq!(layout.storage.dtype_name, format.name());
+        }
+        let per_tensor = Some(ScaleGranularity::PerTensor);
+        let fp8 = KvCacheSpec::new(KvFormat::Fp8E4m3, per_tensor, per_tensor, false).unwrap();
+        assert_eq!(smol_layout(&fp8).bytes_per_token(), 11_520.0); // half of f16, no scales
+        assert_eq!(smol_layout(&fp8).staging_bytes_per_sequence(), 0);
+    }
+
+    #[test]
+    fn kv_storage_checks_head_dim() {
+        let int4 = KvCacheSpec::new(KvFormat::Int4, None, None, false).unwrap();
+        assert!(kv_storage(&int4, 16, 68).unwrap_err().to_string().contains("multiple of 8"));
+        let rotated = KvCacheSpec::new(KvFormat::Int8, None, None, true).unwrap();
+        assert!(kv_storage(&rotated, 16, 96).unwrap_err().to_string().contains("--kv-rotate"));
+    }
+
+    #[test]
+    fn quantized_kv_is_refused_until_the_kernels_exist() {
+        let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        let (resolved, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!(resolved.kv_bytes_per_token, 23_040.0);
+        assert_eq!(layout.bytes_per_block(), 368_640);
+        cfg.kv_cache = KvCacheSpec::new(KvFormat::Int8, None, None, false).unwrap();
+        let err = ResolvedConfig::resolve(&cfg, &model).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--kv-cache-dtype int8 (K per-channel, V per-token) is not"),
+            "{err}"
+        );
+    }
+}

@@ -34,6 +34,18 @@
 //! The second terms are the clamp at the top: `s` rounded to f16 can be a little below the
 //! exact ratio. For a scale in f16's normal range they are ≤ `2^-11 × amax` (resp. `max - min`),
 //! well under `s / 2`, so the bound is the familiar `s / 2`.
+//!
+//! ## Notes for the WGSL mirror
+//!
+//! - WGSL only promises f32 `x / y` to 2.5 ULP (not correctly rounded, unlike `+ - ×`). A GPU
+//!   code can therefore differ by one step from this reference where `x / s` (or
+//!   `amax / 127` before the f16 rounding of a scale) lies within a few ULP of a rounding
+//!   boundary; exact ties such as the golden tests' are safe where `s` is a power of two. A GPU
+//!   test should allow exactly that, or the kernel must divide correctly rounded.
+//! - WGSL does not pin the rounding of f32 → f16 conversions; round scales to f16 with
+//!   integer operations on the bits (nearest, ties to even) to match `half::f16::from_f32`.
+//! - Per-token scales of two tokens share a u32: writing one token's scale must keep the
+//!   other half ([`quantize_token`] does a read-modify-write).
 
 use half::f16;
 
