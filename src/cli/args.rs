@@ -71,6 +71,7 @@ impl KvArgs {
             max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_logit_rows: None,
+            kv_cache: Default::default(),
         }
     }
 }

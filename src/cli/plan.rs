@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use super::args::ModelArgs;
-use crate::engine::DEFAULT_MAX_MODEL_LEN_CAP;
-use crate::kv::{parse_bytes, plan, KvDtype, KvLayout, PlanInput};
+use crate::engine::{kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
+use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
+use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -22,9 +23,17 @@ pub struct PlanArgs {
     /// KV budget (e.g. 6GiB). Default: what max_num_seqs full sequences need.
     #[arg(long)]
     pub kv_cache_memory: Option<String>,
-    /// KV storage format.
+    /// KV storage format: f16, fp8-e4m3, fp8-e5m2, int8, int4.
     #[arg(long, default_value = "f16")]
-    pub kv_cache_dtype: KvDtype,
+    pub kv_cache_dtype: KvFormat,
+    /// K scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
+    /// Default for quantized dtypes: per-channel.
+    #[arg(long)]
+    pub kv_k_scale: Option<ScaleGranularity>,
+    /// V scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
+    /// Default for quantized dtypes: per-token.
+    #[arg(long)]
+    pub kv_v_scale: Option<ScaleGranularity>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -64,12 +73,14 @@ pub fn model_shape(path: &Path) -> anyhow::Result<(ModelConfig, u64)> {
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let (config, weight_bytes) = model_shape(&args.model.path()?)?;
+    let spec = KvCacheSpec::new(args.kv_cache_dtype, args.kv_k_scale, args.kv_v_scale, false)?;
+    let storage = kv_storage(&spec, args.block_size, config.head_dim)?;
     let layout = KvLayout::new(
         config.num_layers,
         config.num_kv_heads,
         config.head_dim,
         args.block_size,
-        args.kv_cache_dtype,
+        storage,
     )?;
     let max_model_len = args
         .max_model_len

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use crate::gpu::GpuOptions;
-use crate::kv::{format_bytes, KvDtype, KvLayout};
+use crate::kv::{format_bytes, HeadBlockStorage, KvLayout, KvStorage};
 use crate::loader::ModelConfig;
+use crate::quant::{head_block_words, needs_staging, KvCacheSpec, KvQuant, KvQuantError};
 
 use super::EngineError;
 
@@ -28,6 +29,9 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Most logit rows per step (default `max_num_seqs`; perplexity asks for more).
     pub max_logit_rows: Option<usize>,
+    /// KV storage format, scales and rotation (default f16). The GPU kernels store f16 only so
+    /// far: anything else is refused by [`ResolvedConfig::resolve`] (`kvrun plan` sizes it).
+    pub kv_cache: KvCacheSpec,
 }
 
 impl EngineConfig {
@@ -42,8 +46,26 @@ impl EngineConfig {
             max_num_seqs: 1,
             max_num_batched_tokens: 512,
             max_logit_rows: None,
+            kv_cache: KvCacheSpec::default(),
         }
     }
+}
+
+/// What the KV formats of `spec` cost per head block of `block_size` tokens × `head_dim`
+/// channels, as [`KvLayout`] needs it (kv/ knows no formats). Checks `head_dim` against the
+/// spec (whole words per token; a power of two to rotate). O(1).
+pub fn kv_storage(
+    spec: &KvCacheSpec,
+    block_size: usize,
+    head_dim: usize,
+) -> Result<KvStorage, KvQuantError> {
+    spec.check_head_dim(head_dim)?;
+    let head_block = |q: KvQuant| HeadBlockStorage {
+        bytes: head_block_words(q, block_size, head_dim).bytes(),
+        staged: needs_staging(q.granularity),
+        scale_name: q.scale_name(),
+    };
+    Ok(KvStorage { dtype_name: spec.format().name(), k: head_block(spec.k), v: head_block(spec.v) })
 }
 
 /// The configuration after looking at the model: every number concrete.
@@ -56,8 +78,9 @@ pub struct ResolvedConfig {
     pub max_logit_rows: usize,
     pub kv_cache_memory: u64,
     pub num_blocks: usize,
-    pub kv_cache_dtype: KvDtype,
-    pub kv_bytes_per_token: u64,
+    pub kv_cache: KvCacheSpec,
+    /// `bytes_per_block / block_size` (display only; budgets count whole blocks).
+    pub kv_bytes_per_token: f64,
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -72,7 +95,9 @@ impl ResolvedConfig {
     ) -> Result<(Self, KvLayout), EngineError> {
         let model_max = model.max_position_embeddings.max(1);
         let max_model_len = match cfg.max_model_len {
-            Some(n) if n == 0 => return Err(EngineError::Config("-c/--max-model-len must be at least 1".into())),
+            Some(0) => {
+                return Err(EngineError::Config("-c/--max-model-len must be at least 1".into()))
+            }
             Some(n) if n > model_max => {
                 return Err(EngineError::Config(format!(
                     "-c {n} exceeds the model's context length of {model_max} tokens; use at most {model_max}"
@@ -86,12 +111,20 @@ impl ResolvedConfig {
                 "--max-num-seqs and the batch token budget must be at least 1".into(),
             ));
         }
+        if cfg.kv_cache != KvCacheSpec::default() {
+            return Err(EngineError::Config(format!(
+                "--kv-cache-dtype {} is not supported by the GPU kernels yet (kvrun plan can size \
+                 it); use --kv-cache-dtype f16 without --kv-rotate",
+                cfg.kv_cache
+            )));
+        }
+        let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
         let layout = KvLayout::new(
             model.num_layers,
             model.num_kv_heads,
             model.head_dim,
             cfg.block_size,
-            KvDtype::F16,
+            storage,
         )?;
         let per_seq = layout.blocks_for_tokens(max_model_len) as u64 * layout.bytes_per_block();
         let budget = cfg.kv_cache_memory.unwrap_or(per_seq * cfg.max_num_seqs as u64);
@@ -115,9 +148,70 @@ impl ResolvedConfig {
             max_logit_rows: cfg.max_logit_rows.unwrap_or(cfg.max_num_seqs).max(cfg.max_num_seqs),
             kv_cache_memory: budget,
             num_blocks,
-            kv_cache_dtype: KvDtype::F16,
+            kv_cache: cfg.kv_cache,
             kv_bytes_per_token: layout.bytes_per_token(),
         };
         Ok((resolved, layout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{KvFormat, ScaleGranularity};
+
+    const SMOLLM2: &str = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5, "rope_theta": 100000, "tie_word_embeddings": true}"#;
+
+    fn smol_layout(spec: &KvCacheSpec) -> KvLayout {
+        KvLayout::new(30, 3, 64, 16, kv_storage(spec, 16, 64).unwrap()).unwrap()
+    }
+
+    /// SmolLM2-135M, block 16, default granularities (K per-channel, V per-token):
+    /// fp8/int8 head blocks K 1024 + 128, V 1024 + 32 bytes; int4 K 512 + 256, V 512 + 64.
+    #[test]
+    fn smollm2_bytes_per_token_by_format() {
+        let want = [
+            (KvFormat::F16, 23_040.0, 0),
+            (KvFormat::Fp8E4m3, 12_420.0, 184_320),
+            (KvFormat::Fp8E5m2, 12_420.0, 184_320),
+            (KvFormat::Int8, 12_420.0, 184_320),
+            (KvFormat::Int4, 7_560.0, 184_320),
+        ];
+        for (format, per_token, staging) in want {
+            let layout = smol_layout(&KvCacheSpec::new(format, None, None, false).unwrap());
+            assert_eq!(layout.bytes_per_token(), per_token, "{format}");
+            assert_eq!(layout.staging_bytes_per_sequence(), staging, "{format}");
+            assert_eq!(layout.storage.dtype_name, format.name());
+        }
+        let per_tensor = Some(ScaleGranularity::PerTensor);
+        let fp8 = KvCacheSpec::new(KvFormat::Fp8E4m3, per_tensor, per_tensor, false).unwrap();
+        assert_eq!(smol_layout(&fp8).bytes_per_token(), 11_520.0); // half of f16, no scales
+        assert_eq!(smol_layout(&fp8).staging_bytes_per_sequence(), 0);
+    }
+
+    #[test]
+    fn kv_storage_checks_head_dim() {
+        let int4 = KvCacheSpec::new(KvFormat::Int4, None, None, false).unwrap();
+        assert!(kv_storage(&int4, 16, 68).unwrap_err().to_string().contains("multiple of 8"));
+        let rotated = KvCacheSpec::new(KvFormat::Int8, None, None, true).unwrap();
+        assert!(kv_storage(&rotated, 16, 96).unwrap_err().to_string().contains("--kv-rotate"));
+    }
+
+    #[test]
+    fn quantized_kv_is_refused_until_the_kernels_exist() {
+        let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        let (resolved, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!(resolved.kv_bytes_per_token, 23_040.0);
+        assert_eq!(layout.bytes_per_block(), 368_640);
+        cfg.kv_cache = KvCacheSpec::new(KvFormat::Int8, None, None, false).unwrap();
+        let err = ResolvedConfig::resolve(&cfg, &model).unwrap_err().to_string();
+        assert!(
+            err.starts_with("--kv-cache-dtype int8 (K per-channel, V per-token) is not"),
+            "{err}"
+        );
     }
 }

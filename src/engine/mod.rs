@@ -11,7 +11,7 @@ mod perplexity;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use config::{EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
+pub use config::{kv_storage, EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
 pub use generate::{GenerateOutput, GenerateRequest};
 pub use perplexity::{PerplexityOptions, PerplexityReport};
 
@@ -33,6 +33,8 @@ pub enum EngineError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Kv(#[from] KvError),
+    #[error(transparent)]
+    KvQuant(#[from] crate::quant::KvQuantError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error("{0}")]

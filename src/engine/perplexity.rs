@@ -112,7 +112,7 @@ impl Engine {
             chunks: n_chunks,
             tokens_scored: count,
             ctx,
-            kv_cache_dtype: self.resolved.kv_cache_dtype.to_string(),
+            kv_cache_dtype: self.resolved.kv_cache.format().to_string(),
             seconds: start.elapsed().as_secs_f64(),
             running_ppl: running,
         })

@@ -1,6 +1,6 @@
 //! [`KvError`]: every way KV bookkeeping can refuse a request, each message naming the fix.
 
-use super::{KvDtype, SeqId};
+use super::SeqId;
 
 /// A dimension of [`super::KvLayout`] that must be non-zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -8,6 +8,8 @@ pub enum LayoutDim {
     NumLayers,
     NumKvHeads,
     HeadDim,
+    /// Bytes of a K or V head block ([`super::HeadBlockStorage::bytes`]).
+    HeadBlockBytes,
 }
 
 impl std::fmt::Display for LayoutDim {
@@ -16,6 +18,7 @@ impl std::fmt::Display for LayoutDim {
             LayoutDim::NumLayers => "num_layers",
             LayoutDim::NumKvHeads => "num_kv_heads",
             LayoutDim::HeadDim => "head_dim",
+            LayoutDim::HeadBlockBytes => "the bytes of a KV head block",
         })
     }
 }
@@ -99,9 +102,6 @@ pub enum KvError {
 
     #[error("invalid byte size {input:?}: {problem}")]
     ByteSize { input: String, problem: ByteSizeProblem },
-
-    #[error("unknown --kv-cache-dtype {input:?}; supported: {supported}")]
-    UnknownDtype { input: String, supported: SupportedDtypes },
 }
 
 /// A plan input that must be non-zero, named by its CLI flag.
@@ -117,21 +117,5 @@ impl std::fmt::Display for PlanField {
             PlanField::MaxModelLen => "-c/--max-model-len",
             PlanField::MaxNumSeqs => "--max-num-seqs",
         })
-    }
-}
-
-/// Displays the names of every [`KvDtype`] (for error messages).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SupportedDtypes;
-
-impl std::fmt::Display for SupportedDtypes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, dtype) in KvDtype::ALL.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(dtype.name())?;
-        }
-        Ok(())
     }
 }

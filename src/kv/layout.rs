@@ -1,78 +1,54 @@
 //! [`KvLayout`]: how many bytes the KV cache of one token, one block and one budget take, as plain
-//! functions of the model shape (DESIGN.md, "The KV cache: numbers every room agrees on").
+//! functions of the model shape and of what one *head block* costs ([`KvStorage`]) (DESIGN.md,
+//! "The KV cache: numbers every room agrees on").
+//!
+//! A head block is `block_size` tokens × `head_dim` channels of one KV head, of K or of V, in one
+//! layer: the unit the KV formats quantize, with its scales stored next to it. kv/ knows no
+//! formats: the engine computes a head block's bytes (`quant::head_block_words`) and hands them
+//! over in [`KvStorage`].
 //!
 //! ```text
-//! bytes_per_vector          = ceil(head_dim × bits_per_element / 8) + scale bytes per vector
-//! bytes_per_token_per_layer = 2 (K and V) × num_kv_heads × bytes_per_vector
-//! bytes_per_token           = num_layers × bytes_per_token_per_layer
-//! bytes_per_block           = block_size × bytes_per_token
+//! bytes_per_block   = num_layers × num_kv_heads × (k_head_block_bytes + v_head_block_bytes)
+//! bytes_per_token   = bytes_per_block / block_size          (a ratio; may be fractional)
+//! staging_per_seq   = num_layers × num_kv_heads × block_size × head_dim × 2 × (K staged + V staged)
 //! ```
-//! For f16 this is the familiar `2 × layers × kv_heads × head_dim × 2`.
+//! For f16 a head block is `block_size × head_dim × 2` bytes, so bytes_per_token is the familiar
+//! `2 × layers × kv_heads × head_dim × 2`. Budgets use whole blocks and integer bytes only.
 
-use super::error::{KvError, LayoutDim, SupportedDtypes};
+use super::error::{KvError, LayoutDim};
 
-/// Storage format of K and V in the block pool.
-///
-/// Only f16 exists today. Quantized formats (fp8, int8, int4 with scales) slot in as new variants:
-/// they only have to answer [`KvDtype::bits_per_element`] and [`KvDtype::scale_bytes_per_vector`],
-/// and every figure in [`KvLayout`] follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum KvDtype {
-    /// IEEE half precision, no scales.
-    #[serde(rename = "f16")]
-    F16,
+/// How one head block of K (or of V) is stored, as far as kv/ needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeadBlockStorage {
+    /// Pool bytes of one head block: data + scales (`4 × quant::head_block_words().total_words`).
+    pub bytes: u64,
+    /// Whether the partial last block of a running sequence waits in an f16 staging area until
+    /// it is full (per-channel and per-head scales; `quant::needs_staging`).
+    pub staged: bool,
+    /// The scale granularity's name, for reports: `"per-channel"` …, `"none"` for f16.
+    pub scale_name: &'static str,
 }
 
-impl KvDtype {
-    /// Every variant, in CLI order.
-    pub const ALL: [KvDtype; 1] = [KvDtype::F16];
-
-    /// The name users type after `--kv-cache-dtype` and the value of the `kv_cache_dtype` JSON key.
-    pub const fn name(self) -> &'static str {
-        match self {
-            KvDtype::F16 => "f16",
-        }
-    }
-
-    /// Bits one stored element takes. Bits, not bytes, because int4 packs two elements a byte.
-    pub const fn bits_per_element(self) -> u64 {
-        match self {
-            KvDtype::F16 => 16,
-        }
-    }
-
-    /// Scale (and zero-point) bytes stored next to each head vector of `head_dim` elements, i.e. per
-    /// token, per layer, per KV head, for K and for V separately. Zero for unscaled formats.
-    pub const fn scale_bytes_per_vector(self, _head_dim: u64) -> u64 {
-        match self {
-            KvDtype::F16 => 0,
-        }
-    }
-
-    /// Bytes of one head vector (`[head_dim]` elements plus its scales), rounded up to whole bytes.
-    pub const fn bytes_per_vector(self, head_dim: u64) -> u64 {
-        (head_dim * self.bits_per_element()).div_ceil(8) + self.scale_bytes_per_vector(head_dim)
-    }
+/// How K and V are stored: the figures [`KvLayout`] needs, for one `(block_size, head_dim)`.
+/// Built by the engine from a `quant::KvCacheSpec` (`engine::kv_storage`), or [`KvStorage::f16`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvStorage {
+    /// The `--kv-cache-dtype` name, for reports (`"f16"`, `"int8"` …).
+    pub dtype_name: &'static str,
+    pub k: HeadBlockStorage,
+    pub v: HeadBlockStorage,
 }
 
-impl std::fmt::Display for KvDtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for KvDtype {
-    type Err = KvError;
-
-    /// Parses a `--kv-cache-dtype` value, case-insensitively.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        KvDtype::ALL
-            .into_iter()
-            .find(|dtype| dtype.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| KvError::UnknownDtype {
-                input: s.to_owned(),
-                supported: SupportedDtypes,
-            })
+impl KvStorage {
+    /// Unquantized f16 (the default): 2 bytes an element, no scales, no staging.
+    pub const fn f16(block_size: usize, head_dim: usize) -> Self {
+        let elements = (block_size as u64).saturating_mul(head_dim as u64);
+        let head_block = HeadBlockStorage {
+            bytes: elements.saturating_mul(2), // saturates into KvError::LayoutTooLarge
+            staged: false,
+            scale_name: "none",
+        };
+        KvStorage { dtype_name: "f16", k: head_block, v: head_block }
     }
 }
 
@@ -88,20 +64,22 @@ pub struct KvLayout {
     pub head_dim: usize,
     /// Tokens per block (default 16; any value in `1..=1024`, a power of two is not required).
     pub block_size: usize,
-    pub dtype: KvDtype,
+    /// Bytes of a K and a V head block of this `block_size` and `head_dim`.
+    pub storage: KvStorage,
 }
 
 /// Largest accepted `--block-size`.
 pub const MAX_BLOCK_SIZE: usize = 1024;
 
 impl KvLayout {
-    /// Checks and builds a layout. O(1).
+    /// Checks and builds a layout. O(1). `storage` must describe head blocks of this
+    /// `block_size` and `head_dim` (kv/ cannot check that; it checks that they are not empty).
     pub fn new(
         num_layers: usize,
         num_kv_heads: usize,
         head_dim: usize,
         block_size: usize,
-        dtype: KvDtype,
+        storage: KvStorage,
     ) -> Result<Self, KvError> {
         for (value, dim) in [
             (num_layers, LayoutDim::NumLayers),
@@ -115,31 +93,55 @@ impl KvLayout {
         if !(1..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(KvError::BlockSize { block_size });
         }
-        let layout = KvLayout { num_layers, num_kv_heads, head_dim, block_size, dtype };
-        // Every figure below is at most bytes_per_block, so checking it once makes them all safe.
-        let block_bytes = u128::from(dtype.bytes_per_vector(head_dim as u64))
-            .checked_mul(2 * num_kv_heads as u128)
-            .and_then(|b| b.checked_mul(num_layers as u128))
-            .and_then(|b| b.checked_mul(block_size as u128));
-        match block_bytes {
-            Some(b) if b <= u128::from(u64::MAX) => Ok(layout),
+        if storage.k.bytes == 0 || storage.v.bytes == 0 {
+            return Err(KvError::ZeroDim { dim: LayoutDim::HeadBlockBytes });
+        }
+        let layout = KvLayout { num_layers, num_kv_heads, head_dim, block_size, storage };
+        // Every figure below is at most one of these two, so checking them makes them all safe.
+        let heads = num_layers as u128 * num_kv_heads as u128;
+        let head_block_bytes = u128::from(storage.k.bytes) + u128::from(storage.v.bytes);
+        let staging_bytes = (4 * block_size as u128).checked_mul(head_dim as u128);
+        let largest = staging_bytes
+            .map(|staging| staging.max(head_block_bytes))
+            .and_then(|bytes| bytes.checked_mul(heads));
+        match largest {
+            Some(bytes) if bytes <= u128::from(u64::MAX) => Ok(layout),
             _ => Err(KvError::LayoutTooLarge { block_size }),
         }
     }
 
-    /// K and V bytes of one token in one layer: `2 × num_kv_heads × bytes_per_vector(head_dim)`.
-    pub fn bytes_per_token_per_layer(&self) -> u64 {
-        2 * self.num_kv_heads as u64 * self.dtype.bytes_per_vector(self.head_dim as u64)
+    /// An f16 layout ([`KvStorage::f16`]), today's default. O(1).
+    pub fn f16(
+        num_layers: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+    ) -> Result<Self, KvError> {
+        let storage = KvStorage::f16(block_size, head_dim);
+        KvLayout::new(num_layers, num_kv_heads, head_dim, block_size, storage)
     }
 
-    /// K and V bytes of one token in every layer: `num_layers × bytes_per_token_per_layer`.
-    pub fn bytes_per_token(&self) -> u64 {
-        self.num_layers as u64 * self.bytes_per_token_per_layer()
-    }
-
-    /// Bytes of one block: `block_size × bytes_per_token`.
+    /// Bytes of one block, data and scales, K and V, every layer and KV head:
+    /// `num_layers × num_kv_heads × (k.bytes + v.bytes)`. Exact.
     pub fn bytes_per_block(&self) -> u64 {
-        self.block_size as u64 * self.bytes_per_token()
+        let head_blocks = self.num_layers as u64 * self.num_kv_heads as u64;
+        head_blocks * (self.storage.k.bytes + self.storage.v.bytes)
+    }
+
+    /// Bytes a token costs on average: `bytes_per_block / block_size`. For display: with
+    /// per-block scales it need not be a whole number; budgets use [`Self::bytes_per_block`].
+    pub fn bytes_per_token(&self) -> f64 {
+        self.bytes_per_block() as f64 / self.block_size as f64
+    }
+
+    /// f16 staging a running sequence needs besides its pool blocks: one block of K and/or V
+    /// (those whose granularity is staged), every layer and KV head:
+    /// `num_layers × num_kv_heads × block_size × head_dim × 2 × (k.staged + v.staged)`. 0 when
+    /// nothing is staged.
+    pub fn staging_bytes_per_sequence(&self) -> u64 {
+        let staged = u64::from(self.storage.k.staged) + u64::from(self.storage.v.staged);
+        let f16_head_block = 2 * self.block_size as u64 * self.head_dim as u64;
+        self.num_layers as u64 * self.num_kv_heads as u64 * f16_head_block * staged
     }
 
     /// Blocks that hold `tokens` tokens: `ceil(tokens / block_size)`.
@@ -180,32 +182,63 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn f16(layers: usize, kv_heads: usize, head_dim: usize) -> KvLayout {
-        KvLayout::new(layers, kv_heads, head_dim, 16, KvDtype::F16).unwrap()
+        KvLayout::f16(layers, kv_heads, head_dim, 16).unwrap()
     }
 
     #[test]
     fn llama2_7b_figures() {
         let l = f16(32, 32, 128);
-        assert_eq!(l.bytes_per_token(), 512 * KIB);
-        assert_eq!(l.bytes_per_token_per_layer(), 16 * KIB);
+        assert_eq!(l.bytes_per_token(), (512 * KIB) as f64);
         assert_eq!(l.bytes_per_block(), 16 * 512 * KIB);
-        assert_eq!(4096 * l.bytes_per_token(), 2 * GIB);
-        assert_eq!(8 * 4096 * l.bytes_per_token(), 16 * GIB);
+        assert_eq!(4096 / 16 * l.bytes_per_block(), 2 * GIB);
+        assert_eq!(8 * 4096 / 16 * l.bytes_per_block(), 16 * GIB);
         assert_eq!(l.blocks_for_tokens(4096), 256);
         assert_eq!(l.tokens_for_budget(2 * GIB), 4096);
+        assert_eq!(l.staging_bytes_per_sequence(), 0);
     }
 
     #[test]
     fn gqa_mqa_and_real_models() {
-        assert_eq!(f16(32, 8, 128).bytes_per_token(), 128 * KIB); // GQA, Llama-3-8B, Mistral-7B
-        assert_eq!(f16(32, 8, 128).bytes_per_token(), 131_072);
-        assert_eq!(f16(32, 1, 128).bytes_per_token(), 16 * KIB); // MQA
-        assert_eq!(f16(30, 3, 64).bytes_per_token(), 23_040); // SmolLM2-135M: 22.5 KiB
+        assert_eq!(f16(32, 8, 128).bytes_per_token(), (128 * KIB) as f64); // GQA, Llama-3-8B
+        assert_eq!(f16(32, 8, 128).bytes_per_token(), 131_072.0);
+        assert_eq!(f16(32, 1, 128).bytes_per_token(), (16 * KIB) as f64); // MQA
+        assert_eq!(f16(30, 3, 64).bytes_per_token(), 23_040.0); // SmolLM2-135M: 22.5 KiB
+    }
+
+    /// SmolLM2-135M (30 layers, 3 KV heads, head_dim 64, block 16) with int8 K per-channel and
+    /// V per-token, head-block bytes as quant computes them: K 16·64 + 64·2 = 1152,
+    /// V 16·64 + 16·2 = 1056.
+    #[test]
+    fn quantized_storage_counts_scales_and_staging() {
+        let storage = KvStorage {
+            dtype_name: "int8",
+            k: HeadBlockStorage { bytes: 1152, staged: true, scale_name: "per-channel" },
+            v: HeadBlockStorage { bytes: 1056, staged: false, scale_name: "per-token" },
+        };
+        let l = KvLayout::new(30, 3, 64, 16, storage).unwrap();
+        assert_eq!(l.bytes_per_block(), 30 * 3 * 2208);
+        assert_eq!(l.bytes_per_block(), 198_720);
+        assert_eq!(l.bytes_per_token(), 12_420.0);
+        assert_eq!(l.staging_bytes_per_sequence(), 30 * 3 * 16 * 64 * 2);
+        assert_eq!(l.blocks_for_budget(1 << 30), (1 << 30) / 198_720);
+        // A per-head scale in a block of 3 tokens: bytes per token is not whole.
+        let odd = KvStorage {
+            dtype_name: "int8",
+            k: HeadBlockStorage { bytes: 3 * 8 + 4, staged: true, scale_name: "per-head" },
+            v: HeadBlockStorage { bytes: 3 * 8 + 8, staged: false, scale_name: "per-token" },
+        };
+        let l = KvLayout::new(1, 1, 8, 3, odd).unwrap();
+        assert_eq!(l.bytes_per_block(), 60);
+        assert_eq!(l.bytes_per_token(), 20.0);
+        let l = KvLayout::new(1, 2, 8, 3, KvStorage { v: odd.k, ..odd }).unwrap();
+        assert_eq!(l.bytes_per_block(), 112);
+        assert!((l.bytes_per_token() - 112.0 / 3.0).abs() < 1e-12);
+        assert_eq!(l.staging_bytes_per_sequence(), 2 * 2 * 3 * 8 * 2);
     }
 
     #[test]
     fn block_rounding() {
-        let l = KvLayout::new(30, 3, 64, 16, KvDtype::F16).unwrap();
+        let l = KvLayout::f16(30, 3, 64, 16).unwrap();
         assert_eq!(l.blocks_for_tokens(0), 0);
         assert_eq!(l.blocks_for_tokens(1), 1);
         assert_eq!(l.blocks_for_tokens(16), 1);
@@ -223,7 +256,7 @@ mod tests {
     #[test]
     fn odd_block_sizes() {
         for block_size in [1, 3, 7, 1000, 1024] {
-            let l = KvLayout::new(2, 1, 4, block_size, KvDtype::F16).unwrap();
+            let l = KvLayout::f16(2, 1, 4, block_size).unwrap();
             assert_eq!(l.bytes_per_block(), block_size as u64 * 32);
             assert_eq!(l.blocks_for_tokens(block_size + 1), 2);
         }
@@ -234,23 +267,28 @@ mod tests {
         let dims = [(0, 1, 1), (1, 0, 1), (1, 1, 0)];
         let want = [LayoutDim::NumLayers, LayoutDim::NumKvHeads, LayoutDim::HeadDim];
         for ((l, h, d), dim) in dims.into_iter().zip(want) {
-            let err = KvLayout::new(l, h, d, 16, KvDtype::F16).unwrap_err();
+            let err = KvLayout::f16(l, h, d, 16).unwrap_err();
             assert_eq!(err, KvError::ZeroDim { dim });
         }
         for block_size in [0, 1025] {
-            let err = KvLayout::new(1, 1, 1, block_size, KvDtype::F16).unwrap_err();
+            let err = KvLayout::f16(1, 1, 1, block_size).unwrap_err();
             assert_eq!(err, KvError::BlockSize { block_size });
         }
-        let err = KvLayout::new(usize::MAX, 1 << 20, 1 << 20, 1024, KvDtype::F16).unwrap_err();
+        let err = KvLayout::f16(usize::MAX, 1 << 20, 1 << 20, 1024).unwrap_err();
         assert_eq!(err, KvError::LayoutTooLarge { block_size: 1024 });
+        let err = KvLayout::f16(usize::MAX, usize::MAX, usize::MAX, 1024).unwrap_err();
+        assert_eq!(err, KvError::LayoutTooLarge { block_size: 1024 });
+        let mut empty = KvStorage::f16(16, 64);
+        empty.v.bytes = 0;
+        let err = KvLayout::new(1, 1, 64, 16, empty).unwrap_err();
+        assert_eq!(err, KvError::ZeroDim { dim: LayoutDim::HeadBlockBytes });
     }
 
     #[test]
-    fn dtype_names() {
-        assert_eq!("F16".parse::<KvDtype>(), Ok(KvDtype::F16));
-        assert_eq!(KvDtype::F16.to_string(), "f16");
-        let err = "fp8".parse::<KvDtype>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown --kv-cache-dtype \"fp8\"; supported: f16");
-        assert_eq!(KvDtype::F16.bytes_per_vector(64), 128);
+    fn f16_storage() {
+        let s = KvStorage::f16(16, 64);
+        assert_eq!(s.k.bytes, 2048);
+        assert_eq!((s.dtype_name, s.k.scale_name, s.k.staged), ("f16", "none", false));
+        assert_eq!(s.k, s.v);
     }
 }

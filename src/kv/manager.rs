@@ -512,11 +512,10 @@ impl KvManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::KvDtype;
 
     /// 4 blocks of 4 tokens, 2 layers × 1 KV head × head_dim 2: 16 bytes a token.
     fn tiny() -> KvManager {
-        let layout = KvLayout::new(2, 1, 2, 4, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(2, 1, 2, 4).unwrap();
         KvManager::new(layout, 4).unwrap()
     }
 
@@ -590,7 +589,7 @@ mod tests {
 
     #[test]
     fn sized_from_a_budget() {
-        let smol = KvLayout::new(30, 3, 64, 16, KvDtype::F16).unwrap();
+        let smol = KvLayout::f16(30, 3, 64, 16).unwrap();
         let kv = KvManager::from_budget(smol, 1 << 30).unwrap();
         assert_eq!(kv.num_blocks(), (1 << 30) / (16 * 23_040));
         let err = KvManager::from_budget(smol, 368_639).unwrap_err();
@@ -599,7 +598,7 @@ mod tests {
 
     #[test]
     fn slots_must_fit_u32() {
-        let layout = KvLayout::new(1, 1, 1, 1024, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(1, 1, 1, 1024).unwrap();
         assert!(KvManager::new(layout, 1 << 22).is_ok()); // slots 0..2^32
         let err = KvManager::new(layout, (1 << 22) + 1).unwrap_err();
         assert!(matches!(err, KvError::TooManySlots { .. }), "{err}");
@@ -619,7 +618,7 @@ mod tests {
 
     #[test]
     fn integrity_catches_an_unlocked_holder() {
-        let layout = KvLayout::new(2, 1, 2, 4, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(2, 1, 2, 4).unwrap();
         let mut kv = KvManager::with_prefix_cache(layout, 4, true).unwrap();
         kv.begin_sequence(1, None, &[1; 4]).unwrap();
         kv.reserve(1, 4).unwrap();

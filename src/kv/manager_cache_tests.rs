@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use super::{BlockId, KvDtype, KvError, KvLayout, KvManager, Namespace, SeqId};
+use super::{BlockId, KvError, KvLayout, KvManager, Namespace, SeqId};
 
 /// `num_blocks` blocks of 4 tokens, prefix cache on.
 fn cached(num_blocks: usize) -> KvManager {
-    let layout = KvLayout::new(2, 1, 2, 4, KvDtype::F16).unwrap();
+    let layout = KvLayout::f16(2, 1, 2, 4).unwrap();
     KvManager::with_prefix_cache(layout, num_blocks, true).unwrap()
 }
 
@@ -165,7 +165,7 @@ fn fork_shares_only_the_cached_prefix() {
 
 #[test]
 fn disabled_cache_behaves_as_before() {
-    let layout = KvLayout::new(2, 1, 2, 4, KvDtype::F16).unwrap();
+    let layout = KvLayout::f16(2, 1, 2, 4).unwrap();
     let mut kv = KvManager::with_prefix_cache(layout, 8, false).unwrap();
     let prompt: Vec<u32> = (0..10).collect();
     assert_eq!(run(&mut kv, 1, None, &prompt), 0);
@@ -292,7 +292,7 @@ proptest! {
         lists in prop::collection::vec(prop::collection::vec(0..2u32, LIST_LEN), NUM_LISTS),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let layout = KvLayout::new(1, 1, 2, BLOCK_SIZE, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(1, 1, 2, BLOCK_SIZE).unwrap();
         let mut kv = KvManager::with_prefix_cache(layout, NUM_BLOCKS, true).unwrap();
         let mut live: HashMap<SeqId, Live> = HashMap::new();
         let mut contents = Contents::new();

@@ -5,7 +5,7 @@
 //!
 //! | file | concept |
 //! |---|---|
-//! | `layout.rs` | [`KvLayout`], [`KvDtype`]: bytes per token / block / budget from the model shape |
+//! | `layout.rs` | [`KvLayout`], [`KvStorage`]: bytes per block / token / budget and f16 staging, from the model shape and the bytes of a head block |
 //! | `plan.rs` | [`plan()`]: the arithmetic `kvrun plan` prints ([`Plan`], stable JSON keys) |
 //! | `bytes.rs` | [`parse_bytes`] (`6GiB`, `64MB`, `1.5GiB`) and [`format_bytes`] (`22.5 KiB`) |
 //! | `block_pool.rs` | [`BlockPool`]: block ids `0..num_blocks`, FIFO free list, ref counts |
@@ -17,9 +17,11 @@
 //! ## Numbers (DESIGN.md, normative)
 //!
 //! ```text
-//! bytes_per_token = 2 (K, V) × num_layers × num_kv_heads × head_dim × bytes_per_element
-//!                   (+ scale bytes for quantized formats)
-//! bytes_per_block = block_size × bytes_per_token
+//! head block      = block_size tokens × head_dim channels of one KV head, K or V, one layer
+//!                   (the unit of KV quantization; its bytes include its scales)
+//! bytes_per_block = num_layers × num_kv_heads × (K head block + V head block bytes)
+//! bytes_per_token = bytes_per_block / block_size
+//!                 = 2 (K, V) × num_layers × num_kv_heads × head_dim × 2 for f16
 //! blocks(tokens)  = ceil(tokens / block_size)
 //! blocks(budget)  = floor(budget / bytes_per_block)          whole blocks only
 //! slot(pos)       = table[pos / block_size] × block_size + pos % block_size   (u32)
@@ -57,8 +59,8 @@ mod proptests;
 pub use block_pool::{BlockId, BlockPool};
 pub use block_table::BlockTable;
 pub use bytes::{format_bytes, parse_bytes};
-pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField, SupportedDtypes};
-pub use layout::{KvDtype, KvLayout, MAX_BLOCK_SIZE};
+pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
+pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId};
 pub use plan::{plan, Plan, PlanInput};
 pub use prefix_cache::{Namespace, PrefixCache};

@@ -8,11 +8,12 @@
 //! kv_blocks_fit         = floor(kv_cache_memory / bytes_per_block)
 //! kv_tokens_fit         = kv_blocks_fit × block_size
 //! sequences_fit         = floor(kv_blocks_fit / blocks_for_tokens(max_model_len))
+//! kv_staging_bytes_needed = max_num_seqs × staging_bytes_per_sequence   (outside the budget)
 //! ```
 
 use super::bytes::format_bytes;
 use super::error::{KvError, PlanField};
-use super::layout::{KvDtype, KvLayout};
+use super::layout::KvLayout;
 
 /// What `kvrun plan` is asked: a model's KV shape and the serving target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,9 +31,12 @@ pub struct PlanInput {
 
 /// The answer: every figure of the KV budget. Serialized as the `plan --json` object; the keys
 /// are stable (DESIGN.md, "Machine-readable output").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Plan {
-    pub kv_bytes_per_token: u64,
+    /// `kv_bytes_per_block / block_size`: a JSON integer when whole (always for f16), else a
+    /// fraction (a per-head-block scale spread over the block's tokens).
+    #[serde(serialize_with = "integer_when_whole")]
+    pub kv_bytes_per_token: f64,
     pub kv_bytes_per_block: u64,
     /// KV of one `max_model_len` sequence, in whole blocks.
     pub kv_bytes_per_sequence: u64,
@@ -44,8 +48,17 @@ pub struct Plan {
     pub sequences_fit: u64,
     pub weight_bytes: u64,
     pub block_size: usize,
-    /// Serialized as its CLI name (`"f16"`).
-    pub kv_cache_dtype: KvDtype,
+    /// The `--kv-cache-dtype` name (`"f16"`, `"int8"` …).
+    pub kv_cache_dtype: &'static str,
+    /// K's scale granularity (`"per-channel"` …; `"none"` for f16).
+    pub kv_k_scale: &'static str,
+    /// V's scale granularity (`"per-token"` …; `"none"` for f16).
+    pub kv_v_scale: &'static str,
+    /// f16 staging one running sequence needs for the partial last block of K and/or V whose
+    /// scales span several tokens (per-channel, per-head); 0 when nothing is staged.
+    pub kv_staging_bytes_per_sequence: u64,
+    /// Staging of `max_num_seqs` running sequences. Not part of `kv_cache_memory`.
+    pub kv_staging_bytes_needed: u64,
     /// The budget in bytes (given, or `kv_bytes_needed` when not).
     pub kv_cache_memory: u64,
     pub max_model_len: usize,
@@ -83,12 +96,27 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         sequences_fit: kv_blocks_fit / blocks_per_sequence,
         weight_bytes: input.weight_bytes,
         block_size: layout.block_size,
-        kv_cache_dtype: layout.dtype,
+        kv_cache_dtype: layout.storage.dtype_name,
+        kv_k_scale: layout.storage.k.scale_name,
+        kv_v_scale: layout.storage.v.scale_name,
+        kv_staging_bytes_per_sequence: layout.staging_bytes_per_sequence(),
+        kv_staging_bytes_needed: layout
+            .staging_bytes_per_sequence()
+            .saturating_mul(input.max_num_seqs as u64),
         kv_cache_memory,
         max_model_len: input.max_model_len,
         max_num_seqs: input.max_num_seqs,
         kv_bytes_needed,
     })
+}
+
+/// Serializes a byte figure as a JSON integer when it is whole, else as a float.
+fn integer_when_whole<S: serde::Serializer>(bytes: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if bytes.fract() == 0.0 && *bytes >= 0.0 && *bytes < 2f64.powi(53) {
+        s.serialize_u64(*bytes as u64)
+    } else {
+        s.serialize_f64(*bytes)
+    }
 }
 
 /// A small human table; the last line warns when fewer than `max_num_seqs` full sequences fit.
@@ -100,11 +128,15 @@ impl std::fmt::Display for Plan {
         };
         writeln!(
             f,
-            "KV cache plan (kv_cache_dtype {}, block_size {})",
-            self.kv_cache_dtype, self.block_size
+            "KV cache plan (kv_cache_dtype {}, K scale {}, V scale {}, block_size {})",
+            self.kv_cache_dtype, self.kv_k_scale, self.kv_v_scale, self.block_size
         )?;
         let token_bytes = self.kv_bytes_per_token;
-        row(f, "per token", token_bytes, format!("{token_bytes} bytes"))?;
+        let token_note = match token_bytes.fract() {
+            0.0 => format!("{token_bytes} bytes"),
+            _ => format!("{token_bytes:.2} bytes (block bytes / block_size)"),
+        };
+        row(f, "per token", token_bytes.round() as u64, token_note)?;
         row(f, "per block", self.kv_bytes_per_block, format!("{} tokens", self.block_size))?;
         let seq_note = format!("-c {} tokens", self.max_model_len);
         row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
@@ -116,6 +148,14 @@ impl std::fmt::Display for Plan {
         );
         row(f, "budget", self.kv_cache_memory, fit_note)?;
         row(f, "weights", self.weight_bytes, String::new())?;
+        if self.kv_staging_bytes_per_sequence > 0 {
+            let note = format!(
+                "f16 partial blocks of {} running sequences ({} per sequence), outside the budget",
+                self.max_num_seqs,
+                format_bytes(self.kv_staging_bytes_per_sequence)
+            );
+            row(f, "staging", self.kv_staging_bytes_needed, note)?;
+        }
         if self.sequences_fit < self.max_num_seqs as u64 {
             writeln!(
                 f,
@@ -147,13 +187,13 @@ mod tests {
     }
 
     fn llama2_7b() -> KvLayout {
-        KvLayout::new(32, 32, 128, 16, KvDtype::F16).unwrap()
+        KvLayout::f16(32, 32, 128, 16).unwrap()
     }
 
     #[test]
     fn llama2_7b_without_budget_needs_16_gib() {
         let p = plan(&input(llama2_7b(), 4096, 8, None)).unwrap();
-        assert_eq!(p.kv_bytes_per_token, 512 << 10);
+        assert_eq!(p.kv_bytes_per_token, f64::from(512 << 10));
         assert_eq!(p.kv_bytes_per_block, 8 << 20);
         assert_eq!(p.kv_bytes_per_sequence, 2 * GIB);
         assert_eq!(p.kv_bytes_needed, 16 * GIB);
@@ -176,9 +216,9 @@ mod tests {
     #[test]
     fn partial_blocks_round_up_per_sequence() {
         // SmolLM2-135M, -c 100: 7 blocks of 16 tokens = 112 tokens of KV per sequence.
-        let smol = KvLayout::new(30, 3, 64, 16, KvDtype::F16).unwrap();
+        let smol = KvLayout::f16(30, 3, 64, 16).unwrap();
         let p = plan(&input(smol, 100, 4, None)).unwrap();
-        assert_eq!(p.kv_bytes_per_token, 23_040);
+        assert_eq!(p.kv_bytes_per_token, 23_040.0);
         assert_eq!(p.kv_bytes_per_sequence, 7 * 16 * 23_040);
         assert_eq!(p.kv_blocks_fit, 28);
         assert_eq!(p.kv_tokens_fit, 448);
@@ -200,11 +240,49 @@ mod tests {
             "weight_bytes",
             "block_size",
             "kv_cache_dtype",
+            "kv_k_scale",
+            "kv_v_scale",
+            "kv_staging_bytes_per_sequence",
         ] {
             assert!(json.get(key).is_some(), "missing {key}");
         }
         assert_eq!(json["kv_cache_dtype"], "f16");
+        assert_eq!(json["kv_k_scale"], "none");
+        assert_eq!(json["kv_staging_bytes_per_sequence"], 0);
         assert_eq!(json["kv_bytes_per_token"], 524_288);
+    }
+
+    /// SmolLM2-135M with int4 (K per-channel: 512 + 64·2·2 = 768 B a head block; V per-token:
+    /// 512 + 16·2·2 = 576 B), -c 100 (7 blocks), 4 sequences.
+    #[test]
+    fn quantized_plan_reports_scales_and_staging() {
+        use crate::kv::{HeadBlockStorage, KvStorage};
+        let storage = KvStorage {
+            dtype_name: "int4",
+            k: HeadBlockStorage { bytes: 768, staged: true, scale_name: "per-channel" },
+            v: HeadBlockStorage { bytes: 576, staged: false, scale_name: "per-token" },
+        };
+        let smol = KvLayout::new(30, 3, 64, 16, storage).unwrap();
+        let p = plan(&input(smol, 100, 4, None)).unwrap();
+        assert_eq!(p.kv_bytes_per_block, 120_960);
+        assert_eq!(p.kv_bytes_per_token, 7_560.0);
+        assert_eq!(p.kv_bytes_per_sequence, 7 * 120_960);
+        assert_eq!(p.kv_staging_bytes_per_sequence, 184_320);
+        assert_eq!(p.kv_staging_bytes_needed, 4 * 184_320);
+        let json = serde_json::to_value(p).unwrap();
+        assert_eq!(json["kv_cache_dtype"], "int4");
+        assert_eq!(json["kv_k_scale"], "per-channel");
+        assert_eq!(json["kv_v_scale"], "per-token");
+        assert_eq!(json["kv_bytes_per_token"], 7_560);
+        let text = p.to_string();
+        assert!(text.starts_with("KV cache plan (kv_cache_dtype int4, K scale per-channel, V scale per-token, block_size 16)"), "{text}");
+        assert!(text.contains("staging") && text.contains("180 KiB per sequence"), "{text}");
+        // A fractional figure stays a JSON float.
+        let mut odd = storage;
+        odd.k.bytes += 4;
+        let odd = KvLayout::new(1, 1, 64, 16, odd).unwrap();
+        let json = serde_json::to_value(plan(&input(odd, 16, 1, None)).unwrap()).unwrap();
+        assert_eq!(json["kv_bytes_per_token"], 84.25); // (772 + 576) / 16
     }
 
     #[test]

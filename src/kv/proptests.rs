@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
 
-use super::{BlockTable, KvDtype, KvError, KvLayout, KvManager, SeqId};
+use super::{BlockTable, KvError, KvLayout, KvManager, SeqId};
 
 /// Sequence ids the operations use: few, so that they collide often.
 const NUM_SEQ_IDS: SeqId = 5;
@@ -143,7 +143,7 @@ proptest! {
         block_size in 1..5usize,
         ops in prop::collection::vec(op(), 1..64),
     ) {
-        let layout = KvLayout::new(2, 1, 4, block_size, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(2, 1, 4, block_size).unwrap();
         let mut kv = KvManager::new(layout, num_blocks).unwrap();
         let mut model = Model { num_blocks, block_size, ..Model::default() };
         for op in &ops {

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::kv::{KvDtype, KvLayout, KvManager};
+use crate::kv::{KvLayout, KvManager};
 
 use super::{
     FinishReason, Request, RequestId, Scheduler, SchedulerConfig, StepPlan, TokenEvent, Usage,
@@ -136,7 +136,7 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(config: SimConfig) -> Self {
-        let layout = KvLayout::new(1, 1, 1, config.block_size, KvDtype::F16).unwrap();
+        let layout = KvLayout::f16(1, 1, 1, config.block_size).unwrap();
         let kv =
             KvManager::with_prefix_cache(layout, config.num_blocks, config.prefix_cache).unwrap();
         Sim {

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::sim::{splitmix, Sim, SimConfig};
 use super::{ConfigField, FinishReason, Request, RequestId, SchedError, Scheduler};
 use super::{SchedulerConfig, TokenEvent};
-use crate::kv::{KvDtype, KvLayout, KvManager};
+use crate::kv::{KvLayout, KvManager};
 
 const VOCAB: u32 = 32_000;
 
@@ -44,7 +44,7 @@ fn run(config: SimConfig, requests: &[Request]) -> Sim {
 
 #[test]
 fn bad_requests_and_configs_are_refused_with_the_fix() {
-    let layout = KvLayout::new(1, 1, 1, 4, KvDtype::F16).unwrap();
+    let layout = KvLayout::f16(1, 1, 1, 4).unwrap();
     let limits = SchedulerConfig { max_num_seqs: 2, max_num_batched_tokens: 8, max_model_len: 16 };
     let err = Scheduler::new(limits, KvManager::new(layout, 3).unwrap()).unwrap_err();
     assert_eq!(
