@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::{Engine, EngineError, GenerateRequest};
+use crate::engine::{CompletionRequest, Engine, EngineError};
 use crate::model::{StepTiming, Timing};
-use crate::sample::SamplingParams;
 
 /// The workload.
 #[derive(Clone, Debug)]
@@ -59,57 +58,55 @@ fn prompt_tokens(engine: &Engine, n: usize) -> Result<Vec<u32>, EngineError> {
     Ok(unit.iter().cycle().take(n).copied().collect())
 }
 
-fn per_token(timings: &[StepTiming]) -> (Option<f64>, Option<f64>, BTreeMap<&'static str, f64>) {
-    if timings.is_empty() {
+/// Per-step averages of summed GPU timings.
+fn per_token(
+    sum: Option<&StepTiming>,
+    steps: usize,
+) -> (Option<f64>, Option<f64>, BTreeMap<&'static str, f64>) {
+    let Some(sum) = sum.filter(|_| steps > 0) else {
         return (None, None, BTreeMap::new());
-    }
-    let mut sum = StepTiming::default();
-    for t in timings {
-        sum.add(t);
-    }
-    let n = timings.len() as f64;
+    };
+    let n = steps as f64;
     let by_kind = sum.by_kind.iter().map(|(k, v)| (*k, v / n)).collect();
     (Some(sum.attention_ms / n), Some(sum.total_ms / n), by_kind)
 }
 
 impl DecodeBench {
+    /// Runs the workload (the engine should have prefix caching off, so every prompt is computed).
     pub fn run(&self, engine: &mut Engine, model_name: &str) -> Result<DecodeReport, EngineError> {
-        let greedy = SamplingParams { max_tokens: 4, ..SamplingParams::default() };
-        // Warm-up: CPU adapters compile each pipeline on its first dispatch.
-        let warm = GenerateRequest {
-            prompt: prompt_tokens(engine, 40)?,
-            params: greedy,
-            stop: vec![],
-            ignore_eos: true,
+        let request = |prompt: Vec<u32>, max_tokens: usize| {
+            let mut r = CompletionRequest::new(prompt, max_tokens);
+            r.ignore_eos = true;
+            r
         };
-        engine.generate(&warm, |_| {})?;
+        // Warm-up: CPU adapters compile each pipeline on its first dispatch.
+        engine.generate(&request(prompt_tokens(engine, 40)?, 4), |_| {})?;
         let mut points = Vec::new();
         for &ctx in &self.context_lengths {
             let prompt = prompt_tokens(engine, ctx)?;
             engine.model_mut().set_timing(Timing::Off);
-            let params = SamplingParams { max_tokens: self.decode_tokens + 1, ..greedy };
-            let req =
-                GenerateRequest { prompt: prompt.clone(), params, stop: vec![], ignore_eos: true };
-            let out = engine.generate(&req, |_| {})?;
-            let kv_bytes_used = engine.kv_layout().blocks_for_tokens(ctx + out.tokens.len()) as u64
-                * engine.kv_layout().bytes_per_block();
+            let out = engine.generate(&request(prompt.clone(), self.decode_tokens + 1), |_| {})?;
+            let layout = engine.kv_layout();
+            let kv_bytes_used =
+                layout.blocks_for_tokens(ctx + out.tokens.len()) as u64 * layout.bytes_per_block();
             let timing = if self.per_op { Timing::PerOp } else { Timing::Attention };
             engine.model_mut().set_timing(timing);
-            let params = SamplingParams { max_tokens: self.timed_steps + 1, ..greedy };
-            let timed = engine.generate(
-                &GenerateRequest { prompt, params, stop: vec![], ignore_eos: true },
-                |_| {},
-            )?;
+            let timed = engine.generate(&request(prompt, self.timed_steps + 1), |_| {})?;
             engine.model_mut().set_timing(Timing::Off);
-            let (attn, total, by_kind) = per_token(&timed.decode_timings);
+            let t = &timed.timing;
+            let (attn, total, by_kind) = per_token(t.decode_gpu.as_ref(), t.decode_steps);
             points.push(DecodePoint {
                 context_length: ctx,
-                prefill_tokens_per_s: ctx as f64 / out.ttft_s,
+                prefill_tokens_per_s: ctx as f64 / out.timing.ttft_s,
                 decode_tokens_per_s: out.decode_tokens_per_s(),
                 attention_gpu_ms_per_token: attn,
                 gpu_ms_per_token: total,
                 gpu_ms_by_kind: by_kind,
-                prefill_gpu_ms_by_kind: timed.prefill_timing.map(|t| t.by_kind).unwrap_or_default(),
+                prefill_gpu_ms_by_kind: t
+                    .prefill_gpu
+                    .clone()
+                    .map(|t| t.by_kind)
+                    .unwrap_or_default(),
                 kv_bytes_used,
             });
         }

@@ -48,6 +48,9 @@ pub struct KvArgs {
     /// Most tokens computed in one step (the prefill chunk size).
     #[arg(long, default_value_t = 512)]
     pub max_num_batched_tokens: usize,
+    /// Do not reuse KV blocks of earlier requests that share a prefix (for comparison).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 fn parse_budget(s: &str) -> Result<u64, String> {
@@ -72,6 +75,7 @@ impl KvArgs {
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_logit_rows: None,
             kv_cache: Default::default(),
+            enable_prefix_cache: !self.no_prefix_cache,
         }
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::args::{KvArgs, ModelArgs, SamplingArgs};
 use super::GlobalArgs;
-use crate::engine::{Engine, GenerateRequest};
+use crate::engine::Engine;
 use crate::tokenizer::ChatMessage;
 
 #[derive(clap::Args, Debug)]
@@ -58,11 +58,12 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let mut engine = Engine::load(&cfg)?;
     let text = prompt_text(&engine, args.system.as_deref(), &args.prompt, args.raw)?;
     let prompt = engine.tokenizer().encode(&text, true)?;
-    let req = GenerateRequest {
+    let req = crate::engine::CompletionRequest {
         prompt,
         params: args.sampling.params(),
         stop: args.stop.clone(),
         ignore_eos: false,
+        namespace: None,
     };
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {
@@ -77,10 +78,10 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         println!();
         eprintln!(
             "[{} prompt tokens, {} generated ({:?}); TTFT {:.0} ms, decode {:.1} tok/s on {}]",
-            out.prompt_tokens,
+            out.usage.prompt_tokens,
             out.tokens.len(),
             out.finish_reason,
-            out.ttft_s * 1e3,
+            out.timing.ttft_s * 1e3,
             out.decode_tokens_per_s(),
             engine.gpu().info.name
         );

@@ -38,6 +38,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         kv_cache_memory: None,
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
+        no_prefix_cache: true,
     };
     let mut cfg = kv.engine_config(args.model.path()?, global.gpu_options(), 1);
     cfg.max_logit_rows = Some(args.ctx.min(cfg.max_num_batched_tokens));

@@ -32,6 +32,8 @@ pub struct EngineConfig {
     /// KV storage format, scales and rotation (default f16). The GPU kernels store f16 only so
     /// far: anything else is refused by [`ResolvedConfig::resolve`] (`kvrun plan` sizes it).
     pub kv_cache: KvCacheSpec,
+    /// Reuse full KV blocks of earlier requests with the same prefix (`--no-prefix-cache` off).
+    pub enable_prefix_cache: bool,
 }
 
 impl EngineConfig {
@@ -47,6 +49,7 @@ impl EngineConfig {
             max_num_batched_tokens: 512,
             max_logit_rows: None,
             kv_cache: KvCacheSpec::default(),
+            enable_prefix_cache: true,
         }
     }
 }

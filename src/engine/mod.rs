@@ -1,26 +1,47 @@
-//! The engine: loads a model onto a GPU with its tokenizer and KV bookkeeping, and runs steps.
+//! The engine: a model on a GPU with its tokenizer, scheduler and per-request output state.
 //!
-//! One step reads left to right: plan the tokens of each sequence → lay them out as a
-//! [`ForwardBatch`] → `Model::forward` → sample → append tokens / detokenize.
+//! One step reads left to right ([`Engine::step`]):
+//!
+//! ```text
+//! plan    = scheduler.schedule()            which tokens of which sequences run now
+//! batch   = ForwardBatch::new(plan)          token ids, positions, slot mapping, block tables
+//! logits  = model.forward(batch)             one submit
+//! sampled = sample(plan, logits)             one token per sequence that ends its prompt or decodes
+//! events  = scheduler.commit(plan, sampled)  append tokens, cache full blocks, end sequences
+//! output(events)                             detokenize, stop strings → OutputEvents
+//! ```
+//!
+//! [`Engine`] is driven by its caller (CLI commands, benchmarks); [`EngineHandle`] runs one on
+//! its own thread for servers and embedding applications.
 
 mod config;
 mod generate;
+mod handle;
 pub mod metrics;
 mod perplexity;
+mod requests;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub use config::{kv_storage, EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
 pub use generate::{GenerateOutput, GenerateRequest};
-pub use perplexity::{PerplexityOptions, PerplexityReport};
+pub use handle::{EngineHandle, RequestStream};
+pub use perplexity::{nll, PerplexityOptions, PerplexityReport};
+pub use requests::{CompletionRequest, OutputEvent, RequestTiming};
 
 use crate::gpu::{Gpu, GpuError};
 use crate::kernels::Kernels;
 use crate::kv::{KvError, KvLayout, KvManager};
 use crate::loader::{LoadError, ModelFile};
-use crate::model::{ForwardBatch, Logits, Model, ModelError, ModelOptions, SeqChunk};
+use crate::model::{ForwardBatch, Logits, LogitsWanted, Model, ModelError, ModelOptions, SeqChunk};
+use crate::quant::KvQuantError;
+use crate::sched::{RequestId, SchedError, Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
+use metrics::Metrics;
+use requests::Active;
 
 /// Errors of the engine, each naming what to do.
 #[derive(Debug, thiserror::Error)]
@@ -34,31 +55,34 @@ pub enum EngineError {
     #[error(transparent)]
     Kv(#[from] KvError),
     #[error(transparent)]
-    KvQuant(#[from] crate::quant::KvQuantError),
+    KvQuant(#[from] KvQuantError),
+    #[error(transparent)]
+    Sched(#[from] SchedError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
     #[error("{0}")]
     Config(String),
-    #[error(
-        "the prompt has {prompt} tokens but the context is {max} tokens (-c/--max-model-len); \
-         shorten the prompt or raise -c (this model supports up to {model_max})"
-    )]
-    PromptTooLong { prompt: usize, max: usize, model_max: usize },
-    #[error("the prompt is empty; give some text")]
-    EmptyPrompt,
     #[error("{0}")]
     Sampling(#[from] crate::sample::SampleError),
+    #[error("the engine is busy with requests; {0} needs it idle")]
+    Busy(&'static str),
+    #[error("the engine thread has stopped")]
+    Stopped,
 }
 
-/// A model on a GPU, ready to run.
+/// A model on a GPU, ready to run requests.
 pub struct Engine {
     gpu: Arc<Gpu>,
     model: Model,
     tokenizer: Tokenizer,
     chat_template: Option<ChatTemplate>,
-    kv: KvManager,
+    sched: Scheduler,
     resolved: ResolvedConfig,
+    layout: KvLayout,
     model_max_len: usize,
+    requests: HashMap<RequestId, Active>,
+    next_id: RequestId,
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -71,9 +95,154 @@ impl Engine {
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
         let kernels = Kernels::new(&gpu);
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
-        let kv = KvManager::new(layout, resolved.num_blocks)?;
-        let model_max_len = file.config().max_position_embeddings;
-        Ok(Engine { gpu, model, tokenizer, chat_template, kv, resolved, model_max_len })
+        let kv =
+            KvManager::with_prefix_cache(layout, resolved.num_blocks, cfg.enable_prefix_cache)?;
+        let sched_config = SchedulerConfig {
+            max_num_seqs: resolved.max_num_seqs,
+            max_num_batched_tokens: resolved.max_num_batched_tokens,
+            max_model_len: resolved.max_model_len,
+        };
+        let sched = Scheduler::new(sched_config, kv)?;
+        Ok(Engine {
+            gpu,
+            model,
+            tokenizer,
+            chat_template,
+            sched,
+            resolved,
+            layout,
+            model_max_len: file.config().max_position_embeddings,
+            requests: HashMap::new(),
+            next_id: 0,
+            metrics: Arc::new(Metrics::new()),
+        })
+    }
+
+    /// Queues a request; its events come out of [`Engine::step`].
+    pub fn add_request(&mut self, req: CompletionRequest) -> Result<RequestId, EngineError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.add_request_with_id(id, req)?;
+        Ok(id)
+    }
+
+    /// Queues a request under a caller-chosen id (unique among unfinished requests).
+    pub fn add_request_with_id(
+        &mut self,
+        id: RequestId,
+        req: CompletionRequest,
+    ) -> Result<(), EngineError> {
+        req.params.validate()?;
+        let request = req.to_sched(id, &self.tokenizer);
+        self.sched.add_request(request).map_err(|e| self.explain(e))?;
+        self.requests.insert(id, Active::new(&req));
+        self.next_id = self.next_id.max(id + 1);
+        Ok(())
+    }
+
+    /// Runs one step of every unfinished request (nothing when there is none).
+    pub fn step(&mut self) -> Result<Vec<OutputEvent>, EngineError> {
+        let plan = self.sched.schedule();
+        if plan.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = self.prepare(&plan);
+        let logits = self.model.forward(&batch)?;
+        let sampled = self.sample(&plan, &logits);
+        let events = self.sched.commit(&plan, &sampled);
+        let out = self.output(events, logits.timing.as_ref());
+        self.metrics.update_from(&self.sched.stats());
+        Ok(out)
+    }
+
+    /// Cancels a request; returns its final event, or `None` if it was not unfinished.
+    pub fn cancel(&mut self, id: RequestId) -> Option<OutputEvent> {
+        let usage = self.sched.finish(id, crate::sched::FinishReason::Cancelled)?;
+        let active = self.requests.remove(&id)?;
+        Some(active.finished(id, crate::sched::FinishReason::Cancelled, usage, String::new()))
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        self.sched.has_unfinished()
+    }
+
+    /// The step's inputs, laid out for the kernels.
+    fn prepare(&self, plan: &StepPlan) -> ForwardBatch {
+        let chunks: Vec<SeqChunk<'_>> = plan
+            .seqs
+            .iter()
+            .map(|s| SeqChunk {
+                tokens: &s.tokens,
+                start_pos: s.start_pos,
+                block_table: &s.block_table,
+                logits: if s.sample { LogitsWanted::Last } else { LogitsWanted::None },
+            })
+            .collect();
+        ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile())
+    }
+
+    /// One token per logit row, by each request's own sampler.
+    fn sample(&mut self, plan: &StepPlan, logits: &Logits) -> Vec<(RequestId, u32)> {
+        (0..logits.num_rows())
+            .map(|row| {
+                let id = plan.seqs[logits.chunks[row]].id;
+                let active = self.requests.get_mut(&id).expect("sampled request is active");
+                (id, active.sampler.sample(logits.row(row)))
+            })
+            .collect()
+    }
+
+    /// Detokenizes, finds stop strings, records timings; the scheduler's events become the
+    /// caller's.
+    fn output(
+        &mut self,
+        events: Vec<crate::sched::TokenEvent>,
+        timing: Option<&crate::model::StepTiming>,
+    ) -> Vec<OutputEvent> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for active in self.requests.values_mut() {
+            active.add_step_timing(timing);
+        }
+        for event in events {
+            match event {
+                crate::sched::TokenEvent::Token { id, token } => {
+                    let Some(active) = self.requests.get_mut(&id) else { continue };
+                    let (delta, stopped) = active.push(&self.tokenizer, token, now, &self.metrics);
+                    out.push(OutputEvent::Delta { id, text: delta, token });
+                    if stopped {
+                        if let Some(usage) = self.sched.finish(id, crate::sched::FinishReason::Stop)
+                        {
+                            let active = self.requests.remove(&id).expect("active");
+                            out.push(active.finished(
+                                id,
+                                crate::sched::FinishReason::Stop,
+                                usage,
+                                String::new(),
+                            ));
+                        }
+                    }
+                }
+                crate::sched::TokenEvent::Finished { id, reason, usage } => {
+                    let Some(mut active) = self.requests.remove(&id) else { continue };
+                    let rest = active.flush(&self.tokenizer);
+                    out.push(active.finished(id, reason, usage, rest));
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds the engine's numbers to a scheduler refusal.
+    fn explain(&self, e: SchedError) -> EngineError {
+        match e {
+            SchedError::PromptTooLong { prompt_len, max_model_len, .. } => EngineError::Config(format!(
+                "the prompt has {prompt_len} tokens but the context is {max_model_len} tokens \
+                 (-c/--max-model-len); shorten the prompt or raise -c (this model supports up to {})",
+                self.model_max_len
+            )),
+            other => EngineError::Sched(other),
+        }
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
@@ -101,53 +270,48 @@ impl Engine {
     }
 
     pub fn kv_layout(&self) -> &KvLayout {
-        self.kv.layout()
+        &self.layout
     }
 
-    pub fn kv(&self) -> &KvManager {
-        &self.kv
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
     }
 
-    /// Checks a prompt of `len` tokens fits the context with room for one generated token.
-    fn check_prompt(&self, len: usize) -> Result<(), EngineError> {
-        if len == 0 {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if len >= self.resolved.max_model_len {
-            return Err(EngineError::PromptTooLong {
-                prompt: len,
-                max: self.resolved.max_model_len,
-                model_max: self.model_max_len,
-            });
-        }
-        Ok(())
+    /// Evicts every cached block no request uses (cold-cache comparisons).
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.sched.reset_prefix_cache()
     }
 
-    /// Computes `tokens` of sequence `seq` (positions `start_pos..`) in chunks of at most the
-    /// step token budget, reserving KV slots as it goes. Returns the logits the last chunk asks for.
-    fn prefill(
+    /// The Prometheus metrics, updated after every step.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Computes `tokens` of a sequence outside the scheduler (perplexity scoring: the engine
+    /// must be idle), in chunks of the step token budget, reserving KV slots as it goes.
+    /// Returns the logits the chunks ask for.
+    fn score(
         &mut self,
         seq: u64,
         tokens: &[u32],
-        start_pos: usize,
-        logits: impl Fn(std::ops::Range<usize>) -> crate::model::LogitsWanted,
+        logits: impl Fn(std::ops::Range<usize>) -> LogitsWanted,
     ) -> Result<Vec<Logits>, EngineError> {
         let chunk_len = self.resolved.max_num_batched_tokens;
+        let (block_size, query_tile) = (self.resolved.block_size, self.model.query_tile());
         let mut out = Vec::new();
         let mut done = 0;
         while done < tokens.len() {
             let n = chunk_len.min(tokens.len() - done);
-            self.kv.reserve(seq, n)?;
-            let table = self.kv.table(seq).expect("sequence registered").as_slice().to_vec();
+            let kv = self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?;
+            kv.reserve(seq, n)?;
+            let table = kv.table(seq).expect("sequence registered").as_slice().to_vec();
             let chunk = SeqChunk {
                 tokens: &tokens[done..done + n],
-                start_pos: start_pos + done,
+                start_pos: done,
                 block_table: &table,
                 logits: logits(done..done + n),
             };
-            let batch =
-                ForwardBatch::new(&[chunk], self.resolved.block_size, self.model.query_tile());
-            out.push(self.model.forward(&batch)?);
+            out.push(self.model.forward(&ForwardBatch::new(&[chunk], block_size, query_tile))?);
             done += n;
         }
         Ok(out)

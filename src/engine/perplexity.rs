@@ -78,8 +78,8 @@ impl Engine {
                 }
             }
             let seq = u64::MAX - i as u64;
-            self.kv.add_sequence(seq)?;
-            let result = self.prefill(seq, &chunk, 0, |range| {
+            self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.add_sequence(seq)?;
+            let result = self.score(seq, &chunk, |range| {
                 let lo = range.start.max(first);
                 let hi = range.end.min(ctx - 1);
                 if lo < hi {
@@ -88,7 +88,7 @@ impl Engine {
                     LogitsWanted::None
                 }
             });
-            self.kv.free_sequence(seq)?;
+            self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.free_sequence(seq)?;
             let mut pos = first;
             for logits in result? {
                 for r in 0..logits.num_rows() {

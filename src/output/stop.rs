@@ -126,6 +126,25 @@ impl OutputStream {
         keep
     }
 
+    /// Ends the stream from outside (the scheduler stopped on an end-of-sequence token or a
+    /// length limit): flushes the detokenizer and returns everything still held back, cut
+    /// before a stop string if one completed. Idempotent.
+    pub fn finish(&mut self, tok: &Tokenizer) -> Result<String, TokenizerError> {
+        if self.finished.is_some() {
+            return Ok(String::new());
+        }
+        let rest = self.detok.flush(tok)?;
+        self.held.push_str(&rest);
+        let reason = match self.first_stop_string() {
+            Some(cut) => {
+                self.held.truncate(cut);
+                FinishReason::Stop
+            }
+            None => FinishReason::Length,
+        };
+        Ok(self.emit(self.held.len(), Some(reason)).text)
+    }
+
     /// All text emitted so far.
     pub fn text(&self) -> &str {
         &self.text

@@ -271,6 +271,16 @@ impl Scheduler {
         &self.kv
     }
 
+    /// Exclusive access to the KV bookkeeping for work outside scheduling (perplexity scoring
+    /// borrows blocks for its chunks); `None` while any request is unfinished.
+    pub fn kv_mut(&mut self) -> Option<&mut KvManager> {
+        if self.seqs.is_empty() {
+            Some(&mut self.kv)
+        } else {
+            None
+        }
+    }
+
     /// Evicts every cached block no running sequence uses (e.g. after new weights are loaded,
     /// or to compare runs from a cold cache); returns how many.
     pub fn reset_prefix_cache(&mut self) -> usize {

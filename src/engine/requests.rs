@@ -1,0 +1,181 @@
+//! Requests as the engine's callers see them: what comes in ([`CompletionRequest`]), what goes
+//! out ([`OutputEvent`]), and the per-request state between the two (sampler, detokenizer with
+//! stop strings, timings).
+
+use std::time::Instant;
+
+use crate::model::StepTiming;
+use crate::output::{Detokenizer, OutputStream, StopCondition};
+use crate::sample::{Sampler, SamplingParams};
+use crate::sched::{FinishReason, Request, RequestId, Usage};
+use crate::tokenizer::Tokenizer;
+
+use super::metrics::Metrics;
+
+/// A generation request on token ids.
+#[derive(Clone, Debug)]
+pub struct CompletionRequest {
+    /// Prompt token ids (render a chat template and tokenize first for chat).
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    /// Stop when the output contains one of these (the output is cut before it).
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Prefix-cache isolation key: requests share cached blocks only within one namespace.
+    pub namespace: Option<u64>,
+}
+
+impl CompletionRequest {
+    /// Greedy, `max_tokens` tokens, no stop strings, the shared namespace.
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        CompletionRequest {
+            prompt,
+            params: SamplingParams { max_tokens, ..SamplingParams::default() },
+            stop: Vec::new(),
+            ignore_eos: false,
+            namespace: None,
+        }
+    }
+
+    pub(super) fn to_sched(&self, id: RequestId, tokenizer: &Tokenizer) -> Request {
+        Request {
+            id,
+            prompt: self.prompt.clone(),
+            max_tokens: self.params.max_tokens,
+            stop_token_ids: if self.ignore_eos { Vec::new() } else { tokenizer.eos_ids().to_vec() },
+            namespace: self.namespace,
+        }
+    }
+}
+
+/// Time spent on a request, measured by the engine.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RequestTiming {
+    /// Seconds from `add_request` to the first generated token.
+    pub ttft_s: f64,
+    /// Seconds from the first to the last generated token.
+    pub decode_s: f64,
+    /// GPU time of the steps up to the first token (when the model measures it), summed.
+    #[serde(skip)]
+    pub prefill_gpu: Option<StepTiming>,
+    /// GPU time of the steps after the first token, summed, and how many there were.
+    #[serde(skip)]
+    pub decode_gpu: Option<StepTiming>,
+    pub decode_steps: usize,
+}
+
+/// What [`super::Engine::step`] reports, in order, per request.
+#[derive(Clone, Debug)]
+pub enum OutputEvent {
+    /// A generated token and the text it completes (may be empty while a character or a
+    /// possible stop string is incomplete).
+    Delta { id: RequestId, text: String, token: u32 },
+    /// The request ended. `text` is what was still held back; `usage` counts tokens.
+    Finished {
+        id: RequestId,
+        reason: FinishReason,
+        usage: Usage,
+        text: String,
+        timing: RequestTiming,
+    },
+}
+
+impl OutputEvent {
+    pub fn id(&self) -> RequestId {
+        match self {
+            OutputEvent::Delta { id, .. } | OutputEvent::Finished { id, .. } => *id,
+        }
+    }
+}
+
+/// An unfinished request's state in the engine.
+pub(super) struct Active {
+    pub sampler: Sampler,
+    out: OutputStream,
+    arrived: Instant,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    prefill_gpu: Option<StepTiming>,
+    decode_gpu: Option<StepTiming>,
+    decode_steps: usize,
+}
+
+impl Active {
+    pub fn new(req: &CompletionRequest) -> Self {
+        // End-of-sequence tokens and max_tokens are the scheduler's; stop strings are ours.
+        let stop = StopCondition {
+            max_tokens: usize::MAX,
+            eos_ids: Vec::new(),
+            stop_strings: req.stop.clone(),
+        };
+        Active {
+            sampler: Sampler::new(&req.params),
+            out: OutputStream::new(stop, Detokenizer::new(true)),
+            arrived: Instant::now(),
+            first_token: None,
+            last_token: None,
+            prefill_gpu: None,
+            decode_gpu: None,
+            decode_steps: 0,
+        }
+    }
+
+    /// Adds a step's GPU time to a request unfinished during it: to its prefill until its first
+    /// token, to its decode after.
+    pub fn add_step_timing(&mut self, t: Option<&StepTiming>) {
+        let Some(t) = t else { return };
+        let sum = if self.first_token.is_none() {
+            &mut self.prefill_gpu
+        } else {
+            self.decode_steps += 1;
+            &mut self.decode_gpu
+        };
+        sum.get_or_insert_with(StepTiming::default).add(t);
+    }
+
+    /// A new token: its text delta, and whether a stop string ended the output.
+    pub fn push(
+        &mut self,
+        tok: &Tokenizer,
+        token: u32,
+        now: Instant,
+        metrics: &Metrics,
+    ) -> (String, bool) {
+        match self.last_token {
+            None => metrics.observe_ttft((now - self.arrived).as_secs_f64()),
+            Some(last) => metrics.observe_tpot((now - last).as_secs_f64()),
+        }
+        self.first_token.get_or_insert(now);
+        self.last_token = Some(now);
+        match self.out.push(tok, token) {
+            Ok(delta) => (delta.text, delta.finish.is_some()),
+            Err(_) => (String::new(), false),
+        }
+    }
+
+    /// Text still held back (an incomplete character or a possible stop string prefix).
+    pub fn flush(&mut self, tok: &Tokenizer) -> String {
+        self.out.finish(tok).unwrap_or_default()
+    }
+
+    pub fn finished(
+        self,
+        id: RequestId,
+        reason: FinishReason,
+        usage: Usage,
+        text: String,
+    ) -> OutputEvent {
+        let timing = RequestTiming {
+            ttft_s: self.first_token.map_or(0.0, |t| (t - self.arrived).as_secs_f64()),
+            decode_s: match (self.first_token, self.last_token) {
+                (Some(a), Some(b)) => (b - a).as_secs_f64(),
+                _ => 0.0,
+            },
+            prefill_gpu: self.prefill_gpu,
+            decode_gpu: self.decode_gpu,
+            decode_steps: self.decode_steps,
+        };
+        OutputEvent::Finished { id, reason, usage, text, timing }
+    }
+}
