@@ -1,0 +1,174 @@
+//! The whole engine, end to end: greedy outputs are identical with the prefix cache on and
+//! off, with and without forced preemption (tiny KV pool), across block sizes, chunk sizes and
+//! batch compositions; after the requests no block is leaked. Identical is reachable because
+//! the kernels are batch-invariant (a token's result does not depend on its step's other
+//! tokens or on whether its prefix came from the cache).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use kvrun::engine::{CompletionRequest, Engine, EngineConfig, OutputEvent};
+use rand::Rng;
+
+/// A workload: (submit after this many finished requests, prompt ids, max tokens).
+type Workload = Vec<(usize, Vec<u32>, usize)>;
+
+fn tiny_workload() -> Workload {
+    let mut r = common::rng(7);
+    let shared: Vec<u32> = (0..40).map(|_| r.random_range(3..256)).collect();
+    let mut w = Workload::new();
+    for i in 0..6usize {
+        let mut prompt = if i % 2 == 0 { shared.clone() } else { Vec::new() };
+        let extra = 10 + 7 * i;
+        prompt.extend((0..extra).map(|_| r.random_range(3..256u32)));
+        // the first three arrive together, the rest one after each finish
+        w.push((i.saturating_sub(2), prompt, 12 + i));
+    }
+    w
+}
+
+struct Run {
+    outputs: BTreeMap<usize, Vec<u32>>,
+    preemptions: u64,
+    hit_tokens: u64,
+}
+
+/// Runs the workload to the end; checks the KV bookkeeping after every step and at the end.
+fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
+    let mut engine = Engine::load(cfg).unwrap_or_else(|e| panic!("load: {e}"));
+    let mut outputs: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    let mut ids = BTreeMap::new();
+    let mut submitted = 0;
+    let mut finished = 0;
+    while finished < workload.len() {
+        while submitted < workload.len() && workload[submitted].0 <= finished {
+            let (_, prompt, n) = &workload[submitted];
+            let mut req = CompletionRequest::new(prompt.clone(), *n);
+            req.ignore_eos = true;
+            ids.insert(engine.add_request(req).unwrap(), submitted);
+            submitted += 1;
+        }
+        for event in engine.step().unwrap() {
+            match event {
+                OutputEvent::Delta { id, token, .. } => {
+                    outputs.entry(ids[&id]).or_default().push(token)
+                }
+                OutputEvent::Finished { .. } => finished += 1,
+            }
+        }
+        engine.scheduler().kv().check_integrity().unwrap();
+    }
+    let kv = engine.scheduler().kv();
+    let stats = kv.stats();
+    assert_eq!(
+        kv.num_free_or_evictable_blocks(),
+        engine.config().num_blocks,
+        "blocks leaked after all requests finished ({stats:?})"
+    );
+    let s = engine.scheduler().stats();
+    Run { outputs, preemptions: s.num_preemptions, hit_tokens: s.prefix_hit_tokens }
+}
+
+fn tiny_config(
+    block_size: usize,
+    blocks: usize,
+    cache: bool,
+    max_seqs: usize,
+    chunk: usize,
+) -> EngineConfig {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf");
+    let mut cfg = EngineConfig::new(path);
+    cfg.block_size = block_size;
+    cfg.max_model_len = Some(128);
+    // tiny model: 2 layers × 2 KV heads × head_dim 16 × K and V × f16 = 256 bytes per token
+    cfg.kv_cache_memory = Some((blocks * block_size * 256) as u64);
+    cfg.enable_prefix_cache = cache;
+    cfg.max_num_seqs = max_seqs;
+    cfg.max_num_batched_tokens = chunk;
+    cfg
+}
+
+#[test]
+fn outputs_identical_across_cache_preemption_block_size_and_batching() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    // reference: one request at a time, no cache, roomy pool, whole prompts in one step
+    let reference = run(&tiny_config(16, 64, false, 1, 256), &w);
+    assert_eq!(reference.outputs.len(), w.len());
+    let variants = [
+        ("cache on, batched", tiny_config(16, 64, true, 4, 256)),
+        ("cache on, block 1, chunks of 13", tiny_config(1, 1024, true, 6, 13)),
+        ("cache on, block 4, tiny pool (preemption)", tiny_config(4, 36, true, 6, 64)),
+        ("cache off, block 4, tiny pool (preemption)", tiny_config(4, 36, false, 6, 64)),
+        ("cache on, block 64", tiny_config(64, 8, true, 3, 100)),
+    ];
+    let mut preempted = false;
+    let mut hits = false;
+    for (name, cfg) in variants {
+        let got = run(&cfg, &w);
+        for (i, want) in &reference.outputs {
+            assert_eq!(&got.outputs[i], want, "{name}: request {i} differs from the reference");
+        }
+        preempted |= got.preemptions > 0;
+        hits |= got.hit_tokens > 0;
+        eprintln!("{name}: {} preemptions, {} prefix-hit tokens", got.preemptions, got.hit_tokens);
+    }
+    assert!(preempted, "no variant preempted: the tiny pools are not tiny enough");
+    assert!(hits, "no variant hit the prefix cache: the workload shares no prefix");
+}
+
+/// The same on the real model: three chat requests sharing a system prompt, with the cache on
+/// and off and with a pool small enough to preempt.
+#[test]
+fn real_model_outputs_identical_with_cache_and_preemption() {
+    let Some(path) = common::real_model("real_model_outputs_identical_with_cache_and_preemption")
+    else {
+        return;
+    };
+    if common::gpu().is_none() {
+        return;
+    }
+    let probe = Engine::load(&EngineConfig::new(&path)).unwrap();
+    let template = probe.chat_template().expect("SmolLM2 has a chat template").clone();
+    let system = "You are a helpful assistant who answers in one short sentence about geography.";
+    let mut w = Workload::new();
+    for (i, q) in
+        ["What is the capital of France?", "Name a river in Egypt.", "Where is Mount Fuji?"]
+            .iter()
+            .enumerate()
+    {
+        let messages = [
+            kvrun::tokenizer::ChatMessage { role: "system".into(), content: system.into() },
+            kvrun::tokenizer::ChatMessage { role: "user".into(), content: q.to_string() },
+        ];
+        let text = template.render(&messages, true).unwrap();
+        w.push((0, probe.tokenizer().encode(&text, true).unwrap(), 16));
+    }
+    drop(probe);
+    let cfg = |cache: bool, blocks: usize| {
+        let mut c = EngineConfig::new(&path);
+        c.max_model_len = Some(96);
+        c.block_size = 8;
+        // SmolLM2: 23,040 bytes of f16 K and V per token
+        c.kv_cache_memory = Some(blocks as u64 * 8 * 23_040);
+        c.enable_prefix_cache = cache;
+        c.max_num_seqs = 3;
+        c
+    };
+    let reference = run(&cfg(false, 64), &w);
+    let cached = run(&cfg(true, 64), &w);
+    // 13 blocks of 8: one 96-token sequence fits; two sharing the system prompt are admitted
+    // together and then outgrow the pool while decoding
+    let tight = run(&cfg(true, 13), &w);
+    for (i, want) in &reference.outputs {
+        assert_eq!(&cached.outputs[i], want, "prefix cache changed request {i}");
+        assert_eq!(&tight.outputs[i], want, "preemption changed request {i}");
+    }
+    assert!(cached.hit_tokens > 0, "the shared system prompt was never reused");
+    assert!(tight.preemptions > 0, "the tight pool did not force a preemption");
+}
