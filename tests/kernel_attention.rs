@@ -124,6 +124,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f3
             q_len: q.q_len as u32,
             ctx_len: q.ctx_len as u32,
             table_start: tables.len() as u32,
+            ..Default::default()
         });
         tables.extend(&d.tables[si]);
         if si >= num_decode {
@@ -173,6 +174,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f3
             prefill_tiles: &tiles_b,
             partials: &partials,
             out: &out_b,
+            kv_quant: None,
         },
     );
     let shape = StepShape {

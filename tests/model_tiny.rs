@@ -60,6 +60,7 @@ fn load(rel: &str, block_size: usize) -> Option<(Model, ModelFile)> {
         max_model_len: 128,
         block_size,
         num_blocks: 2 * 128usize.div_ceil(block_size) + 3,
+        kv_cache: Default::default(),
     };
     let model = Model::load(t.gpu.clone(), &t.kernels, &file, options).unwrap();
     Some((model, file))
@@ -91,6 +92,7 @@ fn run_chunks(
             start_pos: pos,
             block_table: &table,
             logits: LogitsWanted::Range(0..n),
+            stage_slot: 0,
         };
         let batch = ForwardBatch::new(&[chunk], block_size, model.query_tile());
         out.extend(model.forward(&batch).unwrap().data);
@@ -173,12 +175,14 @@ fn mixed_batch_equals_sequences_alone() {
         start_pos: 0,
         block_table: &ta,
         logits: LogitsWanted::None,
+        stage_slot: 0,
     };
     let b0 = SeqChunk {
         tokens: &g.tokens[..20],
         start_pos: 0,
         block_table: &tb,
         logits: LogitsWanted::None,
+        stage_slot: 1,
     };
     model.forward(&ForwardBatch::new(&[a0, b0], 16, qt)).unwrap();
     // one step: A decodes token 30, B prefills 20..40
@@ -187,12 +191,14 @@ fn mixed_batch_equals_sequences_alone() {
         start_pos: 30,
         block_table: &ta,
         logits: LogitsWanted::Last,
+        stage_slot: 0,
     };
     let b1 = SeqChunk {
         tokens: &g.tokens[20..40],
         start_pos: 20,
         block_table: &tb,
         logits: LogitsWanted::Range(0..20),
+        stage_slot: 1,
     };
     let mixed = model.forward(&ForwardBatch::new(&[a1, b1], 16, qt)).unwrap();
     assert_eq!(mixed.chunks[0], 0);

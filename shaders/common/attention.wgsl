@@ -23,9 +23,14 @@ struct AttnParams {
     heads_per_wg: u32,    // decode: query heads of one KV group handled by one workgroup
     max_partitions: u32,  // decode: partition capacity of the partials buffer per (seq, head)
     scale: f32,           // 1 / sqrt(head_dim)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // quantized KV only (common/kv_quant.wgsl); 0 for f16
+    k_offset: u32,        // float offset of KV head 0's K in a row of qkv
+    v_offset: u32,        // float offset of KV head 0's V in a row of qkv
+    stage_slots: u32,     // staging slots per K|V half of the staging buffer
+    k_head_block_words: u32, // u32 words of one K head block (codes + scales)
+    v_head_block_words: u32,
+    k_data_words: u32,    // u32 words of codes at the start of a K head block
+    v_data_words: u32,
 }
 
 const PART: u32 = 64u;        // key positions per partition (also the workgroup size)

@@ -6,9 +6,9 @@ struct StepInfo {
     num_seqs: u32,          // sequences in this step (decode ones first)
     num_decode_seqs: u32,   // sequences with exactly one query token
     num_prefill_tiles: u32, // entries of the prefill tile list
+    num_stage_rows: u32,    // quantized KV: token rows kv_stage copies to staging
+    num_completed_blocks: u32, // quantized KV: blocks kv_quantize quantizes
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 // One sequence of the step. Its query tokens are rows q_start..q_start+q_len of the step's
@@ -18,4 +18,8 @@ struct SeqInfo {
     q_len: u32,
     ctx_len: u32,      // tokens in the KV cache once this step's K/V are written
     table_start: u32,  // index of the sequence's first block id in block_tables
+    stage_slot: u32,   // quantized KV: the sequence's f16 staging slot (its partial last block)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }

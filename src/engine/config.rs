@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::gpu::GpuOptions;
 use crate::kv::{format_bytes, HeadBlockStorage, KvLayout, KvStorage};
 use crate::loader::ModelConfig;
-use crate::quant::{head_block_words, needs_staging, KvCacheSpec, KvQuant, KvQuantError};
+use crate::quant::{head_block_words, KvCacheSpec, KvQuant, KvQuantError};
 
 use super::EngineError;
 
@@ -29,8 +29,8 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Most logit rows per step (default `max_num_seqs`; perplexity asks for more).
     pub max_logit_rows: Option<usize>,
-    /// KV storage format, scales and rotation (default f16). The GPU kernels store f16 only so
-    /// far: anything else is refused by [`ResolvedConfig::resolve`] (`kvrun plan` sizes it).
+    /// KV storage format, scales and rotation (`--kv-cache-dtype`, `--kv-k-scale`,
+    /// `--kv-v-scale`, `--kv-rotate`; default f16, unrotated).
     pub kv_cache: KvCacheSpec,
     /// Reuse full KV blocks of earlier requests with the same prefix (`--no-prefix-cache` off).
     pub enable_prefix_cache: bool,
@@ -57,6 +57,14 @@ impl EngineConfig {
 /// What the KV formats of `spec` cost per head block of `block_size` tokens × `head_dim`
 /// channels, as [`KvLayout`] needs it (kv/ knows no formats). Checks `head_dim` against the
 /// spec (whole words per token; a power of two to rotate). O(1).
+///
+/// Staging: the GPU pool stages the partial last block of every running sequence in f16 for
+/// *every* quantized format, not only the granularities that need it
+/// ([`crate::quant::needs_staging`]): a block is then quantized once, whole, by one writer (no
+/// read-modify-write of scale words two tokens share), its bits depend only on its f16 rows
+/// (prefill, decode, prefix reuse and preemption agree), and the attention kernels read a
+/// query's own block in f16 whatever the granularity. So `staged` is true for K and V of every
+/// quantized format.
 pub fn kv_storage(
     spec: &KvCacheSpec,
     block_size: usize,
@@ -65,7 +73,7 @@ pub fn kv_storage(
     spec.check_head_dim(head_dim)?;
     let head_block = |q: KvQuant| HeadBlockStorage {
         bytes: head_block_words(q, block_size, head_dim).bytes(),
-        staged: needs_staging(q.granularity),
+        staged: q.format.is_quantized(),
         scale_name: q.scale_name(),
     };
     Ok(KvStorage { dtype_name: spec.format().name(), k: head_block(spec.k), v: head_block(spec.v) })
@@ -113,13 +121,6 @@ impl ResolvedConfig {
             return Err(EngineError::Config(
                 "--max-num-seqs and the batch token budget must be at least 1".into(),
             ));
-        }
-        if cfg.kv_cache != KvCacheSpec::default() {
-            return Err(EngineError::Config(format!(
-                "--kv-cache-dtype {} is not supported by the GPU kernels yet (kvrun plan can size \
-                 it); use --kv-cache-dtype f16 without --kv-rotate",
-                cfg.kv_cache
-            )));
         }
         let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
         let layout = KvLayout::new(
@@ -174,14 +175,16 @@ mod tests {
 
     /// SmolLM2-135M, block 16, default granularities (K per-channel, V per-token):
     /// fp8/int8 head blocks K 1024 + 128, V 1024 + 32 bytes; int4 K 512 + 256, V 512 + 64.
+    /// Staging: one f16 block of K and of V per sequence for every quantized format
+    /// (30 × 3 × 16 × 64 × 2 bytes × 2).
     #[test]
     fn smollm2_bytes_per_token_by_format() {
         let want = [
             (KvFormat::F16, 23_040.0, 0),
-            (KvFormat::Fp8E4m3, 12_420.0, 184_320),
-            (KvFormat::Fp8E5m2, 12_420.0, 184_320),
-            (KvFormat::Int8, 12_420.0, 184_320),
-            (KvFormat::Int4, 7_560.0, 184_320),
+            (KvFormat::Fp8E4m3, 12_420.0, 368_640),
+            (KvFormat::Fp8E5m2, 12_420.0, 368_640),
+            (KvFormat::Int8, 12_420.0, 368_640),
+            (KvFormat::Int4, 7_560.0, 368_640),
         ];
         for (format, per_token, staging) in want {
             let layout = smol_layout(&KvCacheSpec::new(format, None, None, false).unwrap());
@@ -192,7 +195,7 @@ mod tests {
         let per_tensor = Some(ScaleGranularity::PerTensor);
         let fp8 = KvCacheSpec::new(KvFormat::Fp8E4m3, per_tensor, per_tensor, false).unwrap();
         assert_eq!(smol_layout(&fp8).bytes_per_token(), 11_520.0); // half of f16, no scales
-        assert_eq!(smol_layout(&fp8).staging_bytes_per_sequence(), 0);
+        assert_eq!(smol_layout(&fp8).staging_bytes_per_sequence(), 368_640);
     }
 
     #[test]
@@ -204,17 +207,19 @@ mod tests {
     }
 
     #[test]
-    fn quantized_kv_is_refused_until_the_kernels_exist() {
+    fn quantized_kv_resolves_to_its_own_block_bytes() {
         let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
         let mut cfg = EngineConfig::new("unused");
+        cfg.max_model_len = Some(1024);
         let (resolved, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
         assert_eq!(resolved.kv_bytes_per_token, 23_040.0);
         assert_eq!(layout.bytes_per_block(), 368_640);
-        cfg.kv_cache = KvCacheSpec::new(KvFormat::Int8, None, None, false).unwrap();
-        let err = ResolvedConfig::resolve(&cfg, &model).unwrap_err().to_string();
-        assert!(
-            err.starts_with("--kv-cache-dtype int8 (K per-channel, V per-token) is not"),
-            "{err}"
-        );
+        assert_eq!(resolved.num_blocks, 64);
+        cfg.kv_cache = KvCacheSpec::new(KvFormat::Int8, None, None, true).unwrap();
+        let (resolved, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!(resolved.kv_bytes_per_token, 12_420.0);
+        assert_eq!(layout.bytes_per_block(), 198_720);
+        assert_eq!(resolved.num_blocks, 64);
+        assert!(resolved.kv_cache.rotate);
     }
 }

@@ -20,6 +20,7 @@ mod handle;
 pub mod metrics;
 mod perplexity;
 mod requests;
+mod stage_slots;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,6 +43,7 @@ use crate::sched::{RequestId, SchedError, Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
 use metrics::Metrics;
 use requests::Active;
+use stage_slots::StageSlots;
 
 /// Errors of the engine, each naming what to do.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,8 @@ pub struct Engine {
     requests: HashMap<RequestId, Active>,
     next_id: RequestId,
     metrics: Arc<Metrics>,
+    /// Quantized KV: the staging slot of each running sequence.
+    stage_slots: StageSlots,
 }
 
 impl Engine {
@@ -103,6 +107,7 @@ impl Engine {
             max_model_len: resolved.max_model_len,
         };
         let sched = Scheduler::new(sched_config, kv)?;
+        let stage_slots = StageSlots::new(resolved.max_num_seqs);
         Ok(Engine {
             gpu,
             model,
@@ -115,6 +120,7 @@ impl Engine {
             requests: HashMap::new(),
             next_id: 0,
             metrics: Arc::new(Metrics::new()),
+            stage_slots,
         })
     }
 
@@ -167,15 +173,19 @@ impl Engine {
     }
 
     /// The step's inputs, laid out for the kernels.
-    fn prepare(&self, plan: &StepPlan) -> ForwardBatch {
+    fn prepare(&mut self, plan: &StepPlan) -> ForwardBatch {
+        let sched = &self.sched;
+        let slots = self.stage_slots.assign(plan, |id| sched.is_running(id));
         let chunks: Vec<SeqChunk<'_>> = plan
             .seqs
             .iter()
-            .map(|s| SeqChunk {
+            .zip(slots)
+            .map(|(s, stage_slot)| SeqChunk {
                 tokens: &s.tokens,
                 start_pos: s.start_pos,
                 block_table: &s.block_table,
                 logits: if s.sample { LogitsWanted::Last } else { LogitsWanted::None },
+                stage_slot,
             })
             .collect();
         ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile())
@@ -289,7 +299,8 @@ impl Engine {
 
     /// Computes `tokens` of a sequence outside the scheduler (perplexity scoring: the engine
     /// must be idle), in chunks of the step token budget, reserving KV slots as it goes.
-    /// Returns the logits the chunks ask for.
+    /// Returns the logits the chunks ask for. The sequence uses staging slot 0 (no request
+    /// runs, so no other sequence holds it).
     fn score(
         &mut self,
         seq: u64,
@@ -310,6 +321,7 @@ impl Engine {
                 start_pos: done,
                 block_table: &table,
                 logits: logits(done..done + n),
+                stage_slot: 0,
             };
             out.push(self.model.forward(&ForwardBatch::new(&[chunk], block_size, query_tile))?);
             done += n;
@@ -327,6 +339,7 @@ fn model_options(r: &ResolvedConfig) -> ModelOptions {
         max_model_len: r.max_model_len,
         block_size: r.block_size,
         num_blocks: r.num_blocks,
+        kv_cache: r.kv_cache,
     }
 }
 

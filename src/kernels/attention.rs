@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::kv_quantize::KvQuantLayout;
 use super::rope::QkvLayout;
 use super::{check_grid, AttentionVariant, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
@@ -29,9 +30,17 @@ pub struct AttnParams {
     pub heads_per_wg: u32,
     pub max_partitions: u32,
     pub scale: f32,
-    pub _pad: [u32; 3],
+    /// Quantized KV only (0 for f16): where the step's own K and V rows are in qkv, and the
+    /// pool and staging geometry ([`KvQuantLayout`]).
+    pub k_offset: u32,
+    pub v_offset: u32,
+    pub stage_slots: u32,
+    pub k_head_block_words: u32,
+    pub v_head_block_words: u32,
+    pub k_data_words: u32,
+    pub v_data_words: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnParams>() == 48);
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 64);
 
 /// Binding order of `decode_partials.wgsl`.
 pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 8] = [
@@ -43,6 +52,19 @@ pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 8] = [
     BindingKind::StorageRead,      // seqs: [num_seqs] SeqInfo
     BindingKind::StorageRead,      // block_tables: concatenated
     BindingKind::StorageReadWrite, // partials: [decode_seqs, num_heads, max_partitions, head_dim + 2]
+];
+
+/// Binding order of `decode_partials_kvq.wgsl` and `decode_partials_lanes_kvq.wgsl`.
+pub const DECODE_PARTIALS_KVQ_BINDINGS: [BindingKind; 9] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: AttnParams
+    BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
+    BindingKind::StorageRead,      // k_pool: [blocks, kv_heads, k_head_block_words]
+    BindingKind::StorageRead,      // v_pool: [blocks, kv_heads, v_head_block_words]
+    BindingKind::StorageRead,      // stage: [2, stage_slots, kv_heads, block_size, head_dim / 2]
+    BindingKind::StorageRead,      // seqs: [num_seqs] SeqInfo
+    BindingKind::StorageRead,      // block_tables: concatenated
+    BindingKind::StorageReadWrite, // partials
 ];
 
 /// Binding order of `decode_reduce.wgsl`.
@@ -64,6 +86,20 @@ pub const PREFILL_BINDINGS: [BindingKind; 9] = [
     BindingKind::StorageRead,      // seqs
     BindingKind::StorageRead,      // block_tables
     BindingKind::StorageRead,      // tiles: [num_prefill_tiles] (seq index, first query index)
+    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
+];
+
+/// Binding order of `prefill_kvq.wgsl` and `prefill_lanes_kvq.wgsl`.
+pub const PREFILL_KVQ_BINDINGS: [BindingKind; 10] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: AttnParams
+    BindingKind::StorageRead,      // qkv
+    BindingKind::StorageRead,      // k_pool
+    BindingKind::StorageRead,      // v_pool
+    BindingKind::StorageRead,      // stage
+    BindingKind::StorageRead,      // seqs
+    BindingKind::StorageRead,      // block_tables
+    BindingKind::StorageRead,      // tiles
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
@@ -111,6 +147,16 @@ pub struct AttentionIo<'a> {
     pub prefill_tiles: &'a wgpu::Buffer,
     pub partials: &'a wgpu::Buffer,
     pub out: &'a wgpu::Buffer,
+    /// A quantized pool: its geometry and the layer's staging buffer; `None` for f16.
+    pub kv_quant: Option<KvQuantIo<'a>>,
+}
+
+/// What the attention kernels need of a quantized pool besides the K and V buffers.
+#[derive(Clone, Copy)]
+pub struct KvQuantIo<'a> {
+    pub layout: KvQuantLayout,
+    /// `[2, stage_slots, kv_heads, block_size, head_dim / 2]` f16x2
+    pub stage: &'a wgpu::Buffer,
 }
 
 /// One layer's attention: decode and prefill bind groups over the layer's KV pool.
@@ -147,6 +193,10 @@ impl AttentionOp {
         );
         let group = layout.num_heads / layout.num_kv_heads;
         let heads_per_wg = heads_per_workgroup(group, hd);
+        let q = io.kv_quant.map(|q| q.layout);
+        if q.is_some() {
+            assert!(hd % 8 == 0, "quantized KV needs head_dim a multiple of 8, got {hd}");
+        }
         let params = AttnParams {
             num_heads: layout.num_heads,
             num_kv_heads: layout.num_kv_heads,
@@ -157,41 +207,39 @@ impl AttentionOp {
             heads_per_wg,
             max_partitions,
             scale: 1.0 / (hd as f32).sqrt(),
-            _pad: [0; 3],
+            k_offset: layout.k_offset(),
+            v_offset: layout.v_offset(),
+            stage_slots: q.map_or(0, |q| q.stage_slots),
+            k_head_block_words: q.map_or(0, |q| q.k_head_block_words),
+            v_head_block_words: q.map_or(0, |q| q.v_head_block_words),
+            k_data_words: q.map_or(0, |q| q.k_data_words),
+            v_data_words: q.map_or(0, |q| q.v_data_words),
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let variant = kernels.config.attention(hd);
+        let kv = q.map(|q| q.key);
         let partials_pl =
-            kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd, variant });
+            kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv });
         let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
         let query_tile = query_tile(variant, hd);
-        let prefill_pl =
-            kernels.pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant });
-        let partials_bg = partials_pl.bind_group(
-            gpu,
-            "attention decode partials",
-            &[io.step, &ubuf, io.qkv, io.k_pool, io.v_pool, io.seqs, io.block_tables, io.partials],
-        );
+        let prefill_pl = kernels
+            .pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv });
+        // the quantized kernels bind the staging buffer right after the pools
+        let stage = io.kv_quant.map(|q| q.stage);
+        let pools: Vec<&wgpu::Buffer> = [io.k_pool, io.v_pool].into_iter().chain(stage).collect();
+        let mut partials_bufs = vec![io.step, &ubuf, io.qkv];
+        partials_bufs.extend(&pools);
+        partials_bufs.extend([io.seqs, io.block_tables, io.partials]);
+        let partials_bg = partials_pl.bind_group(gpu, "attention decode partials", &partials_bufs);
         let reduce_bg = reduce_pl.bind_group(
             gpu,
             "attention decode reduce",
             &[io.step, &ubuf, io.partials, io.seqs, io.out],
         );
-        let prefill_bg = prefill_pl.bind_group(
-            gpu,
-            "attention prefill",
-            &[
-                io.step,
-                &ubuf,
-                io.qkv,
-                io.k_pool,
-                io.v_pool,
-                io.seqs,
-                io.block_tables,
-                io.prefill_tiles,
-                io.out,
-            ],
-        );
+        let mut prefill_bufs = vec![io.step, &ubuf, io.qkv];
+        prefill_bufs.extend(&pools);
+        prefill_bufs.extend([io.seqs, io.block_tables, io.prefill_tiles, io.out]);
+        let prefill_bg = prefill_pl.bind_group(gpu, "attention prefill", &prefill_bufs);
         AttentionOp {
             partials_bg,
             reduce_bg,

@@ -7,11 +7,13 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
 pub mod reference;
 pub mod rms_norm;
 pub mod rope;
+pub mod rotate;
 pub mod silu_mul;
 pub mod source;
 pub mod weights;
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
+pub use kv_quantize::{KvCodeFormat, KvQuantKey, KvQuantLayout};
 pub use weights::{GpuWeight, PackedWeight, WeightFormat};
 
 /// Mirror of WGSL `StepInfo` (shaders/common/step.wgsl): the counts of one step.
@@ -32,7 +35,11 @@ pub struct StepInfo {
     pub num_seqs: u32,
     pub num_decode_seqs: u32,
     pub num_prefill_tiles: u32,
-    pub _pad: [u32; 3],
+    /// Quantized KV: rows `kv_stage` copies into staging slots.
+    pub num_stage_rows: u32,
+    /// Quantized KV: head blocks `kv_quantize` quantizes (per KV head and K|V).
+    pub num_completed_blocks: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<StepInfo>() == 32);
 
@@ -48,8 +55,11 @@ pub struct SeqInfo {
     pub ctx_len: u32,
     /// Index of the sequence's first block id in the concatenated block tables.
     pub table_start: u32,
+    /// Quantized KV: the f16 staging slot holding the sequence's partial last block.
+    pub stage_slot: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<SeqInfo>() == 16);
+const _: () = assert!(std::mem::size_of::<SeqInfo>() == 32);
 
 /// Host-side numbers from which every dispatch size of a step is derived.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +70,10 @@ pub struct StepShape {
     /// Largest number of key partitions of any decode sequence (ceil(ctx_len / PART)).
     pub max_decode_partitions: u32,
     pub num_prefill_tiles: u32,
+    /// Quantized KV: rows staged by `kv_stage`.
+    pub num_stage_rows: u32,
+    /// Quantized KV: blocks completed in this step (`kv_quantize` workgroups along x).
+    pub num_completed_blocks: u32,
 }
 
 /// How the linear kernel loads its inputs. Both variants compute the same sums (the reduction
@@ -115,15 +129,47 @@ impl TokenTile {
 /// Typed pipeline key: kernel × variant. Never a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PipelineKey {
-    Linear { format: WeightFormat, variant: LinearVariant, tile: TokenTile },
-    Embedding { format: WeightFormat },
+    Linear {
+        format: WeightFormat,
+        variant: LinearVariant,
+        tile: TokenTile,
+    },
+    Embedding {
+        format: WeightFormat,
+    },
     RmsNorm,
     Rope,
     KvWrite,
+    /// Quantized KV: quantize the head blocks completed in a step.
+    KvQuantize {
+        kv: KvQuantKey,
+    },
+    /// Quantized KV: copy rows of partial blocks to staging.
+    KvStage,
+    /// Test kernel of the WGSL codecs (`shaders/kv_quantize/codec_test.wgsl`).
+    KvCodecTest {
+        format: KvCodeFormat,
+    },
+    /// The Hadamard rotation of `--kv-rotate`.
+    Rotate {
+        head_dim: u32,
+    },
     SiluMul,
-    AttnDecodePartials { head_dim: u32, variant: AttentionVariant },
-    AttnDecodeReduce { head_dim: u32 },
-    AttnPrefill { head_dim: u32, query_tile: u32, variant: AttentionVariant },
+    /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
+    AttnDecodePartials {
+        head_dim: u32,
+        variant: AttentionVariant,
+        kv: Option<KvQuantKey>,
+    },
+    AttnDecodeReduce {
+        head_dim: u32,
+    },
+    AttnPrefill {
+        head_dim: u32,
+        query_tile: u32,
+        variant: AttentionVariant,
+        kv: Option<KvQuantKey>,
+    },
 }
 
 /// Kernel choices resolved once from the device's capabilities.

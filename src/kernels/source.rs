@@ -1,14 +1,78 @@
 //! WGSL sources, embedded in the binary, and their assembly: the host prepends the shared
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
-use super::{attention, embedding, kv_write, linear, rms_norm, rope, silu_mul, PipelineKey};
-use super::{AttentionVariant, LinearVariant, TokenTile, WeightFormat};
+use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rotate};
+use super::{silu_mul, PipelineKey};
+use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
+use crate::quant::{KvQuant, ScaleGranularity};
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");
 pub const WEIGHTS: &str = include_str!("../../shaders/common/weights.wgsl");
 pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
+pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
+pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
+pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
+pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
+
+/// The snippet of one KV code format (defines `KVQ_*`, `kvq_group_scale`, `kvq_encode`,
+/// `kvq_raw8`, `kvq_raw2`).
+pub fn kv_snippet(format: KvCodeFormat) -> &'static str {
+    match format {
+        KvCodeFormat::Fp8E4m3 => include_str!("../../shaders/common/kv_fp8_e4m3.wgsl"),
+        KvCodeFormat::Fp8E5m2 => include_str!("../../shaders/common/kv_fp8_e5m2.wgsl"),
+        KvCodeFormat::Int8 => include_str!("../../shaders/common/kv_int8.wgsl"),
+        KvCodeFormat::Int4 => include_str!("../../shaders/common/kv_int4.wgsl"),
+    }
+}
+
+/// The attention kernel files: (decode partials, prefill) of a variant, f16 or quantized pool.
+fn attention_kernels(variant: AttentionVariant, quantized: bool) -> (&'static str, &'static str) {
+    match (variant, quantized) {
+        (AttentionVariant::Workgroup, false) => (
+            include_str!("../../shaders/attention/decode_partials.wgsl"),
+            include_str!("../../shaders/attention/prefill.wgsl"),
+        ),
+        (AttentionVariant::Lanes, false) => (
+            include_str!("../../shaders/attention/decode_partials_lanes.wgsl"),
+            include_str!("../../shaders/attention/prefill_lanes.wgsl"),
+        ),
+        (AttentionVariant::Workgroup, true) => (
+            include_str!("../../shaders/attention/decode_partials_kvq.wgsl"),
+            include_str!("../../shaders/attention/prefill_kvq.wgsl"),
+        ),
+        (AttentionVariant::Lanes, true) => (
+            include_str!("../../shaders/attention/decode_partials_lanes_kvq.wgsl"),
+            include_str!("../../shaders/attention/prefill_lanes_kvq.wgsl"),
+        ),
+    }
+}
+
+/// Snippets and kernel of an attention pipeline (decode partials or prefill).
+fn attention_parts(
+    variant: AttentionVariant,
+    kv: Option<KvQuantKey>,
+    prefill: bool,
+) -> Vec<&'static str> {
+    let (decode, pre) = attention_kernels(variant, kv.is_some());
+    let mut parts = vec![STEP, ATTENTION];
+    if variant == AttentionVariant::Lanes {
+        parts.push(ATTENTION_LANES);
+    }
+    match kv {
+        None if variant == AttentionVariant::Lanes => parts.push(ATTENTION_LANES_F16),
+        None => {}
+        Some(kv) => {
+            parts.extend([KV_CODEC, kv_snippet(kv.format), KV_QUANT]);
+            if variant == AttentionVariant::Lanes {
+                parts.push(KV_QUANT_LANES);
+            }
+        }
+    }
+    parts.push(if prefill { pre } else { decode });
+    parts
+}
 
 /// The snippet that decodes one weight format (defines `w_load`, `w_decode`, `w_combine`).
 pub fn weight_snippet(format: WeightFormat) -> &'static str {
@@ -43,46 +107,60 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::RmsNorm => vec![STEP, include_str!("../../shaders/norm/rms_norm.wgsl")],
         PipelineKey::Rope => vec![STEP, include_str!("../../shaders/rope/rope.wgsl")],
         PipelineKey::KvWrite => vec![STEP, include_str!("../../shaders/kv_write/kv_write.wgsl")],
+        PipelineKey::KvQuantize { kv } => vec![
+            STEP,
+            KV_CODEC,
+            kv_snippet(kv.format),
+            include_str!("../../shaders/kv_quantize/kv_quantize.wgsl"),
+        ],
+        PipelineKey::KvStage => {
+            vec![STEP, include_str!("../../shaders/kv_quantize/kv_stage.wgsl")]
+        }
+        PipelineKey::KvCodecTest { format } => vec![
+            KV_CODEC,
+            kv_snippet(format),
+            include_str!("../../shaders/kv_quantize/codec_test.wgsl"),
+        ],
+        PipelineKey::Rotate { .. } => {
+            vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
+        }
         PipelineKey::SiluMul => {
             vec![STEP, include_str!("../../shaders/elementwise/silu_mul.wgsl")]
         }
-        PipelineKey::AttnDecodePartials { variant: AttentionVariant::Workgroup, .. } => {
-            vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_partials.wgsl")]
-        }
-        PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. } => vec![
-            STEP,
-            ATTENTION,
-            ATTENTION_LANES,
-            include_str!("../../shaders/attention/decode_partials_lanes.wgsl"),
-        ],
+        PipelineKey::AttnDecodePartials { variant, kv, .. } => attention_parts(variant, kv, false),
         PipelineKey::AttnDecodeReduce { .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]
         }
-        PipelineKey::AttnPrefill { variant: AttentionVariant::Workgroup, .. } => {
-            vec![STEP, ATTENTION, include_str!("../../shaders/attention/prefill.wgsl")]
-        }
-        PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. } => vec![
-            STEP,
-            ATTENTION,
-            ATTENTION_LANES,
-            include_str!("../../shaders/attention/prefill_lanes.wgsl"),
-        ],
+        PipelineKey::AttnPrefill { variant, kv, .. } => attention_parts(variant, kv, true),
     };
     parts.join("\n")
 }
 
 /// Values of the `override` constants of a kernel variant.
 pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
+    let quant = |kv: Option<KvQuantKey>| kv.map(KvQuantKey::constants).into_iter().flatten();
     match key {
         PipelineKey::Linear { tile, variant, .. } => vec![("TT", f64::from(tile.tokens(variant)))],
-        PipelineKey::AttnDecodePartials { head_dim, .. }
-        | PipelineKey::AttnDecodeReduce { head_dim }
-        | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, .. } => {
+        PipelineKey::AttnDecodePartials { head_dim, kv, .. }
+        | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
+            let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
+            c.extend(quant(kv));
+            c
+        }
+        PipelineKey::AttnDecodeReduce { head_dim } | PipelineKey::Rotate { head_dim } => {
             vec![("HEAD_DIM", f64::from(head_dim))]
         }
-        PipelineKey::AttnPrefill { head_dim, query_tile, variant: AttentionVariant::Workgroup } => {
-            vec![("HEAD_DIM", f64::from(head_dim)), ("QT", f64::from(query_tile))]
+        PipelineKey::AttnPrefill {
+            head_dim,
+            query_tile,
+            variant: AttentionVariant::Workgroup,
+            kv,
+        } => {
+            let mut c = vec![("HEAD_DIM", f64::from(head_dim)), ("QT", f64::from(query_tile))];
+            c.extend(quant(kv));
+            c
         }
+        PipelineKey::KvQuantize { kv } => kv.constants().to_vec(),
         _ => Vec::new(),
     }
 }
@@ -95,10 +173,20 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
         PipelineKey::RmsNorm => rms_norm::BINDINGS.to_vec(),
         PipelineKey::Rope => rope::BINDINGS.to_vec(),
         PipelineKey::KvWrite => kv_write::BINDINGS.to_vec(),
+        PipelineKey::KvQuantize { .. } => kv_quantize::QUANTIZE_BINDINGS.to_vec(),
+        PipelineKey::KvStage => kv_quantize::STAGE_BINDINGS.to_vec(),
+        PipelineKey::KvCodecTest { .. } => kv_quantize::CODEC_TEST_BINDINGS.to_vec(),
+        PipelineKey::Rotate { .. } => rotate::BINDINGS.to_vec(),
         PipelineKey::SiluMul => silu_mul::BINDINGS.to_vec(),
-        PipelineKey::AttnDecodePartials { .. } => attention::DECODE_PARTIALS_BINDINGS.to_vec(),
+        PipelineKey::AttnDecodePartials { kv: None, .. } => {
+            attention::DECODE_PARTIALS_BINDINGS.to_vec()
+        }
+        PipelineKey::AttnDecodePartials { kv: Some(_), .. } => {
+            attention::DECODE_PARTIALS_KVQ_BINDINGS.to_vec()
+        }
         PipelineKey::AttnDecodeReduce { .. } => attention::DECODE_REDUCE_BINDINGS.to_vec(),
-        PipelineKey::AttnPrefill { .. } => attention::PREFILL_BINDINGS.to_vec(),
+        PipelineKey::AttnPrefill { kv: None, .. } => attention::PREFILL_BINDINGS.to_vec(),
+        PipelineKey::AttnPrefill { kv: Some(_), .. } => attention::PREFILL_KVQ_BINDINGS.to_vec(),
     };
     PipelineSpec {
         label: format!("{key:?}"),
@@ -123,17 +211,52 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::RmsNorm,
         PipelineKey::Rope,
         PipelineKey::KvWrite,
+        PipelineKey::KvStage,
         PipelineKey::SiluMul,
     ]);
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
+        keys.push(PipelineKey::Rotate { head_dim });
         for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
             if variant == AttentionVariant::Lanes && !matches!(head_dim, 64 | 128) {
                 continue;
             }
-            keys.push(PipelineKey::AttnDecodePartials { head_dim, variant });
             let query_tile = attention::query_tile(variant, head_dim);
-            keys.push(PipelineKey::AttnPrefill { head_dim, query_tile, variant });
+            // quantized pools: every format with its default granularities at every head size,
+            // every valid (K, V) granularity pair at head_dim 64
+            let mut kvs: Vec<Option<KvQuantKey>> = vec![None];
+            kvs.extend(
+                all_kv_quant_keys()
+                    .into_iter()
+                    .filter(|kv| {
+                        head_dim == 64
+                            || (kv.k == ScaleGranularity::PerChannel
+                                && kv.v == ScaleGranularity::PerToken)
+                    })
+                    .map(Some),
+            );
+            for kv in kvs {
+                keys.push(PipelineKey::AttnDecodePartials { head_dim, variant, kv });
+                keys.push(PipelineKey::AttnPrefill { head_dim, query_tile, variant, kv });
+            }
+        }
+    }
+    for format in KvCodeFormat::ALL {
+        keys.push(PipelineKey::KvCodecTest { format });
+    }
+    keys.extend(all_kv_quant_keys().into_iter().map(|kv| PipelineKey::KvQuantize { kv }));
+    keys
+}
+
+/// Every (format, K granularity, V granularity) a quantized pool can have.
+pub fn all_kv_quant_keys() -> Vec<KvQuantKey> {
+    let mut keys = Vec::new();
+    for format in KvCodeFormat::ALL {
+        let valid = |g| KvQuant { format: format.format(), granularity: g }.is_valid();
+        for k in ScaleGranularity::ALL.into_iter().filter(|&g| valid(g)) {
+            for v in ScaleGranularity::ALL.into_iter().filter(|&g| valid(g)) {
+                keys.push(KvQuantKey { format, k, v });
+            }
         }
     }
     keys

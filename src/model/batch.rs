@@ -24,6 +24,9 @@ pub struct SeqChunk<'a> {
     /// The sequence's block table, covering at least `start_pos + tokens.len()` slots.
     pub block_table: &'a [u32],
     pub logits: LogitsWanted,
+    /// Quantized KV: the sequence's f16 staging slot (`0..max_num_seqs`), the same in every
+    /// step while it runs; it holds the sequence's partial last block. Unused with f16 KV.
+    pub stage_slot: u32,
 }
 
 /// Everything one forward step uploads: token ids, positions, slot mapping, sequence records,
@@ -46,6 +49,13 @@ pub struct ForwardBatch {
     pub logit_rows: Vec<u32>,
     /// [num_logits] index (into the `chunks` given to `new`) of the chunk each logit row is from
     pub logit_chunks: Vec<usize>,
+    /// Quantized KV: [num_stage_rows] (token row, stage_slot × block_size + offset) of every row
+    /// that lands in its sequence's partial last block (`kv_stage` copies them to staging)
+    pub stage_rows: Vec<[u32; 2]>,
+    /// Quantized KV: [num_completed_blocks] (block id, stage slot, row of the first position
+    /// computed in this step, positions before the chunk = taken from staging) of every block
+    /// whose last position is computed in this step (`kv_quantize` quantizes them)
+    pub completed_blocks: Vec<[u32; 4]>,
 }
 
 impl ForwardBatch {
@@ -73,7 +83,10 @@ impl ForwardBatch {
                 q_len: q_len as u32,
                 ctx_len: end as u32,
                 table_start: b.block_tables.len() as u32,
+                stage_slot: c.stage_slot,
+                _pad: [0; 3],
             });
+            b.add_quantized_kv_work(c, q_start, block_size);
             b.block_tables.extend_from_slice(&c.block_table[..end.div_ceil(block_size)]);
             for (i, &tok) in c.tokens.iter().enumerate() {
                 let pos = c.start_pos + i;
@@ -106,6 +119,29 @@ impl ForwardBatch {
         b
     }
 
+    /// The blocks `c` completes and the rows it stages (see the fields). O(q_len).
+    fn add_quantized_kv_work(&mut self, c: &SeqChunk<'_>, q_start: usize, block_size: usize) {
+        let (start, end) = (c.start_pos, c.start_pos + c.tokens.len());
+        let row = |pos: usize| (q_start + pos - start) as u32;
+        // blocks whose last position lies in start..end
+        for blk in start / block_size..end / block_size {
+            let first = blk * block_size;
+            let staged = start.saturating_sub(first);
+            self.completed_blocks.push([
+                c.block_table[blk],
+                c.stage_slot,
+                row(first.max(start)),
+                staged as u32,
+            ]);
+        }
+        if end % block_size != 0 {
+            for pos in (end / block_size * block_size).max(start)..end {
+                let slot = c.stage_slot * block_size as u32 + (pos % block_size) as u32;
+                self.stage_rows.push([row(pos), slot]);
+            }
+        }
+    }
+
     pub fn num_tokens(&self) -> usize {
         self.token_ids.len()
     }
@@ -122,7 +158,9 @@ impl ForwardBatch {
             num_seqs: self.seqs.len() as u32,
             num_decode_seqs: self.num_decode_seqs() as u32,
             num_prefill_tiles: self.prefill_tiles.len() as u32,
-            _pad: [0; 3],
+            num_stage_rows: self.stage_rows.len() as u32,
+            num_completed_blocks: self.completed_blocks.len() as u32,
+            _pad: 0,
         }
     }
 
@@ -135,6 +173,8 @@ impl ForwardBatch {
             num_decode_seqs: decode.len() as u32,
             max_decode_partitions: decode.iter().map(|s| partitions(s.ctx_len)).max().unwrap_or(0),
             num_prefill_tiles: self.prefill_tiles.len() as u32,
+            num_stage_rows: self.stage_rows.len() as u32,
+            num_completed_blocks: self.completed_blocks.len() as u32,
         }
     }
 }

@@ -3,8 +3,10 @@
 use super::{ForwardBatch, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{partials_bytes, partitions};
-use crate::kernels::{SeqInfo, StepInfo};
+use crate::kernels::kv_quantize::stage_words;
+use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
 use crate::loader::ModelConfig;
+use crate::quant::head_block_words;
 
 /// The small inputs rewritten every step.
 pub(super) struct StepBuffers {
@@ -24,8 +26,13 @@ pub(super) struct StepBuffers {
     pub tiles: wgpu::Buffer,
     /// [max_logit_rows] u32
     pub logit_rows: wgpu::Buffer,
+    /// Quantized KV: [max_tokens] (token row, stage slot · block_size + offset) u32 pairs
+    pub stage_rows: wgpu::Buffer,
+    /// Quantized KV: [completed_capacity] (block, stage slot, first row, staged) u32 ×4
+    pub completed_blocks: wgpu::Buffer,
     pub block_table_capacity: usize,
     pub tile_capacity: usize,
+    pub completed_capacity: usize,
 }
 
 impl StepBuffers {
@@ -34,6 +41,8 @@ impl StepBuffers {
         let block_table_capacity = o.max_num_seqs * o.max_model_len.div_ceil(o.block_size);
         // every sequence can leave one partial tile, the rest are full tiles of ≥ 8 queries
         let tile_capacity = o.max_num_seqs + o.max_num_batched_tokens.div_ceil(8);
+        // a chunk of n tokens completes at most n / block_size + 1 blocks
+        let completed_capacity = o.max_num_seqs + o.max_num_batched_tokens / o.block_size;
         StepBuffers {
             step: gpu.uniform_buffer_init("step info", bytemuck::bytes_of(&StepInfo::default())),
             token_ids: u32s("token ids", o.max_num_batched_tokens),
@@ -46,8 +55,11 @@ impl StepBuffers {
             block_tables: u32s("block tables", block_table_capacity),
             tiles: u32s("prefill tiles", 2 * tile_capacity),
             logit_rows: u32s("logit rows", o.max_logit_rows),
+            stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
+            completed_blocks: u32s("completed blocks", 4 * completed_capacity),
             block_table_capacity,
             tile_capacity,
+            completed_capacity,
         }
     }
 
@@ -66,6 +78,8 @@ impl StepBuffers {
         write(&self.block_tables, &b.block_tables);
         write(&self.tiles, bytemuck::cast_slice(&b.prefill_tiles));
         write(&self.logit_rows, &b.logit_rows);
+        write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
+        write(&self.completed_blocks, bytemuck::cast_slice(&b.completed_blocks));
         if !b.seqs.is_empty() {
             q.write_buffer(&self.seqs, 0, bytemuck::cast_slice(&b.seqs));
         }
@@ -136,15 +150,23 @@ impl Activations {
 }
 
 /// The paged KV pool on the GPU: per layer one K and one V buffer of
-/// [num_blocks, kv_heads, block_size, head_dim / 2] u32 (two f16 per word).
-/// Block ids address the same slot range in every layer.
+/// `[num_blocks, kv_heads]` head blocks (`quant::head_block_words`: codes, then scales; for f16
+/// `[block_size, head_dim / 2]` u32 of two f16), and with quantized KV one f16 staging buffer
+/// per layer (`[2 (K, V), max_num_seqs, kv_heads, block_size, head_dim / 2]` u32) for the
+/// running sequences' partial last blocks. Block ids address the same slot range in every layer.
 pub struct KvPool {
     pub k: Vec<wgpu::Buffer>,
     pub v: Vec<wgpu::Buffer>,
+    /// Quantized KV: per layer staging; empty for f16.
+    pub stage: Vec<wgpu::Buffer>,
     pub num_blocks: usize,
     pub block_size: usize,
-    /// Bytes of all K and V buffers together.
+    /// Bytes of all K and V buffers together: `num_blocks × KvLayout::bytes_per_block`.
     pub bytes: u64,
+    /// Bytes of all staging buffers: `max_num_seqs × KvLayout::staging_bytes_per_sequence`.
+    pub staging_bytes: u64,
+    /// Quantized KV: how the kernels address the pool; `None` for f16.
+    pub quant: Option<KvQuantLayout>,
 }
 
 impl KvPool {
@@ -154,26 +176,42 @@ impl KvPool {
         o: &ModelOptions,
         max_binding: u64,
     ) -> Result<Self, ModelError> {
-        let per_layer = (o.num_blocks * c.num_kv_heads * o.block_size * c.head_dim * 2) as u64;
-        if per_layer > max_binding {
-            return Err(ModelError::KvPoolTooLarge {
-                bytes: per_layer,
-                blocks: o.num_blocks,
-                limit: max_binding,
-            });
+        let head_blocks = (o.num_blocks * c.num_kv_heads) as u64;
+        let hb_bytes = |q| head_block_words(q, o.block_size, c.head_dim).bytes();
+        let (k_layer, v_layer) =
+            (head_blocks * hb_bytes(o.kv_cache.k), head_blocks * hb_bytes(o.kv_cache.v));
+        let quant = KvQuantLayout::new(&o.kv_cache, o.block_size, c.head_dim, o.max_num_seqs);
+        let stage_layer = match quant {
+            Some(_) => 4 * stage_words(o.max_num_seqs, c.num_kv_heads, o.block_size, c.head_dim),
+            None => 0,
+        } as u64;
+        for bytes in [k_layer, v_layer, stage_layer] {
+            if bytes > max_binding {
+                return Err(ModelError::KvPoolTooLarge {
+                    bytes,
+                    blocks: o.num_blocks,
+                    limit: max_binding,
+                });
+            }
         }
-        let mut k = Vec::new();
-        let mut v = Vec::new();
+        let (mut k, mut v, mut stage) = (Vec::new(), Vec::new(), Vec::new());
         for layer in 0..c.num_layers {
-            k.push(gpu.storage_buffer(&format!("kv pool K layer {layer}"), per_layer));
-            v.push(gpu.storage_buffer(&format!("kv pool V layer {layer}"), per_layer));
+            k.push(gpu.storage_buffer(&format!("kv pool K layer {layer}"), k_layer));
+            v.push(gpu.storage_buffer(&format!("kv pool V layer {layer}"), v_layer));
+            if quant.is_some() {
+                stage.push(gpu.storage_buffer(&format!("kv staging layer {layer}"), stage_layer));
+            }
         }
+        let layers = c.num_layers as u64;
         Ok(KvPool {
             k,
             v,
+            stage,
             num_blocks: o.num_blocks,
             block_size: o.block_size,
-            bytes: 2 * per_layer * c.num_layers as u64,
+            bytes: (k_layer + v_layer) * layers,
+            staging_bytes: stage_layer * layers,
+            quant,
         })
     }
 }

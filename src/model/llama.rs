@@ -6,8 +6,13 @@
 //! per layer:  normed = rms_norm(hidden)            · attn_norm
 //!             qkv    = normed · [Wq|Wk|Wv]ᵀ (+ bias)   one fused linear when the types agree
 //!             rope(q, k)                              pairs per ModelConfig::rope_style
-//!             kv_write(k, v → pool[layer])            through the slot mapping
-//!             attn   = paged_attention(q, pool[layer])
+//!             [rotate(q, k, v)]                       --kv-rotate: Hadamard per head
+//!             f16 KV:       kv_write(k, v → pool[layer])            through the slot mapping
+//!                           attn = paged_attention(q, pool[layer])
+//!             quantized KV: kv_quantize(blocks completed this step → pool[layer])
+//!                           attn = paged_attention_kvq(q, pool[layer], staging, own rows)
+//!                           kv_stage(rows of partial last blocks → staging[layer])
+//!             [rotate(attn)]                          undoes V's rotation
 //!             hidden += attn · Woᵀ
 //!             normed = rms_norm(hidden)            · ffn_norm
 //!             gate_up = normed · [Wgate|Wup]ᵀ
@@ -23,12 +28,15 @@ use super::buffers::{Activations, KvPool, StepBuffers};
 use super::weights::{self, fused, gpu_bytes, matrix, FusedPart};
 use super::{Model, ModelError, ModelOptions, Op};
 use crate::gpu::Gpu;
+use crate::kernels::attention::KvQuantIo;
 use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, MAX_HEAD_DIM};
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{NormRows, RmsNormOp};
 use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::Kernels;
 use crate::loader::{ModelConfig, ModelFile, RopeStyle};
@@ -55,6 +63,17 @@ fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     }
     if o.num_blocks == 0 {
         return bad("the KV pool needs at least one block; raise --kv-cache-memory".into());
+    }
+    if let Err(e) = o.kv_cache.check_head_dim(c.head_dim) {
+        return bad(e.to_string());
+    }
+    if o.kv_cache.format().is_quantized()
+        && o.block_size.max(c.head_dim) > crate::kernels::kv_quantize::MAX_GROUPS
+    {
+        return bad(format!(
+            "quantized KV needs --block-size at most {}",
+            crate::kernels::kv_quantize::MAX_GROUPS
+        ));
     }
     Ok(())
 }
@@ -235,32 +254,14 @@ impl Builder<'_> {
             layout,
             pairs,
         )));
-        let (kp, vp) = (&self.kv.k[l], &self.kv.v[l]);
-        let bs = self.o.block_size as u32;
-        ops.push(Op::KvWrite(KvWriteOp::new(
-            gpu,
-            k,
-            &s.step,
-            &act.qkv,
-            &s.slot_mapping,
-            kp,
-            vp,
-            layout,
-            bs,
-        )));
-        let io = AttentionIo {
-            step: &s.step,
-            qkv: &act.qkv,
-            k_pool: kp,
-            v_pool: vp,
-            seqs: &s.seqs,
-            block_tables: &s.block_tables,
-            prefill_tiles: &s.tiles,
-            partials: &act.partials,
-            out: &act.attn,
-        };
-        let parts = partitions(self.o.max_model_len as u32);
-        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, io)));
+        if self.o.kv_cache.rotate {
+            ops.push(self.rotate(&act.qkv, layout.stride() / layout.head_dim, layout.stride()));
+        }
+        self.attention(l, ops);
+        if self.o.kv_cache.rotate {
+            let width = layout.num_heads * layout.head_dim;
+            ops.push(self.rotate(&act.attn, layout.num_heads, width));
+        }
         ops.push(Op::Linear(self.linear(
             &name("attn_output"),
             &o,
@@ -285,6 +286,77 @@ impl Builder<'_> {
             TokenRows::Step,
         )));
         Ok(bytes)
+    }
+
+    /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
+    /// for f16, `kv_quantize` + attention + `kv_stage` for a quantized pool.
+    fn attention(&self, l: usize, ops: &mut Vec<Op>) {
+        let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
+        let layout = self.layout();
+        let (kp, vp) = (&self.kv.k[l], &self.kv.v[l]);
+        let bs = self.o.block_size as u32;
+        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
+        match kv_quant {
+            None => ops.push(Op::KvWrite(KvWriteOp::new(
+                gpu,
+                k,
+                &s.step,
+                &act.qkv,
+                &s.slot_mapping,
+                kp,
+                vp,
+                layout,
+                bs,
+            ))),
+            Some(q) => ops.push(Op::KvQuantize(KvQuantizeOp::new(
+                gpu,
+                k,
+                layout,
+                bs,
+                q.layout,
+                KvQuantizeIo {
+                    step: &s.step,
+                    qkv: &act.qkv,
+                    stage: q.stage,
+                    completed: &s.completed_blocks,
+                    k_pool: kp,
+                    v_pool: vp,
+                },
+            ))),
+        }
+        let io = AttentionIo {
+            step: &s.step,
+            qkv: &act.qkv,
+            k_pool: kp,
+            v_pool: vp,
+            seqs: &s.seqs,
+            block_tables: &s.block_tables,
+            prefill_tiles: &s.tiles,
+            partials: &act.partials,
+            out: &act.attn,
+            kv_quant,
+        };
+        let parts = partitions(self.o.max_model_len as u32);
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, io)));
+        if let Some(q) = kv_quant {
+            ops.push(Op::KvStage(KvStageOp::new(
+                gpu,
+                k,
+                &s.step,
+                &act.qkv,
+                &s.stage_rows,
+                q.stage,
+                layout,
+                bs,
+                q.layout.stage_slots,
+            )));
+        }
+    }
+
+    /// The Hadamard rotation of the first `heads` heads of every step row of `x`.
+    fn rotate(&self, x: &wgpu::Buffer, heads: u32, row_stride: u32) -> Op {
+        let rows = RotateRows { heads, head_dim: self.c.head_dim as u32, row_stride, offset: 0 };
+        Op::Rotate(RotateOp::new(self.gpu, self.kernels, "rotate", &self.step.step, x, rows))
     }
 
     fn norm(&self, l: usize, which: &str) -> Result<Op, ModelError> {

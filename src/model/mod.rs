@@ -15,14 +15,17 @@ pub use buffers::KvPool;
 use crate::gpu::{Gpu, GpuError, GpuTimer};
 use crate::kernels::attention::AttentionOp;
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::{QkvLayout, RopeOp};
+use crate::kernels::rotate::RotateOp;
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
 use crate::loader::{LoadError, ModelConfig, ModelFile};
+use crate::quant::KvCacheSpec;
 use buffers::{Activations, StepBuffers};
 
 /// Sizes fixed at load: every buffer is allocated for these.
@@ -40,6 +43,9 @@ pub struct ModelOptions {
     pub block_size: usize,
     /// Blocks in the KV pool.
     pub num_blocks: usize,
+    /// How K and V are stored (f16, or quantized with f16 staging for `max_num_seqs`
+    /// sequences) and whether they are rotated.
+    pub kv_cache: KvCacheSpec,
 }
 
 /// Errors while loading or running a model.
@@ -76,7 +82,10 @@ enum Op {
     RmsNorm(RmsNormOp),
     Linear(LinearOp),
     Rope(RopeOp),
+    Rotate(RotateOp),
     KvWrite(KvWriteOp),
+    KvQuantize(KvQuantizeOp),
+    KvStage(KvStageOp),
     Attention(AttentionOp),
     SiluMul(SiluMulOp),
 }
@@ -89,7 +98,10 @@ impl Op {
             Op::RmsNorm(_) => "rms_norm",
             Op::Linear(_) => "linear",
             Op::Rope(_) => "rope",
+            Op::Rotate(_) => "rotate",
             Op::KvWrite(_) => "kv_write",
+            Op::KvQuantize(_) => "kv_quantize",
+            Op::KvStage(_) => "kv_stage",
             Op::Attention(_) => "attention",
             Op::SiluMul(_) => "silu_mul",
         }
@@ -101,7 +113,10 @@ impl Op {
             Op::RmsNorm(op) => op.record(pass, shape),
             Op::Linear(op) => op.record(pass, shape),
             Op::Rope(op) => op.record(pass, shape),
+            Op::Rotate(op) => op.record(pass, shape),
             Op::KvWrite(op) => op.record(pass, shape),
+            Op::KvQuantize(op) => op.record(pass, shape),
+            Op::KvStage(op) => op.record(pass, shape),
             Op::Attention(op) => op.record(pass, shape),
             Op::SiluMul(op) => op.record(pass, shape),
         }
@@ -244,10 +259,20 @@ impl Model {
             ("logit rows", b.logit_rows.len(), o.max_logit_rows),
             ("block table entries", b.block_tables.len(), self.step.block_table_capacity),
             ("prefill tiles", b.prefill_tiles.len(), self.step.tile_capacity),
+            ("completed KV blocks", b.completed_blocks.len(), self.step.completed_capacity),
         ];
         for (what, got, max) in checks {
             if got > max {
                 return Err(ModelError::BatchTooLarge { what, got, max });
+            }
+        }
+        if self.kv.quant.is_some() {
+            if let Some(s) = b.seqs.iter().find(|s| s.stage_slot as usize >= o.max_num_seqs) {
+                return Err(ModelError::BatchTooLarge {
+                    what: "as staging slot index",
+                    got: s.stage_slot as usize,
+                    max: o.max_num_seqs - 1,
+                });
             }
         }
         if let Some(s) = b.seqs.iter().find(|s| s.ctx_len as usize > o.max_model_len) {

@@ -261,6 +261,11 @@ impl Scheduler {
         self.finish(id, FinishReason::Cancelled).is_some()
     }
 
+    /// Whether request `id` is running (admitted, holding KV blocks). O(running).
+    pub fn is_running(&self, id: RequestId) -> bool {
+        self.running.contains(&id)
+    }
+
     /// Whether any request is waiting or running.
     pub fn has_unfinished(&self) -> bool {
         !self.seqs.is_empty()

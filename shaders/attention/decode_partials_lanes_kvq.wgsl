@@ -1,0 +1,92 @@
+// Paged decode attention over a quantized KV pool, split-K part, for CPU adapters: one subgroup
+// of 8 lanes per (partition of PART keys, query head, decode sequence), as
+// decode_partials_lanes.wgsl, with the dequantization fused into the key and value loads
+// (common/kv_quant_lanes.wgsl). Keys before the query's own block come from their quantized
+// head blocks (per-channel scales loaded once per block); the own block's keys are f16, from the
+// staging slot or this step's qkv row. The arithmetic per key is the f16 kernel's, and
+// prefill_lanes_kvq.wgsl repeats it, so a token's output is the same bits in both.
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: AttnParams;
+@group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;       // [tokens, qkv_stride / 4]
+@group(0) @binding(3) var<storage, read> k_pool: array<u32>;          // [blocks, kv_heads, k_head_block_words]
+@group(0) @binding(4) var<storage, read> v_pool: array<u32>;          // [blocks, kv_heads, v_head_block_words]
+@group(0) @binding(5) var<storage, read> stage: array<u32>;           // [2, stage_slots, kv_heads, block_size, HEAD_DIM/2] f16x2
+@group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;        // [num_seqs]; decode ones first
+@group(0) @binding(7) var<storage, read> block_tables: array<u32>;    // concatenated tables
+@group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]
+
+@compute @workgroup_size(8)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
+    let si = wid.z;
+    if (si >= step.num_decode_seqs) {
+        return;
+    }
+    let seq = seqs[si];
+    let start = wid.x * PART;
+    if (start >= seq.ctx_len) {
+        return;
+    }
+    let end = min(start + PART, seq.ctx_len);
+    let h = wid.y;
+    let kvh = h / (p.num_heads / p.num_kv_heads);
+    let q = q_lane(seq.q_start, h, lane);
+    let table = seq.table_start;
+    let bs = p.block_size;
+    let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
+    let q_end = min(end, own);               // keys [start, q_end) are quantized
+
+    var m = NEG_BIG;
+    var pos = start;
+    while (pos < q_end) {
+        let blk = pos / bs;
+        let kb = (block_tables[table + blk] * p.num_kv_heads + kvh) * p.k_head_block_words;
+        let ks = k_lane_scales(kb, lane);
+        let seg = min(q_end, (blk + 1u) * bs);
+        for (; pos < seg; pos++) {
+            m = max(m, lanes_sum(lane_dot(q, k_lane_q(kb, pos % bs, lane, ks))) * p.scale);
+        }
+    }
+    for (pos = max(start, own); pos < end; pos++) {
+        m = max(m, lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale);
+    }
+
+    var l = 0.0;
+    var o = lane_zero();
+    pos = start;
+    while (pos < q_end) {
+        let blk = pos / bs;
+        let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
+        let kb = hb * p.k_head_block_words;
+        let vb = hb * p.v_head_block_words;
+        let ks = k_lane_scales(kb, lane);
+        let vs = v_lane_scales(vb, lane);
+        let seg = min(q_end, (blk + 1u) * bs);
+        for (; pos < seg; pos++) {
+            let t = pos % bs;
+            let e = exp(lanes_sum(lane_dot(q, k_lane_q(kb, t, lane, ks))) * p.scale - m);
+            l = l + e;
+            o = lane_fma(e, v_lane_q(vb, t, lane, vs), o);
+        }
+    }
+    for (pos = max(start, own); pos < end; pos++) {
+        let e = exp(lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale - m);
+        l = l + e;
+        o = lane_fma(e, kv_lane_f16(1u, seq, pos, kvh, lane), o);
+    }
+
+    let base = ((si * p.num_heads + h) * p.max_partitions + wid.x) * (HEAD_DIM + 2u);
+    if (lane == 0u) {
+        partials[base] = m;
+        partials[base + 1u] = l;
+    }
+    let c = base + 2u + lane * 8u * WPL;
+    for (var i = 0u; i < 4u; i++) {
+        partials[c + i] = o.a[i];
+        partials[c + 4u + i] = o.b[i];
+        if (WPL > 1u) {
+            partials[c + 8u + i] = o.c[i];
+            partials[c + 12u + i] = o.d[i];
+        }
+    }
+}

@@ -1,0 +1,33 @@
+// The lane-parallel attention kernels' view of an f16 KV pool
+// ([blocks, kv_heads, block_size, HEAD_DIM / 8] vec4<u32>, 8 f16 a vec4): lane j reads its
+// channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a row. (Quantized pools: kv_quant_lanes.wgsl.)
+
+// This lane's channels of a key or value row: `i` is the row's first vec4<u32> plus
+// lane · WPL (the pool holds two f16 per u32).
+fn k_lane(i: u32) -> Lane16 {
+    let w0 = k_pool[i];
+    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (WPL > 1u) {
+        let w1 = k_pool[i + 1u];
+        r.c = f16x4(w1.x, w1.y);
+        r.d = f16x4(w1.z, w1.w);
+    }
+    return r;
+}
+
+fn v_lane(i: u32) -> Lane16 {
+    let w0 = v_pool[i];
+    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (WPL > 1u) {
+        let w1 = v_pool[i + 1u];
+        r.c = f16x4(w1.x, w1.y);
+        r.d = f16x4(w1.z, w1.w);
+    }
+    return r;
+}
+
+// vec4<u32> index of this lane's part of the pool row of position `pos` (KV head kvh).
+fn pool_row(block: u32, pos: u32, kvh: u32, lane: u32) -> u32 {
+    let row = (block * p.num_kv_heads + kvh) * p.block_size + pos % p.block_size;
+    return row * (HEAD_DIM / 8u) + lane * WPL;
+}

@@ -1,0 +1,91 @@
+//! Host half of `shaders/rotate/hadamard.wgsl`: the KV rotation (`--kv-rotate`), the
+//! orthonormal Hadamard transform of every head of a row, in place, bit for bit as
+//! [`crate::quant::fwht_inplace`]. Applied to Q, K and V after RoPE (q·k unchanged; K and V are
+//! stored rotated) and to the attention output (H is its own inverse, so V's rotation is undone).
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+
+/// Mirror of WGSL `RotateParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct RotateParams {
+    pub heads: u32,
+    pub row_stride: u32,
+    pub offset: u32,
+    pub scale: f32,
+}
+const _: () = assert!(std::mem::size_of::<RotateParams>() == 16);
+
+/// Binding order of the rotation kernel.
+pub const BINDINGS: [BindingKind; 3] = [
+    BindingKind::Uniform,          // step: StepInfo
+    BindingKind::Uniform,          // p: RotateParams
+    BindingKind::StorageReadWrite, // x: [tokens, row_stride]
+];
+
+/// Which heads of each token row to rotate.
+#[derive(Clone, Copy, Debug)]
+pub struct RotateRows {
+    /// Heads per row, contiguous from `offset`.
+    pub heads: u32,
+    pub head_dim: u32,
+    /// Floats between token rows.
+    pub row_stride: u32,
+    /// Float offset of the first rotated head in a row.
+    pub offset: u32,
+}
+
+/// One rotation dispatch over the step's token rows of a buffer.
+pub struct RotateOp {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    heads: u32,
+    wg_limit: u32,
+}
+
+impl RotateOp {
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        label: &str,
+        step: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        rows: RotateRows,
+    ) -> Self {
+        let d = rows.head_dim;
+        assert!(d.is_power_of_two() && d <= 256, "rotation needs a power-of-two head_dim ≤ 256");
+        let params = RotateParams {
+            heads: rows.heads,
+            row_stride: rows.row_stride,
+            offset: rows.offset,
+            // as quant::fwht_inplace computes it (exact for d = 4^k)
+            scale: (d as f32).sqrt().recip(),
+        };
+        let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Rotate { head_dim: d });
+        let bind_group = pipeline.bind_group(gpu, label, &[step, &ubuf, x]);
+        RotateOp {
+            bind_group,
+            pipeline,
+            heads: rows.heads,
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+        if shape.num_tokens == 0 {
+            return;
+        }
+        let grid = [groups(self.heads, 64), shape.num_tokens, 1];
+        check_grid(grid, self.wg_limit);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+    }
+}
