@@ -110,7 +110,8 @@ pub fn assert_within(what: &str, got: &[f32], want: &[f32], bound: &[f32]) {
     let mut worst = (0usize, 0.0f32);
     for i in 0..got.len() {
         let err = (got[i] - want[i]).abs();
-        if !(err <= bound[i]) {
+        // NaN fails too: `err <= bound` is false for it
+        if err.is_nan() || err > bound[i] {
             panic!(
                 "{what}: first bad index {i}: got {} want {} (|err| {err} > bound {})",
                 got[i], want[i], bound[i]
