@@ -38,6 +38,7 @@ fn engine(test: &str) -> Option<MutexGuard<'static, Engine>> {
             }
             // Only a missing GPU is a reason to skip; anything else is a failure.
             Err(kvrun::engine::EngineError::Gpu(e)) => {
+                assert!(!common::no_skip(), "no GPU ({e}) and KVRUN_NO_SKIP is set");
                 eprintln!("SKIPPING real-model GPU tests: {e}");
                 None
             }
