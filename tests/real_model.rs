@@ -12,7 +12,6 @@ use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use kvrun::engine::{Engine, EngineConfig, GenerateRequest, PerplexityOptions};
-use kvrun::sample::SamplingParams;
 use serde_json::Value;
 
 /// The context the shared engine is loaded with: llama.cpp's `-c 512` perplexity setting.
@@ -61,12 +60,9 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Greedy tokens for a raw prompt (no chat template), EOS ignored so the count is exact.
 fn greedy(engine: &mut Engine, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, String) {
-    let req = GenerateRequest {
-        prompt: prompt.to_vec(),
-        params: SamplingParams { temperature: 0.0, max_tokens, ..Default::default() },
-        stop: Vec::new(),
-        ignore_eos: true,
-    };
+    let mut req = GenerateRequest::new(prompt.to_vec(), max_tokens);
+    assert_eq!(req.params.temperature, 0.0, "GenerateRequest::new is greedy");
+    req.ignore_eos = true;
     let out = engine.generate(&req, |_| {}).unwrap();
     (out.tokens, out.text)
 }
