@@ -50,6 +50,9 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let path = a.model.path()?;
     let longest = a.context_lengths.iter().max().copied().unwrap_or(128);
     let mut kv = a.kv.clone();
+    // Every prompt must be computed: the prompts of longer contexts start with the shorter
+    // ones, and a prefix hit would count cached tokens as prefilled (DecodeBench::run says so).
+    kv.no_prefix_cache = true;
     kv.max_model_len =
         Some(kv.max_model_len.unwrap_or(longest + a.decode_tokens.max(a.timed_steps) + 2));
     let cfg = kv.engine_config(path.clone(), global.gpu_options(), 1);
