@@ -16,5 +16,9 @@ pub mod decode;
 pub mod multiturn;
 pub mod multiturn_report;
 pub mod plot;
+#[cfg(test)]
+mod report_tests;
 pub mod stats;
 pub mod workload;
+#[cfg(test)]
+mod workload_tests;

@@ -303,13 +303,13 @@ impl SegmentFrames {
         len: usize,
         open: &[u32],
         close: &[u32],
-        what: &str,
+        (what, flag): (&str, &str),
     ) -> Result<Vec<u32>, String> {
         let frames = open.len() + close.len();
         if len <= frames {
             return Err(format!(
                 "{what} of {len} tokens cannot hold its chat-template headers ({frames} tokens) \
-                 and a word; raise it or pass --raw"
+                 and some text; raise {flag} or pass --raw"
             ));
         }
         let text = exact_tokens(tok, rng, len - frames).map_err(|e| e.to_string())?;
@@ -383,7 +383,7 @@ impl MultiturnWorkload {
             spec.system_tokens,
             &frames.system_open,
             &frames.system_close,
-            "--system-tokens",
+            ("the system prompt", "--system-tokens"),
         )?;
         let mut messages = Vec::with_capacity(spec.users);
         for user in 0..spec.users {
@@ -392,7 +392,7 @@ impl MultiturnWorkload {
                 let mut rng = SplitMix64::derive(spec.seed, &[user as u64, turn as u64]);
                 let len = rng.range(spec.user_tokens_min, spec.user_tokens_max);
                 let open: &[u32] = if turn == 0 { &[] } else { &frames.user_open };
-                let what = "--user-tokens-min";
+                let what = ("a user message", "--user-tokens-min");
                 turns.push(SegmentFrames::segment(
                     tok,
                     &mut rng,
