@@ -101,12 +101,16 @@ impl MultiturnReport {
         );
         s += &format!(
             "Prefill arithmetic: no reuse {} tokens; ideal {} (system once, each message once, \
-             last token of each earlier reply); whole-block ideal {}; one block per turn = {}.\n\
+             last token of each earlier reply); whole-block ideal {}; one block per turn = {}; \
+             system prompt reused only {} (a budget too small for the histories tends to this: \
+             {:.2}× the whole-block ideal).\n\
              Budgets: one conversation = {}, all conversations = {}.\n",
             a.no_reuse_prefill_tokens,
             a.ideal_prefill_tokens,
             a.ideal_block_prefill_tokens,
             a.one_block_per_turn_tokens,
+            a.system_only_prefill_tokens,
+            a.system_only_prefill_tokens as f64 / a.ideal_block_prefill_tokens.max(1) as f64,
             format_bytes(self.budgets.one_conversation_bytes),
             format_bytes(self.budgets.all_conversations_bytes),
         );

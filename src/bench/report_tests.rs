@@ -68,6 +68,7 @@ fn report(runs: Vec<RunReport>) -> MultiturnReport {
             no_reuse_prefill_tokens: 2000,
             ideal_prefill_tokens: 400,
             ideal_block_prefill_tokens: 430,
+            system_only_prefill_tokens: 1800,
             one_block_per_turn_tokens: 64,
         },
         replies_identical: runs.windows(2).all(|w| w[0].replies_sha256 == w[1].replies_sha256),

@@ -424,16 +424,16 @@ impl MultiturnWorkload {
     pub fn arithmetic(&self, block_size: usize) -> PrefillArithmetic {
         let (users, turns, r) = (self.spec.users, self.spec.turns, self.spec.reply_tokens);
         let s = self.system.len();
-        let mut no_reuse = 0;
-        let mut ideal_blocks = 0;
+        let (mut no_reuse, mut ideal_blocks, mut system_only) = (0, 0, 0);
         let floor_block = |n: usize| n / block_size * block_size;
         for user in 0..users {
             for turn in 0..turns {
                 let p = self.prompt_len(user, turn);
                 no_reuse += p;
-                let cached = match (user, turn) {
-                    (0, 0) => 0,
-                    (_, 0) => floor_block(s.min(p - 1)),
+                let system_hit = if (user, turn) == (0, 0) { 0 } else { floor_block(s.min(p - 1)) };
+                system_only += p - system_hit;
+                let cached = match turn {
+                    0 => system_hit,
                     _ => floor_block((self.prompt_len(user, turn - 1) + r - 1).min(p - 1)),
                 };
                 ideal_blocks += p - cached;
@@ -444,6 +444,7 @@ impl MultiturnWorkload {
             no_reuse_prefill_tokens: no_reuse as u64,
             ideal_prefill_tokens: (s + messages + users * (turns - 1)) as u64,
             ideal_block_prefill_tokens: ideal_blocks as u64,
+            system_only_prefill_tokens: system_only as u64,
             one_block_per_turn_tokens: (users * turns * block_size) as u64,
         }
     }
@@ -462,6 +463,11 @@ pub struct PrefillArithmetic {
     /// of the previous partial block (and, for every user after the first, the system prompt's
     /// partial last block). At most `ideal + U·T·(block_size − 1)`.
     pub ideal_block_prefill_tokens: u64,
+    /// A cache that keeps only the shared system prompt: every turn recomputes the user's
+    /// history. What a budget too small for the histories degrades to (LRU evicts each history
+    /// before its user comes back); `system_only ÷ ideal_block` is then about the best prefill
+    /// ratio a large budget can show over a small one.
+    pub system_only_prefill_tokens: u64,
     /// `U·T·block_size`: "within one block per turn" of the ideal.
     pub one_block_per_turn_tokens: u64,
 }

@@ -204,5 +204,7 @@ fn workload_arithmetic_by_hand() {
     // 49 − 32 (35 computed before).
     assert_eq!(a.ideal_block_prefill_tokens, 30 + 15 + 15 + 17);
     assert_eq!(a.one_block_per_turn_tokens, 2 * 2 * 16);
+    // Only the system prompt's full block is reused: by every request but the first.
+    assert_eq!(a.system_only_prefill_tokens, 30 + (47 - 16) + (31 - 16) + (49 - 16));
     assert!(a.ideal_block_prefill_tokens <= a.ideal_prefill_tokens + 2 * 2 * 15);
 }

@@ -90,8 +90,9 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
 pub enum Preset {
     /// 4 users, 1024-token system prompt, 8 turns, messages 100–200 tokens, replies 64.
     Default,
-    /// 4 users, 512-token system prompt, 4 turns, messages 100–200 tokens, replies 32
-    /// (for CPU adapters).
+    /// 4 users, 256-token system prompt, 8 turns, messages 50–100 tokens, replies 16: for CPU
+    /// adapters (about 13 minutes for `one,all` on lavapipe), long enough that the small budget
+    /// can fall 4× behind the large one.
     Scaled,
     /// 2 users, 256-token system prompt, 4 turns, messages 50–100 tokens, replies 16.
     Smoke,
@@ -102,7 +103,7 @@ impl Preset {
     fn sizes(self) -> [usize; 6] {
         match self {
             Preset::Default => [4, 1024, 8, 100, 200, 64],
-            Preset::Scaled => [4, 512, 4, 100, 200, 32],
+            Preset::Scaled => [4, 256, 8, 50, 100, 16],
             Preset::Smoke => [2, 256, 4, 50, 100, 16],
         }
     }
@@ -155,6 +156,9 @@ pub struct MultiturnArgs {
     /// Add a run without the prefix cache at the largest budget (for comparison).
     #[arg(long)]
     pub compare_no_cache: bool,
+    /// Print the workload's prefill arithmetic and budgets, and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Do not time attention with GPU timestamp queries.
     #[arg(long)]
     pub no_gpu_timing: bool,
@@ -244,14 +248,20 @@ fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let arithmetic = workload.arithmetic(a.block_size);
     eprintln!(
         "multiturn: {} users × {} turns, context {max_model_len} tokens; prefill without reuse \
-         {}, ideal {}; budgets: one conversation {}, all {}",
+         {}, system prompt reused only {}, ideal {} (whole blocks {}); budgets: one conversation \
+         {}, all {}",
         workload.spec.users,
         workload.spec.turns,
         arithmetic.no_reuse_prefill_tokens,
+        arithmetic.system_only_prefill_tokens,
         arithmetic.ideal_prefill_tokens,
+        arithmetic.ideal_block_prefill_tokens,
         crate::kv::format_bytes(sizes.one_conversation_bytes),
         crate::kv::format_bytes(sizes.all_conversations_bytes),
     );
+    if a.dry_run {
+        return Ok(());
+    }
     let settings = a.settings(&sizes);
     let total = (workload.spec.users * workload.spec.turns * workload.spec.reply_tokens) as u64;
     let mut runs = Vec::new();
