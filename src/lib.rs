@@ -17,10 +17,22 @@
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
 //! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
-//! | [`engine`] | the step loop, `Runner`, `ForwardBatch`, Prometheus metrics, the embeddable engine API | all above |
-//! | [`cli`] | clap subcommands | engine |
+//! | [`engine`] | the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
+//! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG) | engine |
+//! | [`cli`] | clap subcommands | engine, bench |
 //!
 //! `kv`, `sched`, `output` and `tokenizer` never import wgpu.
+//!
+//! ## One step
+//!
+//! ```text
+//! Scheduler::schedule ─▶ StepPlan ─▶ ForwardBatch::new ─▶ Model::forward ─▶ Logits
+//!   ─▶ sample ─▶ Scheduler::commit ─▶ TokenEvents ─▶ detokenize / stop strings ─▶ OutputEvents
+//! ```
+//!
+//! Kernels are batch-invariant: a token's result is the same bits whichever step, batch or
+//! kernel (prefill or decode) computed it, so prefix reuse and preemption never change greedy
+//! outputs (`tests/engine_e2e.rs`). Each reduction is defined once, in `shaders/common/`.
 //!
 //! ## Glossary (one meaning each)
 //!

@@ -134,14 +134,10 @@ fn real_model_outputs_identical_with_cache_and_preemption() {
         return;
     }
     let probe = Engine::load(&EngineConfig::new(&path)).unwrap();
-    let template = probe.chat_template().expect("SmolLM2 has a chat template").clone();
+    let template = probe.chat_template().expect("SmolLM2 has a chat template");
     let system = "You are a helpful assistant who answers in one short sentence about geography.";
     let mut w = Workload::new();
-    for (i, q) in
-        ["What is the capital of France?", "Name a river in Egypt.", "Where is Mount Fuji?"]
-            .iter()
-            .enumerate()
-    {
+    for q in ["What is the capital of France?", "Name a river in Egypt.", "Where is Mount Fuji?"] {
         let messages = [
             kvrun::tokenizer::ChatMessage { role: "system".into(), content: system.into() },
             kvrun::tokenizer::ChatMessage { role: "user".into(), content: q.to_string() },

@@ -59,7 +59,7 @@ fn finish(n: u32, t: u32, sum: f32) {
 
 // Writes row n's results for tokens t0.. of the tile.
 fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
-    if (n >= p.rows) {
+    if (n >= p.rows || t0 >= count) {
         return;
     }
     finish(n, t0, acc.x);

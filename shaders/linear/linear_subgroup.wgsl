@@ -2,7 +2,7 @@
 // linear.wgsl (see common/weights.wgsl), loaded differently. On a CPU adapter every lane does
 // its own memory access, so loads are what cost: here the 8 vec4 of a 32-input block are
 // loaded by 8 lanes, one each, and handed to every lane with subgroupBroadcast; each lane
-// computes 2 weight rows (sharing those inputs) for TT tokens and reads its weights as whole
+// computes 2 weight rows (sharing those inputs) for TT (1 or 8) tokens and reads its weights as whole
 // vec4 blocks. Needs a subgroup size of at least 8 (kernels::KernelConfig::choose checks).
 
 struct LinearParams {
@@ -21,7 +21,7 @@ const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
 const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
-override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
+override TT: u32 = 8u;            // tokens per invocation: 1 or 8 (two vec4 accumulators)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
@@ -57,7 +57,7 @@ fn finish(n: u32, t: u32, sum: f32) {
 
 // Writes row n's results for tokens t0.. of the tile.
 fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
-    if (n >= p.rows) {
+    if (n >= p.rows || t0 >= count) {
         return;
     }
     finish(n, t0, acc.x);
@@ -83,6 +83,28 @@ fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
                       subgroupBroadcast(mine, 6u), subgroupBroadcast(mine, 7u)));
 }
 
+// Block b's contribution to both rows for the token whose input row starts at vec4 `row`.
+fn token_dots(wa: WFloat, wb: WFloat, row: u32, b: u32, lane: u32) -> vec2<f32> {
+    let xb = x_block_shared(row, b, lane);
+    return vec2<f32>(w_dot(wa, xb), w_dot(wb, xb));
+}
+
+// Partial sums of two rows (a, b) for up to 8 tokens: lo = tokens 0..3, hi = 4..7.
+struct Sums {
+    a_lo: vec4<f32>,
+    a_hi: vec4<f32>,
+    b_lo: vec4<f32>,
+    b_hi: vec4<f32>,
+}
+
+fn sums_zero() -> Sums {
+    return Sums(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+}
+
+fn sums_add(s: Sums, t: Sums) -> Sums {
+    return Sums(s.a_lo + t.a_lo, s.a_hi + t.a_hi, s.b_lo + t.b_lo, s.b_hi + t.b_hi);
+}
+
 @compute @workgroup_size(16)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
@@ -94,37 +116,40 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let n0 = 2u * gid.x;
     let na = min(n0, p.rows - 1u);
     let nb = min(n0 + 1u, p.rows - 1u);
-    let r0 = x_row(t0, count);
-    let r1 = x_row(t0 + 1u, count);
-    let r2 = x_row(t0 + 2u, count);
-    let r3 = x_row(t0 + 3u, count);
-    var acc_a = vec4<f32>(0.0);
-    var acc_b = vec4<f32>(0.0);
+    var rows: array<u32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        rows[i] = x_row(t0 + i, count);
+    }
+    var acc = sums_zero();
     let blocks = p.k / 32u;
     for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
-        var cs_a = vec4<f32>(0.0);
-        var cs_b = vec4<f32>(0.0);
+        var cs = sums_zero();
         for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
             let wa = w_decode(w_load(na, b, p.rows));
             let wb = w_decode(w_load(nb, b, p.rows));
-            let x0 = x_block_shared(r0, b, lane);
-            cs_a.x += w_dot(wa, x0);
-            cs_b.x += w_dot(wb, x0);
+            let d0 = token_dots(wa, wb, rows[0], b, lane);
+            cs.a_lo.x += d0.x;
+            cs.b_lo.x += d0.y;
             if (TT > 1u) {
-                let x1 = x_block_shared(r1, b, lane);
-                cs_a.y += w_dot(wa, x1);
-                cs_b.y += w_dot(wb, x1);
-                let x2 = x_block_shared(r2, b, lane);
-                cs_a.z += w_dot(wa, x2);
-                cs_b.z += w_dot(wb, x2);
-                let x3 = x_block_shared(r3, b, lane);
-                cs_a.w += w_dot(wa, x3);
-                cs_b.w += w_dot(wb, x3);
+                let d1 = token_dots(wa, wb, rows[1], b, lane);
+                let d2 = token_dots(wa, wb, rows[2], b, lane);
+                let d3 = token_dots(wa, wb, rows[3], b, lane);
+                let d4 = token_dots(wa, wb, rows[4], b, lane);
+                let d5 = token_dots(wa, wb, rows[5], b, lane);
+                let d6 = token_dots(wa, wb, rows[6], b, lane);
+                let d7 = token_dots(wa, wb, rows[7], b, lane);
+                cs.a_lo += vec4<f32>(0.0, d1.x, d2.x, d3.x);
+                cs.b_lo += vec4<f32>(0.0, d1.y, d2.y, d3.y);
+                cs.a_hi += vec4<f32>(d4.x, d5.x, d6.x, d7.x);
+                cs.b_hi += vec4<f32>(d4.y, d5.y, d6.y, d7.y);
             }
         }
-        acc_a += cs_a;
-        acc_b += cs_b;
+        acc = sums_add(acc, cs);
     }
-    finish_tile(n0, t0, count, acc_a);
-    finish_tile(n0 + 1u, t0, count, acc_b);
+    finish_tile(n0, t0, count, acc.a_lo);
+    finish_tile(n0 + 1u, t0, count, acc.b_lo);
+    if (TT > 4u) {
+        finish_tile(n0, t0 + 4u, count, acc.a_hi);
+        finish_tile(n0 + 1u, t0 + 4u, count, acc.b_hi);
+    }
 }

@@ -1,4 +1,24 @@
-//! Benchmark workloads and their reports (JSON + Markdown table). Speed is measured here, never
-//! asserted in tests.
+//! Benchmark workloads and their reports (JSON + Markdown table, SVG plots). Speed is measured
+//! here, never asserted in tests.
+//!
+//! | file | concept |
+//! |---|---|
+//! | `decode.rs` | `bench decode`: prefill/decode speed by context length, attention GPU time |
+//! | `workload.rs` | seeded text cut to exact token counts; the multi-turn chat workload and its prefill arithmetic |
+//! | `multiturn.rs` | `bench multiturn`: users × turns on one engine per KV budget; per-turn reports |
+//! | `multiturn_report.rs` | acceptance figures, Markdown tables and plot panels of a multi-turn report |
+//! | `concurrency.rs` | `bench concurrency`: 1, 2, 4, 8 … concurrent requests; TTFT, TPOT, throughput, KV peak |
+//! | `plot.rs` | SVG line plots |
+//! | `stats.rs` | percentiles and means |
 
+pub mod concurrency;
 pub mod decode;
+pub mod multiturn;
+pub mod multiturn_report;
+pub mod plot;
+#[cfg(test)]
+mod report_tests;
+pub mod stats;
+pub mod workload;
+#[cfg(test)]
+mod workload_tests;

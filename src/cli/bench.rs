@@ -1,9 +1,17 @@
-//! `kvrun bench <workload>`: JSON and a Markdown table.
+//! `kvrun bench <workload>`: JSON and a Markdown table (and an SVG plot for `multiturn`).
+
+use std::path::{Path, PathBuf};
 
 use super::args::{KvArgs, ModelArgs};
 use super::GlobalArgs;
+use crate::bench::concurrency::ConcurrencyBench;
 use crate::bench::decode::DecodeBench;
-use crate::engine::Engine;
+use crate::bench::multiturn::{self, Budget, BudgetSizes, MultiturnReport, RunSetting};
+use crate::bench::multiturn_report::Acceptance;
+use crate::bench::workload::{Framing, MultiturnSpec, MultiturnWorkload};
+use crate::engine::{Engine, EngineConfig, ResolvedConfig};
+use crate::loader::ModelFile;
+use crate::tokenizer::Tokenizer;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -15,6 +23,11 @@ pub struct BenchArgs {
 pub enum Workload {
     /// Prefill and decode speed at several context lengths; GPU time of attention vs the rest.
     Decode(DecodeArgs),
+    /// Multi-turn chat of several users sharing a system prompt, per KV budget: computed
+    /// prefill tokens, cache hits and TTFT per turn (prefix-cache reuse vs eviction).
+    Multiturn(MultiturnArgs),
+    /// 1, 2, 4, 8 … concurrent requests: KV peak, TTFT, TPOT, throughput, latency.
+    Concurrency(ConcurrencyArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -43,6 +56,8 @@ pub struct DecodeArgs {
 pub fn run(args: &BenchArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     match &args.workload {
         Workload::Decode(a) => decode(a, global),
+        Workload::Multiturn(a) => multiturn(a, global),
+        Workload::Concurrency(a) => concurrency(a, global),
     }
 }
 
@@ -50,6 +65,9 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let path = a.model.path()?;
     let longest = a.context_lengths.iter().max().copied().unwrap_or(128);
     let mut kv = a.kv.clone();
+    // Every prompt must be computed: the prompts of longer contexts start with the shorter
+    // ones, and a prefix hit would count cached tokens as prefilled (DecodeBench::run says so).
+    kv.no_prefix_cache = true;
     kv.max_model_len =
         Some(kv.max_model_len.unwrap_or(longest + a.decode_tokens.max(a.timed_steps) + 2));
     let cfg = kv.engine_config(path.clone(), global.gpu_options(), 1);
@@ -66,6 +84,306 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.markdown());
+    }
+    Ok(())
+}
+
+/// Workload sizes of `bench multiturn`; explicit flags override them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// 4 users, 1024-token system prompt, 8 turns, messages 100–200 tokens, replies 64.
+    Default,
+    /// 4 users, 256-token system prompt, 8 turns, messages 50–100 tokens, replies 16: for CPU
+    /// adapters (about 13 minutes for `one,all` on lavapipe), long enough that the small budget
+    /// can fall 4× behind the large one.
+    Scaled,
+    /// 2 users, 256-token system prompt, 4 turns, messages 50–100 tokens, replies 16.
+    Smoke,
+}
+
+impl Preset {
+    /// (users, system tokens, turns, message min, message max, reply tokens)
+    fn sizes(self) -> [usize; 6] {
+        match self {
+            Preset::Default => [4, 1024, 8, 100, 200, 64],
+            Preset::Scaled => [4, 256, 8, 50, 100, 16],
+            Preset::Smoke => [2, 256, 4, 50, 100, 16],
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MultiturnArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Workload sizes; --users, --system-tokens … override single values.
+    #[arg(long, value_enum, default_value_t = Preset::Default)]
+    pub preset: Preset,
+    /// Concurrent users (each one conversation).
+    #[arg(long)]
+    pub users: Option<usize>,
+    /// Tokens of the system prompt all users share.
+    #[arg(long)]
+    pub system_tokens: Option<usize>,
+    /// Turns per user.
+    #[arg(long)]
+    pub turns: Option<usize>,
+    /// Fewest tokens of a user message.
+    #[arg(long)]
+    pub user_tokens_min: Option<usize>,
+    /// Most tokens of a user message.
+    #[arg(long)]
+    pub user_tokens_max: Option<usize>,
+    /// Tokens of each reply (greedy; end-of-sequence ignored, so exactly this many).
+    #[arg(long)]
+    pub reply_tokens: Option<usize>,
+    /// Seed of the generated messages.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Concatenate the texts without the chat template's role headers.
+    #[arg(long)]
+    pub raw: bool,
+    /// KV budgets to run, comma list: `one` (the smallest that holds one conversation at its
+    /// longest), `all` (every user's whole conversation), or sizes such as 64MiB.
+    #[arg(long, value_delimiter = ',', default_value = "one,all", value_parser = Budget::parse)]
+    pub kv_cache_memory: Vec<Budget>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Most tokens computed in one step (the prefill chunk size).
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Run every budget without the prefix cache.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Add a run without the prefix cache at the largest budget (for comparison).
+    #[arg(long)]
+    pub compare_no_cache: bool,
+    /// Print the workload's prefill arithmetic and budgets, and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not time attention with GPU timestamp queries.
+    #[arg(long)]
+    pub no_gpu_timing: bool,
+    /// Write the JSON report to FILE (bare --json: print it instead of the tables).
+    #[arg(long, num_args = 0..=1, default_missing_value = "-", value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the SVG plot here (default: next to the JSON file, with .svg).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+impl MultiturnArgs {
+    fn spec(&self) -> MultiturnSpec {
+        let [users, system, turns, min, max, reply] = self.preset.sizes();
+        MultiturnSpec {
+            users: self.users.unwrap_or(users),
+            system_tokens: self.system_tokens.unwrap_or(system),
+            turns: self.turns.unwrap_or(turns),
+            user_tokens_min: self.user_tokens_min.unwrap_or(min),
+            user_tokens_max: self
+                .user_tokens_max
+                .unwrap_or(max.max(self.user_tokens_min.unwrap_or(0))),
+            reply_tokens: self.reply_tokens.unwrap_or(reply),
+            seed: self.seed,
+            framing: if self.raw { Framing::Raw } else { Framing::ChatTemplate },
+        }
+    }
+
+    /// The runs: each budget (cache on unless --no-prefix-cache), then the comparison.
+    fn settings(&self, sizes: &BudgetSizes) -> Vec<RunSetting> {
+        let mut runs: Vec<RunSetting> = self
+            .kv_cache_memory
+            .iter()
+            .map(|b| RunSetting {
+                label: b.label(),
+                kv_cache_memory: b.bytes(sizes),
+                prefix_cache: !self.no_prefix_cache,
+            })
+            .collect();
+        if self.compare_no_cache && !self.no_prefix_cache {
+            if let Some(largest) = runs.iter().max_by_key(|r| r.kv_cache_memory).cloned() {
+                runs.push(RunSetting { prefix_cache: false, ..largest });
+            }
+        }
+        runs
+    }
+}
+
+fn model_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn progress_bar(total: u64, message: String) -> indicatif::ProgressBar {
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {pos}/{len} tokens, {elapsed} elapsed, eta {eta}",
+    )
+    .expect("valid template")
+    .progress_chars("=> ");
+    indicatif::ProgressBar::new(total).with_style(style).with_message(message)
+}
+
+fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let path = a.model.path()?;
+    let file = ModelFile::open(&path)?;
+    let tok = Tokenizer::from_source(file.tokenizer_source()?)?;
+    let template = tok.chat_template()?;
+    let workload = MultiturnWorkload::generate(&a.spec(), &tok, template.as_ref())
+        .map_err(anyhow::Error::msg)?;
+    let base = EngineConfig {
+        gpu: global.gpu_options(),
+        block_size: a.block_size,
+        max_num_batched_tokens: a.max_num_batched_tokens,
+        ..EngineConfig::new(path.clone())
+    };
+    let probe = RunSetting { label: String::new(), kv_cache_memory: 0, prefix_cache: true };
+    let mut probe_cfg = probe.engine_config(&base, &workload);
+    probe_cfg.kv_cache_memory = None;
+    let max_model_len = workload.longest_conversation();
+    let (_, layout) = ResolvedConfig::resolve(&probe_cfg, file.config()).map_err(|e| {
+        anyhow::anyhow!(
+            "the longest conversation needs a context of {max_model_len} tokens: {e}; use fewer \
+             --turns or shorter messages"
+        )
+    })?;
+    drop(file);
+    let sizes = BudgetSizes::new(&layout, max_model_len, workload.spec.users);
+    let arithmetic = workload.arithmetic(a.block_size);
+    eprintln!(
+        "multiturn: {} users × {} turns, context {max_model_len} tokens; prefill without reuse \
+         {}, system prompt reused only {}, ideal {} (whole blocks {}); budgets: one conversation \
+         {}, all {}",
+        workload.spec.users,
+        workload.spec.turns,
+        arithmetic.no_reuse_prefill_tokens,
+        arithmetic.system_only_prefill_tokens,
+        arithmetic.ideal_prefill_tokens,
+        arithmetic.ideal_block_prefill_tokens,
+        crate::kv::format_bytes(sizes.one_conversation_bytes),
+        crate::kv::format_bytes(sizes.all_conversations_bytes),
+    );
+    if a.dry_run {
+        return Ok(());
+    }
+    let settings = a.settings(&sizes);
+    let total = (workload.spec.users * workload.spec.turns * workload.spec.reply_tokens) as u64;
+    let mut runs = Vec::new();
+    let (mut adapter, mut backend) = (String::new(), String::new());
+    for (idx, setting) in settings.iter().enumerate() {
+        let mut engine = Engine::load(&setting.engine_config(&base, &workload))?;
+        adapter = engine.gpu().info.name.clone();
+        backend = format!("{:?}", engine.gpu().info.backend);
+        let cache = if setting.prefix_cache { "cache on" } else { "cache off" };
+        let bar = progress_bar(
+            total,
+            format!("run {}/{} {} {cache}", idx + 1, settings.len(), setting.label),
+        );
+        let report =
+            multiturn::run(&mut engine, &workload, setting, !a.no_gpu_timing, &mut || bar.inc(1))?;
+        bar.finish_and_clear();
+        eprintln!(
+            "run {}/{} ({}, {cache}): computed prefill {}, TTFT p50 {:.0} ms, {:.1} s",
+            idx + 1,
+            settings.len(),
+            setting.label,
+            report.totals.computed_prefill_tokens,
+            report.totals.ttft_ms_p50,
+            report.totals.wall_s
+        );
+        runs.push(report);
+    }
+    let replies_identical = runs.windows(2).all(|w| w[0].replies_sha256 == w[1].replies_sha256);
+    let mut report = MultiturnReport {
+        model: model_name(&path),
+        adapter,
+        backend,
+        workload: workload.spec.clone(),
+        block_size: a.block_size,
+        max_model_len,
+        budgets: sizes,
+        arithmetic,
+        runs,
+        replies_identical,
+        acceptance: None,
+    };
+    report.acceptance = Acceptance::new(&report);
+    write_outputs(&report, a)
+}
+
+/// Tables (or JSON) on stdout, the JSON file, the plot.
+fn write_outputs(report: &MultiturnReport, a: &MultiturnArgs) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report)?;
+    let to_stdout = a.json.as_deref() == Some(Path::new("-"));
+    if to_stdout {
+        println!("{json}");
+    } else {
+        print!("{}", report.markdown());
+    }
+    let json_file = a.json.as_ref().filter(|_| !to_stdout);
+    if let Some(file) = json_file {
+        std::fs::write(file, &json)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", file.display()))?;
+        eprintln!("wrote {}", file.display());
+    }
+    let plot = a.plot.clone().or_else(|| json_file.map(|f| f.with_extension("svg")));
+    if let Some(plot) = plot {
+        crate::bench::plot::write_svg(&plot, &report.panels())?;
+        eprintln!("wrote {}", plot.display());
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ConcurrencyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Concurrency levels (requests submitted together), comma list.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8])]
+    pub levels: Vec<usize>,
+    /// Tokens of each prompt.
+    #[arg(long, default_value_t = 256)]
+    pub prompt_tokens: usize,
+    /// Tokens generated per request (end-of-sequence ignored).
+    #[arg(long, default_value_t = 32)]
+    pub output_tokens: usize,
+    /// Seed of the prompts.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the JSON report to FILE (bare --json: print it instead of the table).
+    #[arg(long, num_args = 0..=1, default_missing_value = "-", value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub kv: KvArgs,
+}
+
+fn concurrency(a: &ConcurrencyArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let path = a.model.path()?;
+    let bench = ConcurrencyBench {
+        levels: a.levels.clone(),
+        prompt_tokens: a.prompt_tokens,
+        output_tokens: a.output_tokens,
+        seed: a.seed,
+    };
+    bench.validate().map_err(anyhow::Error::msg)?;
+    let max_level = a.levels.iter().copied().max().unwrap_or(1);
+    let cfg =
+        bench.engine_config(&a.kv.engine_config(path.clone(), global.gpu_options(), max_level));
+    let mut engine = Engine::load(&cfg)?;
+    let total = (a.levels.iter().sum::<usize>() * a.output_tokens) as u64;
+    let bar = progress_bar(total, "concurrency".into());
+    let report = bench.run(&mut engine, &model_name(&path), &mut || bar.inc(1))?;
+    bar.finish_and_clear();
+    let json = serde_json::to_string_pretty(&report)?;
+    match a.json.as_deref() {
+        Some(p) if p == Path::new("-") => println!("{json}"),
+        other => {
+            print!("{}", report.markdown());
+            if let Some(file) = other {
+                std::fs::write(file, &json)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", file.display()))?;
+                eprintln!("wrote {}", file.display());
+            }
+        }
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod chat;
 mod generate;
 mod info;
 mod perplexity;
@@ -47,6 +48,8 @@ impl GlobalArgs {
 pub enum Command {
     /// Generate text for one prompt, streamed as it is produced.
     Generate(generate::GenerateArgs),
+    /// Interactive multi-turn chat on stdin/stdout; earlier turns are prefix-cache hits.
+    Chat(chat::ChatArgs),
     /// Perplexity of a text file (llama.cpp's llama-perplexity convention).
     Perplexity(perplexity::PerplexityArgs),
     /// KV-cache arithmetic for a model and a target, before anything is loaded (no GPU).
@@ -75,6 +78,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.global.verbose);
     let result = match &cli.command {
         Command::Generate(args) => generate::run(args, &cli.global),
+        Command::Chat(args) => chat::run(args, &cli.global),
         Command::Perplexity(args) => perplexity::run(args, &cli.global),
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args, &cli.global),

@@ -112,7 +112,8 @@ impl TokenTile {
     pub fn tokens(self, variant: LinearVariant) -> u32 {
         match (self, variant) {
             (TokenTile::One, _) => 1,
-            (TokenTile::Many, _) => 4,
+            (TokenTile::Many, LinearVariant::Gpu) => 4,
+            (TokenTile::Many, LinearVariant::Subgroup) => 8,
         }
     }
 

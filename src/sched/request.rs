@@ -41,6 +41,13 @@ pub struct Usage {
     /// Prompt tokens served from the prefix cache at the request's first admission.
     pub cached_tokens: usize,
     pub completion_tokens: usize,
+    /// Tokens this request computed in prefill chunks, recomputation after preemption included
+    /// (`prompt_tokens − cached_tokens` when it was never preempted).
+    #[serde(default)]
+    pub computed_prefill_tokens: usize,
+    /// Times this request was preempted (and recomputed).
+    #[serde(default)]
+    pub num_preemptions: usize,
 }
 
 /// What one step produced for one request, in order: its sampled token, then possibly its end.

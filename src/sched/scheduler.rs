@@ -224,7 +224,10 @@ impl Scheduler {
             }
             seq.num_computed_tokens += s.tokens.len();
             match seq.phase {
-                Phase::Prefill => self.computed_prefill_tokens += s.tokens.len() as u64,
+                Phase::Prefill => {
+                    self.computed_prefill_tokens += s.tokens.len() as u64;
+                    seq.num_computed_prefill_tokens += s.tokens.len();
+                }
                 Phase::Decode => self.computed_decode_tokens += s.tokens.len() as u64,
             }
             self.kv.cache_full_blocks(s.id, seq.computed_tokens()).expect("running is live");
@@ -347,6 +350,7 @@ impl Scheduler {
         self.kv.release_sequence(id, seq.computed_tokens()).expect("running is live");
         seq.num_computed_tokens = 0;
         seq.phase = Phase::Prefill;
+        seq.num_preemptions += 1;
         self.running.retain(|&r| r != id);
         self.waiting.push_front(id);
         self.num_preemptions += 1;

@@ -29,6 +29,9 @@ pub(super) struct Sequence {
     /// Prefix-cache hit at the first admission; `None` before it.
     pub first_num_cached_tokens: Option<usize>,
     pub phase: Phase,
+    /// Tokens computed in prefill chunks so far, recomputation included.
+    pub num_computed_prefill_tokens: usize,
+    pub num_preemptions: usize,
 }
 
 impl Sequence {
@@ -43,6 +46,8 @@ impl Sequence {
             num_computed_tokens: 0,
             first_num_cached_tokens: None,
             phase: Phase::Prefill,
+            num_computed_prefill_tokens: 0,
+            num_preemptions: 0,
         }
     }
 
@@ -77,6 +82,8 @@ impl Sequence {
             prompt_tokens: self.num_prompt_tokens,
             cached_tokens: self.first_num_cached_tokens.unwrap_or(0),
             completion_tokens: self.num_generated(),
+            computed_prefill_tokens: self.num_computed_prefill_tokens,
+            num_preemptions: self.num_preemptions,
         }
     }
 }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::sim::{splitmix, Sim, SimConfig};
 use super::{ConfigField, FinishReason, Request, RequestId, SchedError, Scheduler};
-use super::{SchedulerConfig, TokenEvent};
+use super::{SchedulerConfig, TokenEvent, Usage};
 use crate::kv::{KvLayout, KvManager};
 
 const VOCAB: u32 = 32_000;
@@ -105,7 +105,19 @@ fn a_tiny_pool_preempts_and_reproduces_the_outputs_of_a_huge_one() {
         let tiny = run(config(4, 16, prefix_cache), &crowd());
         let stats = tiny.sched.stats();
         assert!(stats.num_preemptions > 0, "16 blocks of 4 tokens must preempt");
-        assert_eq!(tiny.outcomes, huge.outcomes);
+        let tokens_and_reasons = |sim: &Sim| -> std::collections::BTreeMap<_, _> {
+            let finished = |o: &super::sim::Outcome| o.finished.map(|(r, u)| (r, u.prompt_tokens));
+            sim.outcomes.iter().map(|(id, o)| (*id, (o.tokens.clone(), finished(o)))).collect()
+        };
+        assert_eq!(tokens_and_reasons(&tiny), tokens_and_reasons(&huge));
+        for sim in [&tiny, &huge] {
+            // Per-request counters add up to the scheduler's.
+            let usages: Vec<Usage> = sim.outcomes.values().map(|o| o.finished.unwrap().1).collect();
+            let prefill: usize = usages.iter().map(|u| u.computed_prefill_tokens).sum();
+            let preempted: usize = usages.iter().map(|u| u.num_preemptions).sum();
+            assert_eq!(prefill as u64, sim.sched.stats().computed_prefill_tokens);
+            assert_eq!(preempted as u64, sim.sched.stats().num_preemptions);
+        }
         assert_eq!(stats.num_finished.length, 8);
         assert!(stats.computed_prefill_tokens > huge.sched.stats().computed_prefill_tokens);
         if prefix_cache {

@@ -26,11 +26,18 @@ pub fn gpu() -> Option<&'static TestGpu> {
             Some(TestGpu { gpu: std::sync::Arc::new(gpu), kernels })
         }
         Err(e) => {
+            assert!(!no_skip(), "no GPU ({e}) and KVRUN_NO_SKIP is set");
             eprintln!("SKIPPING GPU test: {e}");
             None
         }
     })
     .as_ref()
+}
+
+/// `KVRUN_NO_SKIP=1` (set by `.ci/run`) turns "no GPU" and "no real model" from a skip into a
+/// failure, so CI cannot pass by testing nothing.
+pub fn no_skip() -> bool {
+    std::env::var_os("KVRUN_NO_SKIP").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 pub fn rng(seed: u64) -> StdRng {
@@ -110,7 +117,8 @@ pub fn assert_within(what: &str, got: &[f32], want: &[f32], bound: &[f32]) {
     let mut worst = (0usize, 0.0f32);
     for i in 0..got.len() {
         let err = (got[i] - want[i]).abs();
-        if !(err <= bound[i]) {
+        // NaN fails too: `err <= bound` is false for it
+        if err.is_nan() || err > bound[i] {
             panic!(
                 "{what}: first bad index {i}: got {} want {} (|err| {err} > bound {})",
                 got[i], want[i], bound[i]
@@ -147,6 +155,11 @@ pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
+        assert!(
+            !no_skip(),
+            "{test}: real model {} not found and KVRUN_NO_SKIP is set (run scripts/fetch-models.sh)",
+            path.display()
+        );
         println!(
             "skipping {test}: real model {} not found (set KVRUN_TEST_MODEL or run scripts/fetch-models.sh)",
             path.display()

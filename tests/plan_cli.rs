@@ -1,0 +1,267 @@
+//! `kvrun plan` through the built binary: the KV arithmetic of DESIGN.md on the HF configs in
+//! `assets/configs/`, the stable `--json` keys, the real GGUF (when fetched) and bad input.
+//! Needs no GPU.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn config(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/configs").join(name).join("config.json")
+}
+
+fn kvrun(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args(args)
+        .env_remove("KVRUN_MODEL")
+        .output()
+        .expect("run the kvrun binary")
+}
+
+/// `kvrun plan -m MODEL --json EXTRA…`, parsed; panics with stderr when it fails.
+fn plan_json(model: &std::path::Path, extra: &[&str]) -> Value {
+    let model = model.to_str().unwrap();
+    let mut args = vec!["plan", "-m", model, "--json"];
+    args.extend_from_slice(extra);
+    let out = kvrun(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvrun {args:?} failed: {stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("kvrun {args:?}: stdout is not one JSON object ({e})"))
+}
+
+/// `kvrun plan …` expected to fail: returns stderr after checking the exit code and no panic.
+fn plan_fails(args: &[&str]) -> String {
+    let mut all = vec!["plan"];
+    all.extend_from_slice(args);
+    let out = kvrun(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "kvrun {all:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "kvrun {all:?} panicked: {stderr}");
+    assert!(stderr.starts_with("error: "), "kvrun {all:?}: {stderr}");
+    stderr
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} is not an integer in {v}"))
+}
+
+/// The keys DESIGN.md ("Machine-readable output") promises for `plan --json`.
+const STABLE_KEYS: [&str; 8] = [
+    "kv_bytes_per_token",
+    "kv_bytes_per_block",
+    "kv_bytes_per_sequence",
+    "kv_tokens_fit",
+    "sequences_fit",
+    "weight_bytes",
+    "block_size",
+    "kv_cache_dtype",
+];
+
+#[test]
+fn every_config_has_the_stable_json_keys() {
+    for name in ["llama-2-7b", "llama-3-8b", "mistral-7b-v0.1", "smollm2-135m"] {
+        let p = plan_json(&config(name), &[]);
+        for key in STABLE_KEYS {
+            assert!(p.get(key).is_some(), "{name}: missing {key} in {p}");
+        }
+        assert_eq!(p["kv_cache_dtype"], "f16", "{name}");
+        assert_eq!(u(&p, "block_size"), 16, "{name}");
+        assert_eq!(u(&p, "kv_bytes_per_block"), 16 * u(&p, "kv_bytes_per_token"), "{name}");
+    }
+}
+
+/// DESIGN.md: 32 layers × 32 KV heads × 128 × 2 (K, V) × 2 bytes = 512 KiB a token; 4096 tokens
+/// = 2 GiB; 8 such sequences = 16 GiB.
+#[test]
+fn llama_2_7b_figures() {
+    let c = config("llama-2-7b");
+    let one = plan_json(&c, &[]);
+    assert_eq!(u(&one, "kv_bytes_per_token"), 524_288);
+    assert_eq!(u(&one, "kv_bytes_per_token"), 512 * KIB);
+    assert_eq!(u(&one, "kv_bytes_per_block"), 8 * MIB);
+    // -c defaults to the model's 4096 positions.
+    assert_eq!(u(&one, "max_model_len"), 4096);
+    assert_eq!(u(&one, "kv_bytes_per_sequence"), 2 * GIB);
+    // 6,738,415,616 parameters in float16.
+    assert_eq!(u(&one, "weight_bytes"), 6_738_415_616 * 2);
+
+    let eight = plan_json(&c, &["-c", "4096", "--max-num-seqs", "8"]);
+    assert_eq!(u(&eight, "kv_bytes_per_sequence"), 2 * GIB);
+    assert_eq!(u(&eight, "kv_bytes_needed"), 16 * GIB);
+    assert_eq!(u(&eight, "kv_cache_memory"), 16 * GIB);
+    assert_eq!(u(&eight, "kv_tokens_fit"), 8 * 4096);
+    assert_eq!(u(&eight, "sequences_fit"), 8);
+
+    // 6 GiB hold 768 blocks of 8 MiB = 12,288 tokens = 3 whole 4096-token sequences.
+    let budget = plan_json(&c, &["--max-num-seqs", "8", "--kv-cache-memory", "6GiB"]);
+    assert_eq!(u(&budget, "kv_tokens_fit"), 12_288);
+    assert_eq!(u(&budget, "sequences_fit"), 3);
+    // -c 1000 rounds up to 63 blocks (1008 tokens) a sequence: 768 / 63 = 12 sequences.
+    let short = plan_json(&c, &["-c", "1000", "--kv-cache-memory", "6GiB"]);
+    assert_eq!(u(&short, "kv_bytes_per_sequence"), 63 * 8 * MIB);
+    assert_eq!(u(&short, "sequences_fit"), 12);
+    // Twice the block size: twice the bytes a block, same bytes a token.
+    let big_blocks = plan_json(&c, &["--block-size", "32"]);
+    assert_eq!(u(&big_blocks, "kv_bytes_per_block"), 16 * MIB);
+    assert_eq!(u(&big_blocks, "kv_bytes_per_token"), 512 * KIB);
+}
+
+#[test]
+fn llama_2_7b_text_warns_when_the_budget_is_short() {
+    let c = config("llama-2-7b");
+    let out = kvrun(&[
+        "plan",
+        "-m",
+        c.to_str().unwrap(),
+        "--max-num-seqs",
+        "8",
+        "--kv-cache-memory",
+        "6GiB",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("512 KiB"), "{text}");
+    assert!(text.contains("12288 tokens in 768 blocks = 3 full sequences"), "{text}");
+    assert!(text.contains("only 3 of 8 full-length sequences fit"), "{text}");
+    assert!(text.contains("raise --kv-cache-memory to 16 GiB"), "{text}");
+}
+
+/// GQA with 8 KV heads: 32 × 8 × 128 × 2 × 2 = 128 KiB a token.
+#[test]
+fn llama_3_8b_figures() {
+    let c = config("llama-3-8b");
+    let p = plan_json(&c, &[]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 131_072);
+    assert_eq!(u(&p, "max_model_len"), 8192);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), GIB);
+    // 8,030,261,248 parameters in bfloat16 (untied 128,256-row embedding and head).
+    assert_eq!(u(&p, "weight_bytes"), 8_030_261_248 * 2);
+    let budget = plan_json(&c, &["--kv-cache-memory", "24GiB", "--max-num-seqs", "32"]);
+    assert_eq!(u(&budget, "kv_tokens_fit"), 24 * GIB / (128 * KIB));
+    assert_eq!(u(&budget, "sequences_fit"), 24);
+    assert_eq!(u(&budget, "kv_bytes_needed"), 32 * GIB);
+}
+
+/// Same KV shape as Llama-3-8B; its 4096-token sliding window caps the KV a sequence holds at
+/// 4096 + one block (DESIGN.md) once the context is longer than the window.
+#[test]
+fn mistral_7b_v0_1_figures() {
+    let c = config("mistral-7b-v0.1");
+    let within = plan_json(&c, &["-c", "4096", "--max-num-seqs", "8"]);
+    assert_eq!(u(&within, "kv_bytes_per_token"), 131_072);
+    assert_eq!(u(&within, "kv_bytes_per_sequence"), 512 * MIB);
+    assert_eq!(u(&within, "kv_bytes_needed"), 4 * GIB);
+    assert_eq!(u(&within, "sliding_window"), 4096);
+    // 7,241,732,096 parameters in bfloat16.
+    assert_eq!(u(&within, "weight_bytes"), 7_241_732_096 * 2);
+
+    let long = plan_json(&c, &["-c", "32768", "--kv-cache-memory", "6GiB"]);
+    assert_eq!(u(&long, "max_model_len"), 32_768);
+    assert_eq!(u(&long, "kv_bytes_per_sequence"), 257 * 2 * MIB);
+    assert_eq!(u(&long, "kv_tokens_fit"), 6 * GIB / (128 * KIB));
+    assert_eq!(u(&long, "sequences_fit"), 3072 / 257);
+
+    let out = kvrun(&["plan", "-m", c.to_str().unwrap(), "-c", "32768"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sliding_window 4096"), "{text}");
+    assert!(text.contains("at most 4112 tokens"), "{text}");
+}
+
+/// DESIGN.md: 30 layers × 3 KV heads × 64 × 2 × 2 = 23,040 bytes = 22.5 KiB a token.
+#[test]
+fn smollm2_135m_figures() {
+    let c = config("smollm2-135m");
+    let p = plan_json(&c, &[]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 23_040);
+    assert_eq!(u(&p, "kv_bytes_per_block"), 368_640);
+    assert_eq!(u(&p, "max_model_len"), 8192);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), 180 * MIB);
+    // 134,515,008 parameters in bfloat16 (tied embeddings: one 49,152-row matrix).
+    assert_eq!(u(&p, "weight_bytes"), 134_515_008 * 2);
+    // 1 GiB: floor(2^30 / 368,640) = 2912 blocks = 46,592 tokens = 5 sequences of 8192.
+    let budget = plan_json(&c, &["--kv-cache-memory", "1GiB"]);
+    assert_eq!(u(&budget, "kv_tokens_fit"), 46_592);
+    assert_eq!(u(&budget, "sequences_fit"), 5);
+    // -c 100 needs 7 blocks (112 tokens) a sequence; 4 sequences need 28 blocks.
+    let short = plan_json(&c, &["-c", "100", "--max-num-seqs", "4"]);
+    assert_eq!(u(&short, "kv_bytes_per_sequence"), 7 * 368_640);
+    assert_eq!(u(&short, "kv_tokens_fit"), 448);
+    assert_eq!(u(&short, "sequences_fit"), 4);
+}
+
+/// On the GGUF itself `weight_bytes` is the file's tensor bytes, not an estimate.
+#[test]
+fn real_gguf_weight_bytes_are_the_tensor_bytes() {
+    let Some(path) = common::real_model("real_gguf_weight_bytes_are_the_tensor_bytes") else {
+        return;
+    };
+    let file = kvrun::loader::ModelFile::open(&path).unwrap();
+    let tensor_bytes: u64 =
+        file.tensor_names().iter().map(|name| file.tensor(name).unwrap().data.len() as u64).sum();
+    assert_eq!(tensor_bytes, 96_576_768); // 272 tensors, as gguf-py counts them
+    let p = plan_json(&path, &[]);
+    assert_eq!(u(&p, "weight_bytes"), tensor_bytes);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 23_040);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), 180 * MIB);
+}
+
+#[test]
+fn bad_model_paths_are_named() {
+    let err = plan_fails(&["-m", "/nonexistent/config.json"]);
+    assert!(err.contains("/nonexistent/config.json") && err.contains("no such file"), "{err}");
+    let err = plan_fails(&["-m", "/nonexistent/model.gguf"]);
+    assert!(err.contains("/nonexistent/model.gguf"), "{err}");
+}
+
+#[test]
+fn files_that_are_not_models_are_refused() {
+    let dir = std::env::temp_dir().join(format!("kvrun-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_json = dir.join("config.json");
+    std::fs::write(&not_json, "this is not JSON\n").unwrap();
+    let err = plan_fails(&["-m", not_json.to_str().unwrap()]);
+    assert!(err.contains("config.json is not"), "{err}");
+
+    let not_gguf = dir.join("notes.txt");
+    std::fs::write(&not_gguf, "hello, world\n").unwrap();
+    let err = plan_fails(&["-m", not_gguf.to_str().unwrap()]);
+    assert!(err.contains("not a GGUF file"), "{err}");
+
+    let gpt2 = dir.join("gpt2.json");
+    std::fs::write(
+        &gpt2,
+        r#"{"architectures": ["GPT2LMHeadModel"], "hidden_size": 768, "intermediate_size": 3072,
+            "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50257}"#,
+    )
+    .unwrap();
+    let err = plan_fails(&["-m", gpt2.to_str().unwrap()]);
+    assert!(err.contains("'GPT2LMHeadModel' is not supported"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_targets_name_the_flag() {
+    let c = config("llama-2-7b");
+    let c = c.to_str().unwrap();
+    let err = plan_fails(&["-m", c, "--kv-cache-memory", "1KiB"]);
+    assert!(err.contains("--kv-cache-memory") && err.contains("holds no block"), "{err}");
+    let err = plan_fails(&["-m", c, "--kv-cache-memory", "lots"]);
+    assert!(err.contains("invalid byte size \"lots\""), "{err}");
+    let err = plan_fails(&["-m", c, "-c", "0"]);
+    assert!(err.contains("-c/--max-model-len"), "{err}");
+    let err = plan_fails(&["-m", c, "--max-num-seqs", "0"]);
+    assert!(err.contains("--max-num-seqs"), "{err}");
+}

@@ -1,0 +1,267 @@
+//! End to end on the real SmolLM2-135M-Instruct Q4_1 GGUF (skipped without it or without a GPU):
+//! greedy determinism, agreement with llama.cpp's greedy tokens and perplexity
+//! (`assets/reference/llama-cpp-smollm2.json`), and the CLI's answers to bad input.
+//!
+//! One engine is shared by the tests of this file (loading it takes seconds on lavapipe); it is
+//! sized for perplexity at -c 512, which every other test here fits in.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use kvrun::engine::{Engine, EngineConfig, GenerateRequest, PerplexityOptions};
+use serde_json::Value;
+
+/// The context the shared engine is loaded with: llama.cpp's `-c 512` perplexity setting.
+const CTX: usize = 512;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The shared engine, or `None` (with a printed reason) without the model or a GPU.
+fn engine(test: &str) -> Option<MutexGuard<'static, Engine>> {
+    static ENGINE: OnceLock<Option<Mutex<Engine>>> = OnceLock::new();
+    let model = common::real_model(test)?;
+    let engine = ENGINE.get_or_init(|| {
+        let mut cfg = EngineConfig::new(model);
+        cfg.max_model_len = Some(CTX);
+        cfg.max_num_batched_tokens = CTX;
+        cfg.max_logit_rows = Some(CTX);
+        match Engine::load(&cfg) {
+            Ok(engine) => {
+                eprintln!("real model on {}", engine.gpu().info.name);
+                Some(Mutex::new(engine))
+            }
+            // Only a missing GPU is a reason to skip; anything else is a failure.
+            Err(kvrun::engine::EngineError::Gpu(e)) => {
+                assert!(!common::no_skip(), "no GPU ({e}) and KVRUN_NO_SKIP is set");
+                eprintln!("SKIPPING real-model GPU tests: {e}");
+                None
+            }
+            Err(e) => panic!("loading the real model failed: {e}"),
+        }
+    });
+    let engine = engine.as_ref()?;
+    // A failed test poisons the lock; the engine itself is still usable.
+    Some(engine.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+}
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(repo("assets/reference/llama-cpp-smollm2.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Greedy tokens for a raw prompt (no chat template), EOS ignored so the count is exact.
+fn greedy(engine: &mut Engine, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, String) {
+    let mut req = GenerateRequest::new(prompt.to_vec(), max_tokens);
+    assert_eq!(req.params.temperature, 0.0, "GenerateRequest::new is greedy");
+    req.ignore_eos = true;
+    let out = engine.generate(&req, |_| {}).unwrap();
+    (out.tokens, out.text)
+}
+
+#[test]
+fn greedy_decoding_is_deterministic() {
+    let Some(mut engine) = engine("greedy_decoding_is_deterministic") else {
+        return;
+    };
+    let prompt = engine.tokenizer().encode("The capital of France is", true).unwrap();
+    let (first, text) = greedy(&mut engine, &prompt, 8);
+    let (second, _) = greedy(&mut engine, &prompt, 8);
+    assert_eq!(first.len(), 8);
+    assert_eq!(first, second, "two greedy runs of the same prompt differ");
+    assert!(text.contains("Paris"), "{text:?}");
+}
+
+/// Below this top-1 − top-2 logit margin (in llama.cpp's own run) a step is a near-tie.
+///
+/// kvrun and llama.cpp's CPU build round differently (llama.cpp quantizes the activations to
+/// 8 bits for its Q4_1 dot products and uses flash attention; kvrun keeps f32 activations and
+/// accumulates in another order), which moves logits by a few hundredths. The issue notes that
+/// llama.cpp's own CPU and Vulkan builds part ways after 5–13 tokens on this 4-bit model. At a
+/// near-tie either of the top two is a correct greedy choice, and after a different choice the
+/// continuations are different texts, so they are not compared further.
+const NEAR_TIE: f64 = 0.05;
+
+/// Tokens compared per prompt (the issue's acceptance criterion: the first 5 greedy tokens).
+const COMPARED: usize = 5;
+
+#[test]
+fn greedy_tokens_match_llama_cpp() {
+    let Some(mut engine) = engine("greedy_tokens_match_llama_cpp") else {
+        return;
+    };
+    let reference = reference();
+    for case in reference["greedy"]["prompts"].as_array().unwrap() {
+        let prompt_text = case["prompt"].as_str().unwrap();
+        // Raw prompt, no BOS: SmolLM2's GGUF says add_bos_token = false, as llama.cpp honours.
+        let prompt = engine.tokenizer().encode(prompt_text, true).unwrap();
+        assert_eq!(prompt, ids(&case["prompt_ids"]), "{prompt_text:?}: prompt ids");
+        let (got, text) = greedy(&mut engine, &prompt, COMPARED);
+        let steps = case["steps"].as_array().unwrap();
+        let mut compared = 0;
+        for (step, (&token, want)) in got.iter().zip(steps).enumerate() {
+            let top1 = want["top1"].as_u64().unwrap() as u32;
+            let top2 = want["top2"].as_u64().unwrap() as u32;
+            let margin = want["margin"].as_f64().unwrap();
+            compared = step + 1;
+            if margin < NEAR_TIE {
+                assert!(
+                    token == top1 || token == top2,
+                    "{prompt_text:?} step {step} (near-tie, margin {margin}): kvrun {token}, \
+                     llama.cpp's top two {top1}, {top2}; kvrun {got:?}"
+                );
+                if token != top1 {
+                    break; // a different, equally valid continuation from here
+                }
+            } else {
+                assert_eq!(
+                    token,
+                    top1,
+                    "{prompt_text:?} step {step} (margin {margin}): kvrun {got:?} ({text:?}), \
+                     llama.cpp {:?}",
+                    &ids(&case["generated_ids"])[..COMPARED]
+                );
+            }
+        }
+        eprintln!("{prompt_text:?}: {compared} of {COMPARED} tokens compared, {text:?}");
+    }
+}
+
+/// llama-perplexity -c 512 --chunks 4 on the same text and model (f16 KV, flash attention).
+const LLAMA_CPP_PPL_4_CHUNKS: f64 = 20.1899;
+
+#[test]
+fn perplexity_matches_llama_cpp() {
+    let Some(mut engine) = engine("perplexity_matches_llama_cpp") else {
+        return;
+    };
+    let reference = reference();
+    let run = &reference["perplexity"]["runs"]["chunks4"];
+    assert_eq!(run["ppl"].as_f64().unwrap(), LLAMA_CPP_PPL_4_CHUNKS);
+    let text = std::fs::read_to_string(repo("assets/text/alice-ch1-9.txt")).unwrap();
+    let opts = PerplexityOptions { ctx: CTX, max_chunks: Some(4) };
+    let report = engine.perplexity(&text, &opts, |_, _| {}).unwrap();
+    eprintln!(
+        "kvrun PPL {:.4} (running {:?}) vs llama.cpp {LLAMA_CPP_PPL_4_CHUNKS} ({}), {:.1} s",
+        report.ppl, report.running_ppl, run["running_ppl"], report.seconds
+    );
+    assert_eq!((report.chunks, report.ctx), (4, CTX));
+    assert_eq!(report.tokens_scored, 4 * 255); // positions 256..510 of each chunk
+    assert_eq!(report.kv_cache_dtype, "f16");
+
+    // Sanity: a model that reads English scores this text near 20; a broken one (wrong RoPE
+    // pairs, a transposed weight, garbage KV) scores hundreds or more.
+    assert!(
+        report.ppl.is_finite() && report.ppl < 30.0,
+        "PPL {} is not a working model",
+        report.ppl
+    );
+
+    // The issue's acceptance criterion: within 1 % of llama.cpp. Both read the same quantized
+    // weights, so the difference is rounding only (observed ≈ 0.05 %); llama.cpp's own
+    // flash-attention on/off runs differ by 0.05 % and q8_0 KV moves it by 0.3 %, while a real
+    // bug (e.g. one wrong layer) moves it by far more than 1 %.
+    let rel = (report.ppl - LLAMA_CPP_PPL_4_CHUNKS).abs() / LLAMA_CPP_PPL_4_CHUNKS;
+    assert!(
+        rel < 0.01,
+        "PPL {} vs llama.cpp {LLAMA_CPP_PPL_4_CHUNKS}: {:.3} % off",
+        report.ppl,
+        rel * 100.0
+    );
+    // After each chunk too, with a looser 2 %: the first values rest on only 255 tokens, so
+    // rounding differences average out less (observed up to 0.7 % after chunk 1).
+    for (i, (got, want)) in report.running_ppl.iter().zip(ids_f64(&run["running_ppl"])).enumerate()
+    {
+        let rel = (got - want).abs() / want;
+        assert!(rel < 0.02, "running PPL after chunk {}: {got} vs llama.cpp {want}", i + 1);
+    }
+}
+
+fn ids_f64(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+// ---- the CLI's answers to bad input ------------------------------------------------------------
+
+fn kvrun(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args(args)
+        .env_remove("KVRUN_MODEL")
+        .output()
+        .expect("run the kvrun binary")
+}
+
+/// Runs `kvrun ARGS`, expects a clean failure, returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = kvrun(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "kvrun {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "kvrun {args:?} panicked: {stderr}");
+    assert!(stderr.contains("error: "), "kvrun {args:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn prompt_longer_than_the_context_names_c() {
+    let Some(model) = common::real_model("prompt_longer_than_the_context_names_c") else {
+        return;
+    };
+    if common::gpu().is_none() {
+        return;
+    }
+    let prompt = "the cat sat on the mat and ".repeat(8);
+    let err =
+        fails(&["generate", "-m", model.to_str().unwrap(), "--raw", "-c", "16", "-p", &prompt]);
+    assert!(err.contains("-c/--max-model-len") && err.contains("context is 16 tokens"), "{err}");
+}
+
+#[test]
+fn kv_budget_below_one_block_is_refused() {
+    let Some(model) = common::real_model("kv_budget_below_one_block_is_refused") else {
+        return;
+    };
+    let model = model.to_str().unwrap();
+    let err = fails(&["generate", "-m", model, "--kv-cache-memory", "1KiB", "-p", "Hi"]);
+    assert!(err.contains("--kv-cache-memory") && err.contains("holds no block"), "{err}");
+}
+
+#[test]
+fn missing_model_file_is_named() {
+    let err = fails(&["generate", "-m", "/nonexistent.gguf", "-p", "Hi"]);
+    assert!(err.contains("/nonexistent.gguf") && err.contains("check the path"), "{err}");
+}
+
+/// Cut copies of the GGUF: inside the header, inside the metadata, at 1 MB (inside the
+/// tokenizer's merges array) and at 50 MB (inside the tensor data).
+#[test]
+fn truncated_gguf_says_so() {
+    let Some(model) = common::real_model("truncated_gguf_says_so") else {
+        return;
+    };
+    let bytes = std::fs::read(&model).unwrap();
+    let path = std::env::temp_dir().join(format!("kvrun-truncated-{}.gguf", std::process::id()));
+    for cut in [6, 1000, 1 << 20, 50_000_000] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let err = fails(&["generate", "-m", path.to_str().unwrap(), "-p", "Hi"]);
+        // At 1 MB the merges array claims more entries than bytes remain, which the loader
+        // reports as "corrupt or incomplete" rather than "truncated".
+        assert!(err.contains("truncated") || err.contains("incomplete"), "cut at {cut}: {err}");
+        assert!(err.contains("re-download"), "cut at {cut}: {err}");
+        if cut == 50_000_000 {
+            assert!(err.contains("file is truncated: tensor 'blk."), "cut at {cut}: {err}");
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+}
