@@ -4,6 +4,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `decode.rs` | `bench decode`: prefill/decode speed by context length, attention GPU time |
+//! | `kvquant.rs` | `bench kv-quant`: per KV format × scales × rotation: bytes, tokens that fit, PPL, KLD, top-1, attention time |
 //! | `workload.rs` | seeded text cut to exact token counts; the multi-turn chat workload and its prefill arithmetic |
 //! | `multiturn.rs` | `bench multiturn`: users × turns on one engine per KV budget; per-turn reports |
 //! | `multiturn_report.rs` | acceptance figures, Markdown tables and plot panels of a multi-turn report |
@@ -13,6 +14,7 @@
 
 pub mod concurrency;
 pub mod decode;
+pub mod kvquant;
 pub mod multiturn;
 pub mod multiturn_report;
 pub mod plot;

@@ -82,7 +82,11 @@ fn draw_panel<DB: DrawingBackend>(
                 String::new()
             }
         })
-        .y_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| match v.abs() {
+            a if a >= 100.0 || a == 0.0 => format!("{v:.0}"),
+            a if a >= 1.0 => format!("{v:.1}"),
+            _ => format!("{v:.2}"),
+        })
         .draw()
         .map_err(err)?;
     for (idx, series) in panel.series.iter().enumerate() {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::engine::{default_model_path, EngineConfig};
 use crate::gpu::GpuOptions;
 use crate::kv::parse_bytes;
+use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
 
 /// The model to load.
 #[derive(clap::Args, Debug, Clone)]
@@ -51,6 +52,28 @@ pub struct KvArgs {
     /// Do not reuse KV blocks of earlier requests that share a prefix (for comparison).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    #[command(flatten)]
+    pub format: KvFormatArgs,
+}
+
+/// How K and V are stored.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KvFormatArgs {
+    /// KV storage format: f16, fp8-e4m3, fp8-e5m2, int8, int4.
+    #[arg(long, default_value = "f16")]
+    pub kv_cache_dtype: KvFormat,
+    /// K scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
+    /// Default for quantized formats: per-channel (within each head).
+    #[arg(long)]
+    pub kv_k_scale: Option<ScaleGranularity>,
+    /// V scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
+    /// Default for quantized formats: per-token.
+    #[arg(long)]
+    pub kv_v_scale: Option<ScaleGranularity>,
+    /// Rotate K, Q and V by an orthonormal Hadamard transform per head before storing KV
+    /// (spreads outlier channels before quantization; scores are unchanged).
+    #[arg(long)]
+    pub kv_rotate: bool,
 }
 
 fn parse_budget(s: &str) -> Result<u64, String> {
@@ -64,8 +87,8 @@ impl KvArgs {
         model: PathBuf,
         gpu: GpuOptions,
         max_num_seqs: usize,
-    ) -> EngineConfig {
-        EngineConfig {
+    ) -> anyhow::Result<EngineConfig> {
+        Ok(EngineConfig {
             model,
             gpu,
             block_size: self.block_size,
@@ -74,9 +97,21 @@ impl KvArgs {
             max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_logit_rows: None,
-            kv_cache: Default::default(),
+            kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
-        }
+        })
+    }
+
+    /// The KV format flags as one checked spec (bad combinations are refused here).
+    pub fn kv_cache_spec(&self) -> anyhow::Result<KvCacheSpec> {
+        self.format.spec()
+    }
+}
+
+impl KvFormatArgs {
+    /// The flags as one checked spec (bad combinations are refused here).
+    pub fn spec(&self) -> anyhow::Result<KvCacheSpec> {
+        Ok(KvCacheSpec::new(self.kv_cache_dtype, self.kv_k_scale, self.kv_v_scale, self.kv_rotate)?)
     }
 }
 

@@ -6,6 +6,7 @@ use super::args::{KvArgs, ModelArgs};
 use super::GlobalArgs;
 use crate::bench::concurrency::ConcurrencyBench;
 use crate::bench::decode::DecodeBench;
+use crate::bench::kvquant::{KvQuantBench, KvSetting};
 use crate::bench::multiturn::{self, Budget, BudgetSizes, MultiturnReport, RunSetting};
 use crate::bench::multiturn_report::Acceptance;
 use crate::bench::workload::{Framing, MultiturnSpec, MultiturnWorkload};
@@ -28,6 +29,51 @@ pub enum Workload {
     Multiturn(MultiturnArgs),
     /// 1, 2, 4, 8 … concurrent requests: KV peak, TTFT, TPOT, throughput, latency.
     Concurrency(ConcurrencyArgs),
+    /// Per KV format × scales × rotation: bytes per token, tokens that fit, perplexity, KLD and
+    /// top-1 agreement vs f16 KV, attention GPU time per token at short and long context.
+    KvQuant(KvQuantArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct KvQuantArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Settings to compare, comma list of FORMAT[:K_SCALE[:V_SCALE]][+rot]
+    /// (e.g. int4:per-channel:per-token+rot). Default: every format with its default scales,
+    /// per-token K and per-tensor FP8 ablations, rotation at 8 and 4 bits.
+    #[arg(long, value_delimiter = ',', default_value = crate::bench::kvquant::DEFAULT_SETTINGS)]
+    pub settings: Vec<KvSetting>,
+    /// English text for perplexity and KLD. Default: assets/text/alice-ch1-9.txt.
+    #[arg(short, long)]
+    pub file: Option<PathBuf>,
+    /// Perplexity chunk length.
+    #[arg(short = 'c', long = "ctx", default_value_t = 512)]
+    pub ctx: usize,
+    /// Perplexity chunks scored per setting.
+    #[arg(long, default_value_t = 4)]
+    pub chunks: usize,
+    /// Context lengths at which decode attention is timed (comma list).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![128, 1024])]
+    pub context_lengths: Vec<usize>,
+    /// Decode steps timed per context length.
+    #[arg(long, default_value_t = 8)]
+    pub timed_steps: usize,
+    /// The budget "tokens in budget" is computed for.
+    #[arg(long, default_value = "1GiB", value_parser = parse_budget_arg)]
+    pub budget: u64,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Write the JSON report to FILE (`-`: print it instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the SVG plot (ΔPPL vs bytes per token) here (default: next to the JSON file).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+fn parse_budget_arg(s: &str) -> Result<u64, String> {
+    crate::kv::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,7 +104,64 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         Workload::Decode(a) => decode(a, global),
         Workload::Multiturn(a) => multiturn(a, global),
         Workload::Concurrency(a) => concurrency(a, global),
+        Workload::KvQuant(a) => kv_quant(a, global),
     }
+}
+
+fn kv_quant(a: &KvQuantArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let path = a.model.path()?;
+    let file = a.file.clone().unwrap_or_else(|| {
+        let rel = Path::new("assets/text/alice-ch1-9.txt");
+        if rel.exists() {
+            rel.to_path_buf()
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+        }
+    });
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        anyhow::anyhow!("cannot read {}: {e} (give a text with -f)", file.display())
+    })?;
+    let mut base = EngineConfig::new(path.clone());
+    base.gpu = global.gpu_options();
+    base.block_size = a.block_size;
+    base.max_num_batched_tokens = base.max_num_batched_tokens.min(a.ctx);
+    let bench = KvQuantBench {
+        settings: a.settings.clone(),
+        ctx: a.ctx,
+        chunks: Some(a.chunks),
+        context_lengths: a.context_lengths.clone(),
+        timed_steps: a.timed_steps,
+        budget_bytes: a.budget,
+    };
+    let bar = indicatif::ProgressBar::new(a.settings.len() as u64 * 3).with_style(
+        indicatif::ProgressStyle::with_template("kv-quant [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let text_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let report = bench.run(&base, &text, &text_name, &model_name(&path), |s, step| {
+        bar.set_message(format!("{s}: {step}"));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let json = serde_json::to_string_pretty(&report)?;
+    let to_stdout = a.json.as_deref() == Some(Path::new("-"));
+    if to_stdout {
+        println!("{json}");
+    } else {
+        print!("{}", report.markdown());
+    }
+    let json_file = a.json.as_ref().filter(|_| !to_stdout);
+    if let Some(f) = json_file {
+        std::fs::write(f, &json)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", f.display()))?;
+        eprintln!("wrote {}", f.display());
+    }
+    if let Some(plot) = a.plot.clone().or_else(|| json_file.map(|f| f.with_extension("svg"))) {
+        crate::bench::plot::write_svg(&plot, &report.plot())?;
+        eprintln!("wrote {}", plot.display());
+    }
+    Ok(())
 }
 
 fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
@@ -70,7 +173,7 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     kv.no_prefix_cache = true;
     kv.max_model_len =
         Some(kv.max_model_len.unwrap_or(longest + a.decode_tokens.max(a.timed_steps) + 2));
-    let cfg = kv.engine_config(path.clone(), global.gpu_options(), 1);
+    let cfg = kv.engine_config(path.clone(), global.gpu_options(), 1)?;
     let mut engine = Engine::load(&cfg)?;
     let bench = DecodeBench {
         context_lengths: a.context_lengths.clone(),
@@ -367,7 +470,7 @@ fn concurrency(a: &ConcurrencyArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     bench.validate().map_err(anyhow::Error::msg)?;
     let max_level = a.levels.iter().copied().max().unwrap_or(1);
     let cfg =
-        bench.engine_config(&a.kv.engine_config(path.clone(), global.gpu_options(), max_level));
+        bench.engine_config(&a.kv.engine_config(path.clone(), global.gpu_options(), max_level)?);
     let mut engine = Engine::load(&cfg)?;
     let total = (a.levels.iter().sum::<usize>() * a.output_tokens) as u64;
     let bar = progress_bar(total, "concurrency".into());

@@ -50,7 +50,7 @@ impl Conversation {
 }
 
 pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
-    let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1);
+    let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     let mut engine = Engine::load(&cfg)?;
     if engine.chat_template().is_none() {
         anyhow::bail!("the model has no chat template; use kvrun generate --raw instead");

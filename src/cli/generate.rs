@@ -54,7 +54,7 @@ pub fn prompt_text(
 }
 
 pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
-    let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1);
+    let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     let mut engine = Engine::load(&cfg)?;
     let text = prompt_text(&engine, args.system.as_deref(), &args.prompt, args.raw)?;
     let prompt = engine.tokenizer().encode(&text, true)?;

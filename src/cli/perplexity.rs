@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use super::args::{KvArgs, ModelArgs};
+use super::args::{KvArgs, KvFormatArgs, ModelArgs};
 use super::GlobalArgs;
 use crate::engine::{Engine, PerplexityOptions};
 
@@ -28,6 +28,12 @@ pub struct PerplexityArgs {
     /// Most tokens computed in one step.
     #[arg(long, default_value_t = 512)]
     pub max_num_batched_tokens: usize,
+    #[command(flatten)]
+    pub format: KvFormatArgs,
+    /// Also run the same chunks with f16 KV and report the KL divergence of this run's token
+    /// distributions from it, and top-1 agreement (JSON key `kld`).
+    #[arg(long)]
+    pub kld: bool,
 }
 
 pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
@@ -39,12 +45,20 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,
+        format: args.format.clone(),
     };
-    let mut cfg = kv.engine_config(args.model.path()?, global.gpu_options(), 1);
+    let mut cfg = kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     cfg.max_logit_rows = Some(args.ctx.min(cfg.max_num_batched_tokens));
     let mut engine = Engine::load(&cfg)?;
+    let mut base = if args.kld {
+        let mut base_cfg = cfg.clone();
+        base_cfg.kv_cache = Default::default();
+        Some(Engine::load(&base_cfg)?)
+    } else {
+        None
+    };
     let opts = PerplexityOptions { ctx: args.ctx, max_chunks: args.chunks };
-    let report = engine.perplexity(&text, &opts, |i, ppl| {
+    let report = engine.perplexity_vs(&text, &opts, base.as_mut(), |i, ppl| {
         if !args.json {
             eprint!("[{}]{ppl:.4},", i + 1);
             let _ = std::io::stderr().flush();
@@ -63,6 +77,19 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             report.tokens_scored,
             report.seconds
         );
+        if let Some(k) = &report.kld {
+            println!(
+                "vs {} KV: PPL {:.4} ({:+.3} %), mean KLD {:.6} +/- {:.6} (max {:.4}), top-1 \
+                 agreement {:.2} %",
+                k.base_kv_cache_dtype,
+                k.base_ppl,
+                k.ppl_delta_pct,
+                k.kld_mean,
+                k.kld_stderr,
+                k.max_kld,
+                k.top1_agreement * 100.0
+            );
+        }
     }
     Ok(())
 }

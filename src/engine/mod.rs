@@ -30,7 +30,7 @@ use std::time::Instant;
 pub use config::{kv_storage, EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
 pub use generate::{GenerateOutput, GenerateRequest};
 pub use handle::{EngineHandle, RequestStream, StreamEvent};
-pub use perplexity::{nll, PerplexityOptions, PerplexityReport};
+pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, PerplexityReport};
 pub use requests::{CompletionRequest, OutputEvent, RequestTiming};
 
 use crate::gpu::{Gpu, GpuError};

@@ -3,6 +3,11 @@
 //! `ctx` tokens, the first token of each chunk replaced by BOS where the model uses one, and only
 //! the second half of each chunk's predictions scored (positions ctx/2 .. ctx-2 predict the
 //! next token). Each chunk starts from an empty KV cache.
+//!
+//! KL-divergence mode ([`Engine::perplexity_vs`]): a second engine (the baseline, e.g. f16 KV)
+//! scores the same chunks, and at every scored position the token distributions are compared:
+//! mean KL(P_base ‖ P_this) and how often both put the same token first. Perplexity alone hides
+//! damage that moves probability between wrong tokens; KLD and top-1 agreement do not.
 
 use std::time::Instant;
 
@@ -31,6 +36,73 @@ pub struct PerplexityReport {
     pub seconds: f64,
     /// Running PPL after each chunk (llama.cpp prints these as `[1]…,[2]…`).
     pub running_ppl: Vec<f64>,
+    /// Against a baseline engine (`--kld`): distribution distance per scored position.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kld: Option<KldReport>,
+}
+
+/// This run's token distributions against a baseline's on the same positions.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KldReport {
+    /// The baseline's KV format (e.g. `f16`).
+    pub base_kv_cache_dtype: String,
+    /// The baseline's perplexity on the same positions.
+    pub base_ppl: f64,
+    /// (ppl / base_ppl − 1) × 100.
+    pub ppl_delta_pct: f64,
+    /// Mean over positions of KL(P_base ‖ P_this) in nats.
+    pub kld_mean: f64,
+    /// Standard error of `mean_kld`.
+    pub kld_stderr: f64,
+    /// Largest KLD of one position.
+    pub max_kld: f64,
+    /// Fraction of positions whose most likely token is the same in both runs.
+    pub top1_agreement: f64,
+}
+
+/// log softmax(logits) in f64.
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + logits.iter().map(|&l| (l as f64 - max).exp()).sum::<f64>().ln();
+    logits.iter().map(|&l| l as f64 - lse).collect()
+}
+
+/// KL(P ‖ Q) from log-probabilities, in nats (≥ 0 up to rounding).
+pub fn kl_divergence(log_p: &[f64], log_q: &[f64]) -> f64 {
+    log_p.iter().zip(log_q).map(|(&lp, &lq)| lp.exp() * (lp - lq)).sum::<f64>().max(0.0)
+}
+
+fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[derive(Default)]
+struct Sums {
+    nll: f64,
+    nll2: f64,
+    count: usize,
+}
+
+impl Sums {
+    fn add(&mut self, v: f64) {
+        self.nll += v;
+        self.nll2 += v * v;
+        self.count += 1;
+    }
+    fn mean(&self) -> f64 {
+        self.nll / self.count.max(1) as f64
+    }
+    fn stderr(&self) -> f64 {
+        let m = self.mean();
+        let var = (self.nll2 / self.count.max(1) as f64 - m * m).max(0.0);
+        (var / (self.count as f64 - 1.0).max(1.0)).sqrt()
+    }
 }
 
 /// -log softmax(logits)[target], computed in f64 with the max subtracted.
@@ -46,6 +118,19 @@ impl Engine {
         &mut self,
         text: &str,
         opts: &PerplexityOptions,
+        on_chunk: impl FnMut(usize, f64),
+    ) -> Result<PerplexityReport, EngineError> {
+        self.perplexity_vs(text, opts, None, on_chunk)
+    }
+
+    /// [`Engine::perplexity`], and with `base` (an engine on the same model, e.g. with f16 KV)
+    /// also the KL divergence and top-1 agreement of this engine's token distributions against
+    /// `base`'s, position by position (the report's `kld`). Both engines must be idle.
+    pub fn perplexity_vs(
+        &mut self,
+        text: &str,
+        opts: &PerplexityOptions,
+        mut base: Option<&mut Engine>,
         mut on_chunk: impl FnMut(usize, f64),
     ) -> Result<PerplexityReport, EngineError> {
         let ctx = opts.ctx;
@@ -68,7 +153,9 @@ impl Engine {
         let n_chunks = (tokens.len() / ctx).min(opts.max_chunks.unwrap_or(usize::MAX));
         let first = ctx / 2;
         let start = Instant::now();
-        let (mut nll_sum, mut nll2_sum, mut count) = (0.0f64, 0.0f64, 0usize);
+        let (mut sums, mut base_sums, mut kld) =
+            (Sums::default(), Sums::default(), Sums::default());
+        let (mut max_kld, mut agree) = (0.0f64, 0usize);
         let mut running = Vec::new();
         for i in 0..n_chunks {
             let mut chunk = tokens[i * ctx..(i + 1) * ctx].to_vec();
@@ -77,44 +164,88 @@ impl Engine {
                     chunk[0] = bos;
                 }
             }
-            let seq = u64::MAX - i as u64;
-            self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.add_sequence(seq)?;
-            let result = self.score(seq, &chunk, |range| {
-                let lo = range.start.max(first);
-                let hi = range.end.min(ctx - 1);
-                if lo < hi {
-                    LogitsWanted::Range(lo - range.start..hi - range.start)
-                } else {
-                    LogitsWanted::None
+            let rows = self.scored_rows(i, &chunk, first)?;
+            let base_rows = match base.as_deref_mut() {
+                Some(b) => {
+                    if b.tokenizer.vocab_size() != self.tokenizer.vocab_size() {
+                        return Err(EngineError::Config(
+                            "the KLD baseline engine has another vocabulary; load the same model"
+                                .into(),
+                        ));
+                    }
+                    Some(b.scored_rows(i, &chunk, first)?)
                 }
-            });
-            self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.free_sequence(seq)?;
-            let mut pos = first;
-            for logits in result? {
-                for r in 0..logits.num_rows() {
-                    let v = nll(logits.row(r), chunk[pos + 1]);
-                    nll_sum += v;
-                    nll2_sum += v * v;
-                    count += 1;
-                    pos += 1;
+                None => None,
+            };
+            for (r, logits) in rows.iter().enumerate() {
+                let target = chunk[first + r + 1];
+                sums.add(nll(logits, target));
+                if let Some(base_rows) = &base_rows {
+                    let b = &base_rows[r];
+                    base_sums.add(nll(b, target));
+                    let d = kl_divergence(&log_softmax(b), &log_softmax(logits));
+                    kld.add(d);
+                    max_kld = max_kld.max(d);
+                    agree += usize::from(argmax(b) == argmax(logits));
                 }
             }
-            let ppl = (nll_sum / count as f64).exp();
+            let ppl = sums.mean().exp();
             running.push(ppl);
             on_chunk(i, ppl);
         }
-        let mean = nll_sum / count as f64;
-        let var = (nll2_sum / count as f64 - mean * mean).max(0.0);
-        let ppl = mean.exp();
+        let ppl = sums.mean().exp();
+        let kld = base.map(|b| {
+            let base_ppl = base_sums.mean().exp();
+            KldReport {
+                base_kv_cache_dtype: b.resolved.kv_cache.to_string(),
+                base_ppl,
+                ppl_delta_pct: (ppl / base_ppl - 1.0) * 100.0,
+                kld_mean: kld.mean(),
+                kld_stderr: kld.stderr(),
+                max_kld,
+                top1_agreement: agree as f64 / kld.count.max(1) as f64,
+            }
+        });
         Ok(PerplexityReport {
             ppl,
-            ppl_stderr: ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt(),
+            ppl_stderr: ppl * sums.stderr(),
             chunks: n_chunks,
-            tokens_scored: count,
+            tokens_scored: sums.count,
             ctx,
             kv_cache_dtype: self.resolved.kv_cache.format().to_string(),
             seconds: start.elapsed().as_secs_f64(),
             running_ppl: running,
+            kld,
         })
+    }
+
+    /// The logits of positions `first .. chunk.len() − 1` of chunk `i` (each predicts the next
+    /// token), computed from an empty KV cache.
+    fn scored_rows(
+        &mut self,
+        i: usize,
+        chunk: &[u32],
+        first: usize,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let ctx = chunk.len();
+        let seq = u64::MAX - i as u64;
+        self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.add_sequence(seq)?;
+        let result = self.score(seq, chunk, |range| {
+            let lo = range.start.max(first);
+            let hi = range.end.min(ctx - 1);
+            if lo < hi {
+                LogitsWanted::Range(lo - range.start..hi - range.start)
+            } else {
+                LogitsWanted::None
+            }
+        });
+        self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.free_sequence(seq)?;
+        let mut rows = Vec::with_capacity(ctx - 1 - first);
+        for logits in result? {
+            for r in 0..logits.num_rows() {
+                rows.push(logits.row(r).to_vec());
+            }
+        }
+        Ok(rows)
     }
 }

@@ -1,0 +1,304 @@
+//! `kvrun bench kv-quant`: for each KV format × scale granularity × rotation, what it costs
+//! (bytes per token, tokens that fit a budget), what it does to quality (perplexity and Δ% vs
+//! f16 KV, mean KL divergence and top-1 agreement against the f16-KV run on the same chunks)
+//! and what attention costs per decoded token at short and long context (GPU timestamps).
+
+use std::str::FromStr;
+
+use super::decode::DecodeBench;
+use super::plot::{Panel, Series};
+use crate::engine::{Engine, EngineConfig, EngineError, PerplexityOptions};
+use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
+
+/// One setting, written `FORMAT[:K_SCALE[:V_SCALE]][+rot]`, e.g. `int4:per-channel:per-token+rot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSetting(pub KvCacheSpec);
+
+impl FromStr for KvSetting {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (body, rotate) = match s.trim().strip_suffix("+rot") {
+            Some(b) => (b, true),
+            None => (s.trim(), false),
+        };
+        let mut parts = body.split(':');
+        let format: KvFormat = parts.next().unwrap_or("").parse().map_err(|e| format!("{e}"))?;
+        let scale = |p: Option<&str>| -> Result<Option<ScaleGranularity>, String> {
+            p.map(|x| x.parse().map_err(|e| format!("{e}"))).transpose()
+        };
+        let k = scale(parts.next())?;
+        let v = scale(parts.next())?;
+        if parts.next().is_some() {
+            return Err(format!("`{s}`: expected FORMAT[:K_SCALE[:V_SCALE]][+rot]"));
+        }
+        KvCacheSpec::new(format, k, v, rotate).map(KvSetting).map_err(|e| format!("`{s}`: {e}"))
+    }
+}
+
+impl std::fmt::Display for KvSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.0;
+        write!(f, "{}", s.format())?;
+        if s.format().is_quantized() {
+            write!(f, ":{}:{}", s.k.granularity, s.v.granularity)?;
+        }
+        if s.rotate {
+            f.write_str("+rot")?;
+        }
+        Ok(())
+    }
+}
+
+/// The settings `bench kv-quant` runs by default: every format with its default scales
+/// (K per-channel, V per-token), the ablations that show why those are the defaults (per-token
+/// K, per-tensor FP8), and rotation at 8 and 4 bits.
+pub const DEFAULT_SETTINGS: &str = "f16,fp8-e4m3,fp8-e4m3:per-tensor:per-tensor,fp8-e5m2,int8,\
+     int8:per-token:per-token,int8+rot,int4,int4:per-token:per-token,int4+rot";
+
+/// The workload.
+#[derive(Clone, Debug)]
+pub struct KvQuantBench {
+    pub settings: Vec<KvSetting>,
+    /// Perplexity chunk length (`-c`) and how many chunks.
+    pub ctx: usize,
+    pub chunks: Option<usize>,
+    /// Context lengths at which decode attention is timed (short and long).
+    pub context_lengths: Vec<usize>,
+    /// Decode steps timed per context length.
+    pub timed_steps: usize,
+    /// The budget "tokens that fit" is computed for.
+    pub budget_bytes: u64,
+}
+
+/// One setting's figures; keys as in DESIGN.md ("Machine-readable output").
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KvQuantRow {
+    pub kv_cache_dtype: String,
+    pub k_scale: Option<String>,
+    pub v_scale: Option<String>,
+    pub rotate: bool,
+    /// Pool bytes per token, scales included (`KvLayout::bytes_per_token`).
+    pub kv_bytes_per_token: f64,
+    /// f16 staging of partial last blocks, per running sequence (quantized formats).
+    pub staging_bytes_per_sequence: u64,
+    /// Whole blocks' tokens that fit `budget_bytes` (one sequence's staging subtracted).
+    pub tokens_in_budget: u64,
+    pub ppl: f64,
+    pub ppl_delta_pct: f64,
+    pub kld_mean: f64,
+    pub top1_agreement: f64,
+    /// Attention GPU ms per decoded token at each of `context_lengths` (None without
+    /// timestamp queries).
+    pub attention_gpu_ms_per_token: Vec<Option<f64>>,
+    pub decode_tokens_per_s: Vec<f64>,
+}
+
+/// The report (`--json`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KvQuantReport {
+    pub adapter: String,
+    pub model: String,
+    pub text: String,
+    pub ctx: usize,
+    pub chunks: usize,
+    pub tokens_scored: usize,
+    pub budget_bytes: u64,
+    pub context_lengths: Vec<usize>,
+    pub rows: Vec<KvQuantRow>,
+}
+
+impl KvQuantBench {
+    /// The engine configuration of `setting` derived from `base` (same model and sizes).
+    pub fn engine_config(&self, base: &EngineConfig, setting: KvSetting) -> EngineConfig {
+        let longest = self.context_lengths.iter().copied().max().unwrap_or(0);
+        let mut cfg = base.clone();
+        cfg.kv_cache = setting.0;
+        cfg.max_num_seqs = 1;
+        cfg.enable_prefix_cache = false;
+        cfg.max_model_len = Some(self.ctx.max(longest + self.timed_steps + 2));
+        cfg.kv_cache_memory = None;
+        cfg.max_logit_rows = Some(self.ctx.min(cfg.max_num_batched_tokens));
+        cfg
+    }
+
+    /// Runs every setting on `text`. `progress(setting, step)` is called as it goes.
+    pub fn run(
+        &self,
+        base: &EngineConfig,
+        text: &str,
+        text_name: &str,
+        model_name: &str,
+        mut progress: impl FnMut(&KvSetting, &str),
+    ) -> Result<KvQuantReport, EngineError> {
+        let f16 = KvSetting(KvCacheSpec::default());
+        let mut reference = Engine::load(&self.engine_config(base, f16))?;
+        let opts = PerplexityOptions { ctx: self.ctx, max_chunks: self.chunks };
+        let decode = DecodeBench {
+            context_lengths: self.context_lengths.clone(),
+            decode_tokens: self.timed_steps,
+            timed_steps: self.timed_steps,
+            per_op: false,
+        };
+        let mut rows = Vec::new();
+        let (mut chunks, mut tokens_scored) = (0, 0);
+        for setting in &self.settings {
+            progress(setting, "load");
+            let mut own = match *setting == f16 {
+                true => None,
+                false => Some(Engine::load(&self.engine_config(base, *setting))?),
+            };
+            progress(setting, "perplexity");
+            let (ppl, delta, kld, top1) = match own.as_mut() {
+                None => {
+                    let r = reference.perplexity(text, &opts, |_, _| {})?;
+                    (chunks, tokens_scored) = (r.chunks, r.tokens_scored);
+                    (r.ppl, 0.0, 0.0, 1.0)
+                }
+                Some(engine) => {
+                    let r = engine.perplexity_vs(text, &opts, Some(&mut reference), |_, _| {})?;
+                    (chunks, tokens_scored) = (r.chunks, r.tokens_scored);
+                    let k = r.kld.ok_or_else(|| {
+                        EngineError::Config("the f16 baseline reported no KLD".into())
+                    })?;
+                    (r.ppl, k.ppl_delta_pct, k.kld_mean, k.top1_agreement)
+                }
+            };
+            progress(setting, "decode");
+            let engine = own.as_mut().unwrap_or(&mut reference);
+            let d = decode.run(engine, model_name)?;
+            let layout = engine.kv_layout();
+            let per_block = layout.bytes_per_block();
+            let staging = layout.staging_bytes_per_sequence();
+            let blocks = self.budget_bytes.saturating_sub(staging) / per_block;
+            let spec = setting.0;
+            let quantized = spec.format().is_quantized();
+            rows.push(KvQuantRow {
+                kv_cache_dtype: spec.format().name().to_string(),
+                k_scale: quantized.then(|| spec.k.granularity.name().to_string()),
+                v_scale: quantized.then(|| spec.v.granularity.name().to_string()),
+                rotate: spec.rotate,
+                kv_bytes_per_token: layout.bytes_per_token(),
+                staging_bytes_per_sequence: staging,
+                tokens_in_budget: blocks * layout.block_size as u64,
+                ppl,
+                ppl_delta_pct: delta,
+                kld_mean: kld,
+                top1_agreement: top1,
+                attention_gpu_ms_per_token: d.attention_gpu_ms_per_token,
+                decode_tokens_per_s: d.decode_tokens_per_s,
+            });
+        }
+        Ok(KvQuantReport {
+            adapter: reference.gpu().info.name.clone(),
+            model: model_name.to_string(),
+            text: text_name.to_string(),
+            ctx: self.ctx,
+            chunks,
+            tokens_scored,
+            budget_bytes: self.budget_bytes,
+            context_lengths: self.context_lengths.clone(),
+            rows,
+        })
+    }
+}
+
+impl KvQuantRow {
+    fn label(&self) -> String {
+        let mut s = self.kv_cache_dtype.clone();
+        if let (Some(k), Some(v)) = (&self.k_scale, &self.v_scale) {
+            s += &format!(" K {k} V {v}");
+        }
+        if self.rotate {
+            s += " +rot";
+        }
+        s
+    }
+}
+
+impl KvQuantReport {
+    /// The Markdown table.
+    pub fn markdown(&self) -> String {
+        let ms = |v: &Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into());
+        let ctx_cols: String =
+            self.context_lengths.iter().map(|c| format!(" attn ms/tok @{c} |")).collect();
+        let ctx_rule: String = self.context_lengths.iter().map(|_| "---:|").collect();
+        let mut s = format!(
+            "kv-quant on {} ({}), perplexity: {} chunks of {} ({} tokens scored) of {}; tokens \
+             that fit {}\n\n| KV | bytes/token | tokens in budget | PPL | ΔPPL % | mean KLD | \
+             top-1 agree % |{ctx_cols}\n|---|---:|---:|---:|---:|---:|---:|{ctx_rule}\n",
+            self.model,
+            self.adapter,
+            self.chunks,
+            self.ctx,
+            self.tokens_scored,
+            self.text,
+            crate::kv::format_bytes(self.budget_bytes),
+        );
+        for r in &self.rows {
+            let attn: String =
+                r.attention_gpu_ms_per_token.iter().map(|a| format!(" {} |", ms(a))).collect();
+            s += &format!(
+                "| {} | {:.0} | {} | {:.4} | {:+.2} | {:.5} | {:.2} |{attn}\n",
+                r.label(),
+                r.kv_bytes_per_token,
+                r.tokens_in_budget,
+                r.ppl,
+                r.ppl_delta_pct,
+                r.kld_mean,
+                r.top1_agreement * 100.0,
+            );
+        }
+        s
+    }
+
+    /// ΔPPL % against bytes per token, one point per setting (one series per rotation).
+    pub fn plot(&self) -> Vec<Panel> {
+        let series = |rotate: bool, name: &str| Series {
+            name: name.to_string(),
+            points: self
+                .rows
+                .iter()
+                .filter(|r| r.rotate == rotate)
+                .map(|r| (r.kv_bytes_per_token, r.ppl_delta_pct))
+                .collect(),
+        };
+        vec![Panel {
+            title: format!("KV formats: quality vs size ({})", self.model),
+            x_label: "KV bytes per token".into(),
+            y_label: "ΔPPL vs f16 KV (%)".into(),
+            series: vec![series(false, "unrotated"), series(true, "Hadamard-rotated")]
+                .into_iter()
+                .filter(|s| !s.points.is_empty())
+                .collect(),
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_print_back() {
+        for s in DEFAULT_SETTINGS.split(',') {
+            let parsed: KvSetting = s.parse().unwrap();
+            let again: KvSetting = parsed.to_string().parse().unwrap();
+            assert_eq!(parsed, again, "{s}");
+        }
+        let s: KvSetting = "int4+rot".parse().unwrap();
+        assert!(s.0.rotate);
+        assert_eq!(s.0.k.granularity, ScaleGranularity::PerChannel);
+        assert_eq!(s.0.v.granularity, ScaleGranularity::PerToken);
+        assert_eq!(s.to_string(), "int4:per-channel:per-token+rot");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let err = "int4:per-tensor".parse::<KvSetting>().unwrap_err();
+        assert!(err.contains("per-tensor"), "{err}");
+        assert!("int9".parse::<KvSetting>().is_err());
+        assert!("int8:per-token:per-token:x".parse::<KvSetting>().is_err());
+        assert!("f16:per-token".parse::<KvSetting>().is_err());
+    }
+}

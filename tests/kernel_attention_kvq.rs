@@ -1,0 +1,366 @@
+//! Paged attention over a quantized KV pool (fused dequantization) vs the CPU reference on the
+//! dequantized values: one step runs `kv_quantize` → attention → `kv_stage` exactly as the
+//! model does. Blocks completed before the step hold `quant::quantize_head_block` words (the
+//! CPU quantizer, itself checked against the GPU writer in kernel_kv_quant.rs); the rows of a
+//! partial last block written earlier sit in their sequence's f16 staging slot.
+//!
+//! The CPU reference reads key position k for a query at position P as the kernels document
+//! (shaders/common/kv_quant.wgsl): dequantized (`quant::dequantize_element`) when k's block
+//! precedes P's block, else the f16 value. Every format × granularity, shuffled block tables,
+//! GQA ratios 1, 3 and MQA, block sizes 1, 16 and 64, prefill chunks after a cached prefix, decodes
+//! that complete a block, and both attention variants.
+
+mod common;
+
+use common::*;
+use half::f16;
+use kvrun::kernels::attention::KvQuantIo;
+use kvrun::kernels::attention::{self, partials_bytes, partitions, AttentionIo, AttentionOp};
+use kvrun::kernels::kv_quantize::{stage_words, KvQuantizeIo, KvQuantizeOp, KvStageOp};
+use kvrun::kernels::rope::QkvLayout;
+use kvrun::kernels::{reference, Kernels, KvQuantLayout};
+use kvrun::model::{ForwardBatch, LogitsWanted, SeqChunk};
+use kvrun::quant::{
+    dequantize_element, quantize_head_block, KvCacheSpec, KvFormat, KvQuant, ScaleGranularity,
+};
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+/// One sequence of the step: `start` positions already cached, `len` computed now.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    start: usize,
+    len: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+}
+
+/// f16 values with outlier channels (K's reason for per-channel scales), no exact zeros.
+fn kv_values(rng: &mut rand::rngs::StdRng, w: usize, len: usize) -> Vec<f32> {
+    (0..len * w)
+        .map(|i| {
+            let outlier = if (i % w) % 13 == 5 { 6.0 } else { 1.0 };
+            let x = f16::from_f32(rng.random_range(-1.0f32..1.0) * outlier).to_f32();
+            if x == 0.0 {
+                0.001
+            } else {
+                x
+            }
+        })
+        .collect()
+}
+
+fn pack_f16(a: f32, b: f32) -> u32 {
+    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
+}
+
+/// The rows of block `blk`, KV head `h` of `x` ([pos, kv_heads, head_dim]).
+fn head_block_rows(x: &[f32], s: &Shape, blk: usize, h: usize) -> Vec<f32> {
+    let (bs, hd, kvh) = (s.block_size, s.head_dim, s.kv_heads);
+    (blk * bs..(blk + 1) * bs)
+        .flat_map(|p| x[(p * kvh + h) * hd..(p * kvh + h + 1) * hd].to_vec())
+        .collect()
+}
+
+fn check(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], seed: u64) {
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        check_variant(spec, s, chunks, seed, &kernels, name);
+    }
+}
+
+fn check_variant(
+    spec: KvCacheSpec,
+    s: Shape,
+    chunks: &[Chunk],
+    seed: u64,
+    kernels: &Kernels,
+    name: &str,
+) {
+    let t = gpu().expect("checked by the caller");
+    let gpu = &t.gpu;
+    let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
+    let layout =
+        QkvLayout { num_heads: s.heads as u32, num_kv_heads: kvh as u32, head_dim: hd as u32 };
+    let stride = layout.stride() as usize;
+    let (qd, kvd) = (s.heads * hd, kvh * hd);
+    let mut rng = rng(seed);
+    let n = chunks.len();
+    let k: Vec<Vec<f32>> =
+        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len)).collect();
+    let v: Vec<Vec<f32>> =
+        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len)).collect();
+    let q: Vec<Vec<f32>> = chunks.iter().map(|c| uniform(&mut rng, c.len * qd, 1.0)).collect();
+    // shuffled block tables over a pool with spare blocks
+    let needed: usize = chunks.iter().map(|c| (c.start + c.len).div_ceil(bs)).sum();
+    let num_blocks = needed + 3;
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    ids.shuffle(&mut rng);
+    let mut tables = Vec::new();
+    let mut next = 0;
+    for c in chunks {
+        let m = (c.start + c.len).div_ceil(bs);
+        tables.push(ids[next..next + m].to_vec());
+        next += m;
+    }
+    let ql = KvQuantLayout::new(&spec, bs, hd, n).expect("a quantized spec");
+    let (khb, vhb) = (ql.k_head_block_words as usize, ql.v_head_block_words as usize);
+    // pool: blocks complete before the step quantized on the CPU; everything else NaN-ish
+    // garbage so a wrong read poisons the output
+    let garbage = 0x7E00_7E00u32;
+    let mut k_pool = vec![garbage; num_blocks * kvh * khb];
+    let mut v_pool = vec![garbage; num_blocks * kvh * vhb];
+    // staging, slots in reverse order (slot ≠ sequence index): the rows of the chunk's first
+    // block that precede the chunk
+    let slots: Vec<u32> = (0..n as u32).rev().collect();
+    let mut stage = vec![garbage; stage_words(n, kvh, bs, hd)];
+    let stage_idx = |part: usize, slot: usize, h: usize, off: usize, w: usize| {
+        (((part * n + slot) * kvh + h) * bs + off) * (hd / 2) + w
+    };
+    for (si, c) in chunks.iter().enumerate() {
+        for blk in 0..c.start / bs {
+            let block = tables[si][blk] as usize;
+            for h in 0..kvh {
+                let kb = (block * kvh + h) * khb;
+                let vb = (block * kvh + h) * vhb;
+                k_pool[kb..kb + khb].copy_from_slice(&quantize_head_block(
+                    spec.k,
+                    bs,
+                    hd,
+                    &head_block_rows(&k[si], &s, blk, h),
+                ));
+                v_pool[vb..vb + vhb].copy_from_slice(&quantize_head_block(
+                    spec.v,
+                    bs,
+                    hd,
+                    &head_block_rows(&v[si], &s, blk, h),
+                ));
+            }
+        }
+        for pos in c.start / bs * bs..c.start {
+            for h in 0..kvh {
+                for w in 0..hd / 2 {
+                    let e = (pos * kvh + h) * hd + 2 * w;
+                    let slot = slots[si] as usize;
+                    stage[stage_idx(0, slot, h, pos % bs, w)] = pack_f16(k[si][e], k[si][e + 1]);
+                    stage[stage_idx(1, slot, h, pos % bs, w)] = pack_f16(v[si][e], v[si][e + 1]);
+                }
+            }
+        }
+    }
+    // the step, laid out by ForwardBatch as the model does
+    let tokens: Vec<Vec<u32>> = chunks.iter().map(|c| vec![1; c.len]).collect();
+    let seq_chunks: Vec<SeqChunk<'_>> = chunks
+        .iter()
+        .enumerate()
+        .map(|(si, c)| SeqChunk {
+            tokens: &tokens[si],
+            start_pos: c.start,
+            block_table: &tables[si],
+            logits: LogitsWanted::None,
+            stage_slot: slots[si],
+        })
+        .collect();
+    let qt = attention::query_tile(kernels.config.attention(hd as u32), hd as u32) as usize;
+    let batch = ForwardBatch::new(&seq_chunks, bs, qt);
+    let num_tokens = batch.num_tokens();
+    let mut qkv = vec![0.0f32; num_tokens * stride];
+    // output row of each (chunk, i)
+    let mut out_row = vec![Vec::new(); n];
+    for sinfo in &batch.seqs {
+        let ci = slots.iter().position(|&x| x == sinfo.stage_slot).unwrap();
+        let c = chunks[ci];
+        for i in 0..c.len {
+            let row = sinfo.q_start as usize + i;
+            out_row[ci].push(row);
+            let kv_src = (c.start + i) * kvd..(c.start + i + 1) * kvd;
+            let (ko, vo) = (layout.k_offset() as usize, layout.v_offset() as usize);
+            qkv[row * stride..row * stride + qd].copy_from_slice(&q[ci][i * qd..(i + 1) * qd]);
+            qkv[row * stride + ko..row * stride + ko + kvd].copy_from_slice(&k[ci][kv_src.clone()]);
+            qkv[row * stride + vo..row * stride + vo + kvd].copy_from_slice(&v[ci][kv_src]);
+        }
+    }
+    let info = batch.step_info();
+    let shape = batch.shape();
+    let step = step_uniform(gpu, info);
+    let qkv_b = storage_f32(gpu, &qkv);
+    let stage_b = storage_u32(gpu, &stage);
+    let flat = |x: &[[u32; 4]]| x.iter().flatten().copied().collect::<Vec<u32>>();
+    let completed_b = storage_u32(gpu, &flat(&batch.completed_blocks));
+    let rows: Vec<u32> = batch.stage_rows.iter().flatten().copied().collect();
+    let rows_b = storage_u32(gpu, &rows);
+    let k_b = storage_u32(gpu, &k_pool);
+    let v_b = storage_u32(gpu, &v_pool);
+    let seqs_b = gpu.storage_buffer_init("seqs", bytemuck::cast_slice(&batch.seqs));
+    let tables_b = storage_u32(gpu, &batch.block_tables);
+    let tiles: Vec<u32> = batch.prefill_tiles.iter().flatten().copied().collect();
+    let tiles_b = storage_u32(gpu, &tiles);
+    let max_parts = chunks.iter().map(|c| partitions((c.start + c.len) as u32)).max().unwrap() + 1;
+    let num_decode = info.num_decode_seqs.max(1);
+    let partials = gpu.storage_buffer(
+        "partials",
+        partials_bytes(num_decode, s.heads as u32, max_parts, hd as u32),
+    );
+    let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * qd]);
+    let quantize = KvQuantizeOp::new(
+        gpu,
+        kernels,
+        layout,
+        bs as u32,
+        ql,
+        KvQuantizeIo {
+            step: &step,
+            qkv: &qkv_b,
+            stage: &stage_b,
+            completed: &completed_b,
+            k_pool: &k_b,
+            v_pool: &v_b,
+        },
+    );
+    let attn = AttentionOp::new(
+        gpu,
+        kernels,
+        layout,
+        bs as u32,
+        max_parts,
+        AttentionIo {
+            step: &step,
+            qkv: &qkv_b,
+            k_pool: &k_b,
+            v_pool: &v_b,
+            seqs: &seqs_b,
+            block_tables: &tables_b,
+            prefill_tiles: &tiles_b,
+            partials: &partials,
+            out: &out_b,
+            kv_quant: Some(KvQuantIo { layout: ql, stage: &stage_b }),
+        },
+    );
+    let stage_op =
+        KvStageOp::new(gpu, kernels, &step, &qkv_b, &rows_b, &stage_b, layout, bs as u32, n as u32);
+    run(gpu, |pass| {
+        quantize.record(pass, &shape);
+        attn.record(pass, &shape);
+        stage_op.record(pass, &shape);
+    });
+    let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * qd).unwrap();
+    let what = format!(
+        "{spec} ({name}) heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
+        s.heads
+    );
+    assert_sentinels(&format!("{what}: row past the last token"), &got[num_tokens * qd..]);
+
+    // CPU: the values each query reads, then plain attention
+    let quantized = |x: &[f32], kq: KvQuant, blk: usize, h: usize| -> Vec<f32> {
+        let words = quantize_head_block(kq, bs, hd, &head_block_rows(x, &s, blk, h));
+        (0..bs * hd).map(|i| dequantize_element(kq, bs, hd, &words, i / hd, i % hd)).collect()
+    };
+    let (mut want, mut got_rows) = (Vec::new(), Vec::new());
+    for (si, c) in chunks.iter().enumerate() {
+        let end = c.start + c.len;
+        let blocks = end.div_ceil(bs);
+        // dequantized copies of every block that is complete by the end of the step
+        let deq = |x: &[f32], kq: KvQuant| -> Vec<Vec<Vec<f32>>> {
+            (0..blocks)
+                .map(|blk| {
+                    (0..kvh)
+                        .map(|h| {
+                            if (blk + 1) * bs <= end {
+                                quantized(x, kq, blk, h)
+                            } else {
+                                Vec::new()
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let (kd, vd) = (deq(&k[si], spec.k), deq(&v[si], spec.v));
+        for i in 0..c.len {
+            let p = c.start + i;
+            let read = |x: &[f32], dq: &Vec<Vec<Vec<f32>>>| -> Vec<f32> {
+                let mut r = vec![0.0f32; (p + 1) * kvd];
+                for pos in 0..=p {
+                    for h in 0..kvh {
+                        for ch in 0..hd {
+                            let val = if pos / bs < p / bs {
+                                dq[pos / bs][h][(pos % bs) * hd + ch]
+                            } else {
+                                x[(pos * kvh + h) * hd + ch]
+                            };
+                            r[(pos * kvh + h) * hd + ch] = val;
+                        }
+                    }
+                }
+                r
+            };
+            want.extend(reference::attention(
+                &q[si][i * qd..(i + 1) * qd],
+                &read(&k[si], &kd),
+                &read(&v[si], &vd),
+                s.heads,
+                kvh,
+            ));
+            let row = out_row[si][i];
+            got_rows.extend_from_slice(&got[row * qd..(row + 1) * qd]);
+        }
+    }
+    // Outputs are convex combinations of values up to 6 (outlier channels) computed in f32
+    // from the same dequantized f16 scales; only the reduction order differs: a few ulp of 6.
+    assert_close(&what, &got_rows, &want, 1e-4, 1e-4);
+}
+
+/// A prefill from empty spanning blocks, a chunk after a cached prefix that starts inside a
+/// block, a decode that completes a block, a decode that does not.
+fn chunks(bs: usize) -> Vec<Chunk> {
+    vec![
+        Chunk { start: 2 * bs + bs / 2, len: 1 },
+        Chunk { start: 3 * bs - 1, len: 1 },
+        Chunk { start: 0, len: 2 * bs + bs / 2 + 1 },
+        Chunk { start: bs + (bs / 3).min(bs - 1), len: bs + 2 },
+    ]
+}
+
+fn spec(format: KvFormat, k: ScaleGranularity, v: ScaleGranularity) -> KvCacheSpec {
+    KvCacheSpec::new(format, Some(k), Some(v), false).unwrap()
+}
+
+#[test]
+fn every_format_and_granularity_matches_the_reference_on_dequantized_values() {
+    use ScaleGranularity::*;
+    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 };
+    let mut i = 0;
+    for format in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4] {
+        for g in [PerTensor, PerChannel, PerToken, PerHead] {
+            if !(KvQuant { format, granularity: g }).is_valid() {
+                continue;
+            }
+            // g for K with V per-token, and g for V with K per-channel
+            check(spec(format, g, PerToken), s, &chunks(16), 10 + i);
+            check(spec(format, PerChannel, g), s, &chunks(16), 50 + i);
+            i += 1;
+        }
+    }
+}
+
+#[test]
+fn block_sizes_gqa_ratios_and_head_dims() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let shapes = [
+        Shape { heads: 4, kv_heads: 4, head_dim: 64, block_size: 1 },
+        Shape { heads: 6, kv_heads: 1, head_dim: 64, block_size: 64 },
+        Shape { heads: 8, kv_heads: 2, head_dim: 128, block_size: 16 },
+        Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5 },
+    ];
+    for (i, s) in shapes.into_iter().enumerate() {
+        for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
+            check(default(format), s, &chunks(s.block_size), (100 + i * 10 + j) as u64);
+        }
+    }
+}
