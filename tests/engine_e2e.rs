@@ -217,3 +217,38 @@ fn real_model_outputs_identical_with_cache_and_preemption() {
     assert!(cached.hit_tokens > 0, "the shared system prompt was never reused");
     assert!(tight.preemptions > 0, "the tight pool did not force a preemption");
 }
+
+/// The pool the GPU really allocates is what `KvLayout` (and so `kvrun plan`) counts: K and V
+/// buffers = blocks × bytes per block, staging = sequences × staging bytes per sequence, for
+/// every format; and the real buffers' sizes add up to the same bytes.
+#[test]
+fn pool_allocation_equals_the_layout_for_every_format() {
+    use kvrun::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
+    if common::gpu().is_none() {
+        return;
+    }
+    let mut specs = vec![KvCacheSpec::default()];
+    for format in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4] {
+        specs.push(KvCacheSpec::new(format, None, None, false).unwrap());
+    }
+    let per = Some(ScaleGranularity::PerHead);
+    specs.push(KvCacheSpec::new(KvFormat::Int4, per, per, false).unwrap());
+    for spec in specs {
+        let mut cfg = tiny_config(16, 20, true, 3, 64);
+        cfg.kv_cache = spec;
+        cfg.kv_cache_memory = Some(1 << 20);
+        let engine = Engine::load(&cfg).unwrap();
+        let layout = engine.kv_layout();
+        let pool = engine.model().kv_pool();
+        let blocks = engine.config().num_blocks as u64;
+        assert_eq!(pool.bytes, blocks * layout.bytes_per_block(), "{spec}");
+        assert_eq!(pool.staging_bytes, 3 * layout.staging_bytes_per_sequence(), "{spec}");
+        let buffers: u64 = pool.k.iter().chain(&pool.v).map(|b| b.size()).sum();
+        assert_eq!(buffers, pool.bytes, "{spec}: the wgpu buffers' sizes");
+        let staged: u64 = pool.stage.iter().map(|b| b.size()).sum();
+        assert_eq!(staged, pool.staging_bytes, "{spec}: the staging buffers' sizes");
+        assert_eq!(engine.config().kv_bytes_per_token, layout.bytes_per_token(), "{spec}");
+        // 1 MiB holds as many whole blocks as the layout says
+        assert_eq!(blocks, (1u64 << 20) / layout.bytes_per_block(), "{spec}");
+    }
+}

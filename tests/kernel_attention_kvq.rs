@@ -124,8 +124,8 @@ fn check_variant(
         (((part * n + slot) * kvh + h) * bs + off) * (hd / 2) + w
     };
     for (si, c) in chunks.iter().enumerate() {
-        for blk in 0..c.start / bs {
-            let block = tables[si][blk] as usize;
+        for (blk, &block) in tables[si].iter().enumerate().take(c.start / bs) {
+            let block = block as usize;
             for h in 0..kvh {
                 let kb = (block * kvh + h) * khb;
                 let vb = (block * kvh + h) * vhb;

@@ -54,8 +54,8 @@ pub struct Plan {
     pub kv_k_scale: &'static str,
     /// V's scale granularity (`"per-token"` …; `"none"` for f16).
     pub kv_v_scale: &'static str,
-    /// f16 staging one running sequence needs for the partial last block of K and/or V whose
-    /// scales span several tokens (per-channel, per-head); 0 when nothing is staged.
+    /// f16 staging one running sequence needs for its partial last block of K and V (every
+    /// quantized format stages it; see `engine::kv_storage`); 0 for f16 KV.
     pub kv_staging_bytes_per_sequence: u64,
     /// Staging of `max_num_seqs` running sequences. Not part of `kv_cache_memory`.
     pub kv_staging_bytes_needed: u64,
