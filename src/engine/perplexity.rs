@@ -249,3 +249,29 @@ impl Engine {
         Ok(rows)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kl_divergence_against_a_hand_computed_value() {
+        // P = softmax([0, ln 3]) = (1/4, 3/4); Q = (1/2, 1/2):
+        // KL = 1/4 ln(1/2) + 3/4 ln(3/2) = 0.130812...
+        let p = log_softmax(&[0.0, 3f32.ln()]);
+        let q = log_softmax(&[5.0, 5.0]);
+        let want = 0.25 * 0.5f64.ln() + 0.75 * 1.5f64.ln();
+        assert!((kl_divergence(&p, &q) - want).abs() < 1e-7, "{}", kl_divergence(&p, &q));
+        // KL(P ‖ P) = 0, also for logits shifted by a constant (softmax ignores it)
+        let r = log_softmax(&[1000.0, 1000.0 + 3f32.ln()]);
+        assert!(kl_divergence(&p, &r).abs() < 1e-6);
+        // and it is not symmetric
+        assert!((kl_divergence(&q, &p) - kl_divergence(&p, &q)).abs() > 1e-3);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_maxima() {
+        assert_eq!(argmax(&[0.5, 2.0, 2.0, -1.0]), 1);
+        assert_eq!(nll(&[0.0, 0.0], 1), 2f64.ln());
+    }
+}

@@ -337,9 +337,7 @@ fn split_timing(ops: &[Op], per_op: bool, pass_ms: &[f64]) -> StepTiming {
         }
         if per_op {
             *t.by_kind.entry(ops[range.start].kind()).or_default() += ms;
-            if std::env::var_os("KVRUN_DEBUG_OPS").is_some() {
-                eprintln!("op {} {}: {ms:.3} ms", range.start, ops[range.start].kind());
-            }
+            tracing::trace!(op = range.start, kind = ops[range.start].kind(), ms, "op GPU time");
         }
     }
     t
