@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use half::f16;
 use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
 use kvrun::kernels::kv_write::KvWriteOp;
 use kvrun::kernels::rope::QkvLayout;
@@ -31,10 +30,6 @@ struct Shape {
 /// Pool word for (block, head, offset, word) in [blocks, kv_heads, block_size, head_dim/2].
 fn word_index(s: &Shape, block: usize, h: usize, off: usize, w: usize) -> usize {
     ((block * s.num_kv_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
-}
-
-fn pack(a: f32, b: f32) -> u32 {
-    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
 }
 
 struct Data {
@@ -86,8 +81,8 @@ fn cpu_pools(s: &Shape, seqs: &[Seq], d: &Data) -> (Vec<u32>, Vec<u32>) {
                 for w in 0..s.head_dim / 2 {
                     let src = (pos * s.num_kv_heads + h) * s.head_dim + 2 * w;
                     let dst = word_index(s, block, h, pos % s.block_size, w);
-                    kp[dst] = pack(d.k[si][src], d.k[si][src + 1]);
-                    vp[dst] = pack(d.v[si][src], d.v[si][src + 1]);
+                    kp[dst] = pack_f16(d.k[si][src], d.k[si][src + 1]);
+                    vp[dst] = pack_f16(d.v[si][src], d.v[si][src + 1]);
                 }
             }
         }
@@ -355,8 +350,8 @@ fn kv_write_scatters_through_slot_mapping() {
                 for w in 0..16 {
                     let k = ti * stride + layout.k_offset() as usize + h * 32 + 2 * w;
                     let v = ti * stride + layout.v_offset() as usize + h * 32 + 2 * w;
-                    want_k[word_index(&s, block, h, off, w)] = pack(qkv[k], qkv[k + 1]);
-                    want_v[word_index(&s, block, h, off, w)] = pack(qkv[v], qkv[v + 1]);
+                    want_k[word_index(&s, block, h, off, w)] = pack_f16(qkv[k], qkv[k + 1]);
+                    want_v[word_index(&s, block, h, off, w)] = pack_f16(qkv[v], qkv[v + 1]);
                 }
             }
         }

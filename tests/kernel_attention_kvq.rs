@@ -13,7 +13,6 @@
 mod common;
 
 use common::*;
-use half::f16;
 use kvrun::kernels::attention::KvQuantIo;
 use kvrun::kernels::attention::{self, partials_bytes, partitions, AttentionIo, AttentionOp};
 use kvrun::kernels::kv_quantize::{stage_words, KvQuantizeIo, KvQuantizeOp, KvStageOp};
@@ -24,7 +23,6 @@ use kvrun::quant::{
     dequantize_element, quantize_head_block, KvCacheSpec, KvFormat, KvQuant, ScaleGranularity,
 };
 use rand::seq::SliceRandom;
-use rand::Rng;
 
 /// One sequence of the step: `start` positions already cached, `len` computed now.
 #[derive(Clone, Copy, Debug)]
@@ -39,25 +37,6 @@ struct Shape {
     kv_heads: usize,
     head_dim: usize,
     block_size: usize,
-}
-
-/// f16 values with outlier channels (K's reason for per-channel scales), no exact zeros.
-fn kv_values(rng: &mut rand::rngs::StdRng, w: usize, len: usize) -> Vec<f32> {
-    (0..len * w)
-        .map(|i| {
-            let outlier = if (i % w) % 13 == 5 { 6.0 } else { 1.0 };
-            let x = f16::from_f32(rng.random_range(-1.0f32..1.0) * outlier).to_f32();
-            if x == 0.0 {
-                0.001
-            } else {
-                x
-            }
-        })
-        .collect()
-}
-
-fn pack_f16(a: f32, b: f32) -> u32 {
-    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
 }
 
 /// The rows of block `blk`, KV head `h` of `x` ([pos, kv_heads, head_dim]).
@@ -93,9 +72,9 @@ fn check_variant(
     let mut rng = rng(seed);
     let n = chunks.len();
     let k: Vec<Vec<f32>> =
-        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len)).collect();
+        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
     let v: Vec<Vec<f32>> =
-        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len)).collect();
+        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
     let q: Vec<Vec<f32>> = chunks.iter().map(|c| uniform(&mut rng, c.len * qd, 1.0)).collect();
     // shuffled block tables over a pool with spare blocks
     let needed: usize = chunks.iter().map(|c| (c.start + c.len).div_ceil(bs)).sum();

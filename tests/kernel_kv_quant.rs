@@ -265,27 +265,6 @@ struct QuantCase {
     chunks: Vec<Chunk>,
 }
 
-/// K or V values of every position of every sequence: [seq][pos, kv_heads, head_dim], f16
-/// values with outlier channels; no exact zeros (the sign of a zero minimum is unspecified).
-fn kv_values(rng: &mut rand::rngs::StdRng, c: &QuantCase, len: usize) -> Vec<f32> {
-    let w = c.kv_heads * c.head_dim;
-    (0..len * w)
-        .map(|i| {
-            let outlier = if (i % w) % 13 == 5 { 8.0 } else { 1.0 };
-            let x = f16::from_f32(rng.random_range(-2.0f32..2.0) * outlier).to_f32();
-            if x == 0.0 {
-                0.001
-            } else {
-                x
-            }
-        })
-        .collect()
-}
-
-fn pack_f16(a: f32, b: f32) -> u32 {
-    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
-}
-
 /// Quantizes one step of `case` with `spec` on the GPU and checks the pool words and the
 /// staging buffer against the CPU.
 fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
@@ -297,10 +276,16 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
     let stride = layout.stride() as usize;
     let mut rng = rng(seed);
     let seqs = case.chunks.len();
-    let k: Vec<Vec<f32>> =
-        case.chunks.iter().map(|c| kv_values(&mut rng, case, c.start + c.len)).collect();
-    let v: Vec<Vec<f32>> =
-        case.chunks.iter().map(|c| kv_values(&mut rng, case, c.start + c.len)).collect();
+    let k: Vec<Vec<f32>> = case
+        .chunks
+        .iter()
+        .map(|c| kv_values(&mut rng, case.kv_heads * case.head_dim, c.start + c.len, 2.0, 8.0))
+        .collect();
+    let v: Vec<Vec<f32>> = case
+        .chunks
+        .iter()
+        .map(|c| kv_values(&mut rng, case.kv_heads * case.head_dim, c.start + c.len, 2.0, 8.0))
+        .collect();
     // shuffled block tables over a pool with spare blocks
     let needed: usize = case.chunks.iter().map(|c| (c.start + c.len).div_ceil(bs)).sum();
     let num_blocks = needed + 3;

@@ -64,8 +64,8 @@ pub struct KvQuantArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// Write the JSON report to FILE (`-`: print it instead of the table).
-    #[arg(long, value_name = "FILE")]
+    /// Write the JSON report to FILE (bare --json: print it instead of the table).
+    #[arg(long, num_args = 0..=1, default_missing_value = "-", value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write the SVG plot (ΔPPL vs bytes per token) here (default: next to the JSON file).
     #[arg(long, value_name = "FILE.svg")]
@@ -144,24 +144,7 @@ fn kv_quant(a: &KvQuantArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         bar.inc(1);
     })?;
     bar.finish_and_clear();
-    let json = serde_json::to_string_pretty(&report)?;
-    let to_stdout = a.json.as_deref() == Some(Path::new("-"));
-    if to_stdout {
-        println!("{json}");
-    } else {
-        print!("{}", report.markdown());
-    }
-    let json_file = a.json.as_ref().filter(|_| !to_stdout);
-    if let Some(f) = json_file {
-        std::fs::write(f, &json)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", f.display()))?;
-        eprintln!("wrote {}", f.display());
-    }
-    if let Some(plot) = a.plot.clone().or_else(|| json_file.map(|f| f.with_extension("svg"))) {
-        crate::bench::plot::write_svg(&plot, &report.plot())?;
-        eprintln!("wrote {}", plot.display());
-    }
-    Ok(())
+    write_outputs(&report, &report.markdown(), &report.plot(), a.json.as_deref(), a.plot.as_deref())
 }
 
 fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
@@ -410,27 +393,40 @@ fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         acceptance: None,
     };
     report.acceptance = Acceptance::new(&report);
-    write_outputs(&report, a)
+    write_outputs(
+        &report,
+        &report.markdown(),
+        &report.panels(),
+        a.json.as_deref(),
+        a.plot.as_deref(),
+    )
 }
 
-/// Tables (or JSON) on stdout, the JSON file, the plot.
-fn write_outputs(report: &MultiturnReport, a: &MultiturnArgs) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(report)?;
-    let to_stdout = a.json.as_deref() == Some(Path::new("-"));
+/// The tables (or, with `--json -`, the JSON) on stdout, the JSON file, the SVG plot (default:
+/// next to the JSON file).
+fn write_outputs(
+    report: &impl serde::Serialize,
+    markdown: &str,
+    panels: &[crate::bench::plot::Panel],
+    json: Option<&Path>,
+    plot: Option<&Path>,
+) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    let to_stdout = json == Some(Path::new("-"));
     if to_stdout {
-        println!("{json}");
+        println!("{text}");
     } else {
-        print!("{}", report.markdown());
+        print!("{markdown}");
     }
-    let json_file = a.json.as_ref().filter(|_| !to_stdout);
+    let json_file = json.filter(|_| !to_stdout);
     if let Some(file) = json_file {
-        std::fs::write(file, &json)
+        std::fs::write(file, &text)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", file.display()))?;
         eprintln!("wrote {}", file.display());
     }
-    let plot = a.plot.clone().or_else(|| json_file.map(|f| f.with_extension("svg")));
+    let plot = plot.map(Path::to_path_buf).or_else(|| json_file.map(|f| f.with_extension("svg")));
     if let Some(plot) = plot {
-        crate::bench::plot::write_svg(&plot, &report.panels())?;
+        crate::bench::plot::write_svg(&plot, panels)?;
         eprintln!("wrote {}", plot.display());
     }
     Ok(())

@@ -3,11 +3,10 @@
 
 use std::path::Path;
 
-use super::args::ModelArgs;
+use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
-use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -23,17 +22,10 @@ pub struct PlanArgs {
     /// KV budget (e.g. 6GiB). Default: what max_num_seqs full sequences need.
     #[arg(long)]
     pub kv_cache_memory: Option<String>,
-    /// KV storage format: f16, fp8-e4m3, fp8-e5m2, int8, int4.
-    #[arg(long, default_value = "f16")]
-    pub kv_cache_dtype: KvFormat,
-    /// K scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
-    /// Default for quantized dtypes: per-channel.
-    #[arg(long)]
-    pub kv_k_scale: Option<ScaleGranularity>,
-    /// V scale granularity: per-tensor (fp8 only), per-channel, per-token, per-head.
-    /// Default for quantized dtypes: per-token.
-    #[arg(long)]
-    pub kv_v_scale: Option<ScaleGranularity>,
+    /// The KV format (`--kv-rotate` changes no size; it is accepted so a run's flags can be
+    /// planned as they are).
+    #[command(flatten)]
+    pub format: KvFormatArgs,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -116,7 +108,7 @@ fn without_sliding_window(json: &str) -> Option<(usize, String)> {
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let ModelShape { config, weight_bytes, sliding_window } = model_shape(&args.model.path()?)?;
-    let spec = KvCacheSpec::new(args.kv_cache_dtype, args.kv_k_scale, args.kv_v_scale, false)?;
+    let spec = args.format.spec()?;
     let storage = kv_storage(&spec, args.block_size, config.head_dim)?;
     let layout = KvLayout::new(
         config.num_layers,

@@ -45,6 +45,29 @@ pub fn rng(seed: u64) -> StdRng {
 }
 
 /// `n` uniform values in [-scale, scale].
+/// Two values as one u32 word of f16 (low half first), as the KV pool and staging hold them.
+pub fn pack_f16(a: f32, b: f32) -> u32 {
+    use half::f16;
+    u32::from(f16::from_f32(a).to_bits()) | (u32::from(f16::from_f32(b).to_bits()) << 16)
+}
+
+/// `len` rows of `width` f16-representable K or V values, uniform in ±`range`, with every
+/// 13th channel (from channel 5) `outlier`× larger — K's reason for per-channel scales — and
+/// no exact zeros (the sign of a zero minimum is unspecified).
+pub fn kv_values(rng: &mut StdRng, width: usize, len: usize, range: f32, outlier: f32) -> Vec<f32> {
+    (0..len * width)
+        .map(|i| {
+            let o = if (i % width) % 13 == 5 { outlier } else { 1.0 };
+            let x = half::f16::from_f32(rng.random_range(-range..range) * o).to_f32();
+            if x == 0.0 {
+                0.001
+            } else {
+                x
+            }
+        })
+        .collect()
+}
+
 pub fn uniform(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-scale..=scale)).collect()
 }
