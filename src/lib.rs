@@ -67,4 +67,5 @@ pub mod output;
 pub mod quant;
 pub mod sample;
 pub mod sched;
+pub mod server;
 pub mod tokenizer;

@@ -7,7 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use super::args::{KvArgs, ModelArgs, SamplingArgs};
 use super::GlobalArgs;
-use crate::engine::{CompletionRequest, Engine, GenerateOutput};
+use crate::engine::{Engine, GenerateOutput, Prompt, PromptRequest};
 use crate::tokenizer::ChatMessage;
 
 #[derive(clap::Args, Debug)]
@@ -34,21 +34,6 @@ pub fn turn_summary(turn: usize, out: &GenerateOutput) -> String {
     )
 }
 
-/// A conversation: its messages so far, rendered with the model's chat template.
-struct Conversation {
-    messages: Vec<ChatMessage>,
-}
-
-impl Conversation {
-    fn prompt(&self, engine: &Engine) -> anyhow::Result<Vec<u32>> {
-        let Some(template) = engine.chat_template() else {
-            anyhow::bail!("the model has no chat template; use kvrun generate --raw instead");
-        };
-        let text = template.render(&self.messages, true)?;
-        Ok(engine.tokenizer().encode(&text, true)?)
-    }
-}
-
 pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     let mut engine = Engine::load(&cfg)?;
@@ -56,9 +41,9 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         anyhow::bail!("the model has no chat template; use kvrun generate --raw instead");
     }
     let interactive = std::io::stdin().is_terminal();
-    let mut conv = Conversation { messages: Vec::new() };
+    let mut messages = Vec::new();
     if let Some(system) = &args.system {
-        conv.messages.push(ChatMessage::new("system", system.as_str()));
+        messages.push(ChatMessage::new("system", system.as_str()));
     }
     let mut stdout = std::io::stdout();
     let mut lines = std::io::stdin().lock().lines();
@@ -72,14 +57,13 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         if line.trim().is_empty() {
             break;
         }
-        conv.messages.push(ChatMessage::new("user", line));
-        let req = CompletionRequest {
-            prompt: conv.prompt(&engine)?,
+        messages.push(ChatMessage::new("user", line));
+        let req = engine.frontend().request(PromptRequest {
+            prompt: Prompt::Chat(messages.clone()),
             params: args.sampling.params(),
             stop: Vec::new(),
-            ignore_eos: false,
             namespace: None,
-        };
+        })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();
@@ -87,7 +71,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         writeln!(stdout)?;
         stdout.flush()?;
         eprintln!("{}", turn_summary(turn, &out));
-        conv.messages.push(ChatMessage::new("assistant", out.text));
+        messages.push(ChatMessage::new("assistant", out.text));
     }
     Ok(())
 }

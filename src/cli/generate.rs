@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::args::{KvArgs, ModelArgs, SamplingArgs};
 use super::GlobalArgs;
-use crate::engine::Engine;
+use crate::engine::{Engine, Prompt, PromptRequest};
 use crate::tokenizer::ChatMessage;
 
 #[derive(clap::Args, Debug)]
@@ -32,39 +32,28 @@ pub struct GenerateArgs {
     pub kv: KvArgs,
 }
 
-/// The prompt text to tokenize: as given with `--raw`, else rendered by the chat template.
-pub fn prompt_text(
-    engine: &Engine,
-    system: Option<&str>,
-    user: &str,
-    raw: bool,
-) -> anyhow::Result<String> {
+/// What `--raw`, `--system` and `--prompt` ask for.
+pub fn prompt(system: Option<&str>, user: &str, raw: bool) -> Prompt {
     if raw {
-        return Ok(user.to_string());
+        return Prompt::Text(user.to_string());
     }
-    let Some(template) = engine.chat_template() else {
-        anyhow::bail!("the model has no chat template; pass --raw to use the prompt as is");
-    };
     let mut messages = Vec::new();
     if let Some(s) = system {
-        messages.push(ChatMessage { role: "system".into(), content: s.into() });
+        messages.push(ChatMessage::new("system", s));
     }
-    messages.push(ChatMessage { role: "user".into(), content: user.into() });
-    Ok(template.render(&messages, true)?)
+    messages.push(ChatMessage::new("user", user));
+    Prompt::Chat(messages)
 }
 
 pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let cfg = args.kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     let mut engine = Engine::load(&cfg)?;
-    let text = prompt_text(&engine, args.system.as_deref(), &args.prompt, args.raw)?;
-    let prompt = engine.tokenizer().encode(&text, true)?;
-    let req = crate::engine::CompletionRequest {
-        prompt,
+    let req = engine.frontend().request(PromptRequest {
+        prompt: prompt(args.system.as_deref(), &args.prompt, args.raw),
         params: args.sampling.params(),
         stop: args.stop.clone(),
-        ignore_eos: false,
         namespace: None,
-    };
+    })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {
         if !args.json {

@@ -8,6 +8,7 @@ mod generate;
 mod info;
 mod perplexity;
 mod plan;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,8 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Benchmarks (JSON + table).
     Bench(bench::BenchArgs),
+    /// OpenAI-compatible HTTP server with Prometheus metrics.
+    Serve(serve::ServeArgs),
     /// Show the GPU adapter, backend, driver, features and limits.
     Info(info::InfoArgs),
 }
@@ -82,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::run(args, &cli.global),
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args, &cli.global),
+        Command::Serve(args) => serve::run(args, &cli.global),
         Command::Info(args) => info::run(args, &cli.global.gpu_options()),
     };
     match result {

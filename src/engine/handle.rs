@@ -12,7 +12,10 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc as events;
 
 use super::metrics::Metrics;
-use super::{CompletionRequest, Engine, EngineConfig, EngineError, OutputEvent};
+use super::{
+    CompletionRequest, Engine, EngineConfig, EngineError, Frontend, OutputEvent, PromptRequest,
+    ResolvedConfig,
+};
 use crate::sched::RequestId;
 
 /// What a request's stream carries.
@@ -39,6 +42,8 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     next_id: Arc<AtomicU64>,
     metrics: Arc<Metrics>,
+    frontend: Arc<Frontend>,
+    config: Arc<ResolvedConfig>,
     thread: Arc<std::sync::Mutex<Option<JoinHandle<()>>>>,
 }
 
@@ -69,7 +74,12 @@ impl EngineHandle {
             .name("kvrun-engine".into())
             .spawn(move || match Engine::load(&cfg) {
                 Ok(engine) => {
-                    let _ = ready_tx.send(Ok(engine.metrics().clone()));
+                    let ready = (
+                        engine.metrics().clone(),
+                        engine.frontend().clone(),
+                        Arc::new(engine.config().clone()),
+                    );
+                    let _ = ready_tx.send(Ok(ready));
                     run(engine, rx);
                 }
                 Err(e) => {
@@ -77,11 +87,13 @@ impl EngineHandle {
                 }
             })
             .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
-        let metrics = ready_rx.recv().map_err(|_| EngineError::Stopped)??;
+        let (metrics, frontend, config) = ready_rx.recv().map_err(|_| EngineError::Stopped)??;
         Ok(EngineHandle {
             commands,
             next_id: Arc::new(AtomicU64::new(0)),
             metrics,
+            frontend,
+            config,
             thread: Arc::new(std::sync::Mutex::new(Some(thread))),
         })
     }
@@ -94,6 +106,23 @@ impl EngineHandle {
             .send(Command::Submit { id, req: Box::new(req), events: tx })
             .map_err(|_| EngineError::Stopped)?;
         Ok(RequestStream { id, events: rx })
+    }
+
+    /// Queues a request stated as a prompt: rendered and tokenized on the caller's thread, then
+    /// submitted. A bad request is refused here, before it reaches the engine.
+    pub fn submit_prompt(&self, req: PromptRequest) -> Result<RequestStream, EngineError> {
+        let req = self.frontend.request(req)?;
+        self.submit(req)
+    }
+
+    /// Prompts to token ids (chat template, tokenizer, context length).
+    pub fn frontend(&self) -> &Arc<Frontend> {
+        &self.frontend
+    }
+
+    /// The engine's resolved configuration (block size, blocks, context, sequences).
+    pub fn config(&self) -> &ResolvedConfig {
+        &self.config
     }
 
     /// Cancels a request; its stream ends with a `Finished` event (reason `cancelled`) and its

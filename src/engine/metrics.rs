@@ -12,11 +12,15 @@
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
 //! | `kvrun:time_to_first_token_seconds` | histogram | arrival → first token |
 //! | `kvrun:time_per_output_token_seconds` | histogram | between consecutive output tokens |
+//! | `kvrun:e2e_request_latency_seconds` | histogram | arrival → last token of a finished request |
+//! | `kvrun:request_disconnects_total` | counter | requests cancelled because their client went away |
+//! | `kvrun:cache_config_info{block_size,num_gpu_blocks}` | gauge (1) | the KV pool's shape |
 
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -35,6 +39,11 @@ const TPOT_BUCKETS: [f64; 19] = [
     40.0, 80.0,
 ];
 
+/// Buckets of `e2e_request_latency_seconds`, as vLLM's.
+const E2E_BUCKETS: [f64; 17] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+];
+
 /// Every exported metric and the registry that encodes them. Cheap to update (atomics); share
 /// it behind an `Arc` between the engine loop and the HTTP server.
 #[derive(Debug)]
@@ -50,6 +59,9 @@ pub struct Metrics {
     generation_tokens: Counter,
     time_to_first_token_seconds: Histogram,
     time_per_output_token_seconds: Histogram,
+    e2e_request_latency_seconds: Histogram,
+    request_disconnects: Counter,
+    cache_config_info: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -72,6 +84,9 @@ impl Metrics {
             generation_tokens: Counter::default(),
             time_to_first_token_seconds: Histogram::new(TTFT_BUCKETS),
             time_per_output_token_seconds: Histogram::new(TPOT_BUCKETS),
+            e2e_request_latency_seconds: Histogram::new(E2E_BUCKETS),
+            request_disconnects: Counter::default(),
+            cache_config_info: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -117,6 +132,21 @@ impl Metrics {
             "Seconds between consecutive output tokens of a request",
             m.time_per_output_token_seconds.clone(),
         );
+        r.register(
+            "kvrun:e2e_request_latency_seconds",
+            "Seconds from a request's arrival to its last token (finished requests)",
+            m.e2e_request_latency_seconds.clone(),
+        );
+        r.register(
+            "kvrun:request_disconnects",
+            "Requests cancelled because their client went away",
+            m.request_disconnects.clone(),
+        );
+        r.register(
+            "kvrun:cache_config_info",
+            "The KV cache's configuration (value 1; labels block_size, num_gpu_blocks)",
+            m.cache_config_info.clone(),
+        );
         m
     }
 
@@ -145,6 +175,25 @@ impl Metrics {
     /// Records one gap between consecutive output tokens.
     pub fn observe_tpot(&self, secs: f64) {
         self.time_per_output_token_seconds.observe(secs);
+    }
+
+    /// Records one finished request's arrival-to-last-token time.
+    pub fn observe_e2e(&self, secs: f64) {
+        self.e2e_request_latency_seconds.observe(secs);
+    }
+
+    /// Counts a request cancelled because its client went away.
+    pub fn inc_disconnects(&self) {
+        self.request_disconnects.inc();
+    }
+
+    /// Records the KV pool's shape (`cache_config_info`).
+    pub fn set_cache_config(&self, block_size: usize, num_blocks: usize) {
+        let labels = vec![
+            ("block_size".to_string(), block_size.to_string()),
+            ("num_gpu_blocks".to_string(), num_blocks.to_string()),
+        ];
+        self.cache_config_info.get_or_create(&labels).set(1);
     }
 
     /// The OpenMetrics text exposition of every metric (ends with `# EOF`).

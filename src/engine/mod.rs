@@ -15,6 +15,7 @@
 //! its own thread for servers and embedding applications.
 
 mod config;
+mod frontend;
 mod generate;
 mod handle;
 pub mod metrics;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{kv_storage, EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
+pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
 pub use handle::{EngineHandle, RequestStream, StreamEvent};
 pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, PerplexityReport};
@@ -62,6 +64,8 @@ pub enum EngineError {
     Sched(#[from] SchedError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Frontend(#[from] FrontendError),
     #[error("{0}")]
     Config(String),
     #[error("{0}")]
@@ -76,8 +80,8 @@ pub enum EngineError {
 pub struct Engine {
     gpu: Arc<Gpu>,
     model: Model,
-    tokenizer: Tokenizer,
-    chat_template: Option<ChatTemplate>,
+    /// Tokenizer, chat template and context length: prompts to token ids.
+    frontend: Arc<Frontend>,
     sched: Scheduler,
     resolved: ResolvedConfig,
     layout: KvLayout,
@@ -95,7 +99,8 @@ impl Engine {
         let file = ModelFile::open(&cfg.model)?;
         let (resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
         let tokenizer = Tokenizer::from_source(file.tokenizer_source()?)?;
-        let chat_template = tokenizer.chat_template()?;
+        let model_max_len = file.config().max_position_embeddings;
+        let frontend = Arc::new(Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?);
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
         let kernels = Kernels::new(&gpu);
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
@@ -108,18 +113,19 @@ impl Engine {
         };
         let sched = Scheduler::new(sched_config, kv)?;
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_cache_config(resolved.block_size, resolved.num_blocks);
         Ok(Engine {
             gpu,
             model,
-            tokenizer,
-            chat_template,
+            frontend,
             sched,
             resolved,
             layout,
-            model_max_len: file.config().max_position_embeddings,
+            model_max_len,
             requests: HashMap::new(),
             next_id: 0,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             stage_slots,
         })
     }
@@ -139,7 +145,7 @@ impl Engine {
         req: CompletionRequest,
     ) -> Result<(), EngineError> {
         req.params.validate()?;
-        let request = req.to_sched(id, &self.tokenizer);
+        let request = req.to_sched(id, self.frontend.tokenizer());
         self.sched.add_request(request).map_err(|e| self.explain(e))?;
         self.requests.insert(id, Active::new(&req));
         self.next_id = self.next_id.max(id + 1);
@@ -158,6 +164,11 @@ impl Engine {
         let events = self.sched.commit(&plan, &sampled);
         let out = self.output(events, logits.timing.as_ref());
         self.metrics.update_from(&self.sched.stats());
+        for event in &out {
+            if let OutputEvent::Finished { timing, .. } = event {
+                self.metrics.observe_e2e(timing.ttft_s + timing.decode_s);
+            }
+        }
         Ok(out)
     }
 
@@ -218,7 +229,8 @@ impl Engine {
             match event {
                 crate::sched::TokenEvent::Token { id, token } => {
                     let Some(active) = self.requests.get_mut(&id) else { continue };
-                    let (delta, stopped) = active.push(&self.tokenizer, token, now, &self.metrics);
+                    let (delta, stopped) =
+                        active.push(self.frontend.tokenizer(), token, now, &self.metrics);
                     out.push(OutputEvent::Delta { id, text: delta, token });
                     if stopped {
                         if let Some(usage) = self.sched.finish(id, crate::sched::FinishReason::Stop)
@@ -235,7 +247,7 @@ impl Engine {
                 }
                 crate::sched::TokenEvent::Finished { id, reason, usage } => {
                     let Some(mut active) = self.requests.remove(&id) else { continue };
-                    let rest = active.flush(&self.tokenizer);
+                    let rest = active.flush(self.frontend.tokenizer());
                     out.push(active.finished(id, reason, usage, rest));
                 }
             }
@@ -268,11 +280,22 @@ impl Engine {
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        self.frontend.tokenizer()
     }
 
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.chat_template.as_ref()
+        self.frontend.chat_template()
+    }
+
+    /// Prompts to token ids: shareable with other threads.
+    pub fn frontend(&self) -> &Arc<Frontend> {
+        &self.frontend
+    }
+
+    /// Queues a request stated as a prompt (chat messages, text or ids).
+    pub fn add_prompt(&mut self, req: PromptRequest) -> Result<RequestId, EngineError> {
+        let req = self.frontend.request(req)?;
+        self.add_request(req)
     }
 
     pub fn config(&self) -> &ResolvedConfig {

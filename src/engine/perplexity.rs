@@ -140,8 +140,8 @@ impl Engine {
                 self.resolved.max_model_len
             )));
         }
-        let add_bos = self.tokenizer.add_bos();
-        let tokens = self.tokenizer.encode(text, true)?;
+        let add_bos = self.frontend.tokenizer().add_bos();
+        let tokens = self.frontend.tokenizer().encode(text, true)?;
         if tokens.len() < 2 * ctx {
             return Err(EngineError::Config(format!(
                 "the text has {} tokens; perplexity with -c {ctx} needs at least {} (two chunks); \
@@ -160,14 +160,15 @@ impl Engine {
         for i in 0..n_chunks {
             let mut chunk = tokens[i * ctx..(i + 1) * ctx].to_vec();
             if add_bos {
-                if let Some(bos) = self.tokenizer.bos_id() {
+                if let Some(bos) = self.frontend.tokenizer().bos_id() {
                     chunk[0] = bos;
                 }
             }
             let rows = self.scored_rows(i, &chunk, first)?;
             let base_rows = match base.as_deref_mut() {
                 Some(b) => {
-                    if b.tokenizer.vocab_size() != self.tokenizer.vocab_size() {
+                    if b.frontend.tokenizer().vocab_size() != self.frontend.tokenizer().vocab_size()
+                    {
                         return Err(EngineError::Config(
                             "the KLD baseline engine has another vocabulary; load the same model"
                                 .into(),

@@ -1,0 +1,169 @@
+//! The front end: what a caller means by a prompt ([`Prompt`]: chat messages, text or token ids)
+//! turned into what the engine runs ([`CompletionRequest`]: token ids, sampling, stop strings).
+//! One place renders the chat template, tokenizes and checks a request against the context, for
+//! the CLI, the server and embedding applications alike. [`Frontend`] is immutable and shared
+//! (`Arc`) so callers tokenize on their own threads, never on the engine's.
+
+use crate::sample::SamplingParams;
+use crate::tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
+
+use super::CompletionRequest;
+
+/// What to generate from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    /// A conversation, rendered with the model's chat template (ending with the assistant's turn).
+    Chat(Vec<ChatMessage>),
+    /// Text used as is (BOS added when the tokenizer wants one).
+    Text(String),
+    /// Token ids used as is.
+    Tokens(Vec<u32>),
+}
+
+/// A request as a caller states it; [`Frontend::request`] turns it into a [`CompletionRequest`].
+#[derive(Clone, Debug)]
+pub struct PromptRequest {
+    pub prompt: Prompt,
+    pub params: SamplingParams,
+    /// Stop when the output contains one of these (the output is cut before it).
+    pub stop: Vec<String>,
+    /// Prefix-cache isolation key (a tenant): requests share cached blocks only within one.
+    pub namespace: Option<u64>,
+}
+
+impl PromptRequest {
+    /// Greedy, `max_tokens` tokens, no stop strings, the shared namespace.
+    pub fn new(prompt: Prompt, max_tokens: usize) -> Self {
+        PromptRequest {
+            prompt,
+            params: SamplingParams { max_tokens, ..SamplingParams::default() },
+            stop: Vec::new(),
+            namespace: None,
+        }
+    }
+}
+
+/// Why a request cannot run; each message names the fix. [`FrontendError::field`] names the
+/// request field at fault (for HTTP error bodies).
+#[derive(Debug, thiserror::Error)]
+pub enum FrontendError {
+    #[error("the model has no chat template; send a plain text prompt (kvrun generate --raw, or /v1/completions)")]
+    NoChatTemplate,
+    #[error("the prompt is empty; send at least one token of text")]
+    EmptyPrompt,
+    #[error(
+        "the prompt has {prompt_len} tokens but the context is {max_model_len} tokens \
+         (-c/--max-model-len), which leaves no room to generate; shorten the prompt or raise -c \
+         (this model supports up to {model_max_len})"
+    )]
+    PromptTooLong { prompt_len: usize, max_model_len: usize, model_max_len: usize },
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    TokenOutOfVocab { id: u32, vocab_size: usize },
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
+    #[error(transparent)]
+    Sampling(#[from] crate::sample::SampleError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+impl FrontendError {
+    /// The request field at fault, in OpenAI's names.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            FrontendError::NoChatTemplate => Some("messages"),
+            FrontendError::EmptyPrompt
+            | FrontendError::PromptTooLong { .. }
+            | FrontendError::TokenOutOfVocab { .. } => Some("prompt"),
+            FrontendError::ZeroMaxTokens => Some("max_tokens"),
+            FrontendError::Sampling(e) => Some(match e {
+                crate::sample::SampleError::Temperature(_) => "temperature",
+                crate::sample::SampleError::TopK => "top_k",
+                crate::sample::SampleError::TopP(_) => "top_p",
+            }),
+            FrontendError::Tokenizer(_) => None,
+        }
+    }
+}
+
+/// The model's tokenizer and chat template with the engine's context length: everything needed
+/// to turn a [`PromptRequest`] into token ids, without the GPU.
+pub struct Frontend {
+    tokenizer: Tokenizer,
+    chat_template: Option<ChatTemplate>,
+    /// Context length per sequence (`-c`).
+    max_model_len: usize,
+    /// The model's own context length (what `-c` may be raised to).
+    model_max_len: usize,
+}
+
+impl Frontend {
+    /// Compiles the tokenizer's chat template, if it has one (an error if it does not compile).
+    pub fn new(
+        tokenizer: Tokenizer,
+        max_model_len: usize,
+        model_max_len: usize,
+    ) -> Result<Self, TokenizerError> {
+        let chat_template = tokenizer.chat_template()?;
+        Ok(Frontend { tokenizer, chat_template, max_model_len, model_max_len })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// The prompt's token ids (chat template rendered, BOS as the tokenizer wants).
+    pub fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, FrontendError> {
+        let ids = match prompt {
+            Prompt::Chat(messages) => {
+                let template = self.chat_template.as_ref().ok_or(FrontendError::NoChatTemplate)?;
+                let text = template.render(messages, true)?;
+                self.tokenizer.encode(&text, true)?
+            }
+            Prompt::Text(text) => self.tokenizer.encode(text, true)?,
+            Prompt::Tokens(ids) => {
+                let vocab_size = self.tokenizer.vocab_size();
+                if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+                    return Err(FrontendError::TokenOutOfVocab { id, vocab_size });
+                }
+                ids.clone()
+            }
+        };
+        if ids.is_empty() {
+            return Err(FrontendError::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+
+    /// Renders and tokenizes `req` and checks it against the context and the sampling ranges:
+    /// what passes here is accepted by the engine.
+    pub fn request(&self, req: PromptRequest) -> Result<CompletionRequest, FrontendError> {
+        req.params.validate()?;
+        if req.params.max_tokens == 0 {
+            return Err(FrontendError::ZeroMaxTokens);
+        }
+        let prompt = self.tokens(&req.prompt)?;
+        if prompt.len() >= self.max_model_len {
+            return Err(FrontendError::PromptTooLong {
+                prompt_len: prompt.len(),
+                max_model_len: self.max_model_len,
+                model_max_len: self.model_max_len,
+            });
+        }
+        Ok(CompletionRequest {
+            prompt,
+            params: req.params,
+            stop: req.stop,
+            ignore_eos: false,
+            namespace: req.namespace,
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! `kvrun serve`: an OpenAI-compatible HTTP server over an [`EngineHandle`] (axum on tokio).
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/chat/completions`, `POST /v1/completions` | generation; `stream: true` → SSE `data: {…}` chunks, then `data: [DONE]` |
+//! | `GET /v1/models` | the served model |
+//! | `POST /tokenize`, `POST /detokenize` | the model's tokenizer (vLLM's shapes) |
+//! | `GET /health` | 200 when ready, 503 while the model loads |
+//! | `GET /version` | kvrun's version |
+//! | `GET /metrics` | Prometheus metrics (`kvrun:*`, and `vllm:*` with `--metrics-vllm-names`) |
+//!
+//! The server talks to the engine only through its handle: the front end renders and tokenizes
+//! on the server's threads, the engine thread batches every request into its steps. A request
+//! whose client goes away (a dropped stream or connection) is cancelled and its KV blocks come
+//! back. Requests beyond `--max-num-seqs` + `--max-queued-requests` in flight get a 503 with
+//! `Retry-After`. Errors have OpenAI's shape ([`error::ApiError`]).
+
+mod error;
+mod openai;
+mod routes;
+mod stream;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use axum::http::StatusCode;
+
+use crate::engine::{EngineConfig, EngineHandle};
+pub use error::ApiError;
+
+/// How the server answers, apart from the engine's own configuration.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Requests to `/v1/*`, `/tokenize` and `/detokenize` must carry `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// The model name clients send and `/v1/models` lists.
+    pub served_model_name: String,
+    /// Requests waiting beyond the running ones before new ones get a 503.
+    pub max_queued_requests: usize,
+    /// The header that names a request's tenant (its prefix-cache namespace).
+    pub tenant_header: String,
+    /// Also export every metric under vLLM's `vllm:` names (routers hard-code them).
+    pub metrics_vllm_names: bool,
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub opts: ServeOptions,
+    /// Set once the model is loaded; `/health` is 503 until then.
+    engine: OnceLock<EngineHandle>,
+    /// Generation requests admitted and not yet answered (running + queued).
+    in_flight: AtomicUsize,
+    /// Unix seconds when the server started (`created` of the model object).
+    pub started: u64,
+}
+
+impl AppState {
+    pub fn new(opts: ServeOptions) -> Arc<Self> {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Arc::new(AppState {
+            opts,
+            engine: OnceLock::new(),
+            in_flight: AtomicUsize::new(0),
+            started,
+        })
+    }
+
+    /// Makes the loaded engine available (the server turns ready).
+    pub fn set_engine(&self, handle: EngineHandle) {
+        let _ = self.engine.set(handle);
+    }
+
+    /// The engine, or a 503 while it loads.
+    pub fn engine(&self) -> Result<&EngineHandle, ApiError> {
+        self.engine.get().ok_or_else(|| ApiError::unavailable("the model is still loading", 5))
+    }
+
+    /// Requests admitted and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Admits one generation request, or refuses it with a 503 when `--max-num-seqs` +
+    /// `--max-queued-requests` are already in flight.
+    fn admit(self: &Arc<Self>) -> Result<Admission, ApiError> {
+        let engine = self.engine()?;
+        let cap = engine.config().max_num_seqs + self.opts.max_queued_requests;
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= cap {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::unavailable(
+                format!(
+                    "the server is at capacity ({cap} requests in flight: --max-num-seqs {} + \
+                     --max-queued-requests {}); retry later",
+                    engine.config().max_num_seqs,
+                    self.opts.max_queued_requests
+                ),
+                1,
+            ));
+        }
+        Ok(Admission { state: self.clone() })
+    }
+}
+
+/// One admitted request's place in the in-flight count, given back when dropped.
+struct Admission {
+    state: Arc<AppState>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The routes over `state` (tests serve this on their own listener).
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    routes::router(state)
+}
+
+/// Binds `addr`, loads the engine on its own thread while `/health` answers 503, then serves
+/// until Ctrl-C. A model that fails to load ends the server with that error.
+pub fn run(addr: SocketAddr, engine_cfg: EngineConfig, opts: ServeOptions) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}; pick another --port"))?;
+        let state = AppState::new(opts);
+        let app = router(state.clone());
+        eprintln!(
+            "kvrun serve: listening on http://{} (loading the model)",
+            listener.local_addr()?
+        );
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
+        });
+        let loaded = tokio::task::spawn_blocking(move || EngineHandle::spawn(engine_cfg)).await?;
+        let handle = match loaded {
+            Ok(h) => h,
+            Err(e) => {
+                server.abort();
+                return Err(anyhow::Error::new(e).context("cannot load the model"));
+            }
+        };
+        eprintln!(
+            "kvrun serve: ready: model {:?}, {} KV blocks of {} tokens, context {}, {} sequences",
+            state.opts.served_model_name,
+            handle.config().num_blocks,
+            handle.config().block_size,
+            handle.config().max_model_len,
+            handle.config().max_num_seqs
+        );
+        state.set_engine(handle.clone());
+        let served = server.await?;
+        let shutdown = tokio::task::spawn_blocking(move || handle.shutdown()).await;
+        served?;
+        shutdown?;
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+    eprintln!("kvrun serve: shutting down");
+}
+
+/// A status-only answer (health checks).
+fn status(code: StatusCode) -> axum::response::Response {
+    axum::response::IntoResponse::into_response(code)
+}

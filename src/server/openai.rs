@@ -1,0 +1,272 @@
+//! The OpenAI request bodies kvrun accepts, and their translation into a [`PromptRequest`].
+//! Fields kvrun does not implement are refused with a 400 when they ask for something (a
+//! non-default value), and ignored when they carry their default (clients often send them).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use crate::engine::{Prompt, PromptRequest};
+use crate::sample::SamplingParams;
+use crate::tokenizer::ChatMessage;
+
+/// Most stop strings per request.
+pub const MAX_STOP_STRINGS: usize = 16;
+
+/// Fields of both endpoints.
+#[derive(Debug, Default, Deserialize)]
+pub struct CommonFields {
+    pub model: Option<String>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u64>,
+    pub max_completion_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u64>,
+    /// Every other field; see [`CommonFields::check_unsupported`].
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub messages: Vec<Message>,
+    #[serde(flatten)]
+    pub common: CommonFields,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// A message's content: a string, or parts of which kvrun reads the text ones.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: Value,
+    #[serde(flatten)]
+    pub common: CommonFields,
+}
+
+/// Fields kvrun does not implement, each with the values that ask for nothing.
+const UNSUPPORTED: [(&str, &[&str]); 15] = [
+    ("logprobs", &["false", "null", "0"]),
+    ("top_logprobs", &["null", "0"]),
+    ("frequency_penalty", &["0", "0.0", "null"]),
+    ("presence_penalty", &["0", "0.0", "null"]),
+    ("repetition_penalty", &["1", "1.0", "null"]),
+    ("logit_bias", &["null", "{}"]),
+    ("tools", &["null", "[]"]),
+    ("functions", &["null", "[]"]),
+    ("tool_choice", &["null", "\"none\"", "\"auto\""]),
+    ("response_format", &["null", "{\"type\":\"text\"}"]),
+    ("best_of", &["null", "1"]),
+    ("echo", &["null", "false"]),
+    ("suffix", &["null", "\"\""]),
+    ("min_tokens", &["null", "0"]),
+    ("min_p", &["null", "0", "0.0"]),
+];
+
+impl CommonFields {
+    /// Refuses a field kvrun does not implement when it asks for something.
+    fn check_unsupported(&self) -> Result<(), ApiError> {
+        for (name, defaults) in UNSUPPORTED {
+            if let Some(v) = self.extra.get(name) {
+                let text = v.to_string();
+                if !defaults.contains(&text.as_str()) {
+                    return Err(ApiError::bad_field(
+                        name,
+                        format!(
+                            "`{name}` = {text} is not supported by kvrun; remove it (supported: \
+                             temperature, top_p, top_k, max_tokens, max_completion_tokens, stop, \
+                             seed, n = 1, stream, stream_options)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sampling parameters and stop strings, checked. `max_tokens` defaults to the rest of the
+    /// context (`context_left`, as vLLM does) and is clipped to it.
+    pub fn sampling(&self, context_left: usize) -> Result<(SamplingParams, Vec<String>), ApiError> {
+        self.check_unsupported()?;
+        if let Some(n) = self.n {
+            if n != 1 {
+                return Err(ApiError::bad_field(
+                    "n",
+                    format!(
+                        "n = {n} is not supported; kvrun returns one choice per request (n = 1)"
+                    ),
+                ));
+            }
+        }
+        let max_tokens = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(0), _) | (None, Some(0)) => {
+                return Err(ApiError::bad_field("max_tokens", "max_tokens must be at least 1"))
+            }
+            (Some(n), _) | (None, Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
+            (None, None) => context_left,
+        };
+        let top_k = match self.top_k {
+            None | Some(-1) | Some(0) => None,
+            Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
+            Some(k) => {
+                return Err(ApiError::bad_field(
+                    "top_k",
+                    format!("top_k = {k} is invalid; use at least 1, or -1 to keep every token"),
+                ))
+            }
+        };
+        let seed = match self.seed {
+            Some(s) => u64::try_from(s).map_err(|_| {
+                ApiError::bad_field("seed", format!("seed = {s} is invalid; use an integer ≥ 0"))
+            })?,
+            None => rand::random(),
+        };
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_k,
+            top_p: self.top_p,
+            seed,
+            max_tokens: max_tokens.min(context_left.max(1)),
+        };
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > MAX_STOP_STRINGS {
+            return Err(ApiError::bad_field(
+                "stop",
+                format!("{} stop strings given; at most {MAX_STOP_STRINGS}", stop.len()),
+            ));
+        }
+        Ok((params, stop))
+    }
+
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    pub fn include_usage(&self) -> bool {
+        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
+    }
+}
+
+impl ChatCompletionRequest {
+    /// The conversation as chat-template messages (text parts joined).
+    pub fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::bad_field("messages", "messages is empty; send at least one"));
+        }
+        self.messages
+            .iter()
+            .map(|m| {
+                let content = match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t.clone(),
+                    Some(Content::Parts(parts)) => {
+                        let mut text = String::new();
+                        for p in parts {
+                            match (p.kind.as_str(), &p.text) {
+                                ("text", Some(t)) => text.push_str(t),
+                                (kind, _) => {
+                                    return Err(ApiError::bad_field(
+                                        "messages",
+                                        format!(
+                                            "content part of type {kind:?} is not supported; \
+                                             kvrun reads text parts only"
+                                        ),
+                                    ))
+                                }
+                            }
+                        }
+                        text
+                    }
+                };
+                Ok(ChatMessage::new(m.role.clone(), content))
+            })
+            .collect()
+    }
+}
+
+impl CompletionRequest {
+    /// The prompt: a string, one string in an array, or token ids (one list).
+    pub fn prompt(&self) -> Result<Prompt, ApiError> {
+        let bad = || {
+            ApiError::bad_field(
+                "prompt",
+                "prompt must be a string, an array of one string, or an array of token ids \
+                 (one prompt per request)",
+            )
+        };
+        let tokens = |v: &[Value]| -> Result<Vec<u32>, ApiError> {
+            v.iter()
+                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+                .collect()
+        };
+        match &self.prompt {
+            Value::String(s) => Ok(Prompt::Text(s.clone())),
+            Value::Array(items) => match items.as_slice() {
+                [Value::String(s)] => Ok(Prompt::Text(s.clone())),
+                [Value::Array(ids)] => Ok(Prompt::Tokens(tokens(ids)?)),
+                ids if !ids.is_empty() && ids.iter().all(Value::is_number) => {
+                    Ok(Prompt::Tokens(tokens(ids)?))
+                }
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The [`PromptRequest`] for a prompt and its common fields; `context_left` is what the context
+/// leaves after the prompt.
+pub fn prompt_request(
+    prompt: Prompt,
+    common: &CommonFields,
+    context_left: usize,
+    namespace: Option<u64>,
+) -> Result<PromptRequest, ApiError> {
+    let (params, stop) = common.sampling(context_left)?;
+    Ok(PromptRequest { prompt, params, stop, namespace })
+}

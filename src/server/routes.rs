@@ -1,0 +1,285 @@
+//! The HTTP routes: parse and check a body, hand it to the engine through its handle, answer.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
+use super::stream::{Generation, Kind};
+use super::{status, AppState};
+use crate::engine::Prompt;
+use crate::tokenizer::ChatMessage;
+
+/// Largest request body accepted (bigger ones get a 413).
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let authed = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .merge(authed)
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// `Authorization: Bearer KEY` when the server has a key.
+async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.opts.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(key.as_str()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong API key; send the server's --api-key as `Authorization: Bearer KEY`",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// A JSON body, or the OpenAI-shaped error that says what is wrong with it.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|e| {
+        let status = e.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("the request body is larger than {MAX_BODY_BYTES} bytes")
+        } else {
+            format!("cannot read the request body: {e}")
+        };
+        ApiError::new(status, message)
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request(format!("the request body is not valid JSON for this endpoint: {e}"))
+    })
+}
+
+/// A model name the server does not serve is a 404 (as vLLM and OpenAI answer).
+fn check_model(state: &AppState, common: &CommonFields) -> Result<(), ApiError> {
+    match &common.model {
+        Some(m) if *m != state.opts.served_model_name => Err(ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the model `{m}` does not exist; this server serves `{}` (GET /v1/models)",
+                    state.opts.served_model_name
+                ),
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The prefix-cache namespace of the request's tenant (`--tenant-header`), if it names one.
+fn namespace(state: &AppState, headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get(state.opts.tenant_header.as_str()) else { return Ok(None) };
+    let tenant = value.to_str().map_err(|_| {
+        ApiError::bad_request(format!(
+            "the {} header is not visible ASCII",
+            state.opts.tenant_header
+        ))
+    })?;
+    Ok(Some(tenant_namespace(tenant)))
+}
+
+/// A tenant's namespace: the first 8 bytes of the SHA-256 of its name.
+pub fn tenant_namespace(tenant: &str) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(tenant.as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: ChatCompletionRequest = parse(body)?;
+    check_model(&state, &req.common)?;
+    let prompt = Prompt::Chat(req.messages()?);
+    generate(state, &headers, prompt, &req.common, Kind::Chat).await
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: CompletionRequest = parse(body)?;
+    check_model(&state, &req.common)?;
+    let prompt = req.prompt()?;
+    generate(state, &headers, prompt, &req.common, Kind::Completion).await
+}
+
+/// Both generation endpoints: admit, tokenize, submit, then stream or collect the answer.
+async fn generate(
+    state: Arc<AppState>,
+    headers: &HeaderMap,
+    prompt: Prompt,
+    common: &CommonFields,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let namespace = namespace(&state, headers)?;
+    let admission = state.admit()?;
+    let engine = state.engine()?.clone();
+    let frontend = engine.frontend().clone();
+    let ids = tokio::task::spawn_blocking(move || frontend.tokens(&prompt))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let context_left = engine.config().max_model_len.saturating_sub(ids.len());
+    let req = openai::prompt_request(Prompt::Tokens(ids), common, context_left, namespace)?;
+    let events = engine.submit_prompt(req)?;
+    let generation = Generation::new(engine, events, admission);
+    let model = state.opts.served_model_name.clone();
+    if common.stream() {
+        Ok(generation.sse(kind, model, common.include_usage()))
+    } else {
+        Ok(Json(generation.collect(kind, &model).await?).into_response())
+    }
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let name = &state.opts.served_model_name;
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": name,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "kvrun",
+            "root": name,
+            "max_model_len": engine.config().max_model_len,
+        }]
+    }))
+    .into_response())
+}
+
+/// `POST /tokenize` (vLLM's shape): `prompt` (+ `add_special_tokens`) or chat `messages`.
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    model: Option<String>,
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: TokenizeRequest = parse(body)?;
+    check_model(&state, &CommonFields { model: req.model.clone(), ..CommonFields::default() })?;
+    let engine = state.engine()?;
+    let frontend = engine.frontend().clone();
+    let tokens = tokio::task::spawn_blocking(move || match (req.prompt, req.messages) {
+        (Some(text), None) => {
+            frontend.tokenizer().encode(&text, req.add_special_tokens).map_err(ApiError::from_any)
+        }
+        (None, Some(messages)) => frontend.tokens(&Prompt::Chat(messages)).map_err(ApiError::from),
+        _ => Err(ApiError::bad_request("send exactly one of `prompt` and `messages`")),
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    Ok(Json(json!({
+        "count": tokens.len(),
+        "max_model_len": engine.config().max_model_len,
+        "tokens": tokens,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+struct DetokenizeRequest {
+    model: Option<String>,
+    tokens: Vec<u32>,
+}
+
+async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: DetokenizeRequest = parse(body)?;
+    check_model(&state, &CommonFields { model: req.model.clone(), ..CommonFields::default() })?;
+    let engine = state.engine()?;
+    let tokenizer_len = engine.frontend().tokenizer().vocab_size();
+    if let Some(id) = req.tokens.iter().find(|&&id| id as usize >= tokenizer_len) {
+        return Err(ApiError::bad_field(
+            "tokens",
+            format!("token id {id} is outside the vocabulary of {tokenizer_len} tokens"),
+        ));
+    }
+    let text =
+        engine.frontend().tokenizer().decode(&req.tokens, false).map_err(ApiError::from_any)?;
+    Ok(Json(json!({ "prompt": text })).into_response())
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.engine() {
+        Ok(_) => status(StatusCode::OK),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn version() -> Response {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION") })).into_response()
+}
+
+/// Prometheus exposition (OpenMetrics text); with `--metrics-vllm-names` every series twice.
+async fn metrics(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let mut text = engine.metrics().encode();
+    if state.opts.metrics_vllm_names {
+        let body = text.strip_suffix("# EOF\n").unwrap_or(&text).to_string();
+        text = format!("{body}{}", text.replace("kvrun:", "vllm:"));
+    }
+    Ok((
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no such route; see GET /v1/models, POST /v1/chat/completions, POST /v1/completions",
+    )
+}
+
+impl ApiError {
+    /// A 400 from any error (tokenizer failures on user input).
+    fn from_any(e: impl std::fmt::Display) -> Self {
+        ApiError::bad_request(e.to_string())
+    }
+}
