@@ -3,7 +3,8 @@
 # only when something is missing):
 #   1. a Vulkan driver: lavapipe (Mesa's software Vulkan) unless a Vulkan driver is installed;
 #   2. python3 + pip, which scripts/fetch-models.sh downloads with;
-#   3. the test model (scripts/fetch-models.sh) into the git-ignored assets/models/.
+#   3. the Python packages tests/python/openai_client_test.py needs (openai, prometheus-client);
+#   4. the test model (scripts/fetch-models.sh) into the git-ignored assets/models/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,33 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq python3 python3-pip >/dev/null
     echo "installed python3 and pip"
+fi
+
+# The packages of tests/python/openai_client_test.py: into the active virtual environment, else
+# into the system's Python as root and into the user's site-packages otherwise. Debian 12+ marks
+# its Python externally managed (PEP 668), so pip refuses that; then retry with
+# --break-system-packages (pip 23.0.1+, as Debian 12 ships).
+py_packages=(openai prometheus-client)
+if python3 -c 'import openai, prometheus_client.openmetrics.parser' >/dev/null 2>&1; then
+    echo "the Python test packages (${py_packages[*]}) are installed"
+else
+    export PIP_ROOT_USER_ACTION=ignore # no "running pip as root" warning
+    pip_args=(install --quiet --disable-pip-version-check)
+    in_venv=$(python3 -c 'import sys; print(int(sys.prefix != sys.base_prefix))')
+    if [ "$(id -u)" != 0 ] && [ "$in_venv" = 0 ]; then pip_args+=(--user); fi
+    pip_log=$(mktemp)
+    if ! python3 -m pip "${pip_args[@]}" "${py_packages[@]}" 2>"$pip_log"; then
+        if grep -q externally-managed-environment "$pip_log"; then
+            python3 -m pip "${pip_args[@]}" --break-system-packages "${py_packages[@]}"
+        else
+            cat "$pip_log" >&2
+            rm -f "$pip_log"
+            exit 1
+        fi
+    fi
+    rm -f "$pip_log"
+    python3 -c 'import openai, prometheus_client.openmetrics.parser'
+    echo "installed the Python test packages (${py_packages[*]})"
 fi
 
 scripts/fetch-models.sh

@@ -147,6 +147,7 @@ impl Engine {
         req.params.validate()?;
         let request = req.to_sched(id, self.frontend.tokenizer());
         self.sched.add_request(request).map_err(|e| self.explain(e))?;
+        self.metrics.update_from(&self.sched.stats());
         self.requests.insert(id, Active::new(&req));
         self.next_id = self.next_id.max(id + 1);
         Ok(())
@@ -175,6 +176,7 @@ impl Engine {
     /// Cancels a request; returns its final event, or `None` if it was not unfinished.
     pub fn cancel(&mut self, id: RequestId) -> Option<OutputEvent> {
         let usage = self.sched.finish(id, crate::sched::FinishReason::Cancelled)?;
+        self.metrics.update_from(&self.sched.stats());
         let active = self.requests.remove(&id)?;
         Some(active.finished(id, crate::sched::FinishReason::Cancelled, usage, String::new()))
     }

@@ -74,8 +74,22 @@ impl IntoResponse for ApiError {
 
 impl From<FrontendError> for ApiError {
     fn from(e: FrontendError) -> Self {
+        use crate::sample::SampleError;
         let param = e.field().map(str::to_string);
-        ApiError { param, ..ApiError::bad_request(e.to_string()) }
+        // Sampling messages name the CLI flags; over HTTP name the JSON fields.
+        let message = match &e {
+            FrontendError::Sampling(SampleError::Temperature(t)) => {
+                format!("temperature {t} is invalid; use a finite value ≥ 0 (0 = greedy)")
+            }
+            FrontendError::Sampling(SampleError::TopK) => {
+                "top_k 0 is invalid; use at least 1, or -1 to keep every token".to_string()
+            }
+            FrontendError::Sampling(SampleError::TopP(p)) => {
+                format!("top_p {p} is invalid; use a value in (0, 1] (1 keeps every token)")
+            }
+            other => other.to_string(),
+        };
+        ApiError { param, ..ApiError::bad_request(message) }
     }
 }
 

@@ -167,7 +167,8 @@ impl CommonFields {
             top_k,
             top_p: self.top_p,
             seed,
-            max_tokens: max_tokens.min(context_left.max(1)),
+            // At least 1: a prompt that fills the context is refused by the front end, naming both lengths.
+            max_tokens: max_tokens.min(context_left).max(1),
         };
         let stop = match &self.stop {
             None => Vec::new(),

@@ -37,6 +37,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -73,8 +74,15 @@ fn parse<T: serde::de::DeserializeOwned>(
         };
         ApiError::new(status, message)
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::bad_request(format!("the request body is not valid JSON for this endpoint: {e}"))
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message =
+            format!("the request body is not valid JSON for this endpoint: {}", e.inner());
+        match path.as_str() {
+            "." | "?" => ApiError::bad_request(message),
+            field => ApiError::bad_field(field, format!("{field}: {message}")),
+        }
     })
 }
 
@@ -275,6 +283,10 @@ async fn not_found() -> ApiError {
         StatusCode::NOT_FOUND,
         "no such route; see GET /v1/models, POST /v1/chat/completions, POST /v1/completions",
     )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method")
 }
 
 impl ApiError {

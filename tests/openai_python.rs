@@ -1,0 +1,88 @@
+//! `kvrun serve` as a client sees it: the built binary on loopback, driven by the official
+//! `openai` Python client and checked with `prometheus_client`'s strict OpenMetrics parser
+//! (`tests/python/openai_client_test.py`). Needs python3 with `openai` and `prometheus-client`
+//! (`scripts/setup.sh` installs them); skips without them unless `KVRUN_NO_SKIP=1`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the server when the test ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn python_ready() -> Result<(), String> {
+    let out = Command::new("python3")
+        .args(["-c", "import openai, prometheus_client.openmetrics.parser"])
+        .output()
+        .map_err(|e| format!("no python3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "python3 lacks openai / prometheus-client (run scripts/setup.sh): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Starts `kvrun serve` on a free port; returns it and its base URL (read from its first line).
+fn serve(model: &Path, extra: &[&str]) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .arg("serve")
+        .arg("-m")
+        .arg(model)
+        .args(["--port", "0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvrun starts");
+    let stderr = child.stderr.take().expect("piped");
+    let server = Server(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let line = lines.next().expect("kvrun serve printed its address").expect("utf-8");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let base = rest.split_whitespace().next().expect("an address").to_string();
+            // Keep draining stderr so the server never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            return (server, base);
+        }
+    }
+    panic!("kvrun serve did not report its address");
+}
+
+#[test]
+fn official_openai_client_against_kvrun_serve() {
+    if common::gpu().is_none() {
+        return;
+    }
+    if let Err(why) = python_ready() {
+        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
+        eprintln!("SKIPPING: {why}");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = root.join("assets/tiny-llama/tiny-llama-q.gguf");
+    let (_server, base) = serve(&model, &["--api-key", "test-key", "-c", "256"]);
+    let out = Command::new("python3")
+        .arg(root.join("tests/python/openai_client_test.py"))
+        .args([&base, "test-key"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the openai client checks failed:\n{stdout}");
+    assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
+}

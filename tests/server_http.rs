@@ -1,0 +1,423 @@
+//! `kvrun serve` through a real socket on loopback, with the tiny model: SSE framing, many
+//! concurrent streams with cancels (every request accounted for, the pool back to full), the
+//! bounded queue (503 + Retry-After), bad bodies (4xx, the server keeps serving), the API key.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kvrun::engine::{EngineConfig, EngineHandle};
+use kvrun::server::{router, AppState, ServeOptions};
+use serde_json::{json, Value};
+
+const MODEL: &str = "tiny";
+
+fn engine_config(max_num_seqs: usize) -> EngineConfig {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf");
+    let mut cfg = EngineConfig::new(path);
+    cfg.max_model_len = Some(128);
+    cfg.max_num_seqs = max_num_seqs;
+    cfg
+}
+
+fn options() -> ServeOptions {
+    ServeOptions {
+        api_key: None,
+        served_model_name: MODEL.into(),
+        max_queued_requests: 64,
+        tenant_header: "x-tenant-id".into(),
+        metrics_vllm_names: false,
+    }
+}
+
+/// A server on 127.0.0.1 with a loaded engine; dropped with the test's runtime.
+struct Server {
+    base: String,
+    state: Arc<AppState>,
+    client: reqwest::Client,
+}
+
+impl Server {
+    async fn start(cfg: EngineConfig, opts: ServeOptions) -> Server {
+        let handle = tokio::task::spawn_blocking(move || EngineHandle::spawn(cfg))
+            .await
+            .unwrap()
+            .expect("tiny model loads");
+        let state = AppState::new(opts);
+        state.set_engine(handle);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = router(state.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Server { base, state, client: reqwest::Client::new() }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        self.client.post(format!("{}{path}", self.base)).json(&body).send().await.unwrap()
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits until no request runs or waits and every admitted request is answered.
+    async fn wait_idle(&self) {
+        for _ in 0..600 {
+            if self.state.in_flight() == 0
+                && self.metric("kvrun:num_requests_running").await == 0.0
+                && self.metric("kvrun:num_requests_waiting").await == 0.0
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server did not become idle");
+    }
+}
+
+fn chat(content: &str, max_tokens: usize, stream: bool) -> Value {
+    json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+/// The `data:` payloads of an SSE body, checking the framing: every event is one `data:` line
+/// followed by a blank line.
+fn sse_events(body: &str) -> Vec<String> {
+    let mut events = Vec::new();
+    for block in body.split("\n\n").filter(|b| !b.is_empty()) {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.starts_with(':')).collect();
+        if lines.is_empty() {
+            continue; // keep-alive comment
+        }
+        assert_eq!(lines.len(), 1, "one data line per event: {block:?}");
+        let data = lines[0].strip_prefix("data: ").unwrap_or_else(|| panic!("not data: {block:?}"));
+        events.push(data.to_string());
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_stream_matches_the_collected_answer() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Server::start(engine_config(4), options()).await;
+    let whole: Value = server
+        .post("/v1/chat/completions", chat("hello there", 12, false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let want = whole["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert_eq!(whole["object"], "chat.completion");
+    assert!(whole["usage"]["prompt_tokens_details"]["cached_tokens"].is_u64(), "{whole}");
+
+    let resp = server.post("/v1/chat/completions", chat("hello there", 12, true)).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let events = sse_events(&resp.text().await.unwrap());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, want, "streamed text equals the collected text");
+    let finals: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"].get(0).is_none_or(|ch| ch["finish_reason"].is_null()))
+        .collect();
+    assert_eq!(finals.len(), 1, "one chunk carries the finish reason");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]), "the usage chunk comes last, without choices");
+    assert_eq!(usage["usage"], whole["usage"].clone().tap_cached(usage));
+    assert!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0,
+        "the repeated prompt is a prefix-cache hit: {usage}"
+    );
+}
+
+/// `usage` of the repeated request differs from the first only in `cached_tokens`.
+trait TapCached {
+    fn tap_cached(self, other: &Value) -> Value;
+}
+
+impl TapCached for Value {
+    fn tap_cached(mut self, other: &Value) -> Value {
+        self["prompt_tokens_details"]["cached_tokens"] =
+            other["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_with_cancels_all_accounted_for() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Arc::new(Server::start(engine_config(8), options()).await);
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let body = chat(&format!("request number {i} says hello"), 24, true);
+                let resp = server.post("/v1/chat/completions", body).await;
+                assert_eq!(resp.status(), 200, "request {i}");
+                let mut stream = resp.bytes_stream();
+                if i % 4 == 0 {
+                    // Read the first chunk, then go away mid-stream.
+                    stream.next().await.expect("a first chunk").unwrap();
+                    return None;
+                }
+                let mut body = Vec::new();
+                while let Some(chunk) = stream.next().await {
+                    body.extend_from_slice(&chunk.unwrap());
+                }
+                let events = sse_events(std::str::from_utf8(&body).unwrap());
+                assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "request {i}");
+                let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+                Some(usage["usage"]["completion_tokens"].as_u64().unwrap())
+            })
+        })
+        .collect();
+    let mut completed = 0;
+    for t in tasks {
+        if let Some(n) = t.await.unwrap() {
+            assert!(n >= 1);
+            completed += 1;
+        }
+    }
+    assert_eq!(completed, 48);
+    server.wait_idle().await;
+    assert_eq!(server.metric("kvrun:kv_cache_usage_perc").await, 0.0, "every block came back");
+    // Cancelled requests were counted once each (some may have finished before the engine saw
+    // the client leave, so at most 16).
+    let disconnects = server.metric("kvrun:request_disconnects_total").await;
+    assert!((1.0..=16.0).contains(&disconnects), "disconnects {disconnects}");
+    let finished = server.metric("kvrun:e2e_request_latency_seconds_count").await;
+    assert_eq!(finished + disconnects, 64.0, "every request finished or was cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_503_with_retry_after() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let opts = ServeOptions { max_queued_requests: 1, ..options() };
+    let server = Server::start(engine_config(1), opts).await;
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let resp = server
+            .post(
+                "/v1/completions",
+                json!({"prompt": format!("long {i}"), "max_tokens": 100, "stream": true}),
+            )
+            .await;
+        assert_eq!(resp.status(), 200);
+        held.push(resp);
+    }
+    let refused =
+        server.post("/v1/completions", json!({"prompt": "one too many", "max_tokens": 4})).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-queued-requests"), "{body}");
+    drop(held);
+    server.wait_idle().await;
+    let ok = server
+        .post("/v1/completions", json!({"prompt": "now there is room", "max_tokens": 4}))
+        .await;
+    assert_eq!(ok.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_get_4xx_and_the_server_keeps_serving() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let opts = ServeOptions { api_key: Some("sekret".into()), ..options() };
+    let server = Server::start(engine_config(2), opts).await;
+    let url = |p: &str| format!("{}{p}", server.base);
+    let send = |path: &'static str, body: Vec<u8>, key: Option<&'static str>| {
+        let mut req =
+            server.client.post(url(path)).header("content-type", "application/json").body(body);
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        req.send()
+    };
+    let long_prompt = "word ".repeat(400);
+    let cases: Vec<(&str, &'static str, Vec<u8>, u16, Option<&str>)> = vec![
+        ("no key", "/v1/completions", br#"{"prompt":"hi"}"#.to_vec(), 401, None),
+        (
+            "wrong types",
+            "/v1/chat/completions",
+            br#"{"messages":5}"#.to_vec(),
+            400,
+            Some("messages"),
+        ),
+        ("not JSON", "/v1/completions", b"{prompt: hi".to_vec(), 400, None),
+        ("invalid UTF-8", "/v1/completions", b"{\"prompt\":\"\xff\xfe\"}".to_vec(), 400, None),
+        ("empty body", "/v1/completions", Vec::new(), 400, None),
+        (
+            "huge number",
+            "/v1/completions",
+            br#"{"prompt":"hi","max_tokens":1e400}"#.to_vec(),
+            400,
+            None,
+        ),
+        (
+            "negative tokens",
+            "/v1/completions",
+            br#"{"prompt":"hi","max_tokens":-1}"#.to_vec(),
+            400,
+            None,
+        ),
+        (
+            "zero tokens",
+            "/v1/completions",
+            br#"{"prompt":"hi","max_tokens":0}"#.to_vec(),
+            400,
+            Some("max_tokens"),
+        ),
+        ("n = 2", "/v1/completions", br#"{"prompt":"hi","n":2}"#.to_vec(), 400, Some("n")),
+        (
+            "logprobs",
+            "/v1/completions",
+            br#"{"prompt":"hi","logprobs":5}"#.to_vec(),
+            400,
+            Some("logprobs"),
+        ),
+        (
+            "bad temperature",
+            "/v1/completions",
+            br#"{"prompt":"hi","temperature":-1}"#.to_vec(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            "bad top_p",
+            "/v1/completions",
+            br#"{"prompt":"hi","top_p":1.5}"#.to_vec(),
+            400,
+            Some("top_p"),
+        ),
+        (
+            "token out of vocab",
+            "/v1/completions",
+            br#"{"prompt":[1,2,99999]}"#.to_vec(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "two prompts",
+            "/v1/completions",
+            br#"{"prompt":["a","b"]}"#.to_vec(),
+            400,
+            Some("prompt"),
+        ),
+        (
+            "unknown model",
+            "/v1/completions",
+            br#"{"prompt":"hi","model":"gpt-9"}"#.to_vec(),
+            404,
+            Some("model"),
+        ),
+        (
+            "no messages",
+            "/v1/chat/completions",
+            br#"{"messages":[]}"#.to_vec(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "image part",
+            "/v1/chat/completions",
+            br#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.to_vec(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "over the context",
+            "/v1/completions",
+            serde_json::to_vec(&json!({"prompt": long_prompt})).unwrap(),
+            400,
+            Some("prompt"),
+        ),
+        ("10 MB body", "/v1/completions", vec![b' '; 10 << 20], 413, None),
+    ];
+    for (what, path, body, status, param) in cases {
+        let key = if what == "no key" { None } else { Some("sekret") };
+        let resp = send(path, body, key).await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        let err: Value = resp.json().await.unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
+        let e = &err["error"];
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {err}");
+        assert_eq!(e["code"], status, "{what}: {err}");
+        assert!(e["type"].is_string(), "{what}: {err}");
+        if let Some(p) = param {
+            assert_eq!(e["param"], p, "{what}: {err}");
+        }
+        if what == "over the context" {
+            let m = e["message"].as_str().unwrap();
+            assert!(m.contains("128") && m.contains("tokens"), "names the context: {m}");
+        }
+    }
+    let ok = send(
+        "/v1/completions",
+        br#"{"prompt":"still serving","max_tokens":3}"#.to_vec(),
+        Some("sekret"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status(), 200);
+    let health = server.client.get(url("/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "health needs no key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_503_while_loading() {
+    let state = AppState::new(options());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let client = reqwest::Client::new();
+    let health = client.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(health.status(), 503);
+    let resp = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"prompt":"hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    let version: Value =
+        client.get(format!("{base}/version")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
+}
