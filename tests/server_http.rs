@@ -27,6 +27,7 @@ fn engine_config(max_num_seqs: usize) -> EngineConfig {
 fn options() -> ServeOptions {
     ServeOptions {
         api_key: None,
+        api_keys: Default::default(),
         served_model_name: MODEL.into(),
         max_queued_requests: 64,
         tenant_header: "x-tenant-id".into(),
@@ -420,4 +421,53 @@ async fn health_is_503_while_loading() {
     let version: Value =
         client.get(format!("{base}/version")).send().await.unwrap().json().await.unwrap();
     assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_isolated_and_have_their_own_series() {
+    if common::gpu().is_none() {
+        return;
+    }
+    use kvrun::engine::{KvQuota, TenantConfig};
+    let mut cfg = engine_config(4);
+    cfg.tenants = vec![
+        TenantConfig { name: "alice".into(), kv_quota: Some(KvQuota::Fraction(0.5)) },
+        TenantConfig { name: "bob".into(), kv_quota: None },
+    ];
+    let keys = [("key-a", "alice"), ("key-b", "bob")];
+    let opts = ServeOptions {
+        api_keys: keys.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect(),
+        ..options()
+    };
+    let server = Server::start(cfg, opts).await;
+    let ask = |key: &'static str, tenant_header: Option<&'static str>| {
+        let mut req = server
+            .client
+            .post(format!("{}/v1/chat/completions", server.base))
+            .bearer_auth(key)
+            .json(&chat("the same long question about the same long topic", 2, false));
+        if let Some(t) = tenant_header {
+            req = req.header("x-tenant-id", t);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{key}");
+            let v: Value = resp.json().await.unwrap();
+            v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()
+        }
+    };
+    assert_eq!(ask("key-a", None).await, 0, "alice, first time");
+    assert!(ask("key-a", None).await > 0, "alice again: her own prefix");
+    assert_eq!(ask("key-b", None).await, 0, "bob never hits alice's blocks");
+    // A key's tenant wins over the header: alice's key claiming to be bob is still alice.
+    assert!(ask("key-a", Some("bob")).await > 0);
+    assert!(server.post("/v1/completions", json!({"prompt": "x"})).await.status() == 401);
+    server.wait_idle().await;
+    let alice = |name: &str| format!("kvrun:{name}{{tenant=\"alice\"}}");
+    let num_blocks = server.state.engine().unwrap().config().num_blocks;
+    assert_eq!(server.metric(&alice("tenant_kv_quota_blocks")).await, (num_blocks / 2) as f64);
+    assert!(server.metric(&alice("tenant_kv_blocks")).await > 0.0, "alice's cached blocks");
+    assert!(server.metric(&alice("tenant_prefix_cache_hits_total")).await > 0.0);
+    let bob_hits = "kvrun:tenant_prefix_cache_hits_total{tenant=\"bob\"}";
+    assert_eq!(server.metric(bob_hits).await, 0.0);
 }

@@ -99,6 +99,7 @@ impl KvArgs {
             max_logit_rows: None,
             kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
+            tenants: Vec::new(),
         })
     }
 

@@ -34,6 +34,40 @@ pub struct EngineConfig {
     pub kv_cache: KvCacheSpec,
     /// Reuse full KV blocks of earlier requests with the same prefix (`--no-prefix-cache` off).
     pub enable_prefix_cache: bool,
+    /// Tenants to track (per-tenant metrics) and their KV quotas (`--tenant-kv-quota`).
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// A tenant: its name (its prefix-cache namespace is [`tenant_namespace`] of it) and its cap on
+/// KV blocks held, running and cached.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantConfig {
+    pub name: String,
+    pub kv_quota: Option<KvQuota>,
+}
+
+/// A tenant's KV cap: a fraction of the pool, or bytes (whole blocks, rounded down).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvQuota {
+    Fraction(f64),
+    Bytes(u64),
+}
+
+impl KvQuota {
+    /// The cap in blocks of `bytes_per_block`, of a pool of `num_blocks`.
+    pub fn blocks(self, num_blocks: usize, bytes_per_block: u64) -> usize {
+        match self {
+            KvQuota::Fraction(f) => (f * num_blocks as f64).floor() as usize,
+            KvQuota::Bytes(b) => usize::try_from(b / bytes_per_block.max(1)).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// The prefix-cache namespace of a tenant: the first 8 bytes of the SHA-256 of its name.
+pub fn tenant_namespace(tenant: &str) -> u64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(tenant.as_bytes());
+    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
 }
 
 impl EngineConfig {
@@ -50,6 +84,7 @@ impl EngineConfig {
             max_logit_rows: None,
             kv_cache: KvCacheSpec::default(),
             enable_prefix_cache: true,
+            tenants: Vec::new(),
         }
     }
 }

@@ -15,6 +15,12 @@
 //! | `kvrun:e2e_request_latency_seconds` | histogram | arrival → last token of a finished request |
 //! | `kvrun:request_disconnects_total` | counter | requests cancelled because their client went away |
 //! | `kvrun:cache_config_info{block_size,num_gpu_blocks}` | gauge (1) | the KV pool's shape |
+//! | `kvrun:tenant_kv_blocks{tenant}` / `kvrun:tenant_kv_quota_blocks{tenant}` | gauge | KV blocks a tenant holds (running + cached) / its cap |
+//! | `kvrun:tenant_num_requests_running{tenant}` / `_waiting{tenant}` | gauge | a tenant's sequences running / waiting |
+//! | `kvrun:tenant_prefix_cache_queries_total{tenant}` / `_hits_total{tenant}` | counter | a tenant's prompt tokens looked up / found |
+//!
+//! Per-tenant series exist for the tenants configured at start (`--tenant-kv-quota`,
+//! `--api-keys`), not for every header value a client sends (bounded cardinality).
 
 use std::sync::atomic::AtomicU64;
 
@@ -62,7 +68,21 @@ pub struct Metrics {
     e2e_request_latency_seconds: Histogram,
     request_disconnects: Counter,
     cache_config_info: Family<Vec<(String, String)>, Gauge>,
+    tenant: TenantFamilies,
 }
+
+/// The per-tenant series, labelled `tenant`.
+#[derive(Debug, Default)]
+struct TenantFamilies {
+    kv_blocks: Family<TenantLabel, Gauge>,
+    kv_quota_blocks: Family<TenantLabel, Gauge>,
+    running: Family<TenantLabel, Gauge>,
+    waiting: Family<TenantLabel, Gauge>,
+    prefix_queries: Family<TenantLabel, Counter>,
+    prefix_hits: Family<TenantLabel, Counter>,
+}
+
+type TenantLabel = Vec<(String, String)>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -87,6 +107,7 @@ impl Metrics {
             e2e_request_latency_seconds: Histogram::new(E2E_BUCKETS),
             request_disconnects: Counter::default(),
             cache_config_info: Family::default(),
+            tenant: TenantFamilies::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -147,6 +168,37 @@ impl Metrics {
             "The KV cache's configuration (value 1; labels block_size, num_gpu_blocks)",
             m.cache_config_info.clone(),
         );
+        let t = &m.tenant;
+        r.register(
+            "kvrun:tenant_kv_blocks",
+            "KV blocks a tenant holds, running and cached",
+            t.kv_blocks.clone(),
+        );
+        r.register(
+            "kvrun:tenant_kv_quota_blocks",
+            "A tenant's cap on KV blocks (--tenant-kv-quota)",
+            t.kv_quota_blocks.clone(),
+        );
+        r.register(
+            "kvrun:tenant_num_requests_running",
+            "A tenant's requests running",
+            t.running.clone(),
+        );
+        r.register(
+            "kvrun:tenant_num_requests_waiting",
+            "A tenant's requests waiting (queued, or held back by its KV quota)",
+            t.waiting.clone(),
+        );
+        r.register(
+            "kvrun:tenant_prefix_cache_queries",
+            "A tenant's prompt tokens looked up in the prefix cache",
+            t.prefix_queries.clone(),
+        );
+        r.register(
+            "kvrun:tenant_prefix_cache_hits",
+            "A tenant's prompt tokens found in the prefix cache",
+            t.prefix_hits.clone(),
+        );
         m
     }
 
@@ -175,6 +227,25 @@ impl Metrics {
     /// Records one gap between consecutive output tokens.
     pub fn observe_tpot(&self, secs: f64) {
         self.time_per_output_token_seconds.observe(secs);
+    }
+
+    /// Sets one tenant's series from its numbers now.
+    pub fn update_tenant(&self, name: &str, stats: &crate::sched::TenantStats) {
+        let label = vec![("tenant".to_string(), name.to_string())];
+        let t = &self.tenant;
+        t.kv_blocks.get_or_create(&label).set(stats.kv.num_held_blocks as i64);
+        if let Some(q) = stats.kv.quota_blocks {
+            t.kv_quota_blocks.get_or_create(&label).set(q as i64);
+        }
+        t.running.get_or_create(&label).set(stats.num_running as i64);
+        t.waiting.get_or_create(&label).set(stats.num_waiting as i64);
+        for (family, total) in [
+            (&t.prefix_queries, stats.kv.prefix_query_tokens),
+            (&t.prefix_hits, stats.kv.prefix_hit_tokens),
+        ] {
+            let counter = family.get_or_create(&label);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     /// Records one finished request's arrival-to-last-token time.

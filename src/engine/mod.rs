@@ -28,7 +28,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use config::{kv_storage, EngineConfig, ResolvedConfig, DEFAULT_MAX_MODEL_LEN_CAP};
+pub use config::{
+    kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
+    DEFAULT_MAX_MODEL_LEN_CAP,
+};
 pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
 pub use handle::{EngineHandle, RequestStream, StreamEvent};
@@ -91,6 +94,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// Quantized KV: the staging slot of each running sequence.
     stage_slots: StageSlots,
+    /// Tracked tenants' names by namespace, for per-tenant metrics.
+    tenants: HashMap<u64, String>,
 }
 
 impl Engine {
@@ -111,7 +116,8 @@ impl Engine {
             max_num_batched_tokens: resolved.max_num_batched_tokens,
             max_model_len: resolved.max_model_len,
         };
-        let sched = Scheduler::new(sched_config, kv)?;
+        let mut sched = Scheduler::new(sched_config, kv)?;
+        let tenants = set_tenants(&mut sched, cfg, &resolved, &layout)?;
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
         let metrics = Arc::new(Metrics::new());
         metrics.set_cache_config(resolved.block_size, resolved.num_blocks);
@@ -127,6 +133,7 @@ impl Engine {
             next_id: 0,
             metrics,
             stage_slots,
+            tenants,
         })
     }
 
@@ -147,7 +154,7 @@ impl Engine {
         req.params.validate()?;
         let request = req.to_sched(id, self.frontend.tokenizer());
         self.sched.add_request(request).map_err(|e| self.explain(e))?;
-        self.metrics.update_from(&self.sched.stats());
+        self.update_metrics();
         self.requests.insert(id, Active::new(&req));
         self.next_id = self.next_id.max(id + 1);
         Ok(())
@@ -164,7 +171,7 @@ impl Engine {
         let sampled = self.sample(&plan, &logits);
         let events = self.sched.commit(&plan, &sampled);
         let out = self.output(events, logits.timing.as_ref());
-        self.metrics.update_from(&self.sched.stats());
+        self.update_metrics();
         for event in &out {
             if let OutputEvent::Finished { timing, .. } = event {
                 self.metrics.observe_e2e(timing.ttft_s + timing.decode_s);
@@ -176,7 +183,7 @@ impl Engine {
     /// Cancels a request; returns its final event, or `None` if it was not unfinished.
     pub fn cancel(&mut self, id: RequestId) -> Option<OutputEvent> {
         let usage = self.sched.finish(id, crate::sched::FinishReason::Cancelled)?;
-        self.metrics.update_from(&self.sched.stats());
+        self.update_metrics();
         let active = self.requests.remove(&id)?;
         Some(active.finished(id, crate::sched::FinishReason::Cancelled, usage, String::new()))
     }
@@ -255,6 +262,18 @@ impl Engine {
             }
         }
         out
+    }
+
+    /// The gauges and counters from the scheduler now (and per tenant, if any are tracked).
+    fn update_metrics(&self) {
+        self.metrics.update_from(&self.sched.stats());
+        if !self.tenants.is_empty() {
+            for t in self.sched.tenant_stats() {
+                if let Some(name) = self.tenants.get(&t.kv.namespace) {
+                    self.metrics.update_tenant(name, &t);
+                }
+            }
+        }
     }
 
     /// Adds the engine's numbers to a scheduler refusal.
@@ -353,6 +372,26 @@ impl Engine {
         }
         Ok(out)
     }
+}
+
+/// Tracks the configured tenants in the scheduler with their quotas in blocks; returns their
+/// names by namespace. The error names the tenant and the flag.
+fn set_tenants(
+    sched: &mut Scheduler,
+    cfg: &EngineConfig,
+    resolved: &ResolvedConfig,
+    layout: &KvLayout,
+) -> Result<HashMap<u64, String>, EngineError> {
+    let mut names = HashMap::new();
+    for t in &cfg.tenants {
+        let ns = tenant_namespace(&t.name);
+        let quota = t.kv_quota.map(|q| q.blocks(resolved.num_blocks, layout.bytes_per_block()));
+        sched
+            .set_tenant(ns, quota)
+            .map_err(|e| EngineError::Config(format!("--tenant-kv-quota {}: {e}", t.name)))?;
+        names.insert(ns, t.name.clone());
+    }
+    Ok(names)
 }
 
 /// Model buffer sizes for a resolved configuration.

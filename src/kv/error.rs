@@ -87,6 +87,19 @@ pub enum KvError {
     )]
     OutOfBlocks { needed: usize, free: usize },
 
+    #[error(
+        "the tenant's KV quota of {quota_blocks} blocks is reached: need {needed} more blocks, \
+         {room} claimable within the quota; raise its --tenant-kv-quota"
+    )]
+    OverQuota { needed: usize, room: usize, quota_blocks: usize },
+
+    #[error(
+        "a KV quota of {quota_blocks} blocks is invalid: it must hold one full-context sequence \
+         ({min_blocks} blocks) and at most the whole pool ({num_blocks} blocks); change \
+         --tenant-kv-quota, -c or --kv-cache-memory"
+    )]
+    BadQuota { quota_blocks: usize, min_blocks: usize, num_blocks: usize },
+
     #[error("{what} must be at least 1 (got 0)")]
     ZeroPlanInput { what: PlanField },
 

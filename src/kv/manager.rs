@@ -26,6 +26,7 @@ use super::block_table::BlockTable;
 use super::error::KvError;
 use super::layout::KvLayout;
 use super::prefix_cache::{Namespace, PrefixCache};
+use super::quota::Tenants;
 
 /// Identifies a sequence (a request's running state) in the KV cache.
 pub type SeqId = u64;
@@ -53,12 +54,12 @@ pub struct KvStats {
 
 /// The KV state of one live sequence.
 #[derive(Clone, Debug)]
-struct SeqKv {
-    table: BlockTable,
-    namespace: Namespace,
+pub(super) struct SeqKv {
+    pub(super) table: BlockTable,
+    pub(super) namespace: Namespace,
     /// Leading blocks of this sequence's token path that are in the prefix cache (matched at
     /// begin or cached since); `table` starts with exactly those nodes' blocks.
-    num_cached_blocks: usize,
+    pub(super) num_cached_blocks: usize,
     /// The deepest of them: this sequence holds one lock on the path root..=`locked`.
     locked: Option<BlockId>,
 }
@@ -68,13 +69,15 @@ struct SeqKv {
 #[derive(Clone, Debug)]
 pub struct KvManager {
     layout: KvLayout,
-    pool: BlockPool,
-    seqs: HashMap<SeqId, SeqKv>,
+    pub(super) pool: BlockPool,
+    pub(super) seqs: HashMap<SeqId, SeqKv>,
     /// `None` = prefix caching disabled (`--no-prefix-cache`).
-    cache: Option<PrefixCache>,
+    pub(super) cache: Option<PrefixCache>,
+    /// Tracked tenants: quotas and per-tenant counters (`quota.rs`).
+    pub(super) tenants: Tenants,
     prefix_query_tokens: u64,
     prefix_hit_tokens: u64,
-    num_evicted_blocks: u64,
+    pub(super) num_evicted_blocks: u64,
 }
 
 impl KvManager {
@@ -101,6 +104,7 @@ impl KvManager {
             pool: BlockPool::new(num_blocks),
             seqs: HashMap::new(),
             cache: enabled.then(|| PrefixCache::new(layout.block_size)),
+            tenants: Tenants::default(),
             prefix_query_tokens: 0,
             prefix_hit_tokens: 0,
             num_evicted_blocks: 0,
@@ -141,7 +145,13 @@ impl KvManager {
     /// Whether [`KvManager::reserve`] of `new_tokens` for `seq` would succeed now, counting
     /// evictable cached blocks as free. O(1).
     pub fn can_allocate(&self, seq: SeqId, new_tokens: usize) -> bool {
-        self.blocks_needed(seq, new_tokens) <= self.num_free_or_evictable_blocks()
+        let namespace = self.namespace_of(seq).flatten();
+        self.blocks_needed(seq, new_tokens) <= self.claimable_blocks(namespace)
+    }
+
+    /// The namespace of live sequence `seq`.
+    pub fn namespace_of(&self, seq: SeqId) -> Option<Namespace> {
+        self.seqs.get(&seq).map(|s| s.namespace)
     }
 
     /// Most tokens [`KvManager::reserve`] can take for `seq` now: the room left in its last
@@ -149,7 +159,7 @@ impl KvManager {
     pub fn num_reservable_tokens(&self, seq: SeqId) -> usize {
         let Some(s) = self.seqs.get(&seq) else { return 0 };
         let room = s.table.capacity() - s.table.num_tokens();
-        room + self.num_free_or_evictable_blocks() * self.layout.block_size
+        room + self.claimable_blocks(s.namespace) * self.layout.block_size
     }
 
     /// Tokens of `tokens` that [`KvManager::begin_sequence`] would take from the cache now,
@@ -173,7 +183,7 @@ impl KvManager {
         let num_cached_tokens = matched.len() * self.layout.block_size;
         let needed =
             self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
-        needed + newly_locked <= self.num_free_or_evictable_blocks()
+        needed + newly_locked <= self.claimable_blocks(namespace)
     }
 
     /// Starts an empty table for `seq` in the default namespace, matching nothing. Claims no
@@ -207,8 +217,10 @@ impl KvManager {
             cache.lock(last);
         }
         if self.cache.is_some() {
+            let hit = matched.len() * self.layout.block_size;
             self.prefix_query_tokens += tokens.len() as u64;
-            self.prefix_hit_tokens += (matched.len() * self.layout.block_size) as u64;
+            self.prefix_hit_tokens += hit as u64;
+            self.tenants.count_lookup(namespace, tokens.len(), hit);
         }
         let table = BlockTable::from_shared(&mut self.pool, &matched, self.layout.block_size);
         let num_cached_tokens = table.num_tokens();
@@ -223,7 +235,8 @@ impl KvManager {
     /// O(num_new_tokens + evicted × log).
     pub fn reserve(&mut self, seq: SeqId, num_new_tokens: usize) -> Result<Vec<u32>, KvError> {
         let s = self.seqs.get(&seq).ok_or(KvError::UnknownSequence(seq))?;
-        self.make_room(s.table.blocks_needed_for(s.table.num_tokens() + num_new_tokens))?;
+        let needed = s.table.blocks_needed_for(s.table.num_tokens() + num_new_tokens);
+        self.make_room_for(s.namespace, needed)?;
         let table = &mut self.seqs.get_mut(&seq).expect("checked above").table;
         let start = table.num_tokens();
         table.append_tokens(&mut self.pool, num_new_tokens).expect("make_room freed enough");
@@ -417,7 +430,7 @@ impl KvManager {
                 ));
             }
         }
-        Ok(())
+        self.check_quotas()
     }
 
     /// The per-sequence cache part of [`KvManager::check_integrity`]: adds the sequence's lock to
@@ -476,7 +489,7 @@ impl KvManager {
 
     /// Makes `needed` blocks free, evicting cached blocks if the free list is short; on
     /// [`KvError::OutOfBlocks`] nothing was evicted.
-    fn make_room(&mut self, needed: usize) -> Result<(), KvError> {
+    pub(super) fn make_room(&mut self, needed: usize) -> Result<(), KvError> {
         let free = self.pool.num_free();
         if needed <= free {
             return Ok(());

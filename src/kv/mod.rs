@@ -12,6 +12,7 @@
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot |
 //! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
+//! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
 //!
 //! ## Numbers (DESIGN.md, normative)
@@ -55,6 +56,7 @@ mod prefix_cache;
 mod prefix_cache_proptests;
 #[cfg(test)]
 mod proptests;
+mod quota;
 
 pub use block_pool::{BlockId, BlockPool};
 pub use block_table::BlockTable;
@@ -64,3 +66,4 @@ pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId};
 pub use plan::{plan, Plan, PlanInput};
 pub use prefix_cache::{Namespace, PrefixCache};
+pub use quota::TenantKvStats;

@@ -56,6 +56,8 @@ struct Node {
     tokens: Box<[u32]>,
     parent: Parent,
     children: Children,
+    /// The namespace whose root the node hangs under (its tenant).
+    namespace: Namespace,
     /// Locked paths through this node; 0 = evictable once its children are gone.
     lock_count: u32,
     /// Clock value of the last match or insert that walked through this node.
@@ -74,7 +76,16 @@ pub struct PrefixCache {
     evictable_leaves: BTreeSet<(u64, BlockId)>,
     /// Nodes with lock count 0 (all evictable, leaves first).
     num_unlocked: usize,
+    /// Per namespace with blocks: (cached blocks, unlocked ones). Tenant quotas count with it.
+    per_namespace: HashMap<Namespace, NamespaceCount>,
     clock: u64,
+}
+
+/// Blocks of one namespace in the tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NamespaceCount {
+    cached: usize,
+    unlocked: usize,
 }
 
 impl PrefixCache {
@@ -87,6 +98,7 @@ impl PrefixCache {
             nodes: HashMap::new(),
             evictable_leaves: BTreeSet::new(),
             num_unlocked: 0,
+            per_namespace: HashMap::new(),
             clock: 0,
         }
     }
@@ -104,6 +116,16 @@ impl PrefixCache {
     /// Blocks that [`PrefixCache::evict`] could remove now: the unlocked ones. O(1).
     pub fn num_evictable_blocks(&self) -> usize {
         self.num_unlocked
+    }
+
+    /// Blocks in the tree under `namespace`'s root. O(1).
+    pub fn num_cached_blocks_in(&self, namespace: Namespace) -> usize {
+        self.per_namespace.get(&namespace).map_or(0, |c| c.cached)
+    }
+
+    /// Blocks of `namespace` that [`PrefixCache::evict_in`] could remove now. O(1).
+    pub fn num_evictable_blocks_in(&self, namespace: Namespace) -> usize {
+        self.per_namespace.get(&namespace).map_or(0, |c| c.unlocked)
     }
 
     /// Whether `block` is in the tree.
@@ -198,7 +220,9 @@ impl PrefixCache {
             let node = self.nodes.get_mut(&id).expect("path node");
             node.lock_count += 1;
             if node.lock_count == 1 {
+                let ns = node.namespace;
                 self.num_unlocked -= 1;
+                self.count_mut(ns).unlocked -= 1;
             }
         }
     }
@@ -215,7 +239,9 @@ impl PrefixCache {
             assert!(node.lock_count > 0, "unlock of block {id}, which is not locked");
             node.lock_count -= 1;
             if node.lock_count == 0 {
+                let ns = node.namespace;
                 self.num_unlocked += 1;
+                self.count_mut(ns).unlocked += 1;
                 self.index(id);
             }
         }
@@ -229,6 +255,30 @@ impl PrefixCache {
         let mut evicted = Vec::new();
         while evicted.len() < num_blocks {
             let Some(&(_, id)) = self.evictable_leaves.first() else { break };
+            self.remove_leaf(id);
+            pool.decref(id);
+            evicted.push(id);
+        }
+        evicted
+    }
+
+    /// Like [`PrefixCache::evict`], restricted to the unlocked leaves of `namespace` (a tenant
+    /// over its KV quota gives up its own cached blocks first). O(k × n) in the worst case: each
+    /// eviction scans the LRU index for the namespace's oldest leaf.
+    pub fn evict_in(
+        &mut self,
+        pool: &mut BlockPool,
+        namespace: Namespace,
+        num_blocks: usize,
+    ) -> Vec<BlockId> {
+        let mut evicted = Vec::new();
+        while evicted.len() < num_blocks {
+            let oldest = self
+                .evictable_leaves
+                .iter()
+                .map(|&(_, id)| id)
+                .find(|id| self.nodes[id].namespace == namespace);
+            let Some(id) = oldest else { break };
             self.remove_leaf(id);
             pool.decref(id);
             evicted.push(id);
@@ -287,6 +337,18 @@ impl PrefixCache {
         if unlocked != self.num_unlocked {
             return Err(format!("{unlocked} unlocked nodes, counted {}", self.num_unlocked));
         }
+        let mut per_namespace: HashMap<Namespace, NamespaceCount> = HashMap::new();
+        for node in self.nodes.values() {
+            let count = per_namespace.entry(node.namespace).or_default();
+            count.cached += 1;
+            count.unlocked += usize::from(node.lock_count == 0);
+        }
+        if per_namespace != self.per_namespace {
+            return Err(format!(
+                "per-namespace counts {:?}, counted {:?}",
+                per_namespace, self.per_namespace
+            ));
+        }
         let leaves: BTreeSet<(u64, BlockId)> = self
             .nodes
             .iter()
@@ -306,6 +368,16 @@ impl PrefixCache {
         }
         if (id as usize) >= pool.num_blocks() || pool.ref_count(id) == 0 {
             return Err(format!("cached block {id} is out of range or free in the pool"));
+        }
+        let parent_ns = match node.parent {
+            Parent::Root(ns) => ns,
+            Parent::Node(p) => self.nodes[&p].namespace,
+        };
+        if node.namespace != parent_ns {
+            return Err(format!(
+                "block {id} is in namespace {:?}, its parent in {parent_ns:?}",
+                node.namespace
+            ));
         }
         if node.last_access > self.clock {
             return Err(format!("block {id}: stamp {} after the clock", node.last_access));
@@ -329,23 +401,28 @@ impl PrefixCache {
     fn add_node(&mut self, pool: &mut BlockPool, parent: Parent, key: &[u32], block: BlockId) {
         assert!(!self.contains(block), "block {block} is already cached under another prefix");
         pool.incref(block);
-        let children = match parent {
-            Parent::Root(ns) => self.roots.entry(ns).or_default(),
+        let (children, namespace) = match parent {
+            Parent::Root(ns) => (self.roots.entry(ns).or_default(), ns),
             Parent::Node(p) => {
                 self.unindex(p); // no longer a leaf
-                &mut self.nodes.get_mut(&p).expect("parent node").children
+                let parent = self.nodes.get_mut(&p).expect("parent node");
+                (&mut parent.children, parent.namespace)
             }
         };
         children.insert(key.into(), block);
         let node = Node {
             tokens: key.into(),
             parent,
+            namespace,
             children: HashMap::new(),
             lock_count: 0,
             last_access: self.clock,
         };
         self.nodes.insert(block, node);
         self.num_unlocked += 1;
+        let count = self.count_mut(namespace);
+        count.cached += 1;
+        count.unlocked += 1;
         self.index(block);
     }
 
@@ -355,6 +432,12 @@ impl PrefixCache {
         let node = self.nodes.remove(&id).expect("leaf node");
         debug_assert!(node.children.is_empty() && node.lock_count == 0);
         self.num_unlocked -= 1;
+        let count = self.count_mut(node.namespace);
+        count.cached -= 1;
+        count.unlocked -= 1;
+        if count.cached == 0 {
+            self.per_namespace.remove(&node.namespace);
+        }
         match node.parent {
             Parent::Root(ns) => {
                 let children = self.roots.get_mut(&ns).expect("root");
@@ -368,6 +451,11 @@ impl PrefixCache {
                 self.index(p); // may have become a leaf
             }
         }
+    }
+
+    /// The counts of `namespace` (created empty if it has none yet).
+    fn count_mut(&mut self, namespace: Namespace) -> &mut NamespaceCount {
+        self.per_namespace.entry(namespace).or_default()
     }
 
     /// Stamps `block` and its ancestors with the current clock.

@@ -46,6 +46,8 @@
 //! that end the known tokens.
 
 mod plan;
+#[cfg(test)]
+mod quota_tests;
 mod request;
 mod scheduler;
 mod sequence;
@@ -56,4 +58,4 @@ mod sim_tests;
 
 pub use plan::{ScheduledSeq, StepPlan};
 pub use request::{ConfigField, FinishReason, Request, RequestId, SchedError, TokenEvent, Usage};
-pub use scheduler::{FinishedCounts, Scheduler, SchedulerConfig, SchedulerStats};
+pub use scheduler::{FinishedCounts, Scheduler, SchedulerConfig, SchedulerStats, TenantStats};

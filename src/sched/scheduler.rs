@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::kv::KvManager;
+use crate::kv::{KvManager, TenantKvStats};
 
 use super::plan::{ScheduledSeq, StepPlan};
 use super::request::{
@@ -50,6 +50,14 @@ pub struct SchedulerStats {
     pub kv_usage: f32,
     /// Requests ended, by reason (`request_success_total{finished_reason}` in vLLM).
     pub num_finished: FinishedCounts,
+}
+
+/// One tenant's numbers ([`Scheduler::tenant_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TenantStats {
+    pub kv: TenantKvStats,
+    pub num_running: usize,
+    pub num_waiting: usize,
 }
 
 /// Requests ended, by [`FinishReason`].
@@ -314,6 +322,38 @@ impl Scheduler {
         }
     }
 
+    /// Tracks tenant `namespace` (per-tenant stats) and caps the KV blocks it may hold, running
+    /// and cached, at `quota_blocks` (see `kv/quota.rs`). Refuses a cap that cannot hold one
+    /// sequence of `max_model_len` tokens (it could never run) or exceeds the pool.
+    pub fn set_tenant(
+        &mut self,
+        namespace: u64,
+        quota_blocks: Option<usize>,
+    ) -> Result<(), crate::kv::KvError> {
+        let min_blocks = self.kv.layout().blocks_for_tokens(self.config.max_model_len);
+        self.kv.set_tenant(namespace, quota_blocks, min_blocks)
+    }
+
+    /// Every tracked tenant's KV numbers with its running and waiting requests.
+    /// O(tenants × sequences).
+    pub fn tenant_stats(&self) -> Vec<TenantStats> {
+        self.kv
+            .tenant_stats()
+            .into_iter()
+            .map(|kv| {
+                let ns = Some(kv.namespace);
+                let count = |ids: &mut dyn Iterator<Item = &RequestId>| {
+                    ids.filter(|id| self.seqs[id].namespace == ns).count()
+                };
+                TenantStats {
+                    num_running: count(&mut self.running.iter()),
+                    num_waiting: count(&mut self.waiting.iter()),
+                    kv,
+                }
+            })
+            .collect()
+    }
+
     /// Gives running sequence `id` up to `want` tokens this step: as many as its table and the
     /// pool (free + evictable) can take; if that is none, preempts the most recently admitted
     /// running sequence and retries. Returns false if `id` itself was preempted.
@@ -330,7 +370,7 @@ impl Scheduler {
                 step.push(id, num_tokens);
                 return true;
             }
-            let victim = *self.running.last().expect("id is running");
+            let victim = self.preemption_victim(id);
             debug_assert!(
                 victim != id || self.running.len() > 1,
                 "a lone sequence always fits (pool ≥ one max_model_len sequence)"
@@ -340,6 +380,18 @@ impl Scheduler {
                 return false;
             }
         }
+    }
+
+    /// Whom to preempt when running sequence `id` cannot get a block: the most recently admitted
+    /// running sequence — of `id`'s own tenant when its KV quota, not the pool, is what is short
+    /// (other tenants are never preempted for a tenant over its quota).
+    fn preemption_victim(&self, id: RequestId) -> RequestId {
+        if self.kv.is_quota_bound(id) {
+            let ns = self.seqs[&id].namespace;
+            let own = self.running.iter().rev().find(|r| self.seqs[r].namespace == ns);
+            return *own.expect("id is running");
+        }
+        *self.running.last().expect("id is running")
     }
 
     /// Preemption by recompute: releases `id`'s blocks (its computed full blocks go to the
@@ -377,6 +429,10 @@ impl Scheduler {
             }
             let num_tokens = (seq.tokens.len() - num_cached).min(step.budget_left);
             if !self.kv.can_begin(seq.namespace, &seq.tokens, num_tokens) {
+                if self.kv.is_quota_bound_ns(seq.namespace) {
+                    idx += 1; // its tenant is at its KV quota: it waits, others go ahead
+                    continue;
+                }
                 break;
             }
             self.waiting.remove(idx);

@@ -34,6 +34,9 @@ pub use error::ApiError;
 pub struct ServeOptions {
     /// Requests to `/v1/*`, `/tokenize` and `/detokenize` must carry `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// More keys, each naming the tenant that uses it (`--api-keys FILE`); a request made with
+    /// one of them belongs to that tenant, whatever its tenant header says.
+    pub api_keys: std::collections::HashMap<String, String>,
     /// The model name clients send and `/v1/models` lists.
     pub served_model_name: String,
     /// Requests waiting beyond the running ones before new ones get a 503.

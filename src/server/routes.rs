@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
 use super::stream::{Generation, Kind};
 use super::{status, AppState};
-use crate::engine::Prompt;
+use crate::engine::{tenant_namespace, Prompt};
 use crate::tokenizer::ChatMessage;
 
 /// Largest request body accepted (bigger ones get a 413).
@@ -42,18 +42,28 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// `Authorization: Bearer KEY` when the server has a key.
-async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &state.opts.api_key {
+/// The tenant a request's API key belongs to (`--api-keys`).
+#[derive(Clone, Debug)]
+struct KeyTenant(String);
+
+/// `Authorization: Bearer KEY` when the server has keys; a key from `--api-keys` also names the
+/// request's tenant.
+async fn authorize(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let opts = &state.opts;
+    if opts.api_key.is_some() || !opts.api_keys.is_empty() {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(key.as_str()) {
+        let tenant = given.and_then(|k| opts.api_keys.get(k)).cloned();
+        if let Some(tenant) = tenant {
+            req.extensions_mut().insert(KeyTenant(tenant));
+        } else if given.is_none() || given != opts.api_key.as_deref() {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "missing or wrong API key; send the server's --api-key as `Authorization: Bearer KEY`",
+                "missing or wrong API key; send the server's --api-key (or a key of --api-keys) \
+                 as `Authorization: Bearer KEY`",
             )
             .into_response();
         }
@@ -103,8 +113,16 @@ fn check_model(state: &AppState, common: &CommonFields) -> Result<(), ApiError> 
     }
 }
 
-/// The prefix-cache namespace of the request's tenant (`--tenant-header`), if it names one.
-fn namespace(state: &AppState, headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+/// The prefix-cache namespace of the request's tenant: the one its API key names, else the
+/// one its tenant header (`--tenant-header`) names, else none (the shared namespace).
+fn namespace(
+    state: &AppState,
+    headers: &HeaderMap,
+    key_tenant: Option<&KeyTenant>,
+) -> Result<Option<u64>, ApiError> {
+    if let Some(KeyTenant(tenant)) = key_tenant {
+        return Ok(Some(tenant_namespace(tenant)));
+    }
     let Some(value) = headers.get(state.opts.tenant_header.as_str()) else { return Ok(None) };
     let tenant = value.to_str().map_err(|_| {
         ApiError::bad_request(format!(
@@ -115,44 +133,40 @@ fn namespace(state: &AppState, headers: &HeaderMap) -> Result<Option<u64>, ApiEr
     Ok(Some(tenant_namespace(tenant)))
 }
 
-/// A tenant's namespace: the first 8 bytes of the SHA-256 of its name.
-pub fn tenant_namespace(tenant: &str) -> u64 {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(tenant.as_bytes());
-    u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
-}
-
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    key_tenant: Option<Extension<KeyTenant>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: ChatCompletionRequest = parse(body)?;
     check_model(&state, &req.common)?;
     let prompt = Prompt::Chat(req.messages()?);
-    generate(state, &headers, prompt, &req.common, Kind::Chat).await
+    let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
+    generate(state, namespace, prompt, &req.common, Kind::Chat).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    key_tenant: Option<Extension<KeyTenant>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = parse(body)?;
     check_model(&state, &req.common)?;
     let prompt = req.prompt()?;
-    generate(state, &headers, prompt, &req.common, Kind::Completion).await
+    let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
+    generate(state, namespace, prompt, &req.common, Kind::Completion).await
 }
 
 /// Both generation endpoints: admit, tokenize, submit, then stream or collect the answer.
 async fn generate(
     state: Arc<AppState>,
-    headers: &HeaderMap,
+    namespace: Option<u64>,
     prompt: Prompt,
     common: &CommonFields,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let namespace = namespace(&state, headers)?;
     let admission = state.admit()?;
     let engine = state.engine()?.clone();
     let frontend = engine.frontend().clone();

@@ -1,0 +1,241 @@
+//! Tenant KV quotas on the [`KvManager`]: a namespace (a tenant) may be capped at a number of
+//! blocks it holds, running and cached together. Over its quota a tenant gives up its own
+//! cached blocks first (least recently used first); if that is not enough its sequences wait
+//! (admission) or one of its own running sequences is preempted — never another tenant's.
+//! A tenant with a quota that needs room while the pool is short also evicts its own cached
+//! blocks before anyone else's.
+//!
+//! What a tenant holds: the blocks of its sequences' tables beyond their cached prefix (private
+//! blocks), plus every block cached under its namespace (locked by its running sequences or
+//! not). Namespaces share no blocks, so the per-tenant counts add up to at most the pool.
+//!
+//! Guarantees: a tenant never holds more blocks than its quota; when the quotas of the tenants
+//! with quotas, plus what the others hold, fit in the pool, no allocation of a tenant with a
+//! quota evicts another tenant's cached blocks. Not guaranteed: a quota is a cap, not a
+//! reservation (another tenant's load can still fill the pool and make this one wait), and
+//! tenants without a quota keep evicting least recently used blocks pool-wide.
+
+use std::collections::HashMap;
+
+use super::error::KvError;
+use super::manager::KvManager;
+use super::prefix_cache::Namespace;
+
+/// A tracked tenant's KV numbers (see [`KvManager::tenant_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TenantKvStats {
+    pub namespace: u64,
+    /// Blocks the tenant holds now (running + cached).
+    pub num_held_blocks: usize,
+    /// Its cap, if it has one.
+    pub quota_blocks: Option<usize>,
+    /// Prompt tokens of its sequences looked up in the prefix cache, and found there.
+    pub prefix_query_tokens: u64,
+    pub prefix_hit_tokens: u64,
+}
+
+/// Per tracked namespace: its quota and counters.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Tenants {
+    map: HashMap<u64, TenantKvStats>,
+}
+
+impl Tenants {
+    pub(super) fn quota(&self, namespace: Namespace) -> Option<usize> {
+        self.map.get(&namespace?)?.quota_blocks
+    }
+
+    /// Counts a lookup of `query` prompt tokens with `hit` found, if the namespace is tracked.
+    pub(super) fn count_lookup(&mut self, namespace: Namespace, query: usize, hit: usize) {
+        if let Some(t) = namespace.and_then(|ns| self.map.get_mut(&ns)) {
+            t.prefix_query_tokens += query as u64;
+            t.prefix_hit_tokens += hit as u64;
+        }
+    }
+}
+
+impl KvManager {
+    /// Tracks `namespace` as a tenant (per-tenant stats) and caps it at `quota_blocks` blocks
+    /// (`None`: no cap). Errors if the cap is below `min_blocks` (what one sequence of the
+    /// longest allowed length needs: a lower cap could never run it) or above the pool.
+    pub fn set_tenant(
+        &mut self,
+        namespace: u64,
+        quota_blocks: Option<usize>,
+        min_blocks: usize,
+    ) -> Result<(), KvError> {
+        if let Some(q) = quota_blocks {
+            if q < min_blocks || q > self.num_blocks() {
+                return Err(KvError::BadQuota {
+                    quota_blocks: q,
+                    min_blocks,
+                    num_blocks: self.num_blocks(),
+                });
+            }
+        }
+        let entry = self.tenants.map.entry(namespace).or_default();
+        entry.namespace = namespace;
+        entry.quota_blocks = quota_blocks;
+        Ok(())
+    }
+
+    /// Blocks `namespace` holds now: its sequences' private blocks plus its cached blocks.
+    /// O(live sequences).
+    pub fn num_held_blocks(&self, namespace: Namespace) -> usize {
+        let private: usize = self
+            .seqs
+            .values()
+            .filter(|s| s.namespace == namespace)
+            .map(|s| s.table.num_blocks() - s.num_cached_blocks)
+            .sum();
+        private + self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace))
+    }
+
+    /// Blocks a sequence of `namespace` may still claim under its quota, counting its own
+    /// evictable cached blocks as claimable; `usize::MAX` without a quota.
+    pub(super) fn quota_room(&self, namespace: Namespace) -> usize {
+        let Some(quota) = self.tenants.quota(namespace) else { return usize::MAX };
+        let own_evictable = self.cache.as_ref().map_or(0, |c| c.num_evictable_blocks_in(namespace));
+        quota.saturating_sub(self.num_held_blocks(namespace)) + own_evictable
+    }
+
+    /// Blocks a sequence of `namespace` can claim now: the pool's free and evictable blocks,
+    /// within its quota.
+    pub(super) fn claimable_blocks(&self, namespace: Namespace) -> usize {
+        self.num_free_or_evictable_blocks().min(self.quota_room(namespace))
+    }
+
+    /// Whether live sequence `seq` is held back by its tenant's quota rather than by the pool
+    /// (the scheduler then preempts within the tenant). False for an unknown `seq`.
+    pub fn is_quota_bound(&self, seq: super::SeqId) -> bool {
+        self.namespace_of(seq).is_some_and(|ns| self.is_quota_bound_ns(ns))
+    }
+
+    /// Whether `namespace`'s quota, not the pool, is what limits its next allocation.
+    pub fn is_quota_bound_ns(&self, namespace: Namespace) -> bool {
+        self.quota_room(namespace) < self.num_free_or_evictable_blocks()
+    }
+
+    /// Makes `needed` blocks claimable for a sequence of `namespace` without breaking its
+    /// quota: over the quota it evicts its own cached blocks; when the free list is short, a
+    /// tenant with a quota evicts its own cached blocks before anyone else's. All or nothing:
+    /// on error nothing was evicted.
+    pub(super) fn make_room_for(
+        &mut self,
+        namespace: Namespace,
+        needed: usize,
+    ) -> Result<(), KvError> {
+        let Some(quota) = self.tenants.quota(namespace) else { return self.make_room(needed) };
+        let room = self.quota_room(namespace);
+        if needed > room {
+            return Err(KvError::OverQuota { needed, room, quota_blocks: quota });
+        }
+        let available = self.num_free_or_evictable_blocks();
+        if needed > available {
+            return Err(KvError::OutOfBlocks { needed, free: available });
+        }
+        let over = (self.num_held_blocks(namespace) + needed).saturating_sub(quota);
+        let short = needed.saturating_sub(self.pool.num_free());
+        let own = over.max(short);
+        if own > 0 {
+            let cache = self.cache.as_mut().expect("a quota holds cached blocks only with a cache");
+            let evicted = cache.evict_in(&mut self.pool, namespace, own);
+            self.num_evicted_blocks += evicted.len() as u64;
+        }
+        self.make_room(needed)
+    }
+
+    /// Every tracked tenant's numbers, by namespace. O(tenants × live sequences).
+    pub fn tenant_stats(&self) -> Vec<TenantKvStats> {
+        let mut out: Vec<TenantKvStats> = self
+            .tenants
+            .map
+            .values()
+            .map(|t| TenantKvStats {
+                num_held_blocks: self.num_held_blocks(Some(t.namespace)),
+                ..*t
+            })
+            .collect();
+        out.sort_by_key(|t| t.namespace);
+        out
+    }
+
+    /// The part of [`KvManager::check_integrity`] about quotas: no tenant holds more than its
+    /// quota.
+    pub(super) fn check_quotas(&self) -> Result<(), String> {
+        for t in self.tenants.map.values() {
+            let held = self.num_held_blocks(Some(t.namespace));
+            if let Some(q) = t.quota_blocks.filter(|&q| held > q) {
+                return Err(format!(
+                    "tenant {:#x} holds {held} blocks, over its quota of {q}",
+                    t.namespace
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::KvLayout;
+
+    const A: u64 = 1;
+    const B: u64 = 2;
+    const C: u64 = 3;
+
+    /// Runs a sequence of `tokens` in `ns` to the end: its full blocks stay cached.
+    fn donate(kv: &mut KvManager, seq: u64, ns: u64, tokens: &[u32]) {
+        kv.begin_sequence(seq, Some(ns), tokens).unwrap();
+        kv.reserve(seq, tokens.len()).unwrap();
+        kv.cache_full_blocks(seq, tokens).unwrap();
+        kv.release_sequence(seq, tokens).unwrap();
+        kv.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn a_short_pool_takes_a_quota_tenants_own_cached_blocks_first() {
+        // Block size 1: blocks = tokens. B's 3 cached blocks are older than A's 5.
+        let layout = KvLayout::f16(1, 1, 1, 1).unwrap();
+        let mut kv = KvManager::with_prefix_cache(layout, 10, true).unwrap();
+        kv.set_tenant(A, Some(8), 1).unwrap();
+        kv.set_tenant(B, None, 1).unwrap();
+        donate(&mut kv, 1, B, &[1, 2, 99]);
+        donate(&mut kv, 2, A, &[3, 4, 5, 6, 99]);
+        assert_eq!(kv.num_held_blocks(Some(B)), 3);
+        assert_eq!(kv.num_held_blocks(Some(A)), 5);
+        // Tenant C (no quota) takes every free block.
+        kv.begin_sequence(3, Some(C), &[7, 7]).unwrap();
+        kv.reserve(3, 2).unwrap();
+        assert_eq!(kv.num_free_blocks(), 0);
+        // A needs a block: under its quota, but the pool is short. It gives up its own.
+        kv.begin_sequence(4, Some(A), &[8]).unwrap();
+        kv.reserve(4, 1).unwrap();
+        kv.check_integrity().unwrap();
+        assert_eq!(kv.num_held_blocks(Some(B)), 3, "B's older blocks were not taken");
+        assert_eq!(kv.num_held_blocks(Some(A)), 5, "A gave one cached block for its new one");
+    }
+
+    #[test]
+    fn over_its_quota_a_tenant_evicts_its_own_and_then_is_refused() {
+        let layout = KvLayout::f16(1, 1, 1, 1).unwrap();
+        let mut kv = KvManager::with_prefix_cache(layout, 20, true).unwrap();
+        kv.set_tenant(A, Some(5), 1).unwrap();
+        donate(&mut kv, 1, A, &[1, 2, 3, 4, 99]);
+        assert_eq!(kv.num_held_blocks(Some(A)), 5);
+        kv.begin_sequence(2, Some(A), &[5, 6, 7]).unwrap();
+        assert!(kv.is_quota_bound(2), "5 of 20 blocks: the quota binds");
+        assert!(kv.can_allocate(2, 5));
+        assert!(!kv.can_allocate(2, 6));
+        kv.reserve(2, 5).unwrap(); // evicts its 5 cached blocks
+        assert_eq!(kv.num_held_blocks(Some(A)), 5);
+        let e = kv.reserve(2, 1).unwrap_err();
+        assert!(matches!(e, KvError::OverQuota { needed: 1, room: 0, quota_blocks: 5 }), "{e}");
+        kv.check_integrity().unwrap();
+        let stats = kv.tenant_stats();
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].num_held_blocks, stats[0].quota_blocks), (5, Some(5)));
+        assert_eq!(stats[0].prefix_query_tokens, 8);
+    }
+}
