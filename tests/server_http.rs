@@ -471,3 +471,46 @@ async fn tenants_are_isolated_and_have_their_own_series() {
     let bob_hits = "kvrun:tenant_prefix_cache_hits_total{tenant=\"bob\"}";
     assert_eq!(server.metric(bob_hits).await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_serve_drives_the_multiturn_workload_over_http() {
+    if common::gpu().is_none() {
+        return;
+    }
+    use kvrun::bench::serve::{self, ChatWorkload, Target};
+    use kvrun::bench::workload::{Framing, MultiturnSpec};
+    let mut cfg = engine_config(4);
+    cfg.max_model_len = Some(256);
+    let server = Server::start(cfg, options()).await;
+    let spec = MultiturnSpec {
+        users: 2,
+        system_tokens: 8,
+        turns: 1, // the tiny model's context (256 byte tokens) holds one chat turn
+        user_tokens_min: 3,
+        user_tokens_max: 5,
+        reply_tokens: 4,
+        seed: 3,
+        framing: Framing::ChatTemplate,
+    };
+    let workload = ChatWorkload::generate(&spec).unwrap();
+    let target = Target {
+        url: format!("{}/v1", server.base),
+        api_key: None,
+        model: None,
+        timeout: Duration::from_secs(120),
+    };
+    let report = serve::run(&target, &workload, |_| {}).await.unwrap();
+    assert_eq!((report.requests, report.errors), (2, 0), "{:?}", report.per_request);
+    assert_eq!(report.model, MODEL);
+    assert!(report.prompt_tokens > 0 && report.completion_tokens > 0);
+    let turn = &report.turns[0];
+    assert!(turn.cached_tokens > 0, "the users share the system prompt's blocks: {turn:?}");
+    assert!(report.cached_share > 0.0 && report.cached_share < 1.0);
+    assert!(report.ttft_ms.p50 > 0.0 && report.latency_ms.p50 >= report.ttft_ms.p50);
+    let md = report.markdown();
+    assert!(md.contains("| turn | requests |") && md.contains("cached %"), "{md}");
+    let json = serde_json::to_value(&report).unwrap();
+    for key in ["cached_share", "ttft_ms", "tpot_ms", "throughput_tokens_per_s", "turns"] {
+        assert!(json.get(key).is_some(), "--json key {key}");
+    }
+}

@@ -9,6 +9,7 @@
 //! | `multiturn.rs` | `bench multiturn`: users × turns on one engine per KV budget; per-turn reports |
 //! | `multiturn_report.rs` | acceptance figures, Markdown tables and plot panels of a multi-turn report |
 //! | `concurrency.rs` | `bench concurrency`: 1, 2, 4, 8 … concurrent requests; TTFT, TPOT, throughput, KV peak |
+//! | `serve.rs` | `bench serve`: the multi-turn chat workload as HTTP streaming clients of any OpenAI endpoint |
 //! | `plot.rs` | SVG line plots |
 //! | `stats.rs` | percentiles and means |
 
@@ -20,6 +21,7 @@ pub mod multiturn_report;
 pub mod plot;
 #[cfg(test)]
 mod report_tests;
+pub mod serve;
 pub mod stats;
 pub mod workload;
 #[cfg(test)]

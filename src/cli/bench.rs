@@ -32,6 +32,9 @@ pub enum Workload {
     /// Per KV format × scales × rotation: bytes per token, tokens that fit, perplexity, KLD and
     /// top-1 agreement vs f16 KV, attention GPU time per token at short and long context.
     KvQuant(KvQuantArgs),
+    /// HTTP load against any OpenAI-compatible endpoint (kvrun serve or another server): the
+    /// multi-turn chat workload as streaming clients; TTFT, TPOT, throughput, cached share.
+    Serve(super::bench_serve::ServeBenchArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -105,6 +108,7 @@ pub fn run(args: &BenchArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         Workload::Multiturn(a) => multiturn(a, global),
         Workload::Concurrency(a) => concurrency(a, global),
         Workload::KvQuant(a) => kv_quant(a, global),
+        Workload::Serve(a) => super::bench_serve::run(a),
     }
 }
 
@@ -198,10 +202,9 @@ impl Preset {
     }
 }
 
+/// The sizes of a multi-turn chat workload (`bench multiturn`, `bench serve`).
 #[derive(clap::Args, Debug)]
-pub struct MultiturnArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
+pub struct ChatWorkloadArgs {
     /// Workload sizes; --users, --system-tokens … override single values.
     #[arg(long, value_enum, default_value_t = Preset::Default)]
     pub preset: Preset,
@@ -220,12 +223,39 @@ pub struct MultiturnArgs {
     /// Most tokens of a user message.
     #[arg(long)]
     pub user_tokens_max: Option<usize>,
-    /// Tokens of each reply (greedy; end-of-sequence ignored, so exactly this many).
+    /// Tokens of each reply (`bench multiturn`: greedy, end-of-sequence ignored, so exactly
+    /// this many; `bench serve`: at most this many).
     #[arg(long)]
     pub reply_tokens: Option<usize>,
     /// Seed of the generated messages.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+impl ChatWorkloadArgs {
+    pub fn spec(&self, framing: Framing) -> MultiturnSpec {
+        let [users, system, turns, min, max, reply] = self.preset.sizes();
+        MultiturnSpec {
+            users: self.users.unwrap_or(users),
+            system_tokens: self.system_tokens.unwrap_or(system),
+            turns: self.turns.unwrap_or(turns),
+            user_tokens_min: self.user_tokens_min.unwrap_or(min),
+            user_tokens_max: self
+                .user_tokens_max
+                .unwrap_or(max.max(self.user_tokens_min.unwrap_or(0))),
+            reply_tokens: self.reply_tokens.unwrap_or(reply),
+            seed: self.seed,
+            framing,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MultiturnArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sizes: ChatWorkloadArgs,
     /// Concatenate the texts without the chat template's role headers.
     #[arg(long)]
     pub raw: bool,
@@ -261,19 +291,7 @@ pub struct MultiturnArgs {
 
 impl MultiturnArgs {
     fn spec(&self) -> MultiturnSpec {
-        let [users, system, turns, min, max, reply] = self.preset.sizes();
-        MultiturnSpec {
-            users: self.users.unwrap_or(users),
-            system_tokens: self.system_tokens.unwrap_or(system),
-            turns: self.turns.unwrap_or(turns),
-            user_tokens_min: self.user_tokens_min.unwrap_or(min),
-            user_tokens_max: self
-                .user_tokens_max
-                .unwrap_or(max.max(self.user_tokens_min.unwrap_or(0))),
-            reply_tokens: self.reply_tokens.unwrap_or(reply),
-            seed: self.seed,
-            framing: if self.raw { Framing::Raw } else { Framing::ChatTemplate },
-        }
+        self.sizes.spec(if self.raw { Framing::Raw } else { Framing::ChatTemplate })
     }
 
     /// The runs: each budget (cache on unless --no-prefix-cache), then the comparison.
@@ -402,9 +420,9 @@ fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     )
 }
 
-/// The tables (or, with `--json -`, the JSON) on stdout, the JSON file, the SVG plot (default:
-/// next to the JSON file).
-fn write_outputs(
+/// The tables (or, with `--json -`, the JSON) on stdout, the JSON file, the SVG plot if there
+/// are panels (default: next to the JSON file).
+pub(super) fn write_outputs(
     report: &impl serde::Serialize,
     markdown: &str,
     panels: &[crate::bench::plot::Panel],
@@ -425,7 +443,7 @@ fn write_outputs(
         eprintln!("wrote {}", file.display());
     }
     let plot = plot.map(Path::to_path_buf).or_else(|| json_file.map(|f| f.with_extension("svg")));
-    if let Some(plot) = plot {
+    if let Some(plot) = plot.filter(|_| !panels.is_empty()) {
         crate::bench::plot::write_svg(&plot, panels)?;
         eprintln!("wrote {}", plot.display());
     }

@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod bench_serve;
 mod chat;
 mod generate;
 mod info;
