@@ -5,21 +5,22 @@
 //!
 //! ## Module map (rooms; data flows top to bottom)
 //!
-//! | room | owns | may import |
+//! | room | owns | imports |
 //! |---|---|---|
-//! | [`gpu`] | instance/adapter/device/queue, capability probe, typed buffers, pipeline cache, readback, timestamps | wgpu |
+//! | [`gpu`] | instance/adapter/device/queue, capability probe, buffers, pipeline cache, readback, timestamps | wgpu |
 //! | [`kernels`] | host half of each WGSL kernel (params, bindings, dispatch size, preconditions); [`kernels::reference`] = plain f32 CPU versions | gpu, quant |
 //! | [`quant`] | number formats: GGUF weight blocks, KV formats, CPU (de)quantization | — |
-//! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap) | quant |
+//! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap); tokenizer sources | quant, tokenizer |
 //! | [`tokenizer`] | `tokenizers` wrapper, GGUF vocab → tokenizer, chat templates | — |
-//! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | kernels, gpu, loader |
-//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree) | — |
-//! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv |
-//! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | kernels |
-//! | [`output`] | incremental detokenizer, stop conditions, finish reasons | tokenizer |
-//! | [`engine`] | the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
-//! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG) | engine |
-//! | [`cli`] | clap subcommands | engine, bench |
+//! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | gpu, kernels, loader, quant |
+//! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree), tenant quotas | — |
+//! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv, output (`FinishReason`) |
+//! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | — |
+//! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`] | tokenizer |
+//! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
+//! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, sched, sample, tokenizer |
+//! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG); `bench serve` over HTTP | engine, kv, loader, model, quant, sched, tokenizer |
+//! | [`cli`] | clap subcommands | every room |
 //!
 //! `kv`, `sched`, `output` and `tokenizer` never import wgpu.
 //!
@@ -51,7 +52,8 @@
 //!                   ▲                                               │
 //!                   └─────────── preempted (recompute) ─────────────┤
 //!                                                                   ▼
-//!                      finished (stop token, max_tokens, -c; or a stop string via finish) / cancelled
+//!        finished: the engine's output stage decides (stop token, max_tokens, stop string) and
+//!        calls finish; the scheduler ends only a sequence whose context (-c) is full / cancelled
 //! ```
 #![deny(unsafe_code)]
 

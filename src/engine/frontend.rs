@@ -146,10 +146,6 @@ impl Frontend {
     /// Renders and tokenizes `req` and checks it against the context and the sampling ranges:
     /// what passes here is accepted by the engine.
     pub fn request(&self, req: PromptRequest) -> Result<CompletionRequest, FrontendError> {
-        req.params.validate()?;
-        if req.params.max_tokens == 0 {
-            return Err(FrontendError::ZeroMaxTokens);
-        }
         let prompt = self.tokens(&req.prompt)?;
         if prompt.len() >= self.max_model_len {
             return Err(FrontendError::PromptTooLong {
@@ -158,12 +154,14 @@ impl Frontend {
                 model_max_len: self.model_max_len,
             });
         }
-        Ok(CompletionRequest {
+        let request = CompletionRequest {
             prompt,
             params: req.params,
             stop: req.stop,
             ignore_eos: false,
             namespace: req.namespace,
-        })
+        };
+        request.validate()?;
+        Ok(request)
     }
 }

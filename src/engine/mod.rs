@@ -151,11 +151,11 @@ impl Engine {
         id: RequestId,
         req: CompletionRequest,
     ) -> Result<(), EngineError> {
-        req.params.validate()?;
-        let request = req.to_sched(id, self.frontend.tokenizer());
-        self.sched.add_request(request).map_err(|e| self.explain(e))?;
+        req.validate()?;
+        self.sched.add_request(req.to_sched(id)).map_err(|e| self.explain(e))?;
         self.update_metrics();
-        self.requests.insert(id, Active::new(&req));
+        let active = Active::new(&req, self.frontend.tokenizer(), self.resolved.max_model_len);
+        self.requests.insert(id, active);
         self.next_id = self.next_id.max(id + 1);
         Ok(())
     }
@@ -238,25 +238,20 @@ impl Engine {
             match event {
                 crate::sched::TokenEvent::Token { id, token } => {
                     let Some(active) = self.requests.get_mut(&id) else { continue };
-                    let (delta, stopped) =
+                    let (delta, end) =
                         active.push(self.frontend.tokenizer(), token, now, &self.metrics);
                     out.push(OutputEvent::Delta { id, text: delta, token });
-                    if stopped {
-                        if let Some(usage) = self.sched.finish(id, crate::sched::FinishReason::Stop)
-                        {
+                    if let Some(reason) = end {
+                        if let Some(usage) = self.sched.finish(id, reason) {
                             let active = self.requests.remove(&id).expect("active");
-                            out.push(active.finished(
-                                id,
-                                crate::sched::FinishReason::Stop,
-                                usage,
-                                String::new(),
-                            ));
+                            out.push(active.finished(id, reason, usage, String::new()));
                         }
                     }
                 }
                 crate::sched::TokenEvent::Finished { id, reason, usage } => {
                     let Some(mut active) = self.requests.remove(&id) else { continue };
                     let rest = active.flush(self.frontend.tokenizer());
+                    let reason = active.decided().unwrap_or(reason);
                     out.push(active.finished(id, reason, usage, rest));
                 }
             }

@@ -11,6 +11,7 @@ use crate::sched::{FinishReason, Request, RequestId, Usage};
 use crate::tokenizer::Tokenizer;
 
 use super::metrics::Metrics;
+use super::FrontendError;
 
 /// A generation request on token ids.
 #[derive(Clone, Debug)]
@@ -38,13 +39,29 @@ impl CompletionRequest {
         }
     }
 
-    pub(super) fn to_sched(&self, id: RequestId, tokenizer: &Tokenizer) -> Request {
-        Request {
-            id,
-            prompt: self.prompt.clone(),
-            max_tokens: self.params.max_tokens,
-            stop_token_ids: if self.ignore_eos { Vec::new() } else { tokenizer.eos_ids().to_vec() },
-            namespace: self.namespace,
+    /// What the engine accepts: a prompt, `max_tokens` ≥ 1, sampling parameters in range.
+    pub fn validate(&self) -> Result<(), FrontendError> {
+        self.params.validate()?;
+        if self.params.max_tokens == 0 {
+            return Err(FrontendError::ZeroMaxTokens);
+        }
+        if self.prompt.is_empty() {
+            return Err(FrontendError::EmptyPrompt);
+        }
+        Ok(())
+    }
+
+    pub(super) fn to_sched(&self, id: RequestId) -> Request {
+        Request { id, prompt: self.prompt.clone(), namespace: self.namespace }
+    }
+
+    /// When the request ends: the one place that decides it (the scheduler only ends a sequence
+    /// whose context is full). `max_tokens` is clipped to what the context leaves.
+    fn stop_condition(&self, tokenizer: &Tokenizer, max_model_len: usize) -> StopCondition {
+        StopCondition {
+            max_tokens: self.params.max_tokens.min(max_model_len.saturating_sub(self.prompt.len())),
+            eos_ids: if self.ignore_eos { Vec::new() } else { tokenizer.eos_ids().to_vec() },
+            stop_strings: self.stop.clone(),
         }
     }
 }
@@ -102,13 +119,8 @@ pub(super) struct Active {
 }
 
 impl Active {
-    pub fn new(req: &CompletionRequest) -> Self {
-        // End-of-sequence tokens and max_tokens are the scheduler's; stop strings are ours.
-        let stop = StopCondition {
-            max_tokens: usize::MAX,
-            eos_ids: Vec::new(),
-            stop_strings: req.stop.clone(),
-        };
+    pub fn new(req: &CompletionRequest, tokenizer: &Tokenizer, max_model_len: usize) -> Self {
+        let stop = req.stop_condition(tokenizer, max_model_len);
         Active {
             sampler: Sampler::new(&req.params),
             out: OutputStream::new(stop, Detokenizer::new(true)),
@@ -134,14 +146,15 @@ impl Active {
         sum.get_or_insert_with(StepTiming::default).add(t);
     }
 
-    /// A new token: its text delta, and whether a stop string ended the output.
+    /// A new token: its text delta, and the end it makes (a stop token, `max_tokens`, a stop
+    /// string), if it ends the request.
     pub fn push(
         &mut self,
         tok: &Tokenizer,
         token: u32,
         now: Instant,
         metrics: &Metrics,
-    ) -> (String, bool) {
+    ) -> (String, Option<FinishReason>) {
         match self.last_token {
             None => metrics.observe_ttft((now - self.arrived).as_secs_f64()),
             Some(last) => metrics.observe_tpot((now - last).as_secs_f64()),
@@ -149,9 +162,15 @@ impl Active {
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
         match self.out.push(tok, token) {
-            Ok(delta) => (delta.text, delta.finish.is_some()),
-            Err(_) => (String::new(), false),
+            Ok(delta) => (delta.text, delta.finish),
+            Err(_) => (String::new(), None),
         }
+    }
+
+    /// The end the output stage decided, if any: after [`Active::flush`] always (a stop token or
+    /// stop string that also filled the context ends as `stop`, not as the scheduler's `length`).
+    pub fn decided(&self) -> Option<FinishReason> {
+        self.out.finish_reason()
     }
 
     /// Text still held back (an incomplete character or a possible stop string prefix).

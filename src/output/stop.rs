@@ -16,14 +16,16 @@ pub struct StopCondition {
     pub stop_strings: Vec<String>,
 }
 
-/// Why a sequence ended (OpenAI's `finish_reason`).
+/// Why a request ended (OpenAI's `finish_reason`); the one type every room uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
-    /// EOS token or stop string.
+    /// An end-of-sequence token or a stop string.
     Stop,
-    /// `max_tokens` reached.
+    /// `max_tokens` generated, or the context (`-c`) is full.
     Length,
+    /// Cancelled by the caller (or its client went away).
+    Cancelled,
 }
 
 /// What one token adds to a sequence's output.

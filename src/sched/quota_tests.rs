@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use super::sim::{splitmix, Sim, SimConfig};
-use super::{Request, RequestId, SchedulerConfig};
+use super::sim::{splitmix, Sim, SimConfig, SimRequest as Request};
+use super::{RequestId, SchedulerConfig};
 
 const VOCAB: u32 = 32_000;
 const QUIET: u64 = 7;

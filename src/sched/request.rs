@@ -6,33 +6,22 @@ use crate::kv::Namespace;
 /// Identifies a request (and its sequence) for its whole life; unique among unfinished requests.
 pub type RequestId = u64;
 
-/// A generation request as the scheduler sees it: token ids in, token ids out.
+/// A generation request as the scheduler sees it: token ids in, token ids out. It runs until
+/// the engine ends it ([`super::Scheduler::finish`]: a stop token, `max_tokens`, a stop string,
+/// a cancel) or its context is full.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub id: RequestId,
     /// `[prompt_len]` token ids; at least one, fewer than `max_model_len`.
     pub prompt: Vec<u32>,
-    /// Most tokens to generate (`-n`); at least 1. Clipped to `max_model_len − prompt_len`.
-    pub max_tokens: usize,
-    /// Generating one of these ends the request with [`FinishReason::Stop`] (the token counts as
-    /// generated and is reported). Stop *strings* are the engine's business (see
-    /// [`super::Scheduler::finish`]).
-    pub stop_token_ids: Vec<u32>,
     /// Prefix-cache isolation key: requests share cached blocks only within one namespace.
     pub namespace: Namespace,
 }
 
-/// Why a request ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FinishReason {
-    /// A stop token (or, through [`super::Scheduler::finish`], a stop string).
-    Stop,
-    /// `max_tokens` generated, or the sequence reached `max_model_len`.
-    Length,
-    /// Cancelled by the caller.
-    Cancelled,
-}
+/// Why a request ended: decided by the engine's output stage (stop tokens, `max_tokens`, stop
+/// strings) and passed in through [`super::Scheduler::finish`]; the scheduler itself ends a
+/// sequence only when its context is full ([`FinishReason::Length`]).
+pub use crate::output::FinishReason;
 
 /// Token counts of a request, as OpenAI's `usage` reports them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,9 +79,6 @@ pub enum SchedError {
          shorten the prompt or raise -c above {prompt_len}"
     )]
     PromptTooLong { id: RequestId, prompt_len: usize, max_model_len: usize },
-
-    #[error("request {id}: -n/--max-tokens must be at least 1 (got 0)")]
-    ZeroMaxTokens { id: RequestId },
 
     #[error("request id {0} is already in use by an unfinished request; ids must be unique")]
     DuplicateId(RequestId),

@@ -164,8 +164,7 @@ impl Scheduler {
     }
 
     /// Queues `request` at the back of the waiting queue. Refuses an empty prompt, a prompt of
-    /// `max_model_len` tokens or more, `max_tokens` 0 and an id in use; clips `max_tokens` to
-    /// `max_model_len − prompt_len`. O(1).
+    /// `max_model_len` tokens or more and an id in use. O(1).
     pub fn add_request(&mut self, request: Request) -> Result<(), SchedError> {
         let (id, prompt_len, max_model_len) =
             (request.id, request.prompt.len(), self.config.max_model_len);
@@ -175,14 +174,10 @@ impl Scheduler {
         if prompt_len >= max_model_len {
             return Err(SchedError::PromptTooLong { id, prompt_len, max_model_len });
         }
-        if request.max_tokens == 0 {
-            return Err(SchedError::ZeroMaxTokens { id });
-        }
         if self.seqs.contains_key(&id) {
             return Err(SchedError::DuplicateId(id));
         }
-        let max_tokens = request.max_tokens.min(max_model_len - prompt_len);
-        self.seqs.insert(id, Sequence::new(request, max_tokens));
+        self.seqs.insert(id, Sequence::new(request));
         self.waiting.push_back(id);
         Ok(())
     }
@@ -217,7 +212,8 @@ impl Scheduler {
     /// Records what the engine computed for `plan` (the last one [`Scheduler::schedule`]
     /// returned) and the tokens it sampled (one per `sample` entry, `(id, token)` in any order):
     /// advances computed counts, caches newly full blocks, appends sampled tokens and ends the
-    /// sequences that hit a stop token, `max_tokens` or `max_model_len`, releasing their blocks.
+    /// sequences whose context is full, releasing their blocks (the engine ends the others
+    /// through [`Scheduler::finish`] after reading their tokens).
     /// Entries for requests finished or cancelled since the plan are skipped. Returns the events
     /// in plan order. O(plan tokens + cached blocks).
     ///
@@ -257,8 +253,8 @@ impl Scheduler {
         events
     }
 
-    /// Ends request `id` now — the engine found a stop string after detokenizing (`Stop`), or
-    /// any other reason — and releases its blocks (its computed full blocks stay cached).
+    /// Ends request `id` now — the engine's output stage decided it (a stop token, `max_tokens`
+    /// or a stop string), or the caller cancelled — and releases its blocks (its computed full blocks stay cached).
     /// Returns its usage, or `None` if `id` is not an unfinished request. No event is emitted
     /// (the caller reports the end); `reason` is counted in [`SchedulerStats::num_finished`].
     /// O(queue lengths + its blocks).

@@ -21,9 +21,6 @@ pub(super) struct Sequence {
     /// `[num_prompt_tokens + generated]` the prompt, then every generated token.
     pub tokens: Vec<u32>,
     pub num_prompt_tokens: usize,
-    /// Already clipped to `max_model_len − num_prompt_tokens`.
-    pub max_tokens: usize,
-    pub stop_token_ids: Vec<u32>,
     /// 0 while waiting (a preempted sequence recomputes from scratch, cache permitting).
     pub num_computed_tokens: usize,
     /// Prefix-cache hit at the first admission; `None` before it.
@@ -35,14 +32,12 @@ pub(super) struct Sequence {
 }
 
 impl Sequence {
-    /// A waiting sequence for `request`, `max_tokens` already clipped.
-    pub fn new(request: Request, max_tokens: usize) -> Self {
+    /// A waiting sequence for `request`.
+    pub fn new(request: Request) -> Self {
         Sequence {
             namespace: request.namespace,
             num_prompt_tokens: request.prompt.len(),
             tokens: request.prompt,
-            max_tokens,
-            stop_token_ids: request.stop_token_ids,
             num_computed_tokens: 0,
             first_num_cached_tokens: None,
             phase: Phase::Prefill,
@@ -65,16 +60,10 @@ impl Sequence {
         &self.tokens[..self.num_computed_tokens]
     }
 
-    /// Why the sequence must end now that its last token was sampled, if it must.
+    /// Whether the sequence must end now that its last token was sampled: its context is full
+    /// (every other end is the engine's decision).
     pub fn finish_reason(&self, max_model_len: usize) -> Option<FinishReason> {
-        let last = self.tokens.last()?;
-        if self.stop_token_ids.contains(last) {
-            Some(FinishReason::Stop)
-        } else if self.num_generated() >= self.max_tokens || self.tokens.len() >= max_model_len {
-            Some(FinishReason::Length)
-        } else {
-            None
-        }
+        (self.tokens.len() >= max_model_len).then_some(FinishReason::Length)
     }
 
     pub fn usage(&self) -> Usage {

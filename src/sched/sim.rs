@@ -7,6 +7,10 @@
 //! later token. The next token is a function of the last position's KV, never a stop token unless
 //! a test puts one in the vocabulary. [`reference_output`] computes the same tokens with no
 //! scheduler at all: every run, whatever its pool, budget or preemptions, must match it.
+//!
+//! The sim plays the engine's part in stopping: after each step it ends a request whose new
+//! token is one of its stop tokens or reaches its `max_tokens` ([`Scheduler::finish`]), as the
+//! engine's output stage does; the scheduler itself ends only sequences whose context is full.
 
 use std::collections::{HashMap, HashSet};
 
@@ -35,9 +39,26 @@ fn next_token(kv: u64, vocab: u32) -> u32 {
     (kv >> 32) as u32 % vocab
 }
 
+/// A request as a test states it: what the scheduler gets, plus the stopping rules the engine
+/// applies (stop tokens, `max_tokens`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimRequest {
+    pub id: RequestId,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub stop_token_ids: Vec<u32>,
+    pub namespace: crate::kv::Namespace,
+}
+
+impl SimRequest {
+    pub fn sched(&self) -> Request {
+        Request { id: self.id, prompt: self.prompt.clone(), namespace: self.namespace }
+    }
+}
+
 /// The tokens the fake model generates for a request, computed directly (no scheduler, no KV
-/// cache), with `max_tokens` clipped like the scheduler does.
-pub fn reference_output(request: &Request, vocab: u32, max_model_len: usize) -> Vec<u32> {
+/// cache), with `max_tokens` clipped to what the context leaves, as the engine does.
+pub fn reference_output(request: &SimRequest, vocab: u32, max_model_len: usize) -> Vec<u32> {
     let max_tokens = request.max_tokens.min(max_model_len - request.prompt.len());
     let mut kv = request.prompt.iter().fold(SEED, |h, &t| kv_of(h, t));
     let mut out = Vec::new();
@@ -126,6 +147,8 @@ pub struct Sim {
     /// Every request's tokens so far: prompt, then generated.
     known: HashMap<RequestId, Vec<u32>>,
     prompt_lens: HashMap<RequestId, usize>,
+    /// The engine's stopping rules per unfinished request: (clipped max_tokens, stop tokens).
+    stops: HashMap<RequestId, (usize, Vec<u32>)>,
     pub outcomes: HashMap<RequestId, Outcome>,
     pub steps: usize,
     /// Some step computed a prefill chunk that did not end the prompt.
@@ -148,6 +171,7 @@ impl Sim {
             },
             known: HashMap::new(),
             prompt_lens: HashMap::new(),
+            stops: HashMap::new(),
             outcomes: HashMap::new(),
             steps: 0,
             saw_chunked_prefill: false,
@@ -155,11 +179,15 @@ impl Sim {
         }
     }
 
-    pub fn add(&mut self, request: Request) {
+    pub fn add(&mut self, request: SimRequest) {
+        assert!(request.max_tokens > 0, "the engine refuses max_tokens 0");
         self.known.insert(request.id, request.prompt.clone());
         self.prompt_lens.insert(request.id, request.prompt.len());
         self.outcomes.insert(request.id, Outcome { tokens: Vec::new(), finished: None });
-        self.sched.add_request(request).unwrap();
+        let max_model_len = self.sched.config().max_model_len;
+        let max_tokens = request.max_tokens.min(max_model_len.saturating_sub(request.prompt.len()));
+        self.stops.insert(request.id, (max_tokens, request.stop_token_ids.clone()));
+        self.sched.add_request(request.sched()).unwrap();
     }
 
     pub fn cancel(&mut self, id: RequestId) -> bool {
@@ -168,7 +196,9 @@ impl Sim {
         cancelled
     }
 
-    /// One step: schedule, check the plan, fake forward, commit, record the events.
+    /// One step: schedule, check the plan, fake forward, commit, end the requests the engine
+    /// would end, record the events. Returns the scheduler's events, then a `Finished` for each
+    /// request the sim ended (what the engine would report).
     pub fn step(&mut self) -> Vec<TokenEvent> {
         let plan = self.sched.schedule();
         self.check_plan(&plan);
@@ -176,23 +206,45 @@ impl Sim {
         let sampled = self.model.forward(self.sched.kv(), &plan, &self.known);
         let events = self.sched.commit(&plan, &sampled);
         self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after commit: {e}"));
+        let mut decided = HashMap::new();
+        let mut ended = Vec::new();
         for event in &events {
             match *event {
                 TokenEvent::Token { id, token } => {
                     self.known.get_mut(&id).unwrap().push(token);
-                    self.outcomes.get_mut(&id).unwrap().tokens.push(token);
+                    let outcome = self.outcomes.get_mut(&id).unwrap();
+                    outcome.tokens.push(token);
+                    let (max_tokens, stop_ids) = &self.stops[&id];
+                    let reason = if stop_ids.contains(&token) {
+                        Some(FinishReason::Stop)
+                    } else {
+                        (outcome.tokens.len() >= *max_tokens).then_some(FinishReason::Length)
+                    };
+                    let Some(reason) = reason else { continue };
+                    decided.insert(id, reason);
+                    if let Some(usage) = self.sched.finish(id, reason) {
+                        self.record_end(id, reason, usage);
+                        ended.push(TokenEvent::Finished { id, reason, usage });
+                    }
                 }
                 TokenEvent::Finished { id, reason, usage } => {
-                    let outcome = self.outcomes.get_mut(&id).unwrap();
-                    assert!(outcome.finished.is_none(), "request {id} finished twice");
-                    assert_eq!(usage.completion_tokens, outcome.tokens.len());
-                    assert_eq!(usage.prompt_tokens, self.prompt_lens[&id]);
-                    outcome.finished = Some((reason, usage));
+                    self.record_end(id, decided.get(&id).copied().unwrap_or(reason), usage);
                 }
             }
         }
+        self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after finish: {e}"));
         self.steps += 1;
-        events
+        events.into_iter().chain(ended).collect()
+    }
+
+    /// Records the end of request `id` (once).
+    fn record_end(&mut self, id: RequestId, reason: FinishReason, usage: Usage) {
+        let outcome = self.outcomes.get_mut(&id).unwrap();
+        assert!(outcome.finished.is_none(), "request {id} finished twice");
+        assert_eq!(usage.completion_tokens, outcome.tokens.len());
+        assert_eq!(usage.prompt_tokens, self.prompt_lens[&id]);
+        outcome.finished = Some((reason, usage));
+        self.stops.remove(&id);
     }
 
     /// Steps until every request has ended. Panics after `max_steps`.
@@ -236,7 +288,7 @@ impl Sim {
 
     /// After the run: every non-cancelled request ended exactly once with the reference output,
     /// and the pool is whole again once the prefix cache is emptied.
-    pub fn check_end(&mut self, requests: &[Request], cancelled: &HashSet<RequestId>) {
+    pub fn check_end(&mut self, requests: &[SimRequest], cancelled: &HashSet<RequestId>) {
         let max_model_len = self.sched.config().max_model_len;
         for r in requests {
             let outcome = &self.outcomes[&r.id];

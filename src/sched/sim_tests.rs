@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use super::sim::{splitmix, Sim, SimConfig};
-use super::{ConfigField, FinishReason, Request, RequestId, SchedError, Scheduler};
+use super::sim::{splitmix, Sim, SimConfig, SimRequest as Request};
+use super::{ConfigField, FinishReason, RequestId, SchedError, Scheduler};
 use super::{SchedulerConfig, TokenEvent, Usage};
 use crate::kv::{KvLayout, KvManager};
 
@@ -58,17 +58,17 @@ fn bad_requests_and_configs_are_refused_with_the_fix() {
     assert_eq!(err.to_string(), "--max-num-batched-tokens must be at least 1 (got 0)");
 
     let mut sched = Scheduler::new(limits, KvManager::new(layout, 4).unwrap()).unwrap();
-    let err = sched.add_request(request(1, vec![], 4)).unwrap_err();
+    let err = sched.add_request(request(1, vec![], 4).sched()).unwrap_err();
     assert_eq!(err, SchedError::EmptyPrompt { id: 1 });
-    let err = sched.add_request(request(1, vec![7; 16], 4)).unwrap_err();
+    let err = sched.add_request(request(1, vec![7; 16], 4).sched()).unwrap_err();
     assert_eq!(
         err.to_string(),
         "request 1: the prompt has 16 tokens, but -c/--max-model-len is 16 and the prompt must \
          be shorter to leave room for a generated token; shorten the prompt or raise -c above 16"
     );
-    assert_eq!(sched.add_request(request(1, vec![7], 0)), Err(SchedError::ZeroMaxTokens { id: 1 }));
-    sched.add_request(request(1, vec![7; 15], 100)).unwrap(); // max_tokens clipped to 1
-    assert_eq!(sched.add_request(request(1, vec![7], 1)), Err(SchedError::DuplicateId(1)));
+    sched.add_request(request(1, vec![7; 15], 100).sched()).unwrap(); // room for 1 token
+    let dup = sched.add_request(request(1, vec![7], 1).sched());
+    assert_eq!(dup, Err(SchedError::DuplicateId(1)));
     assert!(sched.has_unfinished());
 }
 
