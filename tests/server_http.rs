@@ -273,7 +273,9 @@ async fn bad_bodies_get_4xx_and_the_server_keeps_serving() {
         req.send()
     };
     let long_prompt = "word ".repeat(400);
-    let cases: Vec<(&str, &'static str, Vec<u8>, u16, Option<&str>)> = vec![
+    /// (what, path, body, status, the `param` named)
+    type Case = (&'static str, &'static str, Vec<u8>, u16, Option<&'static str>);
+    let cases: Vec<Case> = vec![
         ("no key", "/v1/completions", br#"{"prompt":"hi"}"#.to_vec(), 401, None),
         (
             "wrong types",

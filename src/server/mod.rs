@@ -124,7 +124,8 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 }
 
 /// Binds `addr`, loads the engine on its own thread while `/health` answers 503, then serves
-/// until Ctrl-C. A model that fails to load ends the server with that error.
+/// until Ctrl-C or SIGTERM (in-flight requests finish first). A model that fails to load ends
+/// the server with that error.
 pub fn run(addr: SocketAddr, engine_cfg: EngineConfig, opts: ServeOptions) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -165,8 +166,23 @@ pub fn run(addr: SocketAddr, engine_cfg: EngineConfig, opts: ServeOptions) -> an
     })
 }
 
+/// Ctrl-C, or SIGTERM (how service managers and containers stop a server).
 async fn shutdown_signal() {
-    let _ = tokio::signal::ctrl_c().await;
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
     eprintln!("kvrun serve: shutting down");
 }
 
