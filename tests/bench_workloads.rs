@@ -127,7 +127,9 @@ fn tiny_concurrency_sweep() {
         // 25 tokens per sequence at the end = 2 blocks of 16 each.
         assert_eq!(l.kv_bytes_peak, level * 2 * bytes_per_block, "level {level}");
         assert_eq!(l.cached_tokens, 0, "distinct prompts share nothing");
-        assert!(l.throughput_tokens_per_s > 0.0 && l.ttft_ms_p99 >= l.ttft_ms_mean * 0.0);
+        assert!(l.throughput_tokens_per_s > 0.0 && l.ttft_ms_mean > 0.0 && l.tpot_ms_mean > 0.0);
+        // With at most 3 samples the interpolated p99 lies above the mean.
+        assert!(l.ttft_ms_p99 >= l.ttft_ms_mean - 1e-9, "level {level}: p99 below the mean");
         assert!(l.latency_ms_p99 >= l.ttft_ms_p99 - 1e-9);
     }
     engine.scheduler().kv().check_integrity().unwrap();

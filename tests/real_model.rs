@@ -90,7 +90,11 @@ fn greedy_decoding_is_deterministic() {
 /// continuations are different texts, so they are not compared further.
 const NEAR_TIE: f64 = 0.05;
 
-/// Tokens compared per prompt (the acceptance criterion: the first 5 greedy tokens).
+/// Tokens compared per prompt (the first acceptance criterion: the first 5 greedy tokens). The
+/// reference holds 16, but past the fifth kvrun and llama.cpp part ways at margins up to 0.26
+/// ("The capital of France is", step 5): llama.cpp's CPU build quantizes activations to 8 bits
+/// for its Q4_1 dot products, kvrun keeps them in f32, and a logit-level reference (not only
+/// top-2 ids and margins) is needed to tell rounding from a bug that far out.
 const COMPARED: usize = 5;
 
 #[test]
@@ -106,6 +110,8 @@ fn greedy_tokens_match_llama_cpp() {
         assert_eq!(prompt, ids(&case["prompt_ids"]), "{prompt_text:?}: prompt ids");
         let (got, text) = greedy(&mut engine, &prompt, COMPARED);
         let steps = case["steps"].as_array().unwrap();
+        assert!(steps.len() >= COMPARED, "{prompt_text:?}: reference steps");
+        assert_eq!(got.len(), COMPARED, "{prompt_text:?}: EOS is ignored, so exactly {COMPARED}");
         let mut compared = 0;
         for (step, (&token, want)) in got.iter().zip(steps).enumerate() {
             let top1 = want["top1"].as_u64().unwrap() as u32;
@@ -165,13 +171,15 @@ fn perplexity_matches_llama_cpp() {
         report.ppl
     );
 
-    // The acceptance criterion: within 1 % of llama.cpp. Both read the same quantized
-    // weights, so the difference is rounding only (observed ≈ 0.05 %); llama.cpp's own
-    // flash-attention on/off runs differ by 0.05 % and q8_0 KV moves it by 0.3 %, while a real
-    // bug (e.g. one wrong layer) moves it by far more than 1 %.
+    // Within 0.25 % of llama.cpp. Both read the same quantized weights, so the difference is
+    // rounding only: observed +0.045 % (20.1989 vs 20.1899), about what llama.cpp's own
+    // flash-attention on/off runs differ by (0.05 %). The bound leaves 5× that for another
+    // adapter's summation order (workgroup kernels, other subgroup sizes), and stays under q8_0
+    // KV's 0.3 % shift, so a precision regression of that size fails here; a real bug (one wrong
+    // layer) moves it by far more than 1 %. (It was 1 %, the first acceptance criterion.)
     let rel = (report.ppl - LLAMA_CPP_PPL_4_CHUNKS).abs() / LLAMA_CPP_PPL_4_CHUNKS;
     assert!(
-        rel < 0.01,
+        rel < 0.0025,
         "PPL {} vs llama.cpp {LLAMA_CPP_PPL_4_CHUNKS}: {:.3} % off",
         report.ppl,
         rel * 100.0
