@@ -129,3 +129,51 @@ fn silu_mul_matches_reference() {
     assert_close("silu_mul", &got[..tokens * ffn], &want, 1e-6, 1e-5);
     assert_sentinels("silu_mul", &got[tokens * ffn..]);
 }
+
+#[test]
+fn rotate_matches_fwht_bit_for_bit() {
+    // The Hadamard rotation of `--kv-rotate`, in place, on `heads` contiguous heads from
+    // `offset` of each token row; the floats before `offset` and after the rotated heads (and
+    // the rows past the step's tokens) must be untouched. The kernel promises the same bits as
+    // `quant::fwht_inplace`, so the comparison is exact.
+    use kvrun::kernels::rotate::{RotateOp, RotateRows};
+    use kvrun::quant::fwht_inplace;
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (head_dim, heads, tokens) in
+        [(16usize, 3usize, 5usize), (64, 2, 3), (128, 3, 2), (256, 1, 4)]
+    {
+        let offset = 7; // a row starts with 7 other floats, then the heads, then 5 more
+        let row_stride = offset + heads * head_dim + 5;
+        let mut r = rng(head_dim as u64);
+        let x = uniform(&mut r, (tokens + 1) * row_stride, 3.0);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let buf = storage_f32(gpu, &x);
+        let rows = RotateRows {
+            heads: heads as u32,
+            head_dim: head_dim as u32,
+            row_stride: row_stride as u32,
+            offset: offset as u32,
+        };
+        let op = RotateOp::new(gpu, &t.kernels, "test rotate", &step, &buf, rows);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&buf, 0, x.len()).unwrap();
+        let mut want = x.clone();
+        for row in want.chunks_mut(row_stride).take(tokens) {
+            for head in row[offset..offset + heads * head_dim].chunks_mut(head_dim) {
+                fwht_inplace(head);
+            }
+        }
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "head_dim {head_dim}: float {i} (row {}, column {}): GPU {g}, CPU {w}",
+                i / row_stride,
+                i % row_stride
+            );
+        }
+    }
+}
