@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kvrun::engine::{CompletionRequest, Engine, EngineConfig, OutputEvent};
+use kvrun::kernels::KernelFamily;
 use rand::Rng;
 
 /// A workload: (submit after this many finished requests, prompt ids, max tokens).
@@ -97,26 +98,40 @@ fn outputs_identical_across_cache_preemption_block_size_and_batching() {
         return;
     }
     let w = tiny_workload();
-    // reference: one request at a time, no cache, roomy pool, whole prompts in one step
-    let reference = run(&tiny_config(16, 64, false, 1, 256), &w);
-    assert_eq!(reference.outputs.len(), w.len());
-    let variants = [
-        ("cache on, batched", tiny_config(16, 64, true, 4, 256)),
-        ("cache on, block 1, chunks of 13", tiny_config(1, 1024, true, 6, 13)),
-        ("cache on, block 4, tiny pool (preemption)", tiny_config(4, 36, true, 6, 64)),
-        ("cache off, block 4, tiny pool (preemption)", tiny_config(4, 36, false, 6, 64)),
-        ("cache on, block 64", tiny_config(64, 8, true, 3, 100)),
-    ];
     let mut preempted = false;
     let mut hits = false;
-    for (name, cfg) in variants {
-        let got = run(&cfg, &w);
-        for (i, want) in &reference.outputs {
-            assert_eq!(&got.outputs[i], want, "{name}: request {i} differs from the reference");
+    // Each kernel family (what this adapter selects, and the discrete-GPU variants forced) is
+    // batch-invariant on its own.
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let config = |bs, blocks, cache, seqs, chunk| EngineConfig {
+            kernel_family: family,
+            ..tiny_config(bs, blocks, cache, seqs, chunk)
+        };
+        // reference: one request at a time, no cache, roomy pool, whole prompts in one step
+        let reference = run(&config(16, 64, false, 1, 256), &w);
+        assert_eq!(reference.outputs.len(), w.len());
+        let variants = [
+            ("cache on, batched", config(16, 64, true, 4, 256)),
+            ("cache on, block 1, chunks of 13", config(1, 1024, true, 6, 13)),
+            ("cache on, block 4, tiny pool (preemption)", config(4, 36, true, 6, 64)),
+            ("cache off, block 4, tiny pool (preemption)", config(4, 36, false, 6, 64)),
+            ("cache on, block 64", config(64, 8, true, 3, 100)),
+        ];
+        for (name, cfg) in variants {
+            let got = run(&cfg, &w);
+            for (i, want) in &reference.outputs {
+                assert_eq!(
+                    &got.outputs[i], want,
+                    "{family:?} kernels, {name}: request {i} differs from the reference"
+                );
+            }
+            preempted |= got.preemptions > 0;
+            hits |= got.hit_tokens > 0;
+            eprintln!(
+                "{family:?} kernels, {name}: {} preemptions, {} prefix-hit tokens",
+                got.preemptions, got.hit_tokens
+            );
         }
-        preempted |= got.preemptions > 0;
-        hits |= got.hit_tokens > 0;
-        eprintln!("{name}: {} preemptions, {} prefix-hit tokens", got.preemptions, got.hit_tokens);
     }
     assert!(preempted, "no variant preempted: the tiny pools are not tiny enough");
     assert!(hits, "no variant hit the prefix cache: the workload shares no prefix");
@@ -195,27 +210,32 @@ fn real_model_outputs_identical_with_cache_and_preemption() {
         w.push((0, probe.tokenizer().encode(&text, true).unwrap(), 16));
     }
     drop(probe);
-    let cfg = |cache: bool, blocks: usize| {
-        let mut c = EngineConfig::new(&path);
-        c.max_model_len = Some(96);
-        c.block_size = 8;
-        // SmolLM2: 23,040 bytes of f16 K and V per token
-        c.kv_cache_memory = Some(blocks as u64 * 8 * 23_040);
-        c.enable_prefix_cache = cache;
-        c.max_num_seqs = 3;
-        c
-    };
-    let reference = run(&cfg(false, 64), &w);
-    let cached = run(&cfg(true, 64), &w);
-    // 13 blocks of 8: one 96-token sequence fits; two sharing the system prompt are admitted
-    // together and then outgrow the pool while decoding
-    let tight = run(&cfg(true, 13), &w);
-    for (i, want) in &reference.outputs {
-        assert_eq!(&cached.outputs[i], want, "prefix cache changed request {i}");
-        assert_eq!(&tight.outputs[i], want, "preemption changed request {i}");
+    // Both kernel families: on a CPU adapter SmolLM2 (head_dim 64) runs the lane attention and
+    // subgroup linear kernels; the GPU family runs workgroup attention and the tiled linear.
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let cfg = |cache: bool, blocks: usize| {
+            let mut c = EngineConfig::new(&path);
+            c.max_model_len = Some(96);
+            c.block_size = 8;
+            // SmolLM2: 23,040 bytes of f16 K and V per token
+            c.kv_cache_memory = Some(blocks as u64 * 8 * 23_040);
+            c.enable_prefix_cache = cache;
+            c.max_num_seqs = 3;
+            c.kernel_family = family;
+            c
+        };
+        let reference = run(&cfg(false, 64), &w);
+        let cached = run(&cfg(true, 64), &w);
+        // 13 blocks of 8: one 96-token sequence fits; two sharing the system prompt are
+        // admitted together and then outgrow the pool while decoding
+        let tight = run(&cfg(true, 13), &w);
+        for (i, want) in &reference.outputs {
+            assert_eq!(&cached.outputs[i], want, "{family:?}: prefix cache changed request {i}");
+            assert_eq!(&tight.outputs[i], want, "{family:?}: preemption changed request {i}");
+        }
+        assert!(cached.hit_tokens > 0, "the shared system prompt was never reused");
+        assert!(tight.preemptions > 0, "the tight pool did not force a preemption");
     }
-    assert!(cached.hit_tokens > 0, "the shared system prompt was never reused");
-    assert!(tight.preemptions > 0, "the tight pool did not force a preemption");
 }
 
 /// The pool the GPU really allocates is what `KvLayout` (and so `kvrun plan`) counts: K and V

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
 use kvrun::loader::ModelFile;
 use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
 use rand::seq::SliceRandom;
@@ -49,8 +50,12 @@ fn golden() -> Golden {
     Golden { tokens, vocab, logits }
 }
 
-fn load(rel: &str, block_size: usize) -> Option<(Model, ModelFile)> {
+/// Both kernel families: what this adapter selects, and the discrete-GPU variants forced.
+const FAMILIES: [KernelFamily; 2] = [KernelFamily::Auto, KernelFamily::Gpu];
+
+fn load(rel: &str, block_size: usize, family: KernelFamily) -> Option<(Model, ModelFile)> {
     let t = gpu()?;
+    let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama").join(rel);
     let file = ModelFile::open(&path).unwrap();
     let options = ModelOptions {
@@ -62,7 +67,7 @@ fn load(rel: &str, block_size: usize) -> Option<(Model, ModelFile)> {
         num_blocks: 2 * 128usize.div_ceil(block_size) + 3,
         kv_cache: Default::default(),
     };
-    let model = Model::load(t.gpu.clone(), &t.kernels, &file, options).unwrap();
+    let model = Model::load(t.gpu.clone(), &kernels, &file, options).unwrap();
     Some((model, file))
 }
 
@@ -121,38 +126,46 @@ fn check(what: &str, got: &[f32], want: &[f32], vocab: usize) {
 #[test]
 fn gpu_logits_match_independent_cpu_forward_for_all_three_files() {
     let g = golden();
-    for (rel, variant) in
-        [("hf", "hf_f32"), ("tiny-llama-f32.gguf", "hf_f32"), ("tiny-llama-q.gguf", "gguf_q")]
-    {
-        let Some((mut model, _)) = load(rel, 16) else { return };
-        let got = run_chunks(&mut model, &g.tokens, &[40], 16, 1);
-        check(&format!("{rel} one prefill"), &got, &g.logits[variant], g.vocab);
+    for family in FAMILIES {
+        for (rel, variant) in
+            [("hf", "hf_f32"), ("tiny-llama-f32.gguf", "hf_f32"), ("tiny-llama-q.gguf", "gguf_q")]
+        {
+            let Some((mut model, _)) = load(rel, 16, family) else { return };
+            let got = run_chunks(&mut model, &g.tokens, &[40], 16, 1);
+            check(
+                &format!("{family:?} kernels, {rel} one prefill"),
+                &got,
+                &g.logits[variant],
+                g.vocab,
+            );
+        }
     }
 }
 
 #[test]
 fn chunked_prefill_and_decode_steps_match_across_block_sizes() {
     let g = golden();
-    for (i, bs) in [1usize, 16, 64].into_iter().enumerate() {
-        let Some((mut model, _)) = load("tiny-llama-q.gguf", bs) else { return };
+    let cases = FAMILIES.into_iter().flat_map(|f| [1usize, 16, 64].map(|bs| (f, bs)));
+    for (i, (family, bs)) in cases.enumerate() {
+        let Some((mut model, _)) = load("tiny-llama-q.gguf", bs, family) else { return };
         let want = &g.logits["gguf_q"];
         let one = run_chunks(&mut model, &g.tokens, &[40], bs, 10 + i as u64);
-        check(&format!("block {bs} prefill"), &one, want, g.vocab);
+        check(&format!("{family:?} block {bs} prefill"), &one, want, g.vocab);
         let chunked = run_chunks(&mut model, &g.tokens, &[13, 13, 14], bs, 20 + i as u64);
-        check(&format!("block {bs} chunked prefill"), &chunked, want, g.vocab);
+        check(&format!("{family:?} block {bs} chunked prefill"), &chunked, want, g.vocab);
         let mut steps = vec![25];
         steps.extend(std::iter::repeat_n(1, 15));
         let decoded = run_chunks(&mut model, &g.tokens, &steps, bs, 30 + i as u64);
-        check(&format!("block {bs} prefill + 15 decode steps"), &decoded, want, g.vocab);
+        check(&format!("{family:?} block {bs} prefill + 15 decode steps"), &decoded, want, g.vocab);
         // Batch invariance: a token's logits do not depend on how its step was composed.
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert!(
             bits(&one) == bits(&chunked),
-            "block {bs}: chunked prefill is not bit-identical to one prefill"
+            "{family:?} block {bs}: chunked prefill is not bit-identical to one prefill"
         );
         assert!(
             bits(&one) == bits(&decoded),
-            "block {bs}: decode steps are not bit-identical to prefill"
+            "{family:?} block {bs}: decode steps are not bit-identical to prefill"
         );
     }
 }
@@ -162,7 +175,7 @@ fn chunked_prefill_and_decode_steps_match_across_block_sizes() {
 #[test]
 fn mixed_batch_equals_sequences_alone() {
     let g = golden();
-    let Some((mut model, _)) = load("tiny-llama-q.gguf", 16) else { return };
+    let Some((mut model, _)) = load("tiny-llama-q.gguf", 16, KernelFamily::Auto) else { return };
     let qt = model.query_tile();
     // B takes the pool's last 8 blocks (in reverse), A a shuffled table without them.
     let n_blocks = model.options().num_blocks as u32;

@@ -100,6 +100,7 @@ impl KvArgs {
             kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
             tenants: Vec::new(),
+            kernel_family: Default::default(),
         })
     }
 

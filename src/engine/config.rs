@@ -36,6 +36,9 @@ pub struct EngineConfig {
     pub enable_prefix_cache: bool,
     /// Tenants to track (per-tenant metrics) and their KV quotas (`--tenant-kv-quota`).
     pub tenants: Vec<TenantConfig>,
+    /// Kernel variants: from the device (default), or forced (tests run the GPU family end to
+    /// end on CPU adapters).
+    pub kernel_family: crate::kernels::KernelFamily,
 }
 
 /// A tenant: its name (its prefix-cache namespace is [`tenant_namespace`] of it) and its cap on
@@ -85,6 +88,7 @@ impl EngineConfig {
             kv_cache: KvCacheSpec::default(),
             enable_prefix_cache: true,
             tenants: Vec::new(),
+            kernel_family: Default::default(),
         }
     }
 }

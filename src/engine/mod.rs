@@ -39,7 +39,7 @@ pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, Perplexit
 pub use requests::{CompletionRequest, OutputEvent, RequestTiming};
 
 use crate::gpu::{Gpu, GpuError};
-use crate::kernels::Kernels;
+use crate::kernels::{KernelConfig, Kernels};
 use crate::kv::{KvError, KvLayout, KvManager};
 use crate::loader::{LoadError, ModelFile};
 use crate::model::{ForwardBatch, Logits, LogitsWanted, Model, ModelError, ModelOptions, SeqChunk};
@@ -107,7 +107,8 @@ impl Engine {
         let model_max_len = file.config().max_position_embeddings;
         let frontend = Arc::new(Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?);
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
-        let kernels = Kernels::new(&gpu);
+        let kernels =
+            Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
         let kv =
             KvManager::with_prefix_cache(layout, resolved.num_blocks, cfg.enable_prefix_cache)?;

@@ -187,7 +187,29 @@ pub struct KernelConfig {
     pub lanes_attention: bool,
 }
 
+/// Which family of kernel variants to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelFamily {
+    /// Chosen from the device's capabilities ([`KernelConfig::choose`]).
+    #[default]
+    Auto,
+    /// The variants a discrete GPU selects (tiled linear, workgroup attention), whatever the
+    /// device: lets tests run them end to end on a CPU adapter.
+    Gpu,
+}
+
 impl KernelConfig {
+    /// [`KernelConfig::choose`], then `family` forced.
+    pub fn choose_family(caps: &Capabilities, family: KernelFamily) -> Self {
+        let auto = Self::choose(caps);
+        match family {
+            KernelFamily::Auto => auto,
+            KernelFamily::Gpu => {
+                KernelConfig { linear: LinearVariant::Gpu, lanes_attention: false, ..auto }
+            }
+        }
+    }
+
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
         let subgroup_linear = caps.is_cpu && caps.subgroups && caps.subgroup_min_size >= 8;
