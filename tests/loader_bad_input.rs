@@ -221,6 +221,22 @@ fn counts_larger_than_file() {
 }
 
 #[test]
+fn overlapping_tensor_data_is_refused() {
+    // f32 [16] = 64 bytes at 0, then one at 32 (inside the first): refused, naming both.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor("a", &[16], 0, 0).tensor("b", &[16], 0, 32);
+    let err = open(r.data(128));
+    assert!(matches!(err, LoadError::OverlappingTensors { .. }), "{err}");
+    assert_msg(&err, &["'a'", "'b'", "overlap"]);
+    // the same two one after the other (in either order in the header) are fine
+    for (first, second) in [(0, 64), (64, 0)] {
+        let mut r = Raw::header(3, 2, 0);
+        r.tensor("a", &[16], 0, first).tensor("b", &[16], 0, second);
+        GgufFile::from_bytes(r.data(128)).unwrap();
+    }
+}
+
+#[test]
 fn misaligned_offset_and_bad_alignment() {
     let mut r = Raw::header(3, 1, 0);
     r.tensor("t", &[8], 0, 4);

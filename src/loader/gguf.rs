@@ -409,8 +409,30 @@ impl<'a> Parser<'a> {
                 n_bytes,
             });
         }
+        check_no_overlap(&tensors)?;
         Ok(tensors)
     }
+}
+
+/// No two tensors may share bytes (llama.cpp lays them out in order, each after the last);
+/// overlapping data would make one weight silently read another's.
+fn check_no_overlap(tensors: &[GgufTensorInfo]) -> Result<(), LoadError> {
+    let mut by_offset: Vec<&GgufTensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // offsets and sizes were bounded by the file length above: no overflow
+        let a_end = a.offset + a.n_bytes as u64;
+        if b.offset < a_end {
+            return Err(LoadError::OverlappingTensors {
+                first: a.name.clone(),
+                first_range: (a.offset, a_end),
+                second: b.name.clone(),
+                second_start: b.offset,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// (elements, bytes) of a tensor, with checked arithmetic; ne0 must be whole blocks.

@@ -127,7 +127,7 @@ impl GgufWriter {
 
     pub fn write(&self, path: &Path) -> Result<(), LoadError> {
         std::fs::write(path, self.to_bytes())
-            .map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
+            .map_err(|error| LoadError::Io { path: path.to_path_buf(), error })
     }
 }
 

@@ -31,7 +31,7 @@ pub enum TokenizerError {
     Encode(String),
     #[error("decoding failed: {0}")]
     Decode(String),
-    #[error("chat template: {0}")]
+    #[error("{0}")]
     Template(String),
 }
 
@@ -176,6 +176,11 @@ impl Tokenizer {
     }
 
     /// Vocabulary size including added tokens.
+    /// The largest token id the tokenizer can produce (added tokens included).
+    pub fn max_token_id(&self) -> Option<u32> {
+        self.inner.get_vocab(true).into_values().max()
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
