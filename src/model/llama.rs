@@ -87,6 +87,7 @@ pub(super) fn load(
     let c = file.config().clone();
     validate(&c, &options)?;
     let max_binding = kernels.config.max_binding_bytes;
+    super::limits::check_buffer_sizes(&c, &options, max_binding)?;
     let table = rope_table(c.head_dim, f64::from(c.rope_theta), options.max_model_len);
     let step = StepBuffers::new(&gpu, &options);
     let act = Activations::new(&gpu, &c, &options, &table);

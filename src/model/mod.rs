@@ -4,6 +4,7 @@
 
 mod batch;
 mod buffers;
+mod limits;
 mod llama;
 mod weights;
 
@@ -72,6 +73,20 @@ pub enum ModelError {
          largest storage binding ({limit} bytes); lower --kv-cache-memory"
     )]
     KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64 },
+    #[error(
+        "the {buffer} buffer for {flag} = {value} would need {} bytes, more than the adapter's \
+         largest buffer binding ({limit} bytes); lower {flag} to at most {largest}",
+        bytes.map_or("more than 2^64".to_string(), |b| b.to_string())
+    )]
+    BufferTooLarge {
+        buffer: &'static str,
+        /// `None` when the size overflows u64.
+        bytes: Option<u64>,
+        limit: u64,
+        flag: &'static str,
+        value: usize,
+        largest: u64,
+    },
     #[error("this step has {got} {what}, more than the {max} the model was loaded for")]
     BatchTooLarge { what: &'static str, got: usize, max: usize },
 }
