@@ -255,6 +255,8 @@ impl Model {
             self.gpu.wait_idle()?;
             Vec::new()
         };
+        // a validation error in this step's commands means the logits are not to be trusted
+        self.gpu.check_errors()?;
         let timing = match &self.timer {
             Some(timer) => Some(split_timing(
                 &self.ops,
