@@ -58,10 +58,10 @@ fn valid_file() -> Vec<u8> {
     let mut w = GgufWriter::new();
     w.add_str("general.architecture", "llama").add_u32("llama.block_count", 1).add(
         "tokenizer.ggml.tokens",
-        GgufValue::Array {
-            elem_type: kvrun::loader::GgufValueType::String,
-            values: ["a", "b", "c"].map(|s| GgufValue::String(s.into())).to_vec(),
-        },
+        GgufValue::array(
+            kvrun::loader::GgufValueType::String,
+            ["a", "b", "c"].map(|s| GgufValue::String(s.into())).to_vec(),
+        ),
     );
     w.add_f32_tensor("output_norm.weight", &[8], &[1.0; 8]).unwrap();
     w.add_tensor("blk.3.ffn_up.weight", GgmlType::Q8_0, &[32, 4], vec![0; 136]).unwrap();

@@ -101,6 +101,9 @@ pub enum LoadError {
          model's own tokenizer"
     )]
     TokenizerTooLarge { max_id: u32, vocab_size: usize },
+    /// Printed, not chained, like `Io`.
+    #[error("{0}")]
+    Tokenizer(crate::tokenizer::TokenizerError),
     #[error("model config: {0}")]
     Config(String),
     #[error(

@@ -19,7 +19,7 @@ mod mmap;
 pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
 pub use error::LoadError;
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
-pub use gguf_value::{GgufValue, GgufValueType};
+pub use gguf_value::{GgufArray, GgufValue, GgufValueType};
 pub use gguf_vocab::gguf_vocab;
 pub use gguf_writer::GgufWriter;
 pub use hf::{canonical_name, HfModel};
@@ -165,6 +165,23 @@ impl ModelFile {
     /// meets an error, not an allocation.
     pub fn check_tensors(&self) -> Result<(), LoadError> {
         check::check_tensors(self).map_err(|e| e.in_file(&self.path))
+    }
+
+    /// The model's tokenizer, checked against the embedding ([`ModelFile::check_tokenizer`]),
+    /// its chat template's errors naming this file.
+    pub fn tokenizer(&self) -> Result<Tokenizer, LoadError> {
+        let tokenizer = Tokenizer::from_source(self.tokenizer_source()?)
+            .map_err(|e| LoadError::Tokenizer(e).in_file(&self.path))?;
+        let origin = match &self.source {
+            Source::Gguf(_) => format!("{}: tokenizer.chat_template", self.path.display()),
+            Source::Hf(_) => format!(
+                "{}: the chat template (chat_template.jinja or tokenizer_config.json)",
+                self.path.display()
+            ),
+        };
+        let tokenizer = tokenizer.with_template_origin(origin);
+        self.check_tokenizer(&tokenizer)?;
+        Ok(tokenizer)
     }
 
     /// Checks that every token id `tokenizer` can produce has a row in the embedding (a larger

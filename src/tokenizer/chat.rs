@@ -24,6 +24,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// Where the template came from, at the start of every error.
+    origin: String,
 }
 
 const NAME: &str = "chat";
@@ -40,13 +42,25 @@ pub const MAX_PROMPT_BYTES: usize = 64 << 20;
 /// Macro nesting a template may reach (minijinja's default is 500).
 const RECURSION_LIMIT: usize = 100;
 
-/// Where a template comes from, for errors.
+/// Where a template comes from, for errors, when the caller does not say.
 const ORIGIN: &str = "the model's chat template (GGUF tokenizer.chat_template, or \
                       chat_template in tokenizer_config.json)";
 
 impl ChatTemplate {
     /// Compile `source`; `bos`/`eos` are the texts templates see as `bos_token`/`eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, TokenizerError> {
+        Self::with_origin(source, bos, eos, None)
+    }
+
+    /// [`ChatTemplate::new`], naming `origin` (e.g. "model.gguf: tokenizer.chat_template") in
+    /// every error.
+    pub fn with_origin(
+        source: &str,
+        bos: &str,
+        eos: &str,
+        origin: Option<&str>,
+    ) -> Result<Self, TokenizerError> {
+        let origin = origin.unwrap_or(ORIGIN).to_string();
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_trim_blocks(true);
@@ -63,8 +77,8 @@ impl ChatTemplate {
                 .unwrap_or(0);
             strftime_utc(&format, secs)
         });
-        env.add_template_owned(NAME, source.to_string()).map_err(template_err)?;
-        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string() })
+        env.add_template_owned(NAME, source.to_string()).map_err(|e| template_err(&origin, e))?;
+        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string(), origin })
     }
 
     /// The prompt text for `messages`; with `add_generation_prompt`, ending with the header
@@ -74,7 +88,8 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let tmpl = self.env.get_template(NAME).map_err(template_err)?;
+        let origin = &self.origin;
+        let tmpl = self.env.get_template(NAME).map_err(|e| template_err(origin, e))?;
         let mut out = CappedWriter { buf: Vec::new(), cap: MAX_PROMPT_BYTES, full: false };
         let ctx = context! {
             messages => messages,
@@ -86,10 +101,10 @@ impl ChatTemplate {
             Ok(_) => String::from_utf8(out.buf)
                 .map_err(|_| TokenizerError::Template(format!("{ORIGIN} rendered invalid UTF-8"))),
             Err(_) if out.full => Err(TokenizerError::Template(format!(
-                "{ORIGIN} rendered more than {MAX_PROMPT_BYTES} bytes; the template is broken, \
+                "{origin} rendered more than {MAX_PROMPT_BYTES} bytes; the template is broken, \
                  fix or replace it"
             ))),
-            Err(e) => Err(template_err(e)),
+            Err(e) => Err(template_err(origin, e)),
         }
     }
 }
@@ -116,7 +131,7 @@ impl std::io::Write for CappedWriter {
     }
 }
 
-fn template_err(e: Error) -> TokenizerError {
+fn template_err(origin: &str, e: Error) -> TokenizerError {
     // `{:#}` includes the template line the error points at.
     let hint = match e.kind() {
         ErrorKind::OutOfFuel => format!(
@@ -125,7 +140,7 @@ fn template_err(e: Error) -> TokenizerError {
         ),
         _ => String::new(),
     };
-    TokenizerError::Template(format!("{ORIGIN}: {e:#}{hint}"))
+    TokenizerError::Template(format!("{origin}: {e:#}{hint}"))
 }
 
 const MONTHS: [&str; 12] = [
