@@ -11,6 +11,8 @@ use crate::loader::ModelConfig;
 /// One buffer family: its name, the bytes one unit of the flag costs, and the flag.
 struct Scaled {
     buffer: &'static str,
+    /// What `count` counts.
+    unit: &'static str,
     /// Bytes per unit of `count` (a row); `None` when that alone overflows.
     unit_bytes: Option<u64>,
     count: usize,
@@ -42,36 +44,42 @@ pub(super) fn check_buffer_sizes(
     let checks = [
         Scaled {
             buffer: "activations (hidden, qkv, gate_up)",
+            unit: "tokens",
             unit_bytes: f32_row(widest_token_row),
             count: o.max_num_batched_tokens,
             flag: "--max-num-batched-tokens",
         },
         Scaled {
             buffer: "logits",
+            unit: "logit rows",
             unit_bytes: f32_row(Some(n(c.vocab_size))),
             count: o.max_logit_rows.max(1),
-            flag: "the logit rows (--max-num-seqs; perplexity: min(-c, --max-num-batched-tokens))",
+            flag: "--max-num-seqs (perplexity: -c or --max-num-batched-tokens)",
         },
         Scaled {
             buffer: "decode partials",
+            unit: "sequences",
             unit_bytes: partials_row,
             count: o.max_num_seqs,
             flag: "--max-num-seqs",
         },
         Scaled {
             buffer: "block tables",
+            unit: "sequences",
             unit_bytes: block_table_row,
             count: o.max_num_seqs,
             flag: "--max-num-seqs",
         },
         Scaled {
             buffer: "sequence records",
+            unit: "sequences",
             unit_bytes: Some(std::mem::size_of::<SeqInfo>() as u64),
             count: o.max_num_seqs,
             flag: "--max-num-seqs",
         },
         Scaled {
             buffer: "rope table",
+            unit: "positions",
             unit_bytes: f32_row(Some(n(c.head_dim))),
             count: o.max_model_len,
             flag: "-c",
@@ -85,6 +93,7 @@ pub(super) fn check_buffer_sizes(
         let largest = s.unit_bytes.map_or(0, |u| max_binding / u.max(1));
         return Err(ModelError::BufferTooLarge {
             buffer: s.buffer,
+            unit: s.unit,
             bytes,
             limit: max_binding,
             flag: s.flag,

@@ -74,12 +74,14 @@ pub enum ModelError {
     )]
     KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64 },
     #[error(
-        "the {buffer} buffer for {flag} = {value} would need {} bytes, more than the adapter's \
-         largest buffer binding ({limit} bytes); lower {flag} to at most {largest}",
+        "the {buffer} buffer would need {} bytes for {value} {unit}, more than the adapter's \
+         largest buffer binding ({limit} bytes): at most {largest} fit; lower {flag}",
         bytes.map_or("more than 2^64".to_string(), |b| b.to_string())
     )]
     BufferTooLarge {
         buffer: &'static str,
+        /// What `value` counts (tokens, logit rows, sequences, positions).
+        unit: &'static str,
         /// `None` when the size overflows u64.
         bytes: Option<u64>,
         limit: u64,
