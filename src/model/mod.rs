@@ -70,9 +70,16 @@ pub enum ModelError {
     Unsupported(String),
     #[error(
         "the KV pool of one layer ({bytes} bytes for {blocks} blocks) exceeds the adapter's \
-         largest storage binding ({limit} bytes); lower --kv-cache-memory"
+         largest storage binding ({limit} bytes): at most {max_blocks} blocks fit; lower \
+         --kv-cache-memory to at most {max_budget_mib}MiB"
     )]
-    KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64 },
+    KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64, max_blocks: u64, max_budget_mib: u64 },
+    #[error(
+        "the quantized-KV staging of one layer ({bytes} bytes for {seqs} sequences) exceeds the \
+         adapter's largest storage binding ({limit} bytes); lower --max-num-seqs to at most \
+         {max_seqs}"
+    )]
+    StagingTooLarge { bytes: u64, seqs: usize, limit: u64, max_seqs: u64 },
     #[error(
         "the {buffer} buffer would need {} bytes for {value} {unit}, more than the adapter's \
          largest buffer binding ({limit} bytes): at most {largest} fit; lower {flag}",
