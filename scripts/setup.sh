@@ -26,12 +26,13 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
     echo "installed python3 and pip"
 fi
 
-# The packages of tests/python/openai_client_test.py: into the active virtual environment, else
+# The packages of tests/python/openai_client_test.py and of scripts/make_hostile_inputs.py
+# (tests/hostile_inputs.rs): into the active virtual environment, else
 # into the system's Python as root and into the user's site-packages otherwise. Debian 12+ marks
 # its Python externally managed (PEP 668), so pip refuses that; then retry with
 # --break-system-packages (pip 23.0.1+, as Debian 12 ships).
-py_packages=(openai prometheus-client)
-if python3 -c 'import openai, prometheus_client.openmetrics.parser' >/dev/null 2>&1; then
+py_packages=(openai prometheus-client gguf numpy)
+if python3 -c 'import openai, prometheus_client.openmetrics.parser, gguf, numpy' >/dev/null 2>&1; then
     echo "the Python test packages (${py_packages[*]}) are installed"
 else
     export PIP_ROOT_USER_ACTION=ignore # no "running pip as root" warning

@@ -58,10 +58,10 @@ fn valid_file() -> Vec<u8> {
     let mut w = GgufWriter::new();
     w.add_str("general.architecture", "llama").add_u32("llama.block_count", 1).add(
         "tokenizer.ggml.tokens",
-        GgufValue::Array {
-            elem_type: kvrun::loader::GgufValueType::String,
-            values: ["a", "b", "c"].map(|s| GgufValue::String(s.into())).to_vec(),
-        },
+        GgufValue::array(
+            kvrun::loader::GgufValueType::String,
+            ["a", "b", "c"].map(|s| GgufValue::String(s.into())).to_vec(),
+        ),
     );
     w.add_f32_tensor("output_norm.weight", &[8], &[1.0; 8]).unwrap();
     w.add_tensor("blk.3.ffn_up.weight", GgmlType::Q8_0, &[32, 4], vec![0; 136]).unwrap();
@@ -218,6 +218,22 @@ fn counts_larger_than_file() {
     // Header counts.
     assert!(matches!(open(Raw::header(3, u64::MAX, 0).data(0)), LoadError::CountTooLarge { .. }));
     assert!(matches!(open(Raw::header(3, 0, 1 << 40).data(0)), LoadError::CountTooLarge { .. }));
+}
+
+#[test]
+fn overlapping_tensor_data_is_refused() {
+    // f32 [16] = 64 bytes at 0, then one at 32 (inside the first): refused, naming both.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor("a", &[16], 0, 0).tensor("b", &[16], 0, 32);
+    let err = open(r.data(128));
+    assert!(matches!(err, LoadError::OverlappingTensors { .. }), "{err}");
+    assert_msg(&err, &["'a'", "'b'", "overlap"]);
+    // the same two one after the other (in either order in the header) are fine
+    for (first, second) in [(0, 64), (64, 0)] {
+        let mut r = Raw::header(3, 2, 0);
+        r.tensor("a", &[16], 0, first).tensor("b", &[16], 0, second);
+        GgufFile::from_bytes(r.data(128)).unwrap();
+    }
 }
 
 #[test]

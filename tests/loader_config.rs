@@ -92,10 +92,10 @@ fn gguf_llama(arch: &str, extra: impl FnOnce(&mut GgufWriter)) -> Result<ModelCo
         .add_f32(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5)
         .add(
             "tokenizer.ggml.tokens",
-            GgufValue::Array {
-                elem_type: GgufValueType::String,
-                values: (0..10).map(|i| GgufValue::String(i.to_string())).collect(),
-            },
+            GgufValue::array(
+                GgufValueType::String,
+                (0..10).map(|i| GgufValue::String(i.to_string())).collect(),
+            ),
         );
     extra(&mut w);
     ModelConfig::from_gguf(&GgufFile::from_bytes(w.to_bytes()).unwrap())

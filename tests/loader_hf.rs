@@ -92,7 +92,7 @@ fn hf_names_map_to_canonical() {
 #[test]
 fn sharded_directory_loads_with_canonical_names() {
     let dir = sharded_qwen("sharded");
-    let m = ModelFile::open(&dir).unwrap();
+    let m = ModelFile::open_partial(&dir).unwrap();
     let c = m.config();
     assert!(c.attention_bias && c.tie_word_embeddings);
     assert_eq!(m.hf_extras().unwrap().torch_dtype.as_deref(), Some("bfloat16"));
@@ -114,7 +114,7 @@ fn sharded_directory_loads_with_canonical_names() {
 #[test]
 fn tokenizer_files_are_collected() {
     let dir = sharded_qwen("tokfiles");
-    let err = ModelFile::open(&dir).unwrap().tokenizer_source().unwrap_err();
+    let err = ModelFile::open_partial(&dir).unwrap().tokenizer_source().unwrap_err();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
     std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
     std::fs::write(
@@ -125,7 +125,7 @@ fn tokenizer_files_are_collected() {
     std::fs::write(dir.join("chat_template.jinja"), "{{ messages }}").unwrap();
     std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [7, 5]}"#).unwrap();
     let TokenizerSource::HfJson { tokenizer_json, config } =
-        ModelFile::open(&dir).unwrap().tokenizer_source().unwrap()
+        ModelFile::open_partial(&dir).unwrap().tokenizer_source().unwrap()
     else {
         panic!("expected an HF tokenizer source");
     };

@@ -221,7 +221,9 @@ fn real_gguf_weight_bytes_are_the_tensor_bytes() {
 #[test]
 fn bad_model_paths_are_named() {
     let err = plan_fails(&["-m", "/nonexistent/config.json"]);
-    assert!(err.contains("/nonexistent/config.json") && err.contains("no such file"), "{err}");
+    let lower = err.to_lowercase();
+    assert!(err.contains("/nonexistent/config.json") && lower.contains("no such file"), "{err}");
+    assert_eq!(lower.matches("no such file").count(), 1, "the reason is printed once: {err}");
     let err = plan_fails(&["-m", "/nonexistent/model.gguf"]);
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 }

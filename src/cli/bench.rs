@@ -10,8 +10,9 @@ use crate::bench::kvquant::{KvQuantBench, KvSetting};
 use crate::bench::multiturn::{self, Budget, BudgetSizes, MultiturnReport, RunSetting};
 use crate::bench::multiturn_report::Acceptance;
 use crate::bench::workload::{Framing, MultiturnSpec, MultiturnWorkload};
-use crate::engine::{Engine, EngineConfig, ResolvedConfig};
+use crate::engine::{Engine, EngineConfig, EngineError, ResolvedConfig};
 use crate::loader::ModelFile;
+use crate::model::ModelError;
 use crate::tokenizer::Tokenizer;
 
 #[derive(clap::Args, Debug)]
@@ -485,7 +486,14 @@ fn concurrency(a: &ConcurrencyArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let max_level = a.levels.iter().copied().max().unwrap_or(1);
     let cfg =
         bench.engine_config(&a.kv.engine_config(path.clone(), global.gpu_options(), max_level)?);
-    let mut engine = Engine::load(&cfg)?;
+    let mut engine = Engine::load(&cfg).map_err(|e| match e {
+        // buffers sized by --max-num-seqs: name the flag this command sets it from
+        EngineError::Model(ModelError::BufferTooLarge { .. }) => anyhow::anyhow!(
+            "bench concurrency --levels {max_level} runs {max_level} sequences at once \
+             (--max-num-seqs {max_level}); use smaller --levels: {e}"
+        ),
+        e => e.into(),
+    })?;
     let total = (a.levels.iter().sum::<usize>() * a.output_tokens) as u64;
     let bar = progress_bar(total, "concurrency".into());
     let report = bench.run(&mut engine, &model_name(&path), &mut || bar.inc(1))?;

@@ -73,9 +73,9 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
                 // Refused for its window only: plan it, counting the window.
                 Some((window, json)) => match ModelConfig::from_hf_config_json_with_extras(&json) {
                     Ok(parsed) => (parsed, Some(window)),
-                    Err(_) => return Err(refused.into()),
+                    Err(_) => return Err(refused.in_file(path).into()),
                 },
-                None => return Err(refused.into()),
+                None => return Err(refused.in_file(path).into()),
             },
         };
         let (config, extras) = parsed;
@@ -120,6 +120,13 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let max_model_len = args
         .max_model_len
         .unwrap_or_else(|| config.max_position_embeddings.min(DEFAULT_MAX_MODEL_LEN_CAP));
+    let model_len = config.max_position_embeddings;
+    if max_model_len > model_len {
+        anyhow::bail!(
+            "-c {max_model_len} exceeds the model's context length of {model_len} tokens; use at \
+             most {model_len}"
+        );
+    }
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
     // A sliding-window sequence holds at most `window` tokens of KV plus one block of slack
     // (DESIGN.md); the plan counts that many and still reports the context asked for.

@@ -103,7 +103,7 @@ impl Engine {
     pub fn load(cfg: &EngineConfig) -> Result<Self, EngineError> {
         let file = ModelFile::open(&cfg.model)?;
         let (resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
-        let tokenizer = Tokenizer::from_source(file.tokenizer_source()?)?;
+        let tokenizer = file.tokenizer()?;
         let model_max_len = file.config().max_position_embeddings;
         let frontend = Arc::new(Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?);
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);

@@ -134,12 +134,7 @@ impl Engine {
         mut on_chunk: impl FnMut(usize, f64),
     ) -> Result<PerplexityReport, EngineError> {
         let ctx = opts.ctx;
-        if ctx < 4 || ctx > self.resolved.max_model_len {
-            return Err(EngineError::Config(format!(
-                "perplexity needs 4 ≤ -c ≤ {} (the context the engine was loaded with); got {ctx}",
-                self.resolved.max_model_len
-            )));
-        }
+        check_options(opts, self.resolved.max_model_len)?;
         let add_bos = self.frontend.tokenizer().add_bos();
         let tokens = self.frontend.tokenizer().encode(text, true)?;
         if tokens.len() < 2 * ctx {
@@ -251,6 +246,28 @@ impl Engine {
     }
 }
 
+/// `-c` between 4 and the engine's context, `--chunks` at least 1.
+fn check_options(opts: &PerplexityOptions, max_model_len: usize) -> Result<(), EngineError> {
+    let ctx = opts.ctx;
+    let message = if ctx < 4 {
+        format!(
+            "perplexity -c {ctx} is too small: each chunk scores its second half, so -c must be \
+             at least 4"
+        )
+    } else if ctx > max_model_len {
+        format!(
+            "perplexity -c {ctx} exceeds the context the engine was loaded with \
+             ({max_model_len}); use at most {max_model_len}"
+        )
+    } else if opts.max_chunks == Some(0) {
+        "--chunks 0 scores nothing; give at least 1 (or leave it out to score every chunk)"
+            .to_string()
+    } else {
+        return Ok(());
+    };
+    Err(EngineError::Config(message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +291,17 @@ mod tests {
     fn argmax_takes_the_first_of_equal_maxima() {
         assert_eq!(argmax(&[0.5, 2.0, 2.0, -1.0]), 1);
         assert_eq!(nll(&[0.0, 0.0], 1), 2f64.ln());
+    }
+
+    #[test]
+    fn options_are_checked_with_messages_that_name_the_flag() {
+        let opts = |ctx, max_chunks| PerplexityOptions { ctx, max_chunks };
+        let err = |o: PerplexityOptions| check_options(&o, 512).unwrap_err().to_string();
+        assert!(err(opts(3, None)).contains("at least 4"), "{}", err(opts(3, None)));
+        assert!(!err(opts(3, None)).contains("≤ 3"));
+        assert!(err(opts(1024, None)).contains("at most 512"));
+        assert!(err(opts(64, Some(0))).contains("--chunks 0"));
+        check_options(&opts(4, Some(1)), 512).unwrap();
+        check_options(&opts(512, None), 512).unwrap();
     }
 }

@@ -1,6 +1,7 @@
 //! Instance, adapter and device: which GPU we run on and what it can do.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 /// How to pick the adapter. `None` fields fall back to the `WGPU_BACKEND` / `WGPU_ADAPTER_NAME`
 /// environment variables, then to wgpu's default (a discrete GPU if there is one).
@@ -50,6 +51,11 @@ pub enum GpuError {
     Device(String),
     #[error("reading a buffer back from the GPU failed: {0}")]
     Readback(String),
+    #[error(
+        "allocating {what} on the GPU ({bytes} bytes asked) failed: {message}; lower \
+         --kv-cache-memory (or -c / --max-num-seqs), or use a smaller model"
+    )]
+    Allocation { what: String, bytes: u64, message: String },
 }
 
 /// An open GPU device with its queue and probed capabilities.
@@ -60,6 +66,31 @@ pub struct Gpu {
     pub caps: Capabilities,
     pub features: wgpu::Features,
     pub limits: wgpu::Limits,
+    /// The first error wgpu reported outside an error scope (wgpu's default handler panics;
+    /// ours records it for [`Gpu::check_errors`]).
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+/// Two error scopes (out-of-memory, validation) around a group of allocations; see
+/// [`Gpu::allocation_scope`].
+pub struct AllocationScope {
+    validation: wgpu::ErrorScopeGuard,
+    out_of_memory: wgpu::ErrorScopeGuard,
+}
+
+impl AllocationScope {
+    /// Pops both scopes: the first error either caught, as [`GpuError::Allocation`] naming
+    /// `what` and the `bytes` asked for.
+    pub fn finish(self, what: &str, bytes: u64) -> Result<(), GpuError> {
+        let validation = pollster::block_on(self.validation.pop());
+        let oom = pollster::block_on(self.out_of_memory.pop());
+        match oom.or(validation) {
+            None => Ok(()),
+            Some(e) => {
+                Err(GpuError::Allocation { what: what.to_string(), bytes, message: e.to_string() })
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Gpu {
@@ -97,7 +128,14 @@ impl Gpu {
         .map_err(|source| GpuError::RequestDevice { adapter: info.name.clone(), source })?;
         let caps = Capabilities::probe(&info, features, &limits);
         tracing::info!(adapter = %info.name, backend = ?info.backend, "GPU opened");
-        Ok(Gpu { device, queue, info, caps, features, limits })
+        let uncaptured: Arc<Mutex<Option<String>>> = Arc::default();
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            tracing::error!("GPU error: {e}");
+            let mut first = sink.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| e.to_string());
+        }));
+        Ok(Gpu { device, queue, info, caps, features, limits, uncaptured })
     }
 
     /// Every adapter the backends chosen by `opts` (or the environment) expose, as
@@ -123,7 +161,25 @@ impl Gpu {
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map(|_| ())
-            .map_err(|e| GpuError::Device(e.to_string()))
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        self.check_errors()
+    }
+
+    /// The first error wgpu reported outside an error scope since the last call, if any.
+    pub fn check_errors(&self) -> Result<(), GpuError> {
+        let mut first = self.uncaptured.lock().unwrap_or_else(|p| p.into_inner());
+        match first.take() {
+            None => Ok(()),
+            Some(message) => Err(GpuError::Device(message)),
+        }
+    }
+
+    /// Starts catching out-of-memory and validation errors of the allocations that follow on
+    /// this thread, until [`AllocationScope::finish`].
+    pub fn allocation_scope(&self) -> AllocationScope {
+        let out_of_memory = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        AllocationScope { validation, out_of_memory }
     }
 }
 

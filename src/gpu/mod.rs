@@ -8,6 +8,6 @@ mod pipelines;
 mod timer;
 
 pub use buffers::padded_size;
-pub use context::{Capabilities, Gpu, GpuError, GpuOptions};
+pub use context::{AllocationScope, Capabilities, Gpu, GpuError, GpuOptions};
 pub use pipelines::{BindingKind, Pipeline, PipelineCache, PipelineSpec};
 pub use timer::GpuTimer;

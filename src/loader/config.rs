@@ -181,6 +181,12 @@ impl ModelConfig {
         let m = GgufKeys { file, arch: arch_name };
         let hidden_size = m.usize("embedding_length")?;
         let num_heads = m.usize("attention.head_count")?;
+        if num_heads == 0 {
+            return Err(LoadError::config(format!(
+                "{arch_name}.attention.head_count is 0; the model's config is broken, \
+                 re-download or re-convert it"
+            )));
+        }
         let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads.max(1))?;
         check_gguf_rope(&m, head_dim)?;
         let vocab_size = match m.opt_usize("vocab_size")? {
@@ -237,6 +243,22 @@ impl ModelConfig {
                 self.head_dim
             )));
         }
+        if self.sizes_overflow() {
+            return Err(LoadError::config(format!(
+                "the sizes (hidden_size {}, intermediate_size {}, num_layers {}, num_heads {}, \
+                 num_kv_heads {}, head_dim {}, vocab_size {}, max_position_embeddings {}) \
+                 overflow 64-bit arithmetic in the weight or KV-cache byte counts; the config is \
+                 broken, re-download or re-convert it",
+                self.hidden_size,
+                self.intermediate_size,
+                self.num_layers,
+                self.num_heads,
+                self.num_kv_heads,
+                self.head_dim,
+                self.vocab_size,
+                self.max_position_embeddings
+            )));
+        }
         let positive = |v: f32| v.is_finite() && v > 0.0;
         if !positive(self.rms_norm_eps) || !positive(self.rope_theta) {
             return Err(LoadError::config(format!(
@@ -245,6 +267,29 @@ impl ModelConfig {
             )));
         }
         Ok(())
+    }
+}
+
+impl ModelConfig {
+    /// Whether f32 bytes of all weights, or f32 K+V bytes of one `max_position_embeddings`
+    /// sequence, overflow u64: every size downstream (`plan`, buffers) is then meaningless.
+    fn sizes_overflow(&self) -> bool {
+        let sizes = || -> Option<()> {
+            let n = |v: usize| u64::try_from(v).ok();
+            let (hidden, ffn, layers) =
+                (n(self.hidden_size)?, n(self.intermediate_size)?, n(self.num_layers)?);
+            let q = n(self.num_heads)?.checked_mul(n(self.head_dim)?)?;
+            let kv = n(self.num_kv_heads)?.checked_mul(n(self.head_dim)?)?;
+            let attn = hidden.checked_mul(q.checked_mul(2)?.checked_add(kv.checked_mul(2)?)?)?;
+            let mlp = hidden.checked_mul(ffn)?.checked_mul(3)?;
+            let layer = attn.checked_add(mlp)?.checked_add(hidden.checked_mul(2)?)?;
+            let embd = n(self.vocab_size)?.checked_mul(hidden)?.checked_mul(2)?;
+            layers.checked_mul(layer)?.checked_add(embd)?.checked_mul(4)?;
+            let kv_token = layers.checked_mul(kv)?.checked_mul(2 * 4)?;
+            kv_token.checked_mul(n(self.max_position_embeddings)?)?;
+            Some(())
+        };
+        sizes().is_none()
     }
 }
 

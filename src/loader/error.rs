@@ -9,8 +9,23 @@ const REDOWNLOAD: &str = "the file is corrupt or incomplete; re-download or re-c
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {path}: {source}; check the path and its permissions")]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The reason is printed, not chained as a `source`: `{e:#}` would print it twice.
+    #[error("cannot read {path}: {error}; check the path and its permissions")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error(
+        "cannot read {path}: it is {kind}, not a regular file; pass a .gguf file or an HF model \
+         directory"
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
+    /// An error about the contents of a model file, prefixed with the file (see
+    /// [`LoadError::in_file`]).
+    #[error("{path}: {error}")]
+    InFile { path: PathBuf, error: Box<LoadError> },
+    #[error(
+        "the config says {config} but the tensors say {tensors}; the file is inconsistent, \
+         re-download or re-convert the model"
+    )]
+    ConfigMismatch { config: String, tensors: String },
     #[error(
         "{path} is neither a .gguf file nor a directory; pass a GGUF file or an HF model directory \
          (config.json + *.safetensors + tokenizer.json)"
@@ -71,8 +86,24 @@ pub enum LoadError {
          alignment {alignment}; {REDOWNLOAD}"
     )]
     Misaligned { name: String, offset: u64, alignment: u64 },
+    #[error(
+        "tensors '{first}' (data bytes {}..{}) and '{second}' (from byte {second_start}) \
+         overlap; {REDOWNLOAD}",
+        first_range.0,
+        first_range.1
+    )]
+    OverlappingTensors { first: String, first_range: (u64, u64), second: String, second_start: u64 },
     #[error("tensor '{name}' is not in the model{hint}; the file does not match the architecture kvrun expects")]
     MissingTensor { name: String, hint: String },
+    #[error(
+        "the tokenizer produces token ids up to {max_id} but the model's embedding has only \
+         {vocab_size} rows (vocab_size); the tokenizer does not belong to this model, use the \
+         model's own tokenizer"
+    )]
+    TokenizerTooLarge { max_id: u32, vocab_size: usize },
+    /// Printed, not chained, like `Io`.
+    #[error("{0}")]
+    Tokenizer(crate::tokenizer::TokenizerError),
     #[error("model config: {0}")]
     Config(String),
     #[error(
@@ -89,5 +120,27 @@ pub enum LoadError {
 impl LoadError {
     pub(crate) fn config(message: impl Into<String>) -> Self {
         LoadError::Config(message.into())
+    }
+
+    /// The error, naming `path` unless its message already names a file.
+    pub fn in_file(self, path: &std::path::Path) -> Self {
+        match self {
+            LoadError::Io { .. }
+            | LoadError::NotRegular { .. }
+            | LoadError::InFile { .. }
+            | LoadError::UnknownSource { .. }
+            | LoadError::Json { .. }
+            | LoadError::Safetensors { .. }
+            | LoadError::MissingTensor { .. } => self,
+            other => LoadError::InFile { path: path.to_path_buf(), error: Box::new(other) },
+        }
+    }
+
+    /// The error without its [`LoadError::InFile`] wrapper (for matching on the kind).
+    pub fn kind(&self) -> &LoadError {
+        match self {
+            LoadError::InFile { error, .. } => error.kind(),
+            other => other,
+        }
     }
 }

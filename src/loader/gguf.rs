@@ -7,7 +7,7 @@
 //! checked at open, so [`GgufFile::tensor_data`] is a plain slice.
 
 use super::error::LoadError;
-use super::gguf_value::{GgufValue, GgufValueType};
+use super::gguf_value::{GgufArray, GgufValue, GgufValueType};
 use crate::quant::{ggml_code_name, GgmlType, QuantError};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -148,17 +148,17 @@ impl GgufFile {
 
     /// An array of strings (`None` if absent or any element is not a string).
     pub fn get_str_array(&self, key: &str) -> Option<Vec<&str>> {
-        self.get(key)?.as_array()?.iter().map(|v| v.as_str()).collect()
+        Some(self.get(key)?.as_array()?.as_strs()?.iter().map(String::as_str).collect())
     }
 
     /// An array of any integer type, as i32 (`None` if an element does not fit).
     pub fn get_i32_array(&self, key: &str) -> Option<Vec<i32>> {
-        self.get(key)?.as_array()?.iter().map(|v| v.as_i32()).collect()
+        self.get(key)?.as_array()?.to_i32s()
     }
 
     /// An array of F32/F64.
     pub fn get_f32_array(&self, key: &str) -> Option<Vec<f32>> {
-        self.get(key)?.as_array()?.iter().map(|v| v.as_f32()).collect()
+        self.get(key)?.as_array()?.to_f32s()
     }
 }
 
@@ -278,6 +278,12 @@ impl<'a> Parser<'a> {
     }
 
     fn array_value(&mut self, key: &str, depth: usize) -> Result<GgufValue, LoadError> {
+        self.typed_array(key, depth).map(GgufValue::Array)
+    }
+
+    /// An array as one typed vector: u8 arrays are copied as bytes, other scalars decoded
+    /// into a `Vec` of their type (see [`GgufArray`]).
+    fn typed_array(&mut self, key: &str, depth: usize) -> Result<GgufArray, LoadError> {
         if depth >= MAX_ARRAY_DEPTH {
             return Err(LoadError::ArrayTooDeep {
                 key: key.to_string(),
@@ -287,11 +293,51 @@ impl<'a> Parser<'a> {
         let elem_type = self.value_type()?;
         let count = self.u64()?;
         self.check_count(count, elem_type.min_encoded_len(), &self.what.clone())?;
-        let mut values = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            values.push(self.value(elem_type, key, depth + 1)?);
+        // `count` elements fit in the bytes left (checked above), so it fits in usize
+        let n = count as usize;
+        macro_rules! read {
+            ($variant:ident, $ty:ty) => {{
+                let bytes = self.take(count * std::mem::size_of::<$ty>() as u64)?;
+                let size = std::mem::size_of::<$ty>();
+                GgufArray::$variant(
+                    bytes
+                        .chunks_exact(size)
+                        .map(|c| <$ty>::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
+                )
+            }};
         }
-        Ok(GgufValue::Array { elem_type, values })
+        Ok(match elem_type {
+            GgufValueType::U8 => GgufArray::U8(self.take(count)?.to_vec()),
+            GgufValueType::I8 => {
+                GgufArray::I8(self.take(count)?.iter().map(|&b| b as i8).collect())
+            }
+            GgufValueType::Bool => {
+                GgufArray::Bool(self.take(count)?.iter().map(|&b| b != 0).collect())
+            }
+            GgufValueType::U16 => read!(U16, u16),
+            GgufValueType::I16 => read!(I16, i16),
+            GgufValueType::U32 => read!(U32, u32),
+            GgufValueType::I32 => read!(I32, i32),
+            GgufValueType::F32 => read!(F32, f32),
+            GgufValueType::U64 => read!(U64, u64),
+            GgufValueType::I64 => read!(I64, i64),
+            GgufValueType::F64 => read!(F64, f64),
+            GgufValueType::String => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.string(false)?);
+                }
+                GgufArray::String(v)
+            }
+            GgufValueType::Array => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.typed_array(key, depth + 1)?);
+                }
+                GgufArray::Array(v)
+            }
+        })
     }
 
     fn parse(mut self) -> Result<Parsed, LoadError> {
@@ -409,8 +455,30 @@ impl<'a> Parser<'a> {
                 n_bytes,
             });
         }
+        check_no_overlap(&tensors)?;
         Ok(tensors)
     }
+}
+
+/// No two tensors may share bytes (llama.cpp lays them out in order, each after the last);
+/// overlapping data would make one weight silently read another's.
+fn check_no_overlap(tensors: &[GgufTensorInfo]) -> Result<(), LoadError> {
+    let mut by_offset: Vec<&GgufTensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // offsets and sizes were bounded by the file length above: no overflow
+        let a_end = a.offset + a.n_bytes as u64;
+        if b.offset < a_end {
+            return Err(LoadError::OverlappingTensors {
+                first: a.name.clone(),
+                first_range: (a.offset, a_end),
+                second: b.name.clone(),
+                second_start: b.offset,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// (elements, bytes) of a tensor, with checked arithmetic; ne0 must be whole blocks.

@@ -3,7 +3,7 @@
 
 use super::error::LoadError;
 use super::gguf::{DEFAULT_ALIGNMENT, GGUF_MAGIC};
-use super::gguf_value::GgufValue;
+use super::gguf_value::{GgufArray, GgufValue};
 use crate::quant::GgmlType;
 use std::path::Path;
 
@@ -127,7 +127,7 @@ impl GgufWriter {
 
     pub fn write(&self, path: &Path) -> Result<(), LoadError> {
         std::fs::write(path, self.to_bytes())
-            .map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
+            .map_err(|error| LoadError::Io { path: path.to_path_buf(), error })
     }
 }
 
@@ -155,14 +155,17 @@ fn write_value(out: &mut Vec<u8>, value: &GgufValue) {
         GgufValue::U64(v) => out.extend(v.to_le_bytes()),
         GgufValue::I64(v) => out.extend(v.to_le_bytes()),
         GgufValue::F64(v) => out.extend(v.to_le_bytes()),
-        GgufValue::Array { elem_type, values } => {
-            out.extend(elem_type.code().to_le_bytes());
-            out.extend((values.len() as u64).to_le_bytes());
-            for v in values {
-                debug_assert_eq!(v.value_type(), *elem_type, "mixed-type GGUF array");
-                write_value(out, v);
-            }
-        }
+        GgufValue::Array(a) => write_array(out, a),
+    }
+}
+
+fn write_array(out: &mut Vec<u8>, a: &GgufArray) {
+    out.extend(a.elem_type().code().to_le_bytes());
+    out.extend((a.len() as u64).to_le_bytes());
+    match a {
+        GgufArray::U8(v) => out.extend(v),
+        GgufArray::Array(arrays) => arrays.iter().for_each(|inner| write_array(out, inner)),
+        _ => (0..a.len()).filter_map(|i| a.get(i)).for_each(|v| write_value(out, &v)),
     }
 }
 
@@ -188,22 +191,28 @@ mod tests {
             ("t.u64", GgufValue::U64(u64::MAX)),
             ("t.i64", GgufValue::I64(i64::MIN)),
             ("t.f64", GgufValue::F64(-2.25)),
-            (
-                "t.arr_str",
-                GgufValue::Array { elem_type: GgufValueType::String, values: strings.clone() },
-            ),
-            ("t.arr_empty", GgufValue::Array { elem_type: GgufValueType::F32, values: vec![] }),
+            ("t.arr_str", GgufValue::array(GgufValueType::String, strings.clone())),
+            ("t.arr_empty", GgufValue::array(GgufValueType::F32, vec![])),
             (
                 "t.arr_nested",
-                GgufValue::Array {
-                    elem_type: GgufValueType::Array,
-                    values: vec![GgufValue::Array {
-                        elem_type: GgufValueType::String,
-                        values: strings,
-                    }],
-                },
+                GgufValue::array(
+                    GgufValueType::Array,
+                    vec![GgufValue::array(GgufValueType::String, strings)],
+                ),
             ),
         ]
+    }
+
+    #[test]
+    fn byte_arrays_are_read_as_bytes() {
+        let mut w = GgufWriter::new();
+        let bytes: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+        w.add("t.blob", GgufValue::Array(GgufArray::U8(bytes.clone())));
+        let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        // one byte an element, not one GgufValue each
+        assert!(
+            matches!(f.get("t.blob").unwrap().as_array(), Some(GgufArray::U8(v)) if *v == bytes)
+        );
     }
 
     #[test]

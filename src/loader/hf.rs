@@ -71,8 +71,7 @@ pub fn canonical_name(hf: &str) -> String {
 }
 
 fn read_text(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path)
-        .map_err(|source| LoadError::Io { path: path.to_path_buf(), source })
+    std::fs::read_to_string(path).map_err(|error| LoadError::Io { path: path.to_path_buf(), error })
 }
 
 fn ggml_type_of(dtype: Dtype, name: &str, path: &Path) -> Result<GgmlType, LoadError> {

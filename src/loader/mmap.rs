@@ -5,7 +5,7 @@ use std::path::Path;
 
 /// Map `path` read-only.
 pub(super) fn map_file(path: &Path) -> Result<memmap2::Mmap, LoadError> {
-    let io = |source| LoadError::Io { path: path.to_path_buf(), source };
+    let io = |error| LoadError::Io { path: path.to_path_buf(), error };
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: `Mmap::map` is unsafe because the returned `&[u8]` is only sound while no one
     // modifies or truncates the file (a write would change "immutable" bytes under us; a

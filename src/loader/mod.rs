@@ -6,6 +6,7 @@
 //! converted or copied; the one format difference left is [`ModelConfig::rope_style`] (GGUF
 //! Llama Q/K rows are permuted, HF's are not; see [`RopeStyle`]).
 
+mod check;
 mod config;
 mod error;
 mod gguf;
@@ -18,14 +19,62 @@ mod mmap;
 pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
 pub use error::LoadError;
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
-pub use gguf_value::{GgufValue, GgufValueType};
+pub use gguf_value::{GgufArray, GgufValue, GgufValueType};
 pub use gguf_vocab::gguf_vocab;
 pub use gguf_writer::GgufWriter;
 pub use hf::{canonical_name, HfModel};
 
 use crate::quant::{dequantize_row, GgmlType};
-use crate::tokenizer::TokenizerSource;
+use crate::tokenizer::{Tokenizer, TokenizerSource};
 use std::path::{Path, PathBuf};
+
+enum PathKind {
+    File,
+    Dir,
+}
+
+/// What `path` is, following symlinks, with the operating system's own reason when it cannot
+/// be read (not found, not a directory, permission denied) and the kind of thing it is when it
+/// is neither a file nor a directory (a FIFO would block a reader forever).
+fn path_kind(path: &Path) -> Result<PathKind, LoadError> {
+    let meta = std::fs::metadata(path).map_err(|error| {
+        let dangling = error.kind() == std::io::ErrorKind::NotFound
+            && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        let error = if dangling {
+            std::io::Error::new(error.kind(), "a symbolic link whose target does not exist")
+        } else {
+            error
+        };
+        LoadError::Io { path: path.to_path_buf(), error }
+    })?;
+    let ft = meta.file_type();
+    if ft.is_dir() {
+        return Ok(PathKind::Dir);
+    }
+    if ft.is_file() {
+        return Ok(PathKind::File);
+    }
+    Err(LoadError::NotRegular { path: path.to_path_buf(), kind: special_kind(&ft) })
+}
+
+#[cfg(unix)]
+fn special_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::FileType) -> &'static str {
+    "a special file"
+}
 
 /// Which kind of file a [`ModelFile`] was opened from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,29 +130,70 @@ pub struct ModelFile {
 }
 
 impl ModelFile {
-    /// Open a `.gguf` file or an HF model directory.
+    /// Open a `.gguf` file or an HF model directory and [check its
+    /// tensors](ModelFile::check_tensors) against its config. Every error names the file.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
-        let source = if path.is_dir() {
-            Source::Hf(HfModel::open(path)?)
-        } else if path.is_file() {
-            if path.file_name().is_some_and(|n| n == "config.json") {
+        let file = Self::open_partial(path)?;
+        file.check_tensors()?;
+        Ok(file)
+    }
+
+    /// [`ModelFile::open`] without [`ModelFile::check_tensors`]: for reading the tensors of a
+    /// file that is not a whole model (tests, inspection). Nothing may be sized from its config.
+    pub fn open_partial(path: &Path) -> Result<Self, LoadError> {
+        Self::open_unnamed(path).map_err(|e| e.in_file(path))
+    }
+
+    fn open_unnamed(path: &Path) -> Result<Self, LoadError> {
+        let source = match path_kind(path)? {
+            PathKind::Dir => Source::Hf(HfModel::open(path)?),
+            PathKind::File if path.file_name().is_some_and(|n| n == "config.json") => {
                 return Err(LoadError::UnknownSource { path: path.to_path_buf() });
             }
-            Source::Gguf(GgufFile::open(path)?)
-        } else {
-            return Err(LoadError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no such file or directory",
-                ),
-            });
+            PathKind::File => Source::Gguf(GgufFile::open(path)?),
         };
         let config = match &source {
             Source::Gguf(f) => ModelConfig::from_gguf(f)?,
             Source::Hf(h) => h.config().clone(),
         };
         Ok(ModelFile { path: path.to_path_buf(), source, config })
+    }
+
+    /// Checks that the tensors are the ones [`ModelConfig`] describes: every layer's weights
+    /// present with the shapes the config implies, and the embedding's rows = `vocab_size`.
+    /// Run before anything is sized from the config (buffers, `plan`), so an absurd config
+    /// meets an error, not an allocation.
+    pub fn check_tensors(&self) -> Result<(), LoadError> {
+        check::check_tensors(self).map_err(|e| e.in_file(&self.path))
+    }
+
+    /// The model's tokenizer, checked against the embedding ([`ModelFile::check_tokenizer`]),
+    /// its chat template's errors naming this file.
+    pub fn tokenizer(&self) -> Result<Tokenizer, LoadError> {
+        let tokenizer = Tokenizer::from_source(self.tokenizer_source()?)
+            .map_err(|e| LoadError::Tokenizer(e).in_file(&self.path))?;
+        let origin = match &self.source {
+            Source::Gguf(_) => format!("{}: tokenizer.chat_template", self.path.display()),
+            Source::Hf(_) => format!(
+                "{}: the chat template (chat_template.jinja or tokenizer_config.json)",
+                self.path.display()
+            ),
+        };
+        let tokenizer = tokenizer.with_template_origin(origin);
+        self.check_tokenizer(&tokenizer)?;
+        Ok(tokenizer)
+    }
+
+    /// Checks that every token id `tokenizer` can produce has a row in the embedding (a larger
+    /// vocabulary would index past it).
+    pub fn check_tokenizer(&self, tokenizer: &Tokenizer) -> Result<(), LoadError> {
+        let vocab_size = self.config.vocab_size;
+        match tokenizer.max_token_id() {
+            Some(max_id) if max_id as usize >= vocab_size => {
+                Err(LoadError::TokenizerTooLarge { max_id, vocab_size }.in_file(&self.path))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn path(&self) -> &Path {

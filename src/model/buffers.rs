@@ -176,23 +176,38 @@ impl KvPool {
         o: &ModelOptions,
         max_binding: u64,
     ) -> Result<Self, ModelError> {
-        let head_blocks = (o.num_blocks * c.num_kv_heads) as u64;
+        // bytes one block takes in one layer's K (V) buffer: [kv_heads] head blocks
         let hb_bytes = |q| head_block_words(q, o.block_size, c.head_dim).bytes();
-        let (k_layer, v_layer) =
-            (head_blocks * hb_bytes(o.kv_cache.k), head_blocks * hb_bytes(o.kv_cache.v));
+        let (k_block, v_block) = (
+            c.num_kv_heads as u64 * hb_bytes(o.kv_cache.k),
+            c.num_kv_heads as u64 * hb_bytes(o.kv_cache.v),
+        );
+        let blocks = o.num_blocks as u64;
+        let (k_layer, v_layer) = (blocks.saturating_mul(k_block), blocks.saturating_mul(v_block));
+        if k_layer.max(v_layer) > max_binding {
+            let max_blocks = max_binding / k_block.max(v_block).max(1);
+            let block_bytes = (k_block + v_block) * c.num_layers as u64;
+            return Err(ModelError::KvPoolTooLarge {
+                bytes: k_layer.max(v_layer),
+                blocks: o.num_blocks,
+                limit: max_binding,
+                max_blocks,
+                max_budget_mib: (max_blocks * block_bytes) >> 20,
+            });
+        }
         let quant = KvQuantLayout::new(&o.kv_cache, o.block_size, c.head_dim, o.max_num_seqs);
         let stage_layer = match quant {
             Some(_) => 4 * stage_words(o.max_num_seqs, c.num_kv_heads, o.block_size, c.head_dim),
             None => 0,
         } as u64;
-        for bytes in [k_layer, v_layer, stage_layer] {
-            if bytes > max_binding {
-                return Err(ModelError::KvPoolTooLarge {
-                    bytes,
-                    blocks: o.num_blocks,
-                    limit: max_binding,
-                });
-            }
+        if stage_layer > max_binding {
+            let per_seq = stage_layer / o.max_num_seqs.max(1) as u64;
+            return Err(ModelError::StagingTooLarge {
+                bytes: stage_layer,
+                seqs: o.max_num_seqs,
+                limit: max_binding,
+                max_seqs: max_binding / per_seq.max(1),
+            });
         }
         let (mut k, mut v, mut stage) = (Vec::new(), Vec::new(), Vec::new());
         for layer in 0..c.num_layers {

@@ -87,7 +87,9 @@ pub(super) fn load(
     let c = file.config().clone();
     validate(&c, &options)?;
     let max_binding = kernels.config.max_binding_bytes;
+    super::limits::check_buffer_sizes(&c, &options, max_binding)?;
     let table = rope_table(c.head_dim, f64::from(c.rope_theta), options.max_model_len);
+    let scope = gpu.allocation_scope();
     let step = StepBuffers::new(&gpu, &options);
     let act = Activations::new(&gpu, &c, &options, &table);
     let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
@@ -103,6 +105,10 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = b.build()?;
+    scope.finish(
+        "the weights, activations and KV pool",
+        weight_bytes + kv.bytes + kv.staging_bytes,
+    )?;
     let variant = kernels.config.attention(c.head_dim as u32);
     let query_tile = crate::kernels::attention::query_tile(variant, c.head_dim as u32) as usize;
     Ok(Model {

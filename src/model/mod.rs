@@ -4,6 +4,7 @@
 
 mod batch;
 mod buffers;
+mod limits;
 mod llama;
 mod weights;
 
@@ -69,9 +70,32 @@ pub enum ModelError {
     Unsupported(String),
     #[error(
         "the KV pool of one layer ({bytes} bytes for {blocks} blocks) exceeds the adapter's \
-         largest storage binding ({limit} bytes); lower --kv-cache-memory"
+         largest storage binding ({limit} bytes): at most {max_blocks} blocks fit; lower \
+         --kv-cache-memory to at most {max_budget_mib}MiB"
     )]
-    KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64 },
+    KvPoolTooLarge { bytes: u64, blocks: usize, limit: u64, max_blocks: u64, max_budget_mib: u64 },
+    #[error(
+        "the quantized-KV staging of one layer ({bytes} bytes for {seqs} sequences) exceeds the \
+         adapter's largest storage binding ({limit} bytes); lower --max-num-seqs to at most \
+         {max_seqs}"
+    )]
+    StagingTooLarge { bytes: u64, seqs: usize, limit: u64, max_seqs: u64 },
+    #[error(
+        "the {buffer} buffer would need {} bytes for {value} {unit}, more than the adapter's \
+         largest buffer binding ({limit} bytes): at most {largest} fit; lower {flag}",
+        bytes.map_or("more than 2^64".to_string(), |b| b.to_string())
+    )]
+    BufferTooLarge {
+        buffer: &'static str,
+        /// What `value` counts (tokens, logit rows, sequences, positions).
+        unit: &'static str,
+        /// `None` when the size overflows u64.
+        bytes: Option<u64>,
+        limit: u64,
+        flag: &'static str,
+        value: usize,
+        largest: u64,
+    },
     #[error("this step has {got} {what}, more than the {max} the model was loaded for")]
     BatchTooLarge { what: &'static str, got: usize, max: usize },
 }
@@ -240,6 +264,8 @@ impl Model {
             self.gpu.wait_idle()?;
             Vec::new()
         };
+        // a validation error in this step's commands means the logits are not to be trusted
+        self.gpu.check_errors()?;
         let timing = match &self.timer {
             Some(timer) => Some(split_timing(
                 &self.ops,

@@ -24,17 +24,49 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// Where the template came from, at the start of every error.
+    origin: String,
 }
 
 const NAME: &str = "chat";
 
+/// Instructions one render may execute (minijinja fuel). A real template spends a few
+/// hundred per message (SmolLM2's: ~250 for a short turn), so this allows conversations of
+/// thousands of turns while a template looping 10^10 times stops within a second.
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// Bytes a rendered prompt may hold: far above any context kvrun runs (a million tokens is
+/// ~4 MiB of text), far below what would strain memory.
+pub const MAX_PROMPT_BYTES: usize = 64 << 20;
+
+/// Macro nesting a template may reach (minijinja's default is 500).
+const RECURSION_LIMIT: usize = 100;
+
+/// Where a template comes from, for errors, when the caller does not say.
+const ORIGIN: &str = "the model's chat template (GGUF tokenizer.chat_template, or \
+                      chat_template in tokenizer_config.json)";
+
 impl ChatTemplate {
     /// Compile `source`; `bos`/`eos` are the texts templates see as `bos_token`/`eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, TokenizerError> {
+        Self::with_origin(source, bos, eos, None)
+    }
+
+    /// [`ChatTemplate::new`], naming `origin` (e.g. "model.gguf: tokenizer.chat_template") in
+    /// every error.
+    pub fn with_origin(
+        source: &str,
+        bos: &str,
+        eos: &str,
+        origin: Option<&str>,
+    ) -> Result<Self, TokenizerError> {
+        let origin = origin.unwrap_or(ORIGIN).to_string();
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
@@ -45,8 +77,8 @@ impl ChatTemplate {
                 .unwrap_or(0);
             strftime_utc(&format, secs)
         });
-        env.add_template_owned(NAME, source.to_string()).map_err(template_err)?;
-        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string() })
+        env.add_template_owned(NAME, source.to_string()).map_err(|e| template_err(&origin, e))?;
+        Ok(ChatTemplate { env, bos: bos.to_string(), eos: eos.to_string(), origin })
     }
 
     /// The prompt text for `messages`; with `add_generation_prompt`, ending with the header
@@ -56,20 +88,59 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let tmpl = self.env.get_template(NAME).map_err(template_err)?;
-        tmpl.render(context! {
+        let origin = &self.origin;
+        let tmpl = self.env.get_template(NAME).map_err(|e| template_err(origin, e))?;
+        let mut out = CappedWriter { buf: Vec::new(), cap: MAX_PROMPT_BYTES, full: false };
+        let ctx = context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos,
             eos_token => &self.eos,
-        })
-        .map_err(template_err)
+        };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => String::from_utf8(out.buf)
+                .map_err(|_| TokenizerError::Template(format!("{ORIGIN} rendered invalid UTF-8"))),
+            Err(_) if out.full => Err(TokenizerError::Template(format!(
+                "{origin} rendered more than {MAX_PROMPT_BYTES} bytes; the template is broken, \
+                 fix or replace it"
+            ))),
+            Err(e) => Err(template_err(origin, e)),
+        }
     }
 }
 
-fn template_err(e: Error) -> TokenizerError {
+/// A writer that refuses to grow past `cap` bytes (and remembers that it did).
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    full: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            self.full = true;
+            return Err(std::io::Error::other("chat template output cap reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn template_err(origin: &str, e: Error) -> TokenizerError {
     // `{:#}` includes the template line the error points at.
-    TokenizerError::Template(format!("{e:#}"))
+    let hint = match e.kind() {
+        ErrorKind::OutOfFuel => format!(
+            "; it ran more than {TEMPLATE_FUEL} instructions, so it loops without end or \
+             nearly so: fix or replace it"
+        ),
+        _ => String::new(),
+    };
+    TokenizerError::Template(format!("{origin}: {e:#}{hint}"))
 }
 
 const MONTHS: [&str; 12] = [
@@ -156,6 +227,49 @@ mod tests {
         assert_eq!(t.render(&[ChatMessage::new("user", "  hi  ")], false).unwrap(), "hi");
         let err = t.render(&[ChatMessage::new("bad", "x")], false).unwrap_err();
         assert!(err.to_string().contains("no bad"), "{err}");
+    }
+
+    fn render_err(source: &str) -> String {
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        t.render(&[ChatMessage::new("user", "hi")], true).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn endless_templates_run_out_of_fuel() {
+        let start = std::time::Instant::now();
+        let err = render_err(
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        );
+        assert!(err.contains("fuel") && err.contains("chat template"), "{err}");
+        assert!(start.elapsed().as_secs() < 10, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn output_is_capped() {
+        let err = render_err(
+            "{% set a = 'x' * 10000000 %}{% for i in range(100000) %}{{ a }}{% endfor %}",
+        );
+        assert!(err.contains(&format!("more than {MAX_PROMPT_BYTES} bytes")), "{err}");
+    }
+
+    #[test]
+    fn deep_recursion_is_refused() {
+        let err = render_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+        assert!(err.contains("recursion"), "{err}");
+    }
+
+    /// The fuel limit leaves real conversations far inside it: SmolLM2's template over 2,000
+    /// turns renders.
+    #[test]
+    fn long_conversations_fit_the_fuel() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/fixtures/chat/smollm2.jinja");
+        let source = std::fs::read_to_string(path).unwrap();
+        let t = ChatTemplate::new(&source, "<|im_start|>", "<|im_end|>").unwrap();
+        let turns: Vec<ChatMessage> = (0..2000)
+            .map(|i| ChatMessage::new(["user", "assistant"][i % 2], format!("turn {i}")))
+            .collect();
+        let text = t.render(&turns, true).unwrap();
+        assert!(text.contains("turn 1999"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub enum TokenizerError {
     Encode(String),
     #[error("decoding failed: {0}")]
     Decode(String),
-    #[error("chat template: {0}")]
+    #[error("{0}")]
     Template(String),
 }
 
@@ -61,9 +61,17 @@ pub struct Tokenizer {
     bos_token: String,
     eos_token: String,
     chat_template: Option<String>,
+    /// Where the chat template came from, for its errors (see [`Tokenizer::with_template_origin`]).
+    template_origin: Option<String>,
 }
 
 impl Tokenizer {
+    /// Names where the chat template came from (a file and key) in its errors.
+    pub fn with_template_origin(mut self, origin: impl Into<String>) -> Self {
+        self.template_origin = Some(origin.into());
+        self
+    }
+
     pub fn from_source(src: TokenizerSource) -> Result<Self, TokenizerError> {
         match src {
             TokenizerSource::Gguf(vocab) => Self::from_gguf(vocab),
@@ -90,6 +98,7 @@ impl Tokenizer {
             bos_token: bos_token.unwrap_or_default(),
             eos_token: eos_token.unwrap_or_default(),
             chat_template: v.chat_template,
+            template_origin: None,
             inner,
         };
         tok.add_turn_enders();
@@ -120,6 +129,7 @@ impl Tokenizer {
             bos_token: config.bos_token.unwrap_or_default(),
             eos_token: config.eos_token.unwrap_or_default(),
             chat_template: config.chat_template,
+            template_origin: None,
         };
         tok.add_turn_enders();
         Ok(tok)
@@ -176,6 +186,11 @@ impl Tokenizer {
     }
 
     /// Vocabulary size including added tokens.
+    /// The largest token id the tokenizer can produce (added tokens included).
+    pub fn max_token_id(&self) -> Option<u32> {
+        self.inner.get_vocab(true).into_values().max()
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
@@ -203,7 +218,10 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Result<Option<ChatTemplate>, TokenizerError> {
         self.chat_template
             .as_deref()
-            .map(|src| ChatTemplate::new(src, &self.bos_token, &self.eos_token))
+            .map(|src| {
+                let origin = self.template_origin.as_deref();
+                ChatTemplate::with_origin(src, &self.bos_token, &self.eos_token, origin)
+            })
             .transpose()
     }
 }

@@ -1,0 +1,88 @@
+//! [`check_tensors`]: the config and the tensors of a model file must tell the same story.
+//!
+//! Buffers, `plan` figures and kernel dispatches are all sized from [`ModelConfig`]; a file whose
+//! metadata claims a million layers or a 2^31-token vocabulary next to a small model's tensors
+//! must be refused here, before anything is allocated from those numbers.
+
+use super::error::LoadError;
+use super::ModelFile;
+use std::collections::BTreeSet;
+
+/// One dimension the config implies: its config name and value.
+type Dim = (&'static str, usize);
+
+/// Every tensor the Llama family needs, with the shape the config implies, then a comparison
+/// against the file. Layer count first, so a huge `block_count` costs one pass over the names.
+pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
+    let c = file.config();
+    let layers = layers_present(file);
+    if layers < c.num_layers {
+        return Err(LoadError::ConfigMismatch {
+            config: format!("{} layers (GGUF block_count, HF num_hidden_layers)", c.num_layers),
+            tensors: format!("{layers} (no tensor named blk.{layers}.*)"),
+        });
+    }
+    let head_dim = ("head_dim", c.head_dim);
+    let q_rows = product("num_heads × head_dim", ("num_heads", c.num_heads), head_dim)?;
+    let kv_rows = product("num_kv_heads × head_dim", ("num_kv_heads", c.num_kv_heads), head_dim)?;
+    let hidden: Dim = ("hidden_size", c.hidden_size);
+    let ffn: Dim = ("intermediate_size", c.intermediate_size);
+    let vocab: Dim = ("vocab_size", c.vocab_size);
+    expect(file, "token_embd.weight", &[vocab, hidden])?;
+    expect(file, "output_norm.weight", &[hidden])?;
+    if file.has_tensor("output.weight") {
+        expect(file, "output.weight", &[vocab, hidden])?;
+    }
+    for l in 0..c.num_layers {
+        let name = |t: &str| format!("blk.{l}.{t}");
+        expect(file, &name("attn_norm.weight"), &[hidden])?;
+        expect(file, &name("attn_q.weight"), &[q_rows, hidden])?;
+        expect(file, &name("attn_k.weight"), &[kv_rows, hidden])?;
+        expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
+        if c.attention_bias {
+            expect(file, &name("attn_q.bias"), &[q_rows])?;
+            expect(file, &name("attn_k.bias"), &[kv_rows])?;
+            expect(file, &name("attn_v.bias"), &[kv_rows])?;
+        }
+        expect(file, &name("attn_output.weight"), &[hidden, q_rows])?;
+        expect(file, &name("ffn_norm.weight"), &[hidden])?;
+        expect(file, &name("ffn_gate.weight"), &[ffn, hidden])?;
+        expect(file, &name("ffn_up.weight"), &[ffn, hidden])?;
+        expect(file, &name("ffn_down.weight"), &[hidden, ffn])?;
+    }
+    Ok(())
+}
+
+/// How many layers `blk.0 … blk.N-1` have at least one tensor (the leading run without gaps).
+fn layers_present(file: &ModelFile) -> usize {
+    let present: BTreeSet<usize> = file
+        .tensor_names()
+        .iter()
+        .filter_map(|n| n.strip_prefix("blk.")?.split('.').next()?.parse().ok())
+        .collect();
+    (0..).find(|l| !present.contains(l)).unwrap_or(0)
+}
+
+/// `a × b` as one dimension named `label`, or an error when it overflows.
+fn product(label: &'static str, a: Dim, b: Dim) -> Result<Dim, LoadError> {
+    let value = a.1.checked_mul(b.1).ok_or_else(|| {
+        LoadError::config(format!(
+            "{label} = {} × {} overflows; the model's config is broken, re-download or \
+             re-convert it",
+            a.1, b.1
+        ))
+    })?;
+    Ok((label, value))
+}
+
+fn expect(file: &ModelFile, name: &str, dims: &[Dim]) -> Result<(), LoadError> {
+    let t = file.tensor(name)?;
+    if t.shape.len() == dims.len() && t.shape.iter().zip(dims).all(|(s, d)| *s == d.1) {
+        return Ok(());
+    }
+    let implied: Vec<String> = dims.iter().map(|(n, v)| format!("{n} {v}")).collect();
+    Err(LoadError::ConfigMismatch {
+        config: format!("'{name}' is [{}]", implied.join(", ")),
+        tensors: format!("{:?}", t.shape),
+    })
+}

@@ -1,0 +1,173 @@
+//! [`check_buffer_sizes`]: every buffer `Model::load` allocates, sized with checked arithmetic
+//! and compared with the adapter's largest binding **before** anything is created, so an
+//! oversized flag is an error naming the flag and the largest value that fits, never a wgpu
+//! validation panic or an allocation the size of the flag.
+
+use super::{ModelError, ModelOptions};
+use crate::kernels::attention::PARTITION;
+use crate::kernels::SeqInfo;
+use crate::loader::ModelConfig;
+
+/// One buffer family: its name, the bytes one unit of the flag costs, and the flag.
+struct Scaled {
+    buffer: &'static str,
+    /// What `count` counts.
+    unit: &'static str,
+    /// Bytes per unit of `count` (a row); `None` when that alone overflows.
+    unit_bytes: Option<u64>,
+    count: usize,
+    flag: &'static str,
+}
+
+/// Checks the activation, step and logit buffers against `max_binding` bytes (the KV pool has
+/// its own check, `ModelError::KvPoolTooLarge`).
+pub(super) fn check_buffer_sizes(
+    c: &ModelConfig,
+    o: &ModelOptions,
+    max_binding: u64,
+) -> Result<(), ModelError> {
+    let n = |v: usize| v as u64;
+    let f32_row = |cols: Option<u64>| cols.and_then(|c| c.checked_mul(4));
+    let q = n(c.num_heads).checked_mul(n(c.head_dim));
+    let qkv = n(c.num_kv_heads)
+        .checked_mul(2)
+        .and_then(|kv| kv.checked_add(n(c.num_heads))?.checked_mul(n(c.head_dim)));
+    let widest_token_row = [Some(n(c.hidden_size)), qkv, q, n(c.intermediate_size).checked_mul(2)]
+        .into_iter()
+        .try_fold(0u64, |m, v| v.map(|v| m.max(v)));
+    // per sequence: [heads, partitions, head_dim + 2] f32 decode partials
+    let partitions = n(o.max_model_len.div_ceil(PARTITION as usize));
+    let partials_row = n(c.num_heads)
+        .checked_mul(partitions)
+        .and_then(|x| x.checked_mul(n(c.head_dim) + 2)?.checked_mul(4));
+    let block_table_row = n(o.max_model_len.div_ceil(o.block_size)).checked_mul(4);
+    let checks = [
+        Scaled {
+            buffer: "activations (hidden, qkv, gate_up)",
+            unit: "tokens",
+            unit_bytes: f32_row(widest_token_row),
+            count: o.max_num_batched_tokens,
+            flag: "--max-num-batched-tokens",
+        },
+        Scaled {
+            buffer: "logits",
+            unit: "logit rows",
+            unit_bytes: f32_row(Some(n(c.vocab_size))),
+            count: o.max_logit_rows.max(1),
+            flag: "--max-num-seqs (perplexity: -c or --max-num-batched-tokens)",
+        },
+        Scaled {
+            buffer: "decode partials",
+            unit: "sequences",
+            unit_bytes: partials_row,
+            count: o.max_num_seqs,
+            flag: "--max-num-seqs",
+        },
+        Scaled {
+            buffer: "block tables",
+            unit: "sequences",
+            unit_bytes: block_table_row,
+            count: o.max_num_seqs,
+            flag: "--max-num-seqs",
+        },
+        Scaled {
+            buffer: "sequence records",
+            unit: "sequences",
+            unit_bytes: Some(std::mem::size_of::<SeqInfo>() as u64),
+            count: o.max_num_seqs,
+            flag: "--max-num-seqs",
+        },
+        Scaled {
+            buffer: "rope table",
+            unit: "positions",
+            unit_bytes: f32_row(Some(n(c.head_dim))),
+            count: o.max_model_len,
+            flag: "-c",
+        },
+    ];
+    for s in checks {
+        let bytes = s.unit_bytes.and_then(|u| u.checked_mul(n(s.count)));
+        if bytes.is_some_and(|b| b <= max_binding) {
+            continue;
+        }
+        let largest = s.unit_bytes.map_or(0, |u| max_binding / u.max(1));
+        return Err(ModelError::BufferTooLarge {
+            buffer: s.buffer,
+            unit: s.unit,
+            bytes,
+            limit: max_binding,
+            flag: s.flag,
+            value: s.count,
+            largest,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::{Architecture, RopeStyle};
+    use crate::quant::KvCacheSpec;
+
+    fn smollm2() -> ModelConfig {
+        ModelConfig {
+            arch: Architecture::Llama,
+            hidden_size: 576,
+            intermediate_size: 1536,
+            num_layers: 30,
+            num_heads: 9,
+            num_kv_heads: 3,
+            head_dim: 64,
+            vocab_size: 49152,
+            rms_norm_eps: 1e-5,
+            rope_theta: 1e5,
+            rope_style: RopeStyle::Interleaved,
+            max_position_embeddings: 8192,
+            tie_word_embeddings: true,
+            attention_bias: false,
+        }
+    }
+
+    fn options(tokens: usize, seqs: usize, logit_rows: usize) -> ModelOptions {
+        ModelOptions {
+            max_num_batched_tokens: tokens,
+            max_num_seqs: seqs,
+            max_logit_rows: logit_rows,
+            max_model_len: 2048,
+            block_size: 16,
+            num_blocks: 64,
+            kv_cache: KvCacheSpec::default(),
+        }
+    }
+
+    const LAVAPIPE: u64 = 128 << 20;
+
+    #[test]
+    fn defaults_fit_and_each_flag_is_named_with_the_largest_value() {
+        let c = smollm2();
+        check_buffer_sizes(&c, &options(512, 8, 8), LAVAPIPE).unwrap();
+        // logits: 49152 × 4 = 196,608 B a row; 128 MiB holds 682 rows (perplexity -c 1024)
+        let err = check_buffer_sizes(&c, &options(1024, 1, 1024), LAVAPIPE).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("logits") && msg.contains("682"), "{msg}");
+        check_buffer_sizes(&c, &options(1024, 1, 682), LAVAPIPE).unwrap();
+        // widest token row: gate_up 2 × 1536 × 4 = 12,288 B; 128 MiB holds 10,922 tokens
+        let err = check_buffer_sizes(&c, &options(100_000_000, 1, 1), LAVAPIPE).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("--max-num-batched-tokens") && msg.contains("10922"), "{msg}");
+        check_buffer_sizes(&c, &options(10_922, 1, 1), LAVAPIPE).unwrap();
+        let err = check_buffer_sizes(&c, &options(512, 100_000, 8), LAVAPIPE).unwrap_err();
+        assert!(err.to_string().contains("--max-num-seqs"), "{err}");
+    }
+
+    #[test]
+    fn overflowing_sizes_are_errors_not_wraps() {
+        let mut c = smollm2();
+        c.vocab_size = usize::MAX / 2;
+        let err = check_buffer_sizes(&c, &options(512, 8, 8), LAVAPIPE).unwrap_err();
+        assert!(err.to_string().contains("logits"), "{err}");
+        let err = check_buffer_sizes(&smollm2(), &options(usize::MAX, 8, 8), LAVAPIPE);
+        assert!(err.unwrap_err().to_string().contains("--max-num-batched-tokens"));
+    }
+}

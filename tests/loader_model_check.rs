@@ -1,0 +1,139 @@
+//! `ModelFile::open` refuses a file whose config and tensors disagree, and a tokenizer larger
+//! than the embedding, before anything is sized from the config; odd paths are reported as
+//! what they are. The inputs are the tiny model's GGUF rewritten with one thing changed.
+
+use kvrun::loader::{GgufFile, GgufValue, GgufWriter, LoadError, ModelFile};
+use std::path::{Path, PathBuf};
+
+fn tiny() -> GgufFile {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-f32.gguf");
+    GgufFile::open(&path).unwrap()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvrun-model-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The tiny GGUF with metadata `overrides` (replaced or added), without the tensors `drop`, and with tensor rows
+/// cut to `rows` where given (name, rows); written to a temp file.
+fn rewrite(
+    name: &str,
+    overrides: &[(&str, GgufValue)],
+    drop: &[&str],
+    cut: &[(&str, usize)],
+) -> PathBuf {
+    let src = tiny();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if !overrides.iter().any(|(o, _)| o == k) {
+            w.add(k, v.clone());
+        }
+    }
+    for (k, v) in overrides {
+        w.add(k, v.clone());
+    }
+    for t in src.tensors().iter().filter(|t| !drop.contains(&t.name.as_str())) {
+        let mut dims = t.dims.clone();
+        let mut data = src.tensor_data(t).to_vec();
+        if let Some((_, rows)) = cut.iter().find(|(n, _)| *n == t.name) {
+            data.truncate(data.len() / dims[1] * rows);
+            dims[1] = *rows;
+        }
+        w.add_tensor(&t.name, t.ggml_type, &dims, data).unwrap();
+    }
+    let path = temp(name);
+    w.write(&path).unwrap();
+    path
+}
+
+fn open_err(path: &Path) -> String {
+    let err = ModelFile::open(path).err().expect("the file was accepted");
+    let msg = err.to_string();
+    let file = path.file_name().unwrap().to_str().unwrap();
+    assert!(msg.contains(file), "the file is not named: {msg}");
+    msg
+}
+
+#[test]
+fn an_unchanged_copy_opens() {
+    let path = rewrite("same.gguf", &[], &[], &[]);
+    let file = ModelFile::open(&path).unwrap();
+    file.tokenizer().unwrap();
+}
+
+#[test]
+fn more_layers_than_tensors_is_refused_without_allocating() {
+    for layers in [3u32, 1_000_000, u32::MAX] {
+        let path =
+            rewrite("layers.gguf", &[("llama.block_count", GgufValue::U32(layers))], &[], &[]);
+        let msg = open_err(&path);
+        assert!(msg.contains(&format!("{layers} layers")) && msg.contains("blk.2"), "{msg}");
+    }
+}
+
+#[test]
+fn sizes_that_disagree_with_the_tensors_are_refused() {
+    let cases = [
+        ("llama.embedding_length", 1u64 << 24, "hidden_size 16777216"),
+        ("llama.feed_forward_length", 1 << 30, "intermediate_size 1073741824"),
+        ("llama.vocab_size", 1 << 31, "vocab_size 2147483648"),
+    ];
+    for (key, value, says) in cases {
+        // key_length keeps head_dim at 16 when embedding_length changes
+        let head_dim = ("llama.attention.key_length", GgufValue::U32(16));
+        let path = rewrite("sizes.gguf", &[(key, GgufValue::U64(value)), head_dim], &[], &[]);
+        let msg = open_err(&path);
+        assert!(msg.contains(says) && msg.contains("the tensors say"), "{key}: {msg}");
+    }
+    let path = rewrite("wrap.gguf", &[("llama.vocab_size", GgufValue::U64(1 << 62))], &[], &[]);
+    assert!(open_err(&path).contains("overflow"));
+}
+
+#[test]
+fn a_missing_layer_tensor_is_named() {
+    let path = rewrite("missing.gguf", &[], &["blk.1.ffn_down.weight"], &[]);
+    let msg = open_err(&path);
+    assert!(msg.contains("'blk.1.ffn_down.weight' is not in the model"), "{msg}");
+}
+
+#[test]
+fn a_tokenizer_larger_than_the_embedding_is_refused() {
+    // 128 embedding rows (and vocab_size 128) under the 256-token vocabulary
+    let path = rewrite(
+        "tok.gguf",
+        &[("llama.vocab_size", GgufValue::U32(128))],
+        &[],
+        &[("token_embd.weight", 128), ("output.weight", 128)],
+    );
+    let file = ModelFile::open(&path).unwrap();
+    let err = file.tokenizer().err().expect("a 256-token tokenizer over 128 rows was accepted");
+    assert!(matches!(err.kind(), LoadError::TokenizerTooLarge { max_id: 255, vocab_size: 128 }));
+    assert!(err.to_string().contains("tok.gguf"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn odd_paths_are_reported_as_what_they_are() {
+    let fifo = temp("fifo.gguf");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let msg = open_err(&fifo);
+    assert!(msg.contains("FIFO") && !msg.to_lowercase().contains("no such file"), "{msg}");
+
+    let link = temp("dangling.gguf");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(temp("nowhere.gguf"), &link).unwrap();
+    assert!(open_err(&link).contains("symbolic link whose target does not exist"));
+
+    let plain = temp("plainfile");
+    std::fs::write(&plain, "x").unwrap();
+    let msg = open_err(&plain.join("model.gguf"));
+    assert!(msg.contains("Not a directory"), "{msg}");
+
+    let missing = temp("absent.gguf");
+    let msg = open_err(&missing).to_lowercase();
+    assert_eq!(msg.matches("no such file").count(), 1, "the reason is printed once: {msg}");
+}
