@@ -1,0 +1,138 @@
+//! `perplexity --kld`, `bench decode` and `bench kv-quant` end to end through the binary on the
+//! tiny model: they run, and their `--json` reports hold the stable keys (DESIGN.md) with values
+//! that make sense (quantized KV close to f16, int4 further than int8, bytes per token exact).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn tiny_model() -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf");
+    p.to_string_lossy().into_owned()
+}
+
+fn text() -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/text/alice-ch1-9.txt");
+    p.to_string_lossy().into_owned()
+}
+
+/// `kvrun ARGS` → its JSON on stdout (the test fails on a non-zero exit).
+fn json(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvrun")).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvrun {args:?} failed:\n{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("kvrun {args:?}: {e}"))
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn perplexity_with_kld_reports_the_f16_baseline() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let (m, f) = (tiny_model(), text());
+    let args = ["perplexity", "-m", &m, "-f", &f, "-c", "64", "--chunks", "2"];
+    let r = json(&[&args[..], &["--kv-cache-dtype", "int8", "--kld", "--json"]].concat());
+    assert_eq!((r["chunks"].as_u64(), r["ctx"].as_u64()), (Some(2), Some(64)));
+    assert_eq!(r["tokens_scored"], 62, "the second half of each 64-token chunk, minus one");
+    assert_eq!(r["kv_cache_dtype"], "int8");
+    let kld = &r["kld"];
+    assert_eq!(kld["base_kv_cache_dtype"], "f16");
+    let (ppl, base) = (num(&r["ppl"]), num(&kld["base_ppl"]));
+    assert!(ppl.is_finite() && ppl > 1.0 && base > 1.0);
+    // int8 KV barely moves the distributions of the (random-weight) tiny model.
+    assert!((ppl - base).abs() / base < 0.01, "int8 PPL {ppl} vs f16 {base}");
+    let kld_mean = num(&kld["kld_mean"]);
+    assert!(kld_mean > 0.0 && kld_mean < 1e-3, "kld_mean {kld_mean}");
+    assert!(num(&kld["max_kld"]) >= kld_mean);
+    let top1 = num(&kld["top1_agreement"]);
+    assert!((0.9..=1.0).contains(&top1), "top1 {top1}");
+    // The f16 baseline itself, without --kld, is the same number.
+    let f16 = json(&[&args[..], &["--json"]].concat());
+    assert_eq!(num(&f16["ppl"]), base, "the --kld baseline is the f16 run");
+}
+
+#[test]
+fn bench_decode_reports_each_context_length() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let m = tiny_model();
+    let r = json(&[
+        "bench",
+        "decode",
+        "-m",
+        &m,
+        "--context-lengths",
+        "16,64",
+        "--decode-tokens",
+        "4",
+        "--timed-steps",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(r["context_lengths"], serde_json::json!([16, 64]));
+    for key in ["prefill_tokens_per_s", "decode_tokens_per_s", "attention_gpu_ms_per_token"] {
+        let v = r[key].as_array().unwrap_or_else(|| panic!("{key}: {r}"));
+        assert_eq!(v.len(), 2, "{key}");
+        assert!(v.iter().all(|x| num(x) > 0.0), "{key}: {v:?}");
+    }
+    // tiny model: 2 layers × 2 KV heads × 16 dims × K and V × 2 bytes = 256 bytes per token,
+    // in whole blocks of 16 tokens.
+    let used: Vec<u64> = r["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kv_bytes_used"].as_u64().unwrap())
+        .collect();
+    assert!(used[0] >= 16 * 256 && used[0] % (16 * 256) == 0, "{used:?}");
+    assert!(used[1] > used[0], "more context holds more KV: {used:?}");
+}
+
+#[test]
+fn bench_kv_quant_compares_formats() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let (m, f) = (tiny_model(), text());
+    let r = json(&[
+        "bench",
+        "kv-quant",
+        "-m",
+        &m,
+        "-f",
+        &f,
+        "--settings",
+        "f16,int8,int4",
+        "--chunks",
+        "1",
+        "-c",
+        "64",
+        "--context-lengths",
+        "32",
+        "--timed-steps",
+        "2",
+        "--json",
+    ]);
+    let rows = r["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|x| x["kv_cache_dtype"].as_str().unwrap()).collect();
+    assert_eq!(names, ["f16", "int8", "int4"]);
+    let (f16, int8, int4) = (&rows[0], &rows[1], &rows[2]);
+    assert_eq!((num(&f16["ppl_delta_pct"]), num(&f16["kld_mean"])), (0.0, 0.0));
+    assert_eq!(num(&f16["kv_bytes_per_token"]), 256.0);
+    assert!(num(&int8["kv_bytes_per_token"]) < 256.0);
+    assert!(num(&int4["kv_bytes_per_token"]) < num(&int8["kv_bytes_per_token"]));
+    assert!(num(&int8["kld_mean"]) > 0.0, "int8 is not bit-identical to f16");
+    assert!(num(&int4["kld_mean"]) > num(&int8["kld_mean"]), "4 bits lose more than 8");
+    for row in rows {
+        assert!(row["ppl"].as_f64().is_some_and(f64::is_finite));
+        let t = row["attention_gpu_ms_per_token"].as_array().unwrap();
+        assert!(t.len() == 1 && num(&t[0]) > 0.0, "{row}");
+    }
+}
