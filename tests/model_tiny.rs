@@ -21,7 +21,11 @@ struct Golden {
 }
 
 fn golden() -> Golden {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/golden.json");
+    golden_of("assets/tiny-llama/golden.json")
+}
+
+fn golden_of(rel: &str) -> Golden {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let tokens =
@@ -54,9 +58,17 @@ fn golden() -> Golden {
 const FAMILIES: [KernelFamily; 2] = [KernelFamily::Auto, KernelFamily::Gpu];
 
 fn load(rel: &str, block_size: usize, family: KernelFamily) -> Option<(Model, ModelFile)> {
+    load_from(&PathBuf::from("assets/tiny-llama").join(rel), block_size, family)
+}
+
+fn load_from(
+    rel: &std::path::Path,
+    block_size: usize,
+    family: KernelFamily,
+) -> Option<(Model, ModelFile)> {
     let t = gpu()?;
     let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama").join(rel);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
     let file = ModelFile::open(&path).unwrap();
     let options = ModelOptions {
         max_num_batched_tokens: 64,
@@ -139,6 +151,26 @@ fn gpu_logits_match_independent_cpu_forward_for_all_three_files() {
                 g.vocab,
             );
         }
+    }
+}
+
+/// Qwen2's q/k/v biases (assets/tiny-qwen2, HF safetensors) against its own float64 forward
+/// (`make_tiny_qwen2.py`; dropping the biases moves those logits by up to 4.7).
+#[test]
+fn qwen2_bias_path_matches_independent_cpu_forward() {
+    let g = golden_of("assets/tiny-qwen2/golden.json");
+    for family in FAMILIES {
+        let rel = std::path::Path::new("assets/tiny-qwen2/hf");
+        let Some((mut model, _)) = load_from(rel, 16, family) else { return };
+        let got = run_chunks(&mut model, &g.tokens, &[40], 16, 2);
+        check(&format!("{family:?} kernels, tiny Qwen2"), &got, &g.logits["hf_f32"], g.vocab);
+        let chunked = run_chunks(&mut model, &g.tokens, &[17, 1, 22], 16, 3);
+        check(
+            &format!("{family:?} kernels, tiny Qwen2 chunked"),
+            &chunked,
+            &g.logits["hf_f32"],
+            g.vocab,
+        );
     }
 }
 
