@@ -2,7 +2,9 @@
 //! llama.cpp's `models/` folder with their `.inp` (inputs separated by
 //! `\n__ggml_vocab_test__\n`) and `.out` (expected ids, one line per input, no BOS) files, as
 //! `tests/test-tokenizer-0.cpp` reads them. Also: decode gives the input back, and streaming
-//! detokenization gives what decode gives. Runs when `KVRUN_LLAMA_CPP_VOCABS` names that folder.
+//! detokenization gives what decode gives. The folder: `$KVRUN_LLAMA_CPP_VOCABS`, else
+//! `assets/models/llama-cpp-vocabs/` (`scripts/fetch-llama-cpp-vocabs.sh`, run by `setup.sh`);
+//! without it the test skips, or fails under `KVRUN_NO_SKIP=1`.
 
 use kvrun::loader::{gguf_vocab, GgufFile};
 use kvrun::output::Detokenizer;
@@ -37,10 +39,22 @@ fn cases(dir: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
 
 #[test]
 fn llama_cpp_tokenizer_tests() {
-    let Some(dir) = std::env::var_os("KVRUN_LLAMA_CPP_VOCABS").map(PathBuf::from) else {
-        println!("skipping llama_cpp_tokenizer_tests: KVRUN_LLAMA_CPP_VOCABS unset");
+    // $KVRUN_LLAMA_CPP_VOCABS, else where scripts/fetch-llama-cpp-vocabs.sh (run by setup.sh)
+    // puts them.
+    let dir = std::env::var_os("KVRUN_LLAMA_CPP_VOCABS").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/models/llama-cpp-vocabs")
+    });
+    if !dir.join("ggml-vocab-llama-bpe.gguf.out").exists() {
+        let no_skip = std::env::var_os("KVRUN_NO_SKIP").is_some_and(|v| !v.is_empty() && v != "0");
+        assert!(
+            !no_skip,
+            "llama.cpp's tokenizer test data is not in {} and KVRUN_NO_SKIP is set; run \
+             scripts/fetch-llama-cpp-vocabs.sh",
+            dir.display()
+        );
+        println!("SKIPPING llama_cpp_tokenizer_tests: no test data in {}", dir.display());
         return;
-    };
+    }
     let mut failures = Vec::new();
     for name in VOCABS {
         let file = GgufFile::open(&dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
