@@ -101,6 +101,14 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
         vocab.entry(token.clone()).or_insert(id as u32);
     }
     let merges = parse_merges(&v.merges)?;
+    // `tokenizers` panics (slice index out of range) on a merge longer than every token instead
+    // of refusing it as out of vocabulary (found by fuzz/ gguf_tokenizer), so refuse first.
+    if let Some((a, b)) = merges.iter().find(|(a, b)| !vocab.contains_key(&format!("{a}{b}"))) {
+        return Err(TokenizerError::Config(format!(
+            "GGUF merge '{a} {b}' makes '{a}{b}', which is not in the vocabulary; the \
+             vocabulary is corrupt, re-convert the model"
+        )));
+    }
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(profile.ignore_merges)

@@ -1,0 +1,9 @@
+#![no_main]
+//! Fuzz target: see `entries::chat_template` (fuzz/entries.rs), shared with tests/fuzz_regressions.rs.
+
+// Each target uses one of the shared entry points.
+#[allow(dead_code)]
+#[path = "../entries.rs"]
+mod entries;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| entries::chat_template(data));
