@@ -23,17 +23,19 @@ pub fn gguf(data: &[u8]) {
             shape: info.dims.iter().rev().copied().collect(),
             data: file.tensor_data(info),
         };
-        if view
-            .shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .is_some_and(|n| n <= MAX_DEQUANT_ELEMENTS)
-        {
-            let _ = view.to_f32();
-        }
+        dequantize_if_small(&view);
     }
     if let Ok(vocab) = gguf_vocab(&file) {
         tokenizer_round_trip(vocab, "Hello world! 123 <s>");
+    }
+}
+
+/// Dequantizes `view` when its element count (checked for overflow) is at most
+/// `MAX_DEQUANT_ELEMENTS`, so a fuzzed shape cannot ask for gigabytes.
+fn dequantize_if_small(view: &TensorView) {
+    let elements = view.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if elements.is_some_and(|n| n <= MAX_DEQUANT_ELEMENTS) {
+        let _ = view.to_f32();
     }
 }
 
@@ -54,14 +56,7 @@ pub fn hf_dir(data: &[u8]) {
     let _ = model.weight_bytes();
     for name in model.tensor_names() {
         if let Ok(view) = model.tensor(name) {
-            if view
-                .shape
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .is_some_and(|n| n <= MAX_DEQUANT_ELEMENTS)
-            {
-                let _ = view.to_f32();
-            }
+            dequantize_if_small(&view);
         }
     }
     let _ = model.tokenizer_source();

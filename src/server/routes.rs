@@ -225,9 +225,10 @@ async fn tokenize(
     let engine = state.engine()?;
     let frontend = engine.frontend().clone();
     let tokens = tokio::task::spawn_blocking(move || match (req.prompt, req.messages) {
-        (Some(text), None) => {
-            frontend.tokenizer().encode(&text, req.add_special_tokens).map_err(ApiError::from_any)
-        }
+        (Some(text), None) => frontend
+            .tokenizer()
+            .encode(&text, req.add_special_tokens)
+            .map_err(|e| ApiError::bad_request(e.to_string())),
         (None, Some(messages)) => frontend.tokens(&Prompt::Chat(messages)).map_err(ApiError::from),
         _ => Err(ApiError::bad_request("send exactly one of `prompt` and `messages`")),
     })
@@ -261,8 +262,11 @@ async fn detokenize(
             format!("token id {id} is outside the vocabulary of {tokenizer_len} tokens"),
         ));
     }
-    let text =
-        engine.frontend().tokenizer().decode(&req.tokens, false).map_err(ApiError::from_any)?;
+    let text = engine
+        .frontend()
+        .tokenizer()
+        .decode(&req.tokens, false)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(Json(json!({ "prompt": text })).into_response())
 }
 
@@ -301,11 +305,4 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method")
-}
-
-impl ApiError {
-    /// A 400 from any error (tokenizer failures on user input).
-    fn from_any(e: impl std::fmt::Display) -> Self {
-        ApiError::bad_request(e.to_string())
-    }
 }
