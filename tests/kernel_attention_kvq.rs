@@ -141,7 +141,8 @@ fn check_variant(
         .map(|(si, c)| SeqChunk {
             tokens: &tokens[si],
             start_pos: c.start,
-            block_table: &tables[si],
+            block_tables: std::slice::from_ref(&tables[si]),
+            slot_mapping: None,
             logits: LogitsWanted::None,
             stage_slot: slots[si],
         })
@@ -177,7 +178,7 @@ fn check_variant(
     let k_b = storage_u32(gpu, &k_pool);
     let v_b = storage_u32(gpu, &v_pool);
     let seqs_b = gpu.storage_buffer_init("seqs", bytemuck::cast_slice(&batch.seqs));
-    let tables_b = storage_u32(gpu, &batch.block_tables);
+    let tables_b = storage_u32(gpu, &batch.block_tables[0]);
     let tiles: Vec<u32> = batch.prefill_tiles.iter().flatten().copied().collect();
     let tiles_b = storage_u32(gpu, &tiles);
     let max_parts = chunks.iter().map(|c| partitions((c.start + c.len) as u32)).max().unwrap() + 1;

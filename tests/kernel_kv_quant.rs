@@ -328,7 +328,8 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
         .map(|(si, c)| SeqChunk {
             tokens: &tokens[si],
             start_pos: c.start,
-            block_table: &tables[si],
+            block_tables: std::slice::from_ref(&tables[si]),
+            slot_mapping: None,
             logits: LogitsWanted::None,
             stage_slot: slots[si],
         })

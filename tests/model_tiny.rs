@@ -78,6 +78,7 @@ fn load_from(
         block_size,
         num_blocks: 2 * 128usize.div_ceil(block_size) + 3,
         kv_cache: Default::default(),
+        kv_groups: kvrun::kv::KvGroups::uniform(file.config().num_layers),
     };
     let model = Model::load(t.gpu.clone(), &kernels, &file, options).unwrap();
     Some((model, file))
@@ -107,7 +108,8 @@ fn run_chunks(
         let chunk = SeqChunk {
             tokens: &tokens[pos..pos + n],
             start_pos: pos,
-            block_table: &table,
+            block_tables: std::slice::from_ref(&table),
+            slot_mapping: None,
             logits: LogitsWanted::Range(0..n),
             stage_slot: 0,
         };
@@ -218,14 +220,16 @@ fn mixed_batch_equals_sequences_alone() {
     let a0 = SeqChunk {
         tokens: &g.tokens[..30],
         start_pos: 0,
-        block_table: &ta,
+        block_tables: std::slice::from_ref(&ta),
+        slot_mapping: None,
         logits: LogitsWanted::None,
         stage_slot: 0,
     };
     let b0 = SeqChunk {
         tokens: &g.tokens[..20],
         start_pos: 0,
-        block_table: &tb,
+        block_tables: std::slice::from_ref(&tb),
+        slot_mapping: None,
         logits: LogitsWanted::None,
         stage_slot: 1,
     };
@@ -234,14 +238,16 @@ fn mixed_batch_equals_sequences_alone() {
     let a1 = SeqChunk {
         tokens: &g.tokens[30..31],
         start_pos: 30,
-        block_table: &ta,
+        block_tables: std::slice::from_ref(&ta),
+        slot_mapping: None,
         logits: LogitsWanted::Last,
         stage_slot: 0,
     };
     let b1 = SeqChunk {
         tokens: &g.tokens[20..40],
         start_pos: 20,
-        block_table: &tb,
+        block_tables: std::slice::from_ref(&tb),
+        slot_mapping: None,
         logits: LogitsWanted::Range(0..20),
         stage_slot: 1,
     };

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::gpu::GpuOptions;
-use crate::kv::{format_bytes, HeadBlockStorage, KvLayout, KvStorage};
+use crate::kv::{format_bytes, HeadBlockStorage, KvGroups, KvLayout, KvStorage};
 use crate::loader::ModelConfig;
 use crate::quant::{head_block_words, KvCacheSpec, KvQuant, KvQuantError};
 
@@ -131,6 +131,15 @@ pub struct ResolvedConfig {
     pub kv_cache: KvCacheSpec,
     /// `bytes_per_block / block_size` (display only; budgets count whole blocks).
     pub kv_bytes_per_token: f64,
+    /// The model's KV-cache groups (one block table each per sequence).
+    pub kv_groups: KvGroups,
+    /// Prefix caching as asked, and possible for these groups.
+    pub enable_prefix_cache: bool,
+}
+
+/// The KV-cache groups of `model`'s layers ([`KvGroups::from_layer_kinds`]).
+pub fn kv_groups(model: &ModelConfig) -> KvGroups {
+    KvGroups::uniform(model.num_layers)
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -161,15 +170,32 @@ impl ResolvedConfig {
                 "--max-num-seqs and the batch token budget must be at least 1".into(),
             ));
         }
+        let kv_groups = kv_groups(model);
+        if kv_groups.len() > 1 && cfg.kv_cache.format().is_quantized() {
+            return Err(EngineError::Config(
+                "quantized KV (--kv-cache-dtype) does not support this model's sliding-window \
+                 layers yet; use --kv-cache-dtype f16"
+                    .into(),
+            ));
+        }
+        let enable_prefix_cache = cfg.enable_prefix_cache && kv_groups.all_full();
+        if cfg.enable_prefix_cache && !enable_prefix_cache {
+            tracing::warn!("prefix caching is off: it does not support sliding-window layers yet");
+        }
         let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
         let layout = KvLayout::new(
-            model.num_layers,
+            kv_groups.slots_per_block(),
             model.num_kv_heads,
             model.head_dim,
             cfg.block_size,
             storage,
         )?;
-        let per_seq = layout.blocks_for_tokens(max_model_len) as u64 * layout.bytes_per_block();
+        let lone_blocks = kv_groups.blocks_for_lone_sequence(
+            cfg.block_size,
+            max_model_len,
+            cfg.max_num_batched_tokens,
+        );
+        let per_seq = lone_blocks as u64 * layout.bytes_per_block();
         let budget = cfg.kv_cache_memory.unwrap_or(per_seq * cfg.max_num_seqs as u64);
         let num_blocks = layout.require_blocks_for_budget(budget)?;
         if (num_blocks as u64) * layout.bytes_per_block() < per_seq {
@@ -193,6 +219,8 @@ impl ResolvedConfig {
             num_blocks,
             kv_cache: cfg.kv_cache,
             kv_bytes_per_token: layout.bytes_per_token(),
+            kv_groups,
+            enable_prefix_cache,
         };
         Ok((resolved, layout))
     }

@@ -110,8 +110,12 @@ impl Engine {
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
-        let kv =
-            KvManager::with_prefix_cache(layout, resolved.num_blocks, cfg.enable_prefix_cache)?;
+        let kv = KvManager::with_groups(
+            layout,
+            resolved.kv_groups.clone(),
+            resolved.num_blocks,
+            resolved.enable_prefix_cache,
+        )?;
         let sched_config = SchedulerConfig {
             max_num_seqs: resolved.max_num_seqs,
             max_num_batched_tokens: resolved.max_num_batched_tokens,
@@ -204,7 +208,8 @@ impl Engine {
             .map(|(s, stage_slot)| SeqChunk {
                 tokens: &s.tokens,
                 start_pos: s.start_pos,
-                block_table: &s.block_table,
+                block_tables: &s.block_tables,
+                slot_mapping: Some(&s.slot_mapping),
                 logits: if s.sample { LogitsWanted::Last } else { LogitsWanted::None },
                 stage_slot,
             })
@@ -354,12 +359,18 @@ impl Engine {
         while done < tokens.len() {
             let n = chunk_len.min(tokens.len() - done);
             let kv = self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?;
-            kv.reserve(seq, n)?;
-            let table = kv.table(seq).expect("sequence registered").as_slice().to_vec();
+            let slots = kv.reserve(seq, n)?;
+            let tables: Vec<Vec<u32>> = kv
+                .tables(seq)
+                .expect("sequence registered")
+                .iter()
+                .map(|t| t.as_slice().to_vec())
+                .collect();
             let chunk = SeqChunk {
                 tokens: &tokens[done..done + n],
                 start_pos: done,
-                block_table: &table,
+                block_tables: &tables,
+                slot_mapping: Some(&slots),
                 logits: logits(done..done + n),
                 stage_slot: 0,
             };
@@ -400,6 +411,7 @@ fn model_options(r: &ResolvedConfig) -> ModelOptions {
         block_size: r.block_size,
         num_blocks: r.num_blocks,
         kv_cache: r.kv_cache,
+        kv_groups: r.kv_groups.clone(),
     }
 }
 

@@ -55,7 +55,8 @@ mod tests {
             id,
             start_pos: 0,
             tokens: vec![1],
-            block_table: vec![0],
+            block_tables: vec![vec![0]],
+            slot_mapping: vec![vec![0]],
             sample: true,
             num_cached_tokens: 0,
         };

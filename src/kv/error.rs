@@ -58,6 +58,12 @@ impl std::fmt::Display for ByteSizeProblem {
 /// which flag to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KvError {
+    #[error(
+        "prefix caching does not support this model's sliding-window layers yet; run without \
+         --enable-prefix-caching (or with --no-prefix-cache)"
+    )]
+    PrefixCacheWithSlidingWindow,
+
     #[error("{dim} must be at least 1 (got 0); check the model's config")]
     ZeroDim { dim: LayoutDim },
 

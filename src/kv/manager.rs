@@ -18,12 +18,23 @@
 //! to that copy, freeing its own; so a sequence's table always starts with exactly its locked
 //! cached path. With the cache disabled none of this happens: no hits, and release frees a
 //! sequence's blocks as before.
+//!
+//! ## KV-cache groups
+//!
+//! A model whose layers attend differently (sliding-window and full layers) has several
+//! [`KvGroups`]; each live sequence holds one [`BlockTable`] per group, all over the one pool
+//! and all with the same token count, so every figure below in blocks is per group × groups.
+//! After each step [`KvManager::slide_windows`] drops the blocks of sliding groups that fall
+//! wholly before the next query's window: a sliding table holds at most
+//! [`GroupKind::max_live_blocks`] blocks however long the sequence grows. The prefix cache
+//! needs one full-attention group for now ([`KvError::PrefixCacheWithSlidingWindow`]).
 
 use std::collections::HashMap;
 
 use super::block_pool::{BlockId, BlockPool};
 use super::block_table::BlockTable;
 use super::error::KvError;
+use super::groups::{GroupKind, KvGroups};
 use super::layout::KvLayout;
 use super::prefix_cache::{Namespace, PrefixCache};
 use super::quota::Tenants;
@@ -55,13 +66,17 @@ pub struct KvStats {
 /// The KV state of one live sequence.
 #[derive(Clone, Debug)]
 pub(super) struct SeqKv {
-    pub(super) table: BlockTable,
+    /// One table per group, the same token count in each. With the prefix cache on there is
+    /// exactly one group, and the cache fields below refer to its table.
+    pub(super) tables: Vec<BlockTable>,
     pub(super) namespace: Namespace,
     /// Leading blocks of this sequence's token path that are in the prefix cache (matched at
     /// begin or cached since); `table` starts with exactly those nodes' blocks.
     pub(super) num_cached_blocks: usize,
     /// The deepest of them: this sequence holds one lock on the path root..=`locked`.
     locked: Option<BlockId>,
+    /// The `next_pos` of the last [`KvManager::slide_windows`] (0 before any).
+    slid_to: usize,
 }
 
 /// KV bookkeeping of every live sequence, and the prefix cache if enabled. A block's ref count
@@ -69,6 +84,7 @@ pub(super) struct SeqKv {
 #[derive(Clone, Debug)]
 pub struct KvManager {
     layout: KvLayout,
+    groups: KvGroups,
     pub(super) pool: BlockPool,
     pub(super) seqs: HashMap<SeqId, SeqKv>,
     /// `None` = prefix caching disabled (`--no-prefix-cache`).
@@ -96,11 +112,36 @@ impl KvManager {
         num_blocks: usize,
         enabled: bool,
     ) -> Result<Self, KvError> {
+        let groups = KvGroups::uniform(layout.num_layers);
+        KvManager::with_groups(layout, groups, num_blocks, enabled)
+    }
+
+    /// A manager for a model with KV-cache groups: `layout` describes one pool block
+    /// (`layout.num_layers` = [`KvGroups::slots_per_block`]), and each sequence holds one table
+    /// per group. Errors like [`KvManager::new`], on a layout that does not match the groups,
+    /// and with [`KvError::PrefixCacheWithSlidingWindow`] when `prefix_cache` is asked for a
+    /// model with sliding groups.
+    pub fn with_groups(
+        layout: KvLayout,
+        groups: KvGroups,
+        num_blocks: usize,
+        prefix_cache: bool,
+    ) -> Result<Self, KvError> {
         if num_blocks as u128 * layout.block_size as u128 > 1u128 << 32 {
             return Err(KvError::TooManySlots { num_blocks, block_size: layout.block_size });
         }
+        assert_eq!(
+            layout.num_layers,
+            groups.slots_per_block(),
+            "the layout's layers must be the groups' slots per block"
+        );
+        if prefix_cache && groups.len() > 1 {
+            return Err(KvError::PrefixCacheWithSlidingWindow);
+        }
+        let enabled = prefix_cache;
         Ok(KvManager {
             layout,
+            groups,
             pool: BlockPool::new(num_blocks),
             seqs: HashMap::new(),
             cache: enabled.then(|| PrefixCache::new(layout.block_size)),
@@ -123,6 +164,11 @@ impl KvManager {
         &self.layout
     }
 
+    /// The KV-cache groups (one block table each per sequence).
+    pub fn groups(&self) -> &KvGroups {
+        &self.groups
+    }
+
     /// Read-only view of the pool (ref counts, free count).
     pub fn pool(&self) -> &BlockPool {
         &self.pool
@@ -133,12 +179,19 @@ impl KvManager {
         self.cache.as_ref()
     }
 
+    /// Most blocks one sequence holds at once: [`KvGroups::blocks_for_lone_sequence`].
+    pub fn blocks_for_lone_sequence(&self, max_len: usize, step_tokens: usize) -> usize {
+        self.groups.blocks_for_lone_sequence(self.layout.block_size, max_len, step_tokens)
+    }
+
     /// Extra blocks `seq` must claim to hold `new_tokens` more tokens; an unknown `seq` counts as
     /// an empty table (so admission can ask before [`KvManager::add_sequence`]). O(1).
     pub fn blocks_needed(&self, seq: SeqId, new_tokens: usize) -> usize {
         match self.seqs.get(&seq) {
-            Some(s) => s.table.blocks_needed_for(s.table.num_tokens() + new_tokens),
-            None => self.layout.blocks_for_tokens(new_tokens),
+            Some(s) => {
+                s.tables.iter().map(|t| t.blocks_needed_for(t.num_tokens() + new_tokens)).sum()
+            }
+            None => self.groups.len() * self.layout.blocks_for_tokens(new_tokens),
         }
     }
 
@@ -155,11 +208,14 @@ impl KvManager {
     }
 
     /// Most tokens [`KvManager::reserve`] can take for `seq` now: the room left in its last
-    /// block plus `block_size` per free or evictable block. 0 for an unknown `seq`. O(1).
+    /// block plus `block_size` per free or evictable block for each group. 0 for an unknown
+    /// `seq`. O(1).
     pub fn num_reservable_tokens(&self, seq: SeqId) -> usize {
         let Some(s) = self.seqs.get(&seq) else { return 0 };
-        let room = s.table.capacity() - s.table.num_tokens();
-        room + self.claimable_blocks(s.namespace) * self.layout.block_size
+        let table = &s.tables[0]; // all tables have the same tokens, hence the same room
+        let room = table.capacity() - table.num_tokens();
+        let per_group = self.claimable_blocks(s.namespace) / self.groups.len();
+        room + per_group * self.layout.block_size
     }
 
     /// Tokens of `tokens` that [`KvManager::begin_sequence`] would take from the cache now,
@@ -183,13 +239,13 @@ impl KvManager {
         let num_cached_tokens = matched.len() * self.layout.block_size;
         let needed =
             self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
-        needed + newly_locked <= self.claimable_blocks(namespace)
+        needed * self.groups.len() + newly_locked <= self.claimable_blocks(namespace)
     }
 
     /// Starts an empty table for `seq` in the default namespace, matching nothing. Claims no
     /// blocks. Errors if `seq` is already live.
     pub fn add_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
-        self.insert_sequence(seq, BlockTable::new(self.layout.block_size), None, None)
+        self.insert_sequence(seq, self.empty_tables(), None, None)
     }
 
     /// Starts `seq` for a sequence whose tokens begin with `tokens` (the prompt, or prompt +
@@ -224,23 +280,47 @@ impl KvManager {
         }
         let table = BlockTable::from_shared(&mut self.pool, &matched, self.layout.block_size);
         let num_cached_tokens = table.num_tokens();
-        self.insert_sequence(seq, table, namespace, locked)?;
+        let mut tables = self.empty_tables();
+        tables[0] = table; // matches exist only with the cache on, hence one group
+        self.insert_sequence(seq, tables, namespace, locked)?;
         Ok(num_cached_tokens)
     }
 
-    /// Reserves the next `num_new_tokens` positions of `seq` and returns their slots, in order
-    /// (the step's slot mapping for this sequence). Claims blocks only as positions enter them;
-    /// when the free list is short, first evicts least recently used unlocked cached blocks.
-    /// All or nothing: on error the table and pool are unchanged and nothing was evicted.
-    /// O(num_new_tokens + evicted × log).
-    pub fn reserve(&mut self, seq: SeqId, num_new_tokens: usize) -> Result<Vec<u32>, KvError> {
+    /// Reserves the next `num_new_tokens` positions of `seq` in every group and returns their
+    /// slots, `[group][token]` in order (the step's slot mapping for this sequence). Claims
+    /// blocks only as positions enter them; when the free list is short, first evicts least
+    /// recently used unlocked cached blocks. All or nothing: on error the tables and pool are
+    /// unchanged and nothing was evicted. O(groups × num_new_tokens + evicted × log).
+    pub fn reserve(&mut self, seq: SeqId, num_new_tokens: usize) -> Result<Vec<Vec<u32>>, KvError> {
         let s = self.seqs.get(&seq).ok_or(KvError::UnknownSequence(seq))?;
-        let needed = s.table.blocks_needed_for(s.table.num_tokens() + num_new_tokens);
-        self.make_room_for(s.namespace, needed)?;
-        let table = &mut self.seqs.get_mut(&seq).expect("checked above").table;
-        let start = table.num_tokens();
-        table.append_tokens(&mut self.pool, num_new_tokens).expect("make_room freed enough");
-        Ok(table.slot_mapping(start..start + num_new_tokens))
+        let namespace = s.namespace;
+        self.make_room_for(namespace, self.blocks_needed(seq, num_new_tokens))?;
+        let tables = &mut self.seqs.get_mut(&seq).expect("checked above").tables;
+        let mut slots = Vec::with_capacity(tables.len());
+        for table in tables.iter_mut() {
+            let start = table.num_tokens();
+            table.append_tokens(&mut self.pool, num_new_tokens).expect("make_room freed enough");
+            slots.push(table.slot_mapping(start..start + num_new_tokens));
+        }
+        Ok(slots)
+    }
+
+    /// Drops the blocks of `seq`'s sliding-window tables that lie wholly before the window of a
+    /// query at `next_pos` (the next position it computes): after this a sliding table holds at
+    /// most [`GroupKind::max_live_blocks`] blocks. A no-op for full groups. Call after every
+    /// step (the scheduler's commit), when no GPU work reads the dropped blocks. Returns the
+    /// blocks dropped. Errors if `seq` is not live. O(dropped).
+    pub fn slide_windows(&mut self, seq: SeqId, next_pos: usize) -> Result<usize, KvError> {
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let mut dropped = 0;
+        s.slid_to = next_pos;
+        for (g, table) in s.tables.iter_mut().enumerate() {
+            if let GroupKind::Sliding { .. } = self.groups.kind(g) {
+                let first = self.groups.kind(g).first_visible(next_pos);
+                dropped += table.drop_before(&mut self.pool, first).len();
+            }
+        }
+        Ok(dropped)
     }
 
     /// Caches the blocks of `seq` that `computed_tokens` fills (its tokens whose KV is computed,
@@ -257,18 +337,19 @@ impl KvManager {
     ) -> Result<(), KvError> {
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
         let Some(cache) = &mut self.cache else { return Ok(()) };
+        let table = &mut s.tables[0]; // the cache implies one group
         assert!(
-            computed_tokens.len() <= s.table.num_tokens(),
+            computed_tokens.len() <= table.num_tokens(),
             "sequence {seq}: {} computed tokens, only {} reserved",
             computed_tokens.len(),
-            s.table.num_tokens()
+            table.num_tokens()
         );
         let full = computed_tokens.len() / self.layout.block_size;
         if full <= s.num_cached_blocks {
             return Ok(());
         }
         let prefix = &computed_tokens[..full * self.layout.block_size];
-        let blocks = &s.table.as_slice()[..full];
+        let blocks = &table.as_slice()[..full];
         let last = cache.insert(&mut self.pool, s.namespace, prefix, blocks).expect("full ≥ 1");
         cache.lock(last);
         if let Some(old) = s.locked.replace(last) {
@@ -276,11 +357,11 @@ impl KvManager {
         }
         let path = cache.path(last);
         let cached = s.num_cached_blocks;
-        debug_assert_eq!(&path[..cached], &s.table.as_slice()[..cached], "tokens changed");
+        debug_assert_eq!(&path[..cached], &table.as_slice()[..cached], "tokens changed");
         for (idx, &block) in path.iter().enumerate().skip(cached) {
-            if s.table.as_slice()[idx] != block {
+            if table.as_slice()[idx] != block {
                 // Another sequence cached this block first: read its copy, free ours.
-                s.table.swap_block(&mut self.pool, idx, block);
+                table.swap_block(&mut self.pool, idx, block);
             }
         }
         s.num_cached_blocks = full;
@@ -297,7 +378,9 @@ impl KvManager {
         if let (Some(cache), Some(last)) = (&mut self.cache, s.locked) {
             cache.unlock(last);
         }
-        s.table.release(&mut self.pool);
+        for table in &mut s.tables {
+            table.release(&mut self.pool);
+        }
         Ok(())
     }
 
@@ -317,23 +400,29 @@ impl KvManager {
             return Err(KvError::SequenceExists(child));
         }
         let p = self.seqs.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
-        let table = match &mut self.cache {
-            None => p.table.fork(&mut self.pool),
+        let tables = match &mut self.cache {
+            None => p.tables.iter().map(|t| t.fork(&mut self.pool)).collect(),
             Some(cache) => {
                 if let Some(last) = p.locked {
                     cache.lock(last);
                 }
-                let shared = &p.table.as_slice()[..p.num_cached_blocks];
-                BlockTable::from_shared(&mut self.pool, shared, self.layout.block_size)
+                let shared = &p.tables[0].as_slice()[..p.num_cached_blocks];
+                vec![BlockTable::from_shared(&mut self.pool, shared, self.layout.block_size)]
             }
         };
         let (namespace, locked) = (p.namespace, p.locked);
-        self.insert_sequence(child, table, namespace, locked)
+        self.insert_sequence(child, tables, namespace, locked)
     }
 
-    /// The block table of `seq`, if live.
+    /// The block table of `seq` in the first group (the only one of a model whose layers all
+    /// attend fully), if live.
     pub fn table(&self, seq: SeqId) -> Option<&BlockTable> {
-        self.seqs.get(&seq).map(|s| &s.table)
+        self.seqs.get(&seq).map(|s| &s.tables[0])
+    }
+
+    /// The block tables of `seq`, one per group, if live.
+    pub fn tables(&self, seq: SeqId) -> Option<&[BlockTable]> {
+        self.seqs.get(&seq).map(|s| s.tables.as_slice())
     }
 
     /// Live sequences.
@@ -399,11 +488,8 @@ impl KvManager {
         let mut holders = vec![0u32; self.pool.num_blocks()];
         let mut locks: HashMap<BlockId, u32> = HashMap::new();
         for (seq, s) in &self.seqs {
-            s.table.check_integrity().map_err(|e| format!("sequence {seq}: {e}"))?;
-            if s.table.block_size() != self.layout.block_size {
-                return Err(format!("sequence {seq}: table has the wrong block size"));
-            }
-            for &id in s.table.as_slice() {
+            self.check_tables(*seq, s)?;
+            for &id in s.tables.iter().flat_map(BlockTable::live_blocks) {
                 let held = holders
                     .get_mut(id as usize)
                     .ok_or_else(|| format!("sequence {seq} holds block {id}, out of range"))?;
@@ -433,6 +519,46 @@ impl KvManager {
         self.check_quotas()
     }
 
+    /// The tables part of [`KvManager::check_integrity`]: one per group, each sound, with the
+    /// layout's block size and the same tokens; a sliding table holds no block wholly before
+    /// the window of the query at its last slide, hence at most
+    /// [`GroupKind::max_live_blocks`] for the tokens reserved since.
+    fn check_tables(&self, seq: SeqId, s: &SeqKv) -> Result<(), String> {
+        if s.tables.len() != self.groups.len() {
+            return Err(format!(
+                "sequence {seq}: {} tables, {} groups",
+                s.tables.len(),
+                self.groups.len()
+            ));
+        }
+        let num_tokens = s.tables[0].num_tokens();
+        for (g, table) in s.tables.iter().enumerate() {
+            table.check_integrity().map_err(|e| format!("sequence {seq}, group {g}: {e}"))?;
+            if table.block_size() != self.layout.block_size || table.num_tokens() != num_tokens {
+                return Err(format!("sequence {seq}, group {g}: wrong block size or tokens"));
+            }
+            let kind = self.groups.kind(g);
+            let Some(bound) =
+                kind.max_live_blocks(self.layout.block_size, num_tokens.saturating_sub(s.slid_to))
+            else {
+                continue;
+            };
+            let first = kind.first_visible(s.slid_to);
+            let stale =
+                table.num_dropped() < (first / self.layout.block_size).min(table.num_blocks());
+            if stale || table.num_live_blocks() > bound {
+                return Err(format!(
+                    "sequence {seq}, group {g}: {} live blocks ({} dropped) after sliding to \
+                     {}: the bound is {bound}",
+                    table.num_live_blocks(),
+                    table.num_dropped(),
+                    s.slid_to
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The per-sequence cache part of [`KvManager::check_integrity`]: adds the sequence's lock to
     /// `locks` (one per node of its path).
     fn check_cached_prefix(
@@ -452,18 +578,19 @@ impl KvManager {
             Some(last) => return Err(format!("sequence {seq} locks uncached block {last}")),
             None => Vec::new(),
         };
-        if path.len() != s.num_cached_blocks || path.len() > s.table.num_full_blocks() {
+        let table = &s.tables[0];
+        if path.len() != s.num_cached_blocks || path.len() > table.num_full_blocks() {
             return Err(format!(
                 "sequence {seq}: {} cached blocks, locked path of {}, {} full blocks",
                 s.num_cached_blocks,
                 path.len(),
-                s.table.num_full_blocks()
+                table.num_full_blocks()
             ));
         }
         for &id in &path {
             *locks.entry(id).or_default() += 1;
         }
-        let (prefix, rest) = s.table.as_slice().split_at(path.len());
+        let (prefix, rest) = table.as_slice().split_at(path.len());
         if prefix != path {
             return Err(format!("sequence {seq}: its table does not start with its cached path"));
         }
@@ -504,20 +631,26 @@ impl KvManager {
         Ok(())
     }
 
+    /// One empty table per group.
+    fn empty_tables(&self) -> Vec<BlockTable> {
+        vec![BlockTable::new(self.layout.block_size); self.groups.len()]
+    }
+
     /// Registers a new live sequence. Errors if `seq` is live (nothing changed: callers check
     /// first, before taking references).
     fn insert_sequence(
         &mut self,
         seq: SeqId,
-        table: BlockTable,
+        tables: Vec<BlockTable>,
         namespace: Namespace,
         locked: Option<BlockId>,
     ) -> Result<(), KvError> {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        let num_cached_blocks = if locked.is_some() { table.num_blocks() } else { 0 };
-        self.seqs.insert(seq, SeqKv { table, namespace, num_cached_blocks, locked });
+        let num_cached_blocks = if locked.is_some() { tables[0].num_blocks() } else { 0 };
+        let slid_to = 0;
+        self.seqs.insert(seq, SeqKv { tables, namespace, num_cached_blocks, locked, slid_to });
         Ok(())
     }
 }
@@ -536,12 +669,12 @@ mod tests {
     fn reserve_returns_the_new_slots() {
         let mut kv = tiny();
         kv.add_sequence(7).unwrap();
-        assert_eq!(kv.reserve(7, 5).unwrap(), vec![0, 1, 2, 3, 4]);
-        assert_eq!(kv.reserve(7, 1).unwrap(), vec![5]);
+        assert_eq!(kv.reserve(7, 5).unwrap()[0], vec![0, 1, 2, 3, 4]);
+        assert_eq!(kv.reserve(7, 1).unwrap()[0], vec![5]);
         kv.add_sequence(9).unwrap();
-        assert_eq!(kv.reserve(9, 2).unwrap(), vec![8, 9]);
+        assert_eq!(kv.reserve(9, 2).unwrap()[0], vec![8, 9]);
         assert_eq!(kv.table(7).unwrap().as_slice(), &[0, 1]);
-        assert_eq!(kv.reserve(7, 0).unwrap(), Vec::<u32>::new());
+        assert_eq!(kv.reserve(7, 0).unwrap()[0], Vec::<u32>::new());
         assert_eq!(kv.num_free_blocks(), 1);
         assert_eq!(kv.usage(), 0.75);
         kv.check_integrity().unwrap();
@@ -588,7 +721,7 @@ mod tests {
         kv.reserve(1, 6).unwrap(); // blocks 0 (full), 1 (partial)
         kv.fork_sequence(1, 2).unwrap();
         assert_eq!(kv.table(2).unwrap().as_slice(), &[0]);
-        assert_eq!(kv.reserve(2, 3).unwrap(), vec![8, 9, 10]); // child's own block 2
+        assert_eq!(kv.reserve(2, 3).unwrap()[0], vec![8, 9, 10]); // child's own block 2
         assert_eq!(kv.fork_sequence(1, 2), Err(KvError::SequenceExists(2)));
         assert_eq!(kv.fork_sequence(5, 6), Err(KvError::UnknownSequence(5)));
         kv.check_integrity().unwrap();
@@ -598,6 +731,60 @@ mod tests {
         kv.free_sequence(2).unwrap();
         assert_eq!(kv.num_free_blocks(), 4);
         kv.check_integrity().unwrap();
+    }
+
+    /// A sliding group (window 6) next to a full one, blocks of 4: each reservation claims a
+    /// block in both groups; sliding drops the sliding group's blocks behind the window only.
+    #[test]
+    fn sliding_groups_roll_their_blocks() {
+        let kinds = [GroupKind::Sliding { window: 6 }, GroupKind::Full];
+        let groups = KvGroups::from_layer_kinds(&kinds);
+        let layout = KvLayout::f16(groups.slots_per_block(), 1, 2, 4).unwrap();
+        let err = KvManager::with_groups(layout, groups.clone(), 16, true).unwrap_err();
+        assert_eq!(err, KvError::PrefixCacheWithSlidingWindow);
+        let mut kv = KvManager::with_groups(layout, groups, 16, false).unwrap();
+        assert_eq!(kv.blocks_for_lone_sequence(40, 1), 3 + 10);
+        kv.add_sequence(1).unwrap();
+        assert_eq!(kv.blocks_needed(1, 5), 4);
+        let slots = kv.reserve(1, 5).unwrap();
+        assert_eq!(slots, vec![vec![0, 1, 2, 3, 4], vec![8, 9, 10, 11, 12]]);
+        assert_eq!(kv.slide_windows(1, 5).unwrap(), 0); // the next query sees 0..=5
+        kv.check_integrity().unwrap();
+        for pos in 5..40 {
+            kv.reserve(1, 1).unwrap();
+            kv.slide_windows(1, pos + 1).unwrap();
+            kv.check_integrity().unwrap();
+            let tables = kv.tables(1).unwrap();
+            let first = (pos + 2).saturating_sub(6); // first key of the query at pos + 1
+            assert_eq!(tables[0].num_dropped(), first / 4, "at {pos}");
+            assert!(
+                tables[0].num_live_blocks()
+                    <= GroupKind::Sliding { window: 6 }.max_live_blocks(4, 1).unwrap()
+            );
+            assert_eq!(tables[1].num_live_blocks(), (pos + 1).div_ceil(4));
+        }
+        // 40 tokens: the full group holds 10 blocks, the sliding one 2 (positions 35..=39).
+        assert_eq!(kv.num_free_blocks(), 16 - 10 - 2);
+        assert_eq!(kv.num_held_blocks(None), 12);
+        kv.free_sequence(1).unwrap();
+        assert_eq!(kv.num_free_blocks(), 16);
+        kv.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn integrity_catches_a_window_not_slid() {
+        let kinds = [GroupKind::Sliding { window: 2 }];
+        let groups = KvGroups::from_layer_kinds(&kinds);
+        let layout = KvLayout::f16(1, 1, 2, 2).unwrap();
+        let mut kv = KvManager::with_groups(layout, groups, 8, false).unwrap();
+        kv.add_sequence(1).unwrap();
+        kv.reserve(1, 8).unwrap();
+        kv.seqs.get_mut(&1).unwrap().slid_to = 8; // claims a slide that dropped nothing
+        let err = kv.check_integrity().unwrap_err();
+        assert!(err.contains("after sliding to 8"), "{err}");
+        kv.slide_windows(1, 8).unwrap();
+        kv.check_integrity().unwrap();
+        assert_eq!(kv.tables(1).unwrap()[0].num_live_blocks(), 1);
     }
 
     #[test]

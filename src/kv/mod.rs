@@ -9,7 +9,8 @@
 //! | `plan.rs` | [`plan()`]: the arithmetic `kvrun plan` prints ([`Plan`], stable JSON keys) |
 //! | `bytes.rs` | [`parse_bytes`] (`6GiB`, `64MB`, `1.5GiB`) and [`format_bytes`] (`22.5 KiB`) |
 //! | `block_pool.rs` | [`BlockPool`]: block ids `0..num_blocks`, FIFO free list, ref counts |
-//! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot |
+//! | `groups.rs` | [`KvGroups`]: layers grouped by attention kind ([`GroupKind`]: full, sliding window), one block table per group |
+//! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot; blocks dropped out of a window |
 //! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
@@ -46,6 +47,7 @@ mod block_pool;
 mod block_table;
 mod bytes;
 mod error;
+mod groups;
 mod layout;
 mod manager;
 #[cfg(test)]
@@ -59,9 +61,10 @@ mod proptests;
 mod quota;
 
 pub use block_pool::{BlockId, BlockPool};
-pub use block_table::BlockTable;
+pub use block_table::{BlockTable, NULL_BLOCK};
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
+pub use groups::{GroupKind, KvGroup, KvGroups};
 pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId};
 pub use plan::{plan, Plan, PlanInput};

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use super::block_table::BlockTable;
 use super::error::KvError;
 use super::manager::KvManager;
 use super::prefix_cache::Namespace;
@@ -86,7 +87,10 @@ impl KvManager {
             .seqs
             .values()
             .filter(|s| s.namespace == namespace)
-            .map(|s| s.table.num_blocks() - s.num_cached_blocks)
+            .map(|s| {
+                s.tables.iter().map(BlockTable::num_live_blocks).sum::<usize>()
+                    - s.num_cached_blocks
+            })
             .sum();
         private + self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace))
     }

@@ -21,12 +21,28 @@ pub struct SeqChunk<'a> {
     pub tokens: &'a [u32],
     /// Position of `tokens[0]`; earlier positions are already in the KV cache.
     pub start_pos: usize,
-    /// The sequence's block table, covering at least `start_pos + tokens.len()` slots.
-    pub block_table: &'a [u32],
+    /// The sequence's block table per KV-cache group (`[groups][blocks]`), each covering at
+    /// least `start_pos + tokens.len()` positions.
+    pub block_tables: &'a [Vec<u32>],
+    /// The slots of `tokens` per group (`[groups][q_len]`), as the KV manager reserved them;
+    /// `None` for hand-built chunks (tests), which take them from the tables.
+    pub slot_mapping: Option<&'a [Vec<u32>]>,
     pub logits: LogitsWanted,
     /// Quantized KV: the sequence's f16 staging slot (`0..max_num_seqs`), the same in every
     /// step while it runs; it holds the sequence's partial last block. Unused with f16 KV.
     pub stage_slot: u32,
+}
+
+impl SeqChunk<'_> {
+    /// Positions of `tokens`.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.start_pos..self.start_pos + self.tokens.len()
+    }
+}
+
+/// Slot of position `pos` through `table`: `table[pos / block_size] × block_size + offset`.
+pub fn slot_of(table: &[u32], block_size: usize, pos: usize) -> u32 {
+    table[pos / block_size] * block_size as u32 + (pos % block_size) as u32
 }
 
 /// Everything one forward step uploads: token ids, positions, slot mapping, sequence records,
@@ -37,12 +53,13 @@ pub struct ForwardBatch {
     pub token_ids: Vec<u32>,
     /// [num_tokens]
     pub positions: Vec<u32>,
-    /// [num_tokens] slot = block_id × block_size + offset
-    pub slot_mapping: Vec<u32>,
+    /// [groups][num_tokens] slot = block_id × block_size + offset, in each KV-cache group
+    pub slot_mapping: Vec<Vec<u32>>,
     /// [num_seqs] decode sequences (one query token) first
     pub seqs: Vec<SeqInfo>,
-    /// concatenated block tables of `seqs`
-    pub block_tables: Vec<u32>,
+    /// [groups][Σ table lengths] concatenated block tables of `seqs` per group (the same
+    /// lengths in every group, so `SeqInfo::table_start` serves them all)
+    pub block_tables: Vec<Vec<u32>>,
     /// [num_prefill_tiles] (sequence index, first query index of the tile)
     pub prefill_tiles: Vec<[u32; 2]>,
     /// [num_logits] token rows whose logits are computed, in chunk order
@@ -67,34 +84,46 @@ impl ForwardBatch {
         let qt = query_tile;
         let mut order: Vec<usize> = (0..chunks.len()).collect();
         order.sort_by_key(|&i| chunks[i].tokens.len() != 1);
-        let mut b = ForwardBatch::default();
+        let num_groups = chunks.first().map_or(1, |c| c.block_tables.len());
+        let mut b = ForwardBatch {
+            slot_mapping: vec![Vec::new(); num_groups],
+            block_tables: vec![Vec::new(); num_groups],
+            ..ForwardBatch::default()
+        };
         for (si, &ci) in order.iter().enumerate() {
             let c = &chunks[ci];
             let q_len = c.tokens.len();
             assert!(q_len > 0, "a sequence chunk needs at least one token");
+            assert_eq!(c.block_tables.len(), num_groups, "one block table per group");
             let end = c.start_pos + q_len;
-            assert!(
-                c.block_table.len() * block_size >= end,
-                "block table too short for {end} tokens"
-            );
+            let table_len = end.div_ceil(block_size);
+            for table in c.block_tables {
+                assert!(table.len() >= table_len, "block table too short for {end} tokens");
+            }
             let q_start = b.token_ids.len();
             b.seqs.push(SeqInfo {
                 q_start: q_start as u32,
                 q_len: q_len as u32,
                 ctx_len: end as u32,
-                table_start: b.block_tables.len() as u32,
+                table_start: b.block_tables[0].len() as u32,
                 stage_slot: c.stage_slot,
                 _pad: [0; 3],
             });
             b.add_quantized_kv_work(c, q_start, block_size);
-            b.block_tables.extend_from_slice(&c.block_table[..end.div_ceil(block_size)]);
+            for (g, table) in c.block_tables.iter().enumerate() {
+                b.block_tables[g].extend_from_slice(&table[..table_len]);
+                match c.slot_mapping {
+                    Some(slots) => {
+                        assert_eq!(slots[g].len(), q_len, "one slot per token");
+                        b.slot_mapping[g].extend_from_slice(&slots[g]);
+                    }
+                    None => b.slot_mapping[g]
+                        .extend(c.positions().map(|pos| slot_of(table, block_size, pos))),
+                }
+            }
             for (i, &tok) in c.tokens.iter().enumerate() {
-                let pos = c.start_pos + i;
                 b.token_ids.push(tok);
-                b.positions.push(pos as u32);
-                b.slot_mapping.push(
-                    c.block_table[pos / block_size] * block_size as u32 + (pos % block_size) as u32,
-                );
+                b.positions.push((c.start_pos + i) as u32);
             }
             if q_len > 1 {
                 for q0 in (0..q_len).step_by(qt) {
@@ -128,7 +157,7 @@ impl ForwardBatch {
             let first = blk * block_size;
             let staged = start.saturating_sub(first);
             self.completed_blocks.push([
-                c.block_table[blk],
+                c.block_tables[0][blk], // quantized KV runs with one group (engine config)
                 c.stage_slot,
                 row(first.max(start)),
                 staged as u32,

@@ -16,12 +16,12 @@ pub(super) struct StepBuffers {
     pub token_ids: wgpu::Buffer,
     /// [max_tokens] u32
     pub positions: wgpu::Buffer,
-    /// [max_tokens] u32
-    pub slot_mapping: wgpu::Buffer,
+    /// [groups][max_tokens] u32: one slot mapping per KV-cache group
+    pub slot_mapping: Vec<wgpu::Buffer>,
     /// [max_seqs] SeqInfo
     pub seqs: wgpu::Buffer,
-    /// [block_table_capacity] u32
-    pub block_tables: wgpu::Buffer,
+    /// [groups][block_table_capacity] u32: the concatenated tables of each group
+    pub block_tables: Vec<wgpu::Buffer>,
     /// [tile_capacity] (seq index, first query) u32 pairs
     pub tiles: wgpu::Buffer,
     /// [max_logit_rows] u32
@@ -47,12 +47,16 @@ impl StepBuffers {
             step: gpu.uniform_buffer_init("step info", bytemuck::bytes_of(&StepInfo::default())),
             token_ids: u32s("token ids", o.max_num_batched_tokens),
             positions: u32s("positions", o.max_num_batched_tokens),
-            slot_mapping: u32s("slot mapping", o.max_num_batched_tokens),
+            slot_mapping: (0..o.kv_groups.len())
+                .map(|g| u32s(&format!("slot mapping group {g}"), o.max_num_batched_tokens))
+                .collect(),
             seqs: gpu.storage_buffer(
                 "seq infos",
                 (o.max_num_seqs * std::mem::size_of::<SeqInfo>()) as u64,
             ),
-            block_tables: u32s("block tables", block_table_capacity),
+            block_tables: (0..o.kv_groups.len())
+                .map(|g| u32s(&format!("block tables group {g}"), block_table_capacity))
+                .collect(),
             tiles: u32s("prefill tiles", 2 * tile_capacity),
             logit_rows: u32s("logit rows", o.max_logit_rows),
             stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
@@ -74,8 +78,12 @@ impl StepBuffers {
         };
         write(&self.token_ids, &b.token_ids);
         write(&self.positions, &b.positions);
-        write(&self.slot_mapping, &b.slot_mapping);
-        write(&self.block_tables, &b.block_tables);
+        for (buf, data) in self.slot_mapping.iter().zip(&b.slot_mapping) {
+            write(buf, data);
+        }
+        for (buf, data) in self.block_tables.iter().zip(&b.block_tables) {
+            write(buf, data);
+        }
         write(&self.tiles, bytemuck::cast_slice(&b.prefill_tiles));
         write(&self.logit_rows, &b.logit_rows);
         write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
@@ -186,7 +194,7 @@ impl KvPool {
         let (k_layer, v_layer) = (blocks.saturating_mul(k_block), blocks.saturating_mul(v_block));
         if k_layer.max(v_layer) > max_binding {
             let max_blocks = max_binding / k_block.max(v_block).max(1);
-            let block_bytes = (k_block + v_block) * c.num_layers as u64;
+            let block_bytes = (k_block + v_block) * o.kv_groups.slots_per_block() as u64;
             return Err(ModelError::KvPoolTooLarge {
                 bytes: k_layer.max(v_layer),
                 blocks: o.num_blocks,
@@ -210,14 +218,17 @@ impl KvPool {
             });
         }
         let (mut k, mut v, mut stage) = (Vec::new(), Vec::new(), Vec::new());
-        for layer in 0..c.num_layers {
-            k.push(gpu.storage_buffer(&format!("kv pool K layer {layer}"), k_layer));
-            v.push(gpu.storage_buffer(&format!("kv pool V layer {layer}"), v_layer));
+        // One K and one V buffer per layer slot of a block (KV-cache groups: layer l lives in
+        // slot `kv_groups.layer_slot(l).1`, at the blocks of its group's table).
+        let slots = o.kv_groups.slots_per_block();
+        for slot in 0..slots {
+            k.push(gpu.storage_buffer(&format!("kv pool K slot {slot}"), k_layer));
+            v.push(gpu.storage_buffer(&format!("kv pool V slot {slot}"), v_layer));
             if quant.is_some() {
-                stage.push(gpu.storage_buffer(&format!("kv staging layer {layer}"), stage_layer));
+                stage.push(gpu.storage_buffer(&format!("kv staging slot {slot}"), stage_layer));
             }
         }
-        let layers = c.num_layers as u64;
+        let layers = slots as u64;
         Ok(KvPool {
             k,
             v,

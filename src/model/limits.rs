@@ -138,6 +138,7 @@ mod tests {
             block_size: 16,
             num_blocks: 64,
             kv_cache: KvCacheSpec::default(),
+            kv_groups: crate::kv::KvGroups::uniform(30),
         }
     }
 

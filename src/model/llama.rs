@@ -299,16 +299,17 @@ impl Builder<'_> {
     fn attention(&self, l: usize, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout();
-        let (kp, vp) = (&self.kv.k[l], &self.kv.v[l]);
+        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
         let bs = self.o.block_size as u32;
-        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
+        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[slot] });
         match kv_quant {
             None => ops.push(Op::KvWrite(KvWriteOp::new(
                 gpu,
                 k,
                 &s.step,
                 &act.qkv,
-                &s.slot_mapping,
+                &s.slot_mapping[group],
                 kp,
                 vp,
                 layout,
@@ -336,7 +337,7 @@ impl Builder<'_> {
             k_pool: kp,
             v_pool: vp,
             seqs: &s.seqs,
-            block_tables: &s.block_tables,
+            block_tables: &s.block_tables[group],
             prefill_tiles: &s.tiles,
             partials: &act.partials,
             out: &act.attn,

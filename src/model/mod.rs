@@ -10,7 +10,7 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use batch::{ForwardBatch, Logits, LogitsWanted, SeqChunk, StepTiming};
+pub use batch::{slot_of, ForwardBatch, Logits, LogitsWanted, SeqChunk, StepTiming};
 pub use buffers::KvPool;
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
@@ -25,6 +25,7 @@ use crate::kernels::rotate::RotateOp;
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
+use crate::kv::KvGroups;
 use crate::loader::{LoadError, ModelConfig, ModelFile};
 use crate::quant::KvCacheSpec;
 use buffers::{Activations, StepBuffers};
@@ -47,6 +48,9 @@ pub struct ModelOptions {
     /// How K and V are stored (f16, or quantized with f16 staging for `max_num_seqs`
     /// sequences) and whether they are rotated.
     pub kv_cache: KvCacheSpec,
+    /// Which layers share a block table ([`KvGroups::uniform`] when every layer attends
+    /// fully); one pool buffer per slot of a block, one table and slot mapping per group.
+    pub kv_groups: KvGroups,
 }
 
 /// Errors while loading or running a model.

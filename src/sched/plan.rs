@@ -33,10 +33,15 @@ pub struct ScheduledSeq {
     pub start_pos: usize,
     /// `[num_tokens]` token ids to compute now: a prefill chunk, or the one decode token.
     pub tokens: Vec<u32>,
-    /// `[ceil((start_pos + num_tokens) / block_size)]` the sequence's block ids, in token order:
-    /// covers every position up to `start_pos + tokens.len()`. Slot of position `p`:
-    /// `block_table[p / block_size] × block_size + p % block_size`.
-    pub block_table: Vec<u32>,
+    /// `[groups][ceil((start_pos + num_tokens) / block_size)]` the sequence's block ids per
+    /// KV-cache group, in token order: each covers every position up to
+    /// `start_pos + tokens.len()`; entries of blocks dropped out of a sliding window are
+    /// [`crate::kv::NULL_BLOCK`] (never read). Slot of position `p` in group `g`:
+    /// `block_tables[g][p / block_size] × block_size + p % block_size`.
+    pub block_tables: Vec<Vec<u32>>,
+    /// `[groups][num_tokens]` the slots of `tokens` in each group, as
+    /// [`crate::kv::KvManager::reserve`] returned them: where the step writes their K and V.
+    pub slot_mapping: Vec<Vec<u32>>,
     /// Sample a next token from the last position: true for decodes and for the chunk that
     /// completes the prompt (prompt + already generated tokens after a preemption).
     pub sample: bool,

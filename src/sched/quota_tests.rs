@@ -25,6 +25,7 @@ fn request(id: RequestId, prompt: Vec<u32>, max_tokens: usize, ns: u64) -> Reque
 /// Block size 4, context 32 (8 blocks a sequence), `num_blocks` in the pool, prefix cache on.
 fn sim(num_blocks: usize, max_num_seqs: usize) -> Sim {
     Sim::new(SimConfig {
+        layers: vec![crate::kv::GroupKind::Full],
         block_size: 4,
         num_blocks,
         prefix_cache: true,

@@ -81,19 +81,20 @@ impl FinishedCounts {
 /// The budget and choices of the step being planned.
 struct Step {
     budget_left: usize,
-    /// (sequence, tokens to compute), in scheduling order.
-    chunks: Vec<(RequestId, usize)>,
+    /// (sequence, tokens to compute, their slots `[group][token]` as reserved), in
+    /// scheduling order.
+    chunks: Vec<(RequestId, usize, Vec<Vec<u32>>)>,
 }
 
 impl Step {
-    fn push(&mut self, id: RequestId, num_tokens: usize) {
+    fn push(&mut self, id: RequestId, num_tokens: usize, slots: Vec<Vec<u32>>) {
         self.budget_left -= num_tokens;
-        self.chunks.push((id, num_tokens));
+        self.chunks.push((id, num_tokens, slots));
     }
 
     /// Drops `id`'s chunk, if any, and gives its tokens back to the budget.
     fn remove(&mut self, id: RequestId) {
-        if let Some(idx) = self.chunks.iter().position(|&(c, _)| c == id) {
+        if let Some(idx) = self.chunks.iter().position(|c| c.0 == id) {
             self.budget_left += self.chunks.remove(idx).1;
         }
     }
@@ -133,7 +134,8 @@ impl Scheduler {
                 return Err(SchedError::ZeroLimit(field));
             }
         }
-        let needed = kv.layout().blocks_for_tokens(config.max_model_len);
+        let needed =
+            kv.blocks_for_lone_sequence(config.max_model_len, config.max_num_batched_tokens);
         if kv.num_blocks() < needed {
             return Err(SchedError::PoolTooSmall {
                 num_blocks: kv.num_blocks(),
@@ -235,6 +237,7 @@ impl Scheduler {
                 Phase::Decode => self.computed_decode_tokens += s.tokens.len() as u64,
             }
             self.kv.cache_full_blocks(s.id, seq.computed_tokens()).expect("running is live");
+            self.kv.slide_windows(s.id, seq.num_computed_tokens).expect("running is live");
             if !s.sample {
                 continue;
             }
@@ -362,8 +365,8 @@ impl Scheduler {
         loop {
             let num_tokens = want.min(self.kv.num_reservable_tokens(id));
             if num_tokens > 0 {
-                self.kv.reserve(id, num_tokens).expect("fits: num_reservable_tokens");
-                step.push(id, num_tokens);
+                let slots = self.kv.reserve(id, num_tokens).expect("fits: num_reservable_tokens");
+                step.push(id, num_tokens, slots);
                 return true;
             }
             let victim = self.preemption_victim(id);
@@ -435,14 +438,14 @@ impl Scheduler {
             let seq = self.seqs.get_mut(&id).expect("waiting sequence");
             let hit = self.kv.begin_sequence(id, seq.namespace, &seq.tokens).expect("not live");
             debug_assert_eq!(hit, num_cached);
-            self.kv.reserve(id, num_tokens).expect("fits: can_begin");
+            let slots = self.kv.reserve(id, num_tokens).expect("fits: can_begin");
             seq.num_computed_tokens = hit;
             if seq.first_num_cached_tokens.is_none() {
                 seq.first_num_cached_tokens = Some(hit);
                 self.prompt_tokens += seq.num_prompt_tokens as u64;
             }
             self.running.push(id);
-            step.push(id, num_tokens);
+            step.push(id, num_tokens, slots);
         }
     }
 
@@ -469,15 +472,18 @@ impl Scheduler {
         let seqs = step
             .chunks
             .iter()
-            .map(|&(id, num_tokens)| {
+            .map(|(id, num_tokens, slots)| {
+                let (id, num_tokens) = (*id, *num_tokens);
                 let seq = &self.seqs[&id];
                 let start_pos = seq.num_computed_tokens;
                 let end = start_pos + num_tokens;
+                let tables = self.kv.tables(id).expect("running");
                 ScheduledSeq {
                     id,
                     start_pos,
                     tokens: seq.tokens[start_pos..end].to_vec(),
-                    block_table: self.kv.table(id).expect("running").as_slice().to_vec(),
+                    block_tables: tables.iter().map(|t| t.as_slice().to_vec()).collect(),
+                    slot_mapping: slots.clone(),
                     sample: end == seq.tokens.len(),
                     num_cached_tokens: seq.first_num_cached_tokens.unwrap_or(0),
                 }

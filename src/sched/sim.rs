@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::kv::{KvLayout, KvManager};
+use crate::kv::{GroupKind, KvGroups, KvLayout, KvManager};
 
 use super::{
     FinishReason, Request, RequestId, Scheduler, SchedulerConfig, StepPlan, TokenEvent, Usage,
@@ -95,28 +95,35 @@ impl FakeModel {
         let mut sampled = Vec::new();
         for s in &plan.seqs {
             let tokens = &known[&s.id];
-            let mut expected = SEED;
-            for (pos, &token) in tokens[..s.start_pos].iter().enumerate() {
-                expected = kv_of(expected, token);
-                let got = self.slots[slot(&s.block_table, pos)];
-                assert_eq!(
-                    got,
-                    Some(expected),
-                    "request {} reads wrong KV at position {pos}",
-                    s.id
-                );
+            // The KV of every position: a hash chain over the tokens.
+            let mut chain = vec![SEED];
+            for &token in &tokens[..s.positions().end] {
+                chain.push(kv_of(*chain.last().expect("non-empty"), token));
             }
-            let mut h = expected;
-            for (pos, &token) in s.positions().zip(&s.tokens) {
-                let block = s.block_table[pos / bs];
-                assert_eq!(kv.pool().ref_count(block), 1, "write into shared block {block}");
-                let cached = kv.prefix_cache().is_some_and(|c| c.contains(block));
-                assert!(!cached, "write into cached block {block}");
-                h = kv_of(h, token);
-                self.slots[slot(&s.block_table, pos)] = Some(h);
+            for (g, table) in s.block_tables.iter().enumerate() {
+                // Each group reads what its first query sees (a window: only the last keys).
+                let first = kv.groups().kind(g).first_visible(s.start_pos);
+                for pos in first..s.start_pos {
+                    let got = self.slots[slot(table, pos)];
+                    assert_eq!(
+                        got,
+                        Some(chain[pos + 1]),
+                        "request {} reads wrong KV at position {pos} in group {g}",
+                        s.id
+                    );
+                }
+                for (i, pos) in s.positions().enumerate() {
+                    let block = table[pos / bs];
+                    assert_eq!(kv.pool().ref_count(block), 1, "write into shared block {block}");
+                    let cached = kv.prefix_cache().is_some_and(|c| c.contains(block));
+                    assert!(!cached, "write into cached block {block}");
+                    assert_eq!(s.slot_mapping[g][i] as usize, slot(table, pos), "slot mapping");
+                    self.slots[slot(table, pos)] = Some(chain[pos + 1]);
+                }
             }
             if s.sample {
-                sampled.push((s.id, next_token(h, self.vocab)));
+                let last = *chain.last().expect("non-empty");
+                sampled.push((s.id, next_token(last, self.vocab)));
             }
         }
         sampled
@@ -124,8 +131,10 @@ impl FakeModel {
 }
 
 /// Sizes of a simulated engine.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct SimConfig {
+    /// Attention kind of each layer: one entry per layer (its KV-cache groups follow).
+    pub layers: Vec<GroupKind>,
     pub block_size: usize,
     pub num_blocks: usize,
     pub prefix_cache: bool,
@@ -159,9 +168,10 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(config: SimConfig) -> Self {
-        let layout = KvLayout::f16(1, 1, 1, config.block_size).unwrap();
+        let groups = KvGroups::from_layer_kinds(&config.layers);
+        let layout = KvLayout::f16(groups.slots_per_block(), 1, 1, config.block_size).unwrap();
         let kv =
-            KvManager::with_prefix_cache(layout, config.num_blocks, config.prefix_cache).unwrap();
+            KvManager::with_groups(layout, groups, config.num_blocks, config.prefix_cache).unwrap();
         Sim {
             sched: Scheduler::new(config.sched, kv).unwrap(),
             model: FakeModel {
@@ -274,8 +284,12 @@ impl Sim {
             assert!(!s.tokens.is_empty());
             assert_eq!(s.tokens, known[s.positions()], "request {}: wrong tokens", s.id);
             assert_eq!(s.sample, s.positions().end == known.len());
-            assert_eq!(s.block_table.len(), s.positions().end.div_ceil(bs));
-            assert_eq!(s.block_table, self.sched.kv().table(s.id).unwrap().as_slice());
+            let tables = self.sched.kv().tables(s.id).unwrap();
+            assert_eq!(s.block_tables.len(), tables.len());
+            for (table, live) in s.block_tables.iter().zip(tables) {
+                assert_eq!(table.len(), s.positions().end.div_ceil(bs));
+                assert_eq!(table, live.as_slice());
+            }
             if s.tokens.len() == 1 && s.start_pos >= self.prompt_lens[&s.id] {
                 decodes += 1;
             } else {

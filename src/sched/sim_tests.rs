@@ -8,12 +8,13 @@ use proptest::prelude::*;
 use super::sim::{splitmix, Sim, SimConfig, SimRequest as Request};
 use super::{ConfigField, FinishReason, RequestId, SchedError, Scheduler};
 use super::{SchedulerConfig, TokenEvent, Usage};
-use crate::kv::{KvLayout, KvManager};
+use crate::kv::{GroupKind, KvLayout, KvManager};
 
 const VOCAB: u32 = 32_000;
 
 fn config(block_size: usize, num_blocks: usize, prefix_cache: bool) -> SimConfig {
     SimConfig {
+        layers: vec![GroupKind::Full],
         block_size,
         num_blocks,
         prefix_cache,
@@ -176,7 +177,7 @@ fn requests_arriving_together_compute_a_shared_prompt_once() {
     let mut cfg = config(4, 256, true);
     cfg.sched.max_model_len = 128;
     cfg.sched.max_num_batched_tokens = 512; // room to admit all four in the first step
-    let sim = run(cfg, &requests);
+    let sim = run(cfg.clone(), &requests);
     let stats = sim.sched.stats();
     assert_eq!(stats.computed_prefill_tokens, 64 + 4 * 10);
     assert_eq!(stats.prefix_hit_tokens, 3 * 64);
@@ -300,43 +301,56 @@ struct Workload {
     max_num_seqs: usize,
     max_num_batched_tokens: usize,
     prefix_cache: bool,
+    /// A sliding-window group next to the full one (the prefix cache is then off).
+    window: Option<usize>,
     requests: Vec<Request>,
     /// (step, request index): cancel that request at that step if it is unfinished.
     cancels: Vec<(usize, usize)>,
 }
 
 fn workload() -> impl Strategy<Value = Workload> {
-    (1..=4usize, 8..=40usize, 0..8usize, 1..=5usize, 1..=24usize, any::<bool>()).prop_flat_map(
-        |(block_size, max_model_len, extra_blocks, max_num_seqs, budget, prefix_cache)| {
-            let bases = prop::collection::vec(prop::collection::vec(0..4u32, max_model_len), 2);
-            let request = (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64);
-            let requests = prop::collection::vec(request, 1..=8);
-            let cancels = prop::collection::vec((0..40usize, 0..8usize), 0..3);
-            (bases, requests, cancels).prop_map(move |(bases, requests, cancels)| {
-                let requests = requests
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (base, len, max_tokens, stops, ns))| Request {
-                        id: i as RequestId,
-                        prompt: bases[base][..len].to_vec(),
-                        max_tokens,
-                        stop_token_ids: if stops { vec![2] } else { vec![] },
-                        namespace: (ns == 1).then_some(1),
-                    })
-                    .collect();
-                Workload {
-                    block_size,
-                    max_model_len,
-                    extra_blocks,
-                    max_num_seqs,
-                    max_num_batched_tokens: budget,
-                    prefix_cache,
-                    requests,
-                    cancels,
-                }
-            })
-        },
-    )
+    let window = prop_oneof![Just(None), (1..=12usize).prop_map(Some)];
+    (1..=4usize, 8..=40usize, 0..8usize, 1..=5usize, 1..=24usize, any::<bool>(), window)
+        .prop_flat_map(
+            |(
+                block_size,
+                max_model_len,
+                extra_blocks,
+                max_num_seqs,
+                budget,
+                prefix_cache,
+                window,
+            )| {
+                let bases = prop::collection::vec(prop::collection::vec(0..4u32, max_model_len), 2);
+                let request = (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64);
+                let requests = prop::collection::vec(request, 1..=8);
+                let cancels = prop::collection::vec((0..40usize, 0..8usize), 0..3);
+                (bases, requests, cancels).prop_map(move |(bases, requests, cancels)| {
+                    let requests = requests
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (base, len, max_tokens, stops, ns))| Request {
+                            id: i as RequestId,
+                            prompt: bases[base][..len].to_vec(),
+                            max_tokens,
+                            stop_token_ids: if stops { vec![2] } else { vec![] },
+                            namespace: (ns == 1).then_some(1),
+                        })
+                        .collect();
+                    Workload {
+                        block_size,
+                        max_model_len,
+                        extra_blocks,
+                        max_num_seqs,
+                        max_num_batched_tokens: budget,
+                        prefix_cache,
+                        window,
+                        requests,
+                        cancels,
+                    }
+                })
+            },
+        )
 }
 
 proptest! {
@@ -344,10 +358,24 @@ proptest! {
 
     #[test]
     fn random_workloads_finish_with_the_reference_outputs(w in workload()) {
+        let all_blocks = w.max_model_len.div_ceil(w.block_size);
+        let lone = match w.window {
+            // The full group's blocks plus the sliding group's live bound.
+            Some(window) => {
+                let step = w.max_num_batched_tokens.min(w.max_model_len);
+                all_blocks + ((window - 1 + step).div_ceil(w.block_size) + 1).min(all_blocks)
+            }
+            None => all_blocks,
+        };
+        let layers = match w.window {
+            Some(window) => vec![GroupKind::Sliding { window }, GroupKind::Full],
+            None => vec![GroupKind::Full],
+        };
         let cfg = SimConfig {
+            layers,
             block_size: w.block_size,
-            num_blocks: w.max_model_len.div_ceil(w.block_size) + w.extra_blocks,
-            prefix_cache: w.prefix_cache,
+            num_blocks: lone + w.extra_blocks,
+            prefix_cache: w.prefix_cache && w.window.is_none(),
             sched: SchedulerConfig {
                 max_num_seqs: w.max_num_seqs,
                 max_num_batched_tokens: w.max_num_batched_tokens,

@@ -1,0 +1,259 @@
+//! [`KvGroups`]: which layers share a block table. Layers are grouped by attention kind
+//! ([`GroupKind`]): every group holds the same number of layer *slots*, so every pool block has
+//! the same bytes whichever group owns it, and one block pool serves them all (vLLM's hybrid KV
+//! cache manager does the same). Each sequence holds one block table per group.
+//!
+//! ```text
+//! pool block b, group g  =  KV of layers group[g].layers[0..slots], tokens of table_g's block b
+//! layer ℓ  →  (group g, slot j): its K/V live in pool buffer j, at the blocks of table g
+//! ```
+//!
+//! ## Choosing the slots per block (s)
+//!
+//! A group of a kind with `n` layers takes `ceil(n / s)` groups of `s` slots; slots without a
+//! layer are padding (allocated, never used). Fewer groups mean fewer block tables per sequence
+//! and per step; less padding means fewer wasted pool bytes. [`KvGroups::from_layer_kinds`]
+//! takes the largest `s` whose padding is at most 1/16 of the layers (6.25 % of the pool):
+//!
+//! | model | layers (full + sliding) | s | groups | padding |
+//! |---|---|---|---|---|
+//! | Llama / SmolLM2 / Qwen2 | 30 + 0 (SmolLM2) | 30 | 1 full | 0 |
+//! | Mistral 7B v0.1 (window 4096) | 0 + 32 | 32 | 1 sliding | 0 |
+//! | Gemma 3 270M (window 512) | 3 + 15 | 3 | 1 full + 5 sliding | 0 |
+//! | Gemma 3 4B (window 1024) | 5 + 29 | 6 | 1 full + 5 sliding | 2 slots (5.6 %) |
+//! | Gemma 3 27B (window 1024) | 10 + 52 | 13 | 1 full + 4 sliding | 3 slots (4.6 %) |
+//!
+//! (Padding as a share of the padded slots: 2/36, 3/65.)
+
+/// How the layers of a group attend to the past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum GroupKind {
+    /// Every earlier position: the table covers the whole sequence.
+    Full,
+    /// A query at position `p` sees keys at positions `(p − window, p]`: blocks that fall wholly
+    /// before the window of the next query go back to the pool.
+    Sliding { window: usize },
+}
+
+impl GroupKind {
+    /// The first key position a query at `pos` reads.
+    pub fn first_visible(self, pos: usize) -> usize {
+        match self {
+            GroupKind::Full => 0,
+            GroupKind::Sliding { window } => (pos + 1).saturating_sub(window),
+        }
+    }
+
+    /// Window in tokens, 0 for full attention (what the attention kernels take).
+    pub fn window(self) -> usize {
+        match self {
+            GroupKind::Full => 0,
+            GroupKind::Sliding { window } => window,
+        }
+    }
+
+    /// Most blocks of `block_size` a sequence of this kind holds while computing `step_tokens`
+    /// tokens at once, whatever its length: `None` for full attention (grows with the context),
+    /// else `ceil((window − 1 + step_tokens) / block_size) + 1` (the keys of the step's first
+    /// query, the step's own tokens, and one block of misalignment).
+    pub fn max_live_blocks(self, block_size: usize, step_tokens: usize) -> Option<usize> {
+        match self {
+            GroupKind::Full => None,
+            GroupKind::Sliding { window } => {
+                Some((window - 1 + step_tokens.max(1)).div_ceil(block_size) + 1)
+            }
+        }
+    }
+}
+
+/// One group: its kind and its layers, in slot order (at most `slots_per_block`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KvGroup {
+    pub kind: GroupKind,
+    /// Model layer indices, ascending; slot `j` holds `layers[j]`.
+    pub layers: Vec<usize>,
+}
+
+/// The groups of one model; see the module docs.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KvGroups {
+    groups: Vec<KvGroup>,
+    slots_per_block: usize,
+    /// `[num_layers]` (group, slot) of each layer.
+    #[serde(skip)]
+    layer_slot: Vec<(usize, usize)>,
+}
+
+/// Most padding [`KvGroups::from_layer_kinds`] accepts, as a fraction of the layers: 1/16.
+const MAX_PADDING_DIVISOR: usize = 16;
+
+impl KvGroups {
+    /// Every layer alike, full attention: one group of all layers (today's layout).
+    pub fn uniform(num_layers: usize) -> KvGroups {
+        KvGroups::from_layer_kinds(&vec![GroupKind::Full; num_layers])
+    }
+
+    /// Groups for layers of the given kinds (one entry per layer). Kinds keep their first
+    /// appearance order; within a kind, layers ascend. Panics if `kinds` is empty or a sliding
+    /// window is 0 (the loader refuses both).
+    pub fn from_layer_kinds(kinds: &[GroupKind]) -> KvGroups {
+        assert!(!kinds.is_empty(), "a model has at least one layer");
+        assert!(
+            kinds.iter().all(|k| k.window() > 0 || *k == GroupKind::Full),
+            "a sliding window of 0 tokens"
+        );
+        let mut by_kind: Vec<(GroupKind, Vec<usize>)> = Vec::new();
+        for (layer, &kind) in kinds.iter().enumerate() {
+            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, layers)) => layers.push(layer),
+                None => by_kind.push((kind, vec![layer])),
+            }
+        }
+        let largest = by_kind.iter().map(|(_, l)| l.len()).max().expect("non-empty");
+        let padding = |s: usize| -> usize {
+            by_kind.iter().map(|(_, l)| l.len().div_ceil(s) * s - l.len()).sum()
+        };
+        let slots_per_block = (1..=largest)
+            .rev()
+            .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kinds.len())
+            .unwrap_or(1);
+        let mut groups = Vec::new();
+        for (kind, layers) in by_kind {
+            for chunk in layers.chunks(slots_per_block) {
+                groups.push(KvGroup { kind, layers: chunk.to_vec() });
+            }
+        }
+        let mut layer_slot = vec![(0, 0); kinds.len()];
+        for (g, group) in groups.iter().enumerate() {
+            for (j, &layer) in group.layers.iter().enumerate() {
+                layer_slot[layer] = (g, j);
+            }
+        }
+        KvGroups { groups, slots_per_block, layer_slot }
+    }
+
+    /// The groups, in table order.
+    pub fn groups(&self) -> &[KvGroup] {
+        &self.groups
+    }
+
+    /// Number of groups (block tables per sequence).
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Never true (a model has a layer); for clippy's sake.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Layer slots one pool block holds (padding included): the `num_layers` of the pool's
+    /// [`super::KvLayout`].
+    pub fn slots_per_block(&self) -> usize {
+        self.slots_per_block
+    }
+
+    /// Layers of the model.
+    pub fn num_layers(&self) -> usize {
+        self.layer_slot.len()
+    }
+
+    /// Slots without a layer, over all groups (allocated, never used).
+    pub fn num_padding_slots(&self) -> usize {
+        self.groups.len() * self.slots_per_block - self.num_layers()
+    }
+
+    /// (group, slot) of `layer`. Panics if out of range.
+    pub fn layer_slot(&self, layer: usize) -> (usize, usize) {
+        self.layer_slot[layer]
+    }
+
+    /// Kind of group `g`.
+    pub fn kind(&self, g: usize) -> GroupKind {
+        self.groups[g].kind
+    }
+
+    /// Most blocks of `block_size` one sequence of up to `max_len` tokens, computed
+    /// `step_tokens` at a time, holds at once over all groups: `ceil(max_len / block_size)` per
+    /// full group, at most [`GroupKind::max_live_blocks`] per sliding one. A pool smaller than
+    /// this cannot finish a lone sequence. O(groups).
+    pub fn blocks_for_lone_sequence(
+        &self,
+        block_size: usize,
+        max_len: usize,
+        step_tokens: usize,
+    ) -> usize {
+        let all = max_len.div_ceil(block_size);
+        let step = step_tokens.min(max_len);
+        let per_group =
+            |g: &KvGroup| g.kind.max_live_blocks(block_size, step).map_or(all, |l| l.min(all));
+        self.groups.iter().map(per_group).sum()
+    }
+
+    /// Whether every group attends fully (one group, as before groups existed).
+    pub fn all_full(&self) -> bool {
+        self.groups.iter().all(|g| g.kind == GroupKind::Full)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemma3(num_layers: usize, window: usize) -> Vec<GroupKind> {
+        (0..num_layers)
+            .map(|l| if l % 6 == 5 { GroupKind::Full } else { GroupKind::Sliding { window } })
+            .collect()
+    }
+
+    #[test]
+    fn uniform_models_keep_one_group() {
+        let g = KvGroups::uniform(30);
+        assert_eq!((g.len(), g.slots_per_block(), g.num_padding_slots()), (1, 30, 0));
+        assert_eq!(g.layer_slot(29), (0, 29));
+        let mistral = KvGroups::from_layer_kinds(&[GroupKind::Sliding { window: 4096 }; 32]);
+        assert_eq!((mistral.len(), mistral.slots_per_block()), (1, 32));
+        assert!(!mistral.all_full());
+    }
+
+    /// The table in the module docs.
+    #[test]
+    fn gemma3_groups() {
+        for (layers, window, slots, groups, padding) in
+            [(18, 512, 3, 6, 0), (34, 1024, 6, 6, 2), (62, 1024, 13, 5, 3)]
+        {
+            let g = KvGroups::from_layer_kinds(&gemma3(layers, window));
+            assert_eq!(
+                (g.slots_per_block(), g.len(), g.num_padding_slots()),
+                (slots, groups, padding),
+                "{layers} layers"
+            );
+            assert_eq!(g.kind(0), GroupKind::Sliding { window });
+            assert_eq!(g.groups().iter().filter(|x| x.kind == GroupKind::Full).count(), 1);
+            for layer in 0..layers {
+                let (gi, j) = g.layer_slot(layer);
+                assert_eq!(g.groups()[gi].layers[j], layer);
+            }
+        }
+        let g = KvGroups::from_layer_kinds(&gemma3(18, 512));
+        assert_eq!(g.groups()[5].layers, [5, 11, 17]);
+        assert_eq!(g.groups()[0].layers, [0, 1, 2]);
+    }
+
+    #[test]
+    fn window_arithmetic() {
+        let s = GroupKind::Sliding { window: 4 };
+        assert_eq!([0, 3, 4, 9].map(|p| s.first_visible(p)), [0, 0, 1, 6]);
+        assert_eq!(GroupKind::Full.first_visible(9), 0);
+        // window 512, blocks of 16: a decode needs 32 blocks + 1 of misalignment.
+        let w = GroupKind::Sliding { window: 512 };
+        assert_eq!(w.max_live_blocks(16, 1), Some(33));
+        assert_eq!(w.max_live_blocks(16, 512), Some(65));
+        assert_eq!(GroupKind::Full.max_live_blocks(16, 1), None);
+        // Gemma 3 270M at 8192 tokens, chunks of 512: 1 full group of 512 blocks, 5 sliding
+        // ones of 65 blocks at most.
+        let g = KvGroups::from_layer_kinds(&gemma3(18, 512));
+        assert_eq!(g.blocks_for_lone_sequence(16, 8192, 512), 512 + 5 * 65);
+        assert_eq!(g.blocks_for_lone_sequence(16, 100, 512), 6 * 7);
+    }
+}
