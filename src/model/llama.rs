@@ -343,7 +343,7 @@ impl Builder<'_> {
             kv_quant,
         };
         let parts = partitions(self.o.max_model_len as u32);
-        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, io)));
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, None, io)));
         if let Some(q) = kv_quant {
             ops.push(Op::KvStage(KvStageOp::new(
                 gpu,
