@@ -8,7 +8,9 @@
 //! (shaders/common/kv_quant.wgsl): dequantized (`quant::dequantize_element`) when k's block
 //! precedes P's block, else the f16 value. Every format × granularity, shuffled block tables,
 //! GQA ratios 1, 3 and MQA, block sizes 1, 16 and 64, prefill chunks after a cached prefix, decodes
-//! that complete a block, and both attention variants.
+//! that complete a block, and both attention variants. Sliding windows (every format): the table
+//! entries of blocks wholly before the window of a chunk's first query point at a block of all
+//! ones (NaN codes or NaN scales in every format), as the KV manager frees them.
 
 mod common;
 
@@ -23,6 +25,7 @@ use kvrun::quant::{
     dequantize_element, quantize_head_block, KvCacheSpec, KvFormat, KvQuant, ScaleGranularity,
 };
 use rand::seq::SliceRandom;
+use std::num::NonZeroU32;
 
 /// One sequence of the step: `start` positions already cached, `len` computed now.
 #[derive(Clone, Copy, Debug)]
@@ -48,9 +51,13 @@ fn head_block_rows(x: &[f32], s: &Shape, blk: usize, h: usize) -> Vec<f32> {
 }
 
 fn check(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], seed: u64) {
+    check_window(spec, s, chunks, None, seed);
+}
+
+fn check_window(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], window: Option<usize>, seed: u64) {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
-        check_variant(spec, s, chunks, seed, &kernels, name);
+        check_variant(spec, s, chunks, window, seed, &kernels, name);
     }
 }
 
@@ -58,6 +65,7 @@ fn check_variant(
     spec: KvCacheSpec,
     s: Shape,
     chunks: &[Chunk],
+    window: Option<usize>,
     seed: u64,
     kernels: &Kernels,
     name: &str,
@@ -133,6 +141,20 @@ fn check_variant(
             }
         }
     }
+    // blocks wholly before the window of a chunk's first query freed: their entries point at a
+    // block of all ones
+    let freed = ids[needed];
+    k_pool[freed as usize * kvh * khb..(freed as usize + 1) * kvh * khb].fill(u32::MAX);
+    v_pool[freed as usize * kvh * vhb..(freed as usize + 1) * kvh * vhb].fill(u32::MAX);
+    let gpu_tables: Vec<Vec<u32>> = chunks
+        .iter()
+        .zip(&tables)
+        .map(|(c, t)| {
+            let lo = window.map_or(0, |w| (c.start + 1).saturating_sub(w));
+            let live = |(b, &id): (usize, &u32)| if (b + 1) * bs <= lo { freed } else { id };
+            t.iter().enumerate().map(live).collect()
+        })
+        .collect();
     // the step, laid out by ForwardBatch as the model does
     let tokens: Vec<Vec<u32>> = chunks.iter().map(|c| vec![1; c.len]).collect();
     let seq_chunks: Vec<SeqChunk<'_>> = chunks
@@ -141,7 +163,7 @@ fn check_variant(
         .map(|(si, c)| SeqChunk {
             tokens: &tokens[si],
             start_pos: c.start,
-            block_table: &tables[si],
+            block_table: &gpu_tables[si],
             logits: LogitsWanted::None,
             stage_slot: slots[si],
         })
@@ -208,6 +230,7 @@ fn check_variant(
         layout,
         bs as u32,
         max_parts,
+        window.map(|w| NonZeroU32::new(w as u32).unwrap()),
         AttentionIo {
             step: &step,
             qkv: &qkv_b,
@@ -230,7 +253,7 @@ fn check_variant(
     });
     let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * qd).unwrap();
     let what = format!(
-        "{spec} ({name}) heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
+        "{spec} ({name}) window {window:?} heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
         s.heads
     );
     assert_sentinels(&format!("{what}: row past the last token"), &got[num_tokens * qd..]);
@@ -285,6 +308,7 @@ fn check_variant(
                 &read(&v[si], &vd),
                 s.heads,
                 kvh,
+                window,
             ));
             let row = out_row[si][i];
             got_rows.extend_from_slice(&got[row * qd..(row + 1) * qd]);
@@ -340,6 +364,41 @@ fn block_sizes_gqa_ratios_and_head_dims() {
     for (i, s) in shapes.into_iter().enumerate() {
         for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
             check(default(format), s, &chunks(s.block_size), (100 + i * 10 + j) as u64);
+        }
+    }
+}
+
+/// Sliding windows over every format: of 1 key, under a block, not a multiple of the block
+/// size, one partition, across a partition boundary, and longer than every context; chunks
+/// long enough to span partitions. Freed blocks (all ones) poison any read before a window.
+#[test]
+fn sliding_window_every_format() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let per_tensor =
+        spec(KvFormat::Fp8E4m3, ScaleGranularity::PerTensor, ScaleGranularity::PerTensor);
+    let specs = [
+        default(KvFormat::Fp8E4m3),
+        default(KvFormat::Fp8E5m2),
+        default(KvFormat::Int8),
+        default(KvFormat::Int4),
+        per_tensor,
+    ];
+    let shapes = [
+        Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 },
+        Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5 },
+        Shape { heads: 6, kv_heads: 1, head_dim: 128, block_size: 64 },
+    ];
+    let windows = [1usize, 7, 20, 64, 70, 1000];
+    for (i, s) in shapes.into_iter().enumerate() {
+        let bs = s.block_size;
+        let mut cs = chunks(bs);
+        cs.extend([Chunk { start: 100, len: 1 }, Chunk { start: 90, len: 45 }]);
+        for (j, spec) in specs.into_iter().enumerate() {
+            // every window for the first shape; one per format for the others
+            let ws: &[usize] = if i == 0 { &windows } else { &windows[(i + j) % 6..][..1] };
+            for (k, &w) in ws.iter().enumerate() {
+                check_window(spec, s, &cs, Some(w), (700 + i * 100 + j * 10 + k) as u64);
+            }
         }
     }
 }
