@@ -80,7 +80,6 @@ fn random_inputs(rng: &mut StdRng, s: Shape, chunks: &[Chunk]) -> Inputs {
 
 /// One step on the GPU: kv_quantize → attention → kv_stage, as the model runs them. Returns
 /// each chunk's output rows, [len, heads · head_dim].
-#[allow(clippy::too_many_arguments)]
 fn gpu_step(
     spec: KvCacheSpec,
     s: Shape,
@@ -89,7 +88,6 @@ fn gpu_step(
     window: Option<usize>,
     rng: &mut StdRng,
     kernels: &Kernels,
-    what: &str,
 ) -> Vec<Vec<f32>> {
     let t = gpu().expect("checked by the caller");
     let gpu = &t.gpu;
@@ -267,7 +265,8 @@ fn gpu_step(
         stage_op.record(pass, &shape);
     });
     let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * qd).unwrap();
-    assert_sentinels(&format!("{what}: row past the last token"), &got[num_tokens * qd..]);
+    let what = format!("{spec} window {window:?} {s:?} chunks {chunks:?}: row past the last token");
+    assert_sentinels(&what, &got[num_tokens * qd..]);
     out_row
         .iter()
         .map(|rows| rows.iter().flat_map(|&r| got[r * qd..(r + 1) * qd].to_vec()).collect())
@@ -291,7 +290,7 @@ fn check_variant(
         "{spec} ({name}) window {window:?} heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
         s.heads
     );
-    let got = gpu_step(spec, s, chunks, &inp, window, &mut rng, kernels, &what);
+    let got = gpu_step(spec, s, chunks, &inp, window, &mut rng, kernels);
     let Inputs { k, v, q } = inp;
 
     // CPU: the values each query reads, then plain attention
@@ -458,8 +457,7 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
                 let mut r = rng((1300 + i * 10 + j) as u64);
                 let prefill = [Chunk { start, len: n }];
                 let inp = random_inputs(&mut r, s, &prefill);
-                let got_prefill =
-                    gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels, &what);
+                let got_prefill = gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels);
                 let decode: Vec<Chunk> =
                     (0..n).map(|j| Chunk { start: start + j, len: 1 }).collect();
                 let per_token = Inputs {
@@ -467,8 +465,7 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
                     v: vec![inp.v[0].clone(); n],
                     q: (0..n).map(|j| inp.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
                 };
-                let got_decode =
-                    gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels, &what);
+                let got_decode = gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 let (p, d) = (bits(&got_prefill[0]), bits(&got_decode.concat()));
                 let first = p.iter().zip(&d).position(|(a, b)| a != b);
