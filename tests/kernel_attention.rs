@@ -2,7 +2,10 @@
 //! block sizes 1, 16 and 64, shuffled (non-contiguous) block tables, partially filled last
 //! blocks, GQA ratios 1, 3, 4 and MQA, several sequences of different lengths in one step,
 //! prefill chunks that start after a cached prefix, sentinels around the outputs, and
-//! bit-identity between a token computed by prefill and by decode.
+//! bit-identity between a token computed by prefill and by decode. Sliding windows smaller
+//! than, equal to and larger than the context, not multiples of the block size, with the
+//! table entries of blocks wholly before a sequence's window pointing at a NaN block (as the KV
+//! manager frees them), so any read of one shows as NaN.
 
 mod common;
 
@@ -12,6 +15,7 @@ use kvrun::kernels::kv_write::KvWriteOp;
 use kvrun::kernels::rope::QkvLayout;
 use kvrun::kernels::{attention, reference, Kernels, SeqInfo, StepInfo, StepShape};
 use rand::seq::SliceRandom;
+use std::num::NonZeroU32;
 
 /// One sequence of a test step: `ctx_len` keys in the cache, the last `q_len` are queries.
 #[derive(Clone, Copy)]
@@ -40,6 +44,8 @@ struct Data {
     q: Vec<Vec<f32>>,
     tables: Vec<Vec<u32>>,
     num_blocks: usize,
+    /// a spare block no sequence writes: all NaN in the pools
+    nan_block: u32,
 }
 
 fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
@@ -66,7 +72,7 @@ fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
         tables.push(ids[next..next + n].to_vec());
         next += n;
     }
-    Data { k, v, q, tables, num_blocks }
+    Data { k, v, q, tables, num_blocks, nan_block: ids[needed] }
 }
 
 /// Pool contents on the CPU; unused slots hold f16 NaN so a wrong read poisons the result.
@@ -90,8 +96,21 @@ fn cpu_pools(s: &Shape, seqs: &[Seq], d: &Data) -> (Vec<u32>, Vec<u32>) {
     (kp, vp)
 }
 
+/// First key position a query at `pos` sees with sliding window `window`.
+fn window_lo(pos: usize, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+}
+
 /// Runs one attention step (decode sequences must come first) and returns [tokens, heads·head_dim].
-fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f32> {
+/// With a window, the table entries of blocks wholly before the window of a sequence's first
+/// query point at the NaN block, as the KV manager frees them.
+fn gpu_attention(
+    s: &Shape,
+    seqs: &[Seq],
+    d: &Data,
+    window: Option<usize>,
+    kernels: &Kernels,
+) -> Vec<f32> {
     let t = gpu().expect("GPU checked by the caller");
     let gpu = &t.gpu;
     let layout = QkvLayout {
@@ -121,7 +140,14 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f3
             table_start: tables.len() as u32,
             ..Default::default()
         });
-        tables.extend(&d.tables[si]);
+        let lo = window_lo(q.ctx_len - q.q_len, window);
+        tables.extend(d.tables[si].iter().enumerate().map(|(b, &id)| {
+            if (b + 1) * s.block_size <= lo {
+                d.nan_block
+            } else {
+                id
+            }
+        }));
         if si >= num_decode {
             for q0 in (0..q.q_len).step_by(qt) {
                 tiles.extend([si as u32, q0 as u32]);
@@ -159,6 +185,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f3
         layout,
         s.block_size as u32,
         max_parts,
+        window.map(|w| NonZeroU32::new(w as u32).unwrap()),
         AttentionIo {
             step: &step,
             qkv: &qkv_b,
@@ -185,7 +212,7 @@ fn gpu_attention(s: &Shape, seqs: &[Seq], d: &Data, kernels: &Kernels) -> Vec<f3
     got[..num_tokens * out_stride].to_vec()
 }
 
-fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
+fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data, window: Option<usize>) -> Vec<f32> {
     let kv = s.num_kv_heads * s.head_dim;
     let qd = s.num_heads * s.head_dim;
     let mut out = Vec::new();
@@ -198,6 +225,7 @@ fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
                 &d.v[si][..ctx * kv],
                 s.num_heads,
                 s.num_kv_heads,
+                window,
             ));
         }
     }
@@ -205,18 +233,29 @@ fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data) -> Vec<f32> {
 }
 
 fn check(s: &Shape, seqs: &[Seq], seed: u64) {
+    check_window(s, seqs, None, seed);
+}
+
+fn check_window(s: &Shape, seqs: &[Seq], window: Option<usize>, seed: u64) {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
-        check_variant(s, seqs, seed, &kernels, name);
+        check_variant(s, seqs, window, seed, &kernels, name);
     }
 }
 
-fn check_variant(s: &Shape, seqs: &[Seq], seed: u64, kernels: &Kernels, name: &str) {
+fn check_variant(
+    s: &Shape,
+    seqs: &[Seq],
+    window: Option<usize>,
+    seed: u64,
+    kernels: &Kernels,
+    name: &str,
+) {
     let d = make_data(s, seqs, seed);
-    let got = gpu_attention(s, seqs, &d, kernels);
-    let want = cpu_attention(s, seqs, &d);
+    let got = gpu_attention(s, seqs, &d, window, kernels);
+    let want = cpu_attention(s, seqs, &d, window);
     let what = format!(
-        "attention ({name} as {:?}) heads {}/{} head_dim {} block {} seqs {:?}",
+        "attention ({name} as {:?}) window {window:?} heads {}/{} head_dim {} block {} seqs {:?}",
         kernels.config.attention(s.head_dim as u32),
         s.num_heads,
         s.num_kv_heads,
@@ -284,18 +323,25 @@ fn prefill_and_decode_are_bit_identical() {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
         for (i, (bs, hd)) in [(1usize, 64usize), (16, 64), (16, 128)].into_iter().enumerate() {
-            bit_identity(bs, hd, 400 + i as u64, &kernels, name);
+            bit_identity(bs, hd, None, 400 + i as u64, &kernels, name);
         }
     }
 }
 
-fn bit_identity(bs: usize, hd: usize, seed: u64, kernels: &Kernels, name: &str) {
+fn bit_identity(
+    bs: usize,
+    hd: usize,
+    window: Option<usize>,
+    seed: u64,
+    kernels: &Kernels,
+    name: &str,
+) {
     {
         let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: hd, block_size: bs };
         let (ctx, n) = (150usize, 20usize);
         let prefill = [Seq { ctx_len: ctx, q_len: n }];
         let d = make_data(&s, &prefill, seed);
-        let got_prefill = gpu_attention(&s, &prefill, &d, kernels);
+        let got_prefill = gpu_attention(&s, &prefill, &d, window, kernels);
         // n decode sequences sharing the same cache, each one query at a later position
         let decode: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: ctx - n + j + 1, q_len: 1 }).collect();
         let qd = s.num_heads * s.head_dim;
@@ -305,14 +351,63 @@ fn bit_identity(bs: usize, hd: usize, seed: u64, kernels: &Kernels, name: &str) 
             q: (0..n).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
             tables: vec![d.tables[0].clone(); n],
             num_blocks: d.num_blocks,
+            nan_block: d.nan_block,
         };
-        let got_decode = gpu_attention(&s, &decode, &dd, kernels);
+        let got_decode = gpu_attention(&s, &decode, &dd, window, kernels);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let first = bits(&got_prefill).iter().zip(bits(&got_decode)).position(|(a, b)| *a != b);
         assert!(
             first.is_none(),
-            "{name}, block {bs}, head_dim {hd}: prefill and decode differ first at element {first:?}"
+            "{name}, block {bs}, head_dim {hd}, window {window:?}: prefill and decode differ first \
+             at element {first:?}"
         );
+    }
+}
+
+/// Decode and prefill in one step under sliding windows of 1 key, under a block, not a multiple
+/// of the block size, a whole partition, across partition boundaries, equal to one context and
+/// longer than every context; blocks before each sequence's window are freed (NaN block).
+#[test]
+fn sliding_window_matches_reference() {
+    let seqs = [
+        Seq { ctx_len: 1, q_len: 1 },
+        Seq { ctx_len: 37, q_len: 1 },
+        Seq { ctx_len: 200, q_len: 1 },
+        Seq { ctx_len: 19, q_len: 19 },
+        Seq { ctx_len: 90, q_len: 23 },
+        Seq { ctx_len: 170, q_len: 40 },
+        Seq { ctx_len: 300, q_len: 100 },
+    ];
+    let windows = [1usize, 7, 37, 64, 70, 130, 1000];
+    for (i, &(h, kvh)) in GQA.iter().enumerate() {
+        for (j, bs) in [1usize, 16, 64].into_iter().enumerate() {
+            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            // a different window for each (GQA, block size) pair; all of them for one
+            let ws: &[usize] =
+                if (i, j) == (1, 1) { &windows } else { &windows[(i * 3 + j) % 7..][..1] };
+            for (k, &w) in ws.iter().enumerate() {
+                check_window(&s, &seqs, Some(w), (600 + i * 100 + j * 10 + k) as u64);
+            }
+        }
+    }
+    for (i, hd) in [16usize, 128, 256].into_iter().enumerate() {
+        let s = Shape { num_heads: 8, num_kv_heads: 2, head_dim: hd, block_size: 16 };
+        let seqs = [Seq { ctx_len: 129, q_len: 1 }, Seq { ctx_len: 150, q_len: 33 }];
+        check_window(&s, &seqs, Some(50 + i), 1000 + i as u64);
+    }
+}
+
+/// Prefill and decode of the same tokens agree to the bit under a sliding window: windows whose
+/// first key crosses a partition boundary within the chunk (80, 7) and one of a single key.
+#[test]
+fn prefill_and_decode_are_bit_identical_with_a_window() {
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        for (i, (bs, hd)) in [(1usize, 64usize), (16, 64), (16, 128)].into_iter().enumerate() {
+            for (j, w) in [80usize, 7, 1].into_iter().enumerate() {
+                bit_identity(bs, hd, Some(w), 1100 + (i * 10 + j) as u64, &kernels, name);
+            }
+        }
     }
 }
 

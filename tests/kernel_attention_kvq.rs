@@ -8,7 +8,10 @@
 //! (shaders/common/kv_quant.wgsl): dequantized (`quant::dequantize_element`) when k's block
 //! precedes P's block, else the f16 value. Every format × granularity, shuffled block tables,
 //! GQA ratios 1, 3 and MQA, block sizes 1, 16 and 64, prefill chunks after a cached prefix, decodes
-//! that complete a block, and both attention variants.
+//! that complete a block, and both attention variants. Sliding windows (every format): the table
+//! entries of blocks wholly before the window of a chunk's first query point at a block of all
+//! ones (NaN codes or NaN scales in every format), as the KV manager frees them. Prefill and
+//! decode of the same tokens agree to the bit, with and without a window.
 
 mod common;
 
@@ -22,7 +25,9 @@ use kvrun::model::{ForwardBatch, LogitsWanted, SeqChunk};
 use kvrun::quant::{
     dequantize_element, quantize_head_block, KvCacheSpec, KvFormat, KvQuant, ScaleGranularity,
 };
+use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use std::num::NonZeroU32;
 
 /// One sequence of the step: `start` positions already cached, `len` computed now.
 #[derive(Clone, Copy, Debug)]
@@ -48,20 +53,42 @@ fn head_block_rows(x: &[f32], s: &Shape, blk: usize, h: usize) -> Vec<f32> {
 }
 
 fn check(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], seed: u64) {
+    check_window(spec, s, chunks, None, seed);
+}
+
+fn check_window(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], window: Option<usize>, seed: u64) {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
-        check_variant(spec, s, chunks, seed, &kernels, name);
+        check_variant(spec, s, chunks, window, seed, &kernels, name);
     }
 }
 
-fn check_variant(
+/// Per chunk: k, v [start + len, kv_heads, head_dim] (positions 0..end), q [len, heads, head_dim].
+struct Inputs {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    q: Vec<Vec<f32>>,
+}
+
+fn random_inputs(rng: &mut StdRng, s: Shape, chunks: &[Chunk]) -> Inputs {
+    let (qd, kvd) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
+    let k = chunks.iter().map(|c| kv_values(rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
+    let v = chunks.iter().map(|c| kv_values(rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
+    let q = chunks.iter().map(|c| uniform(rng, c.len * qd, 1.0)).collect();
+    Inputs { k, v, q }
+}
+
+/// One step on the GPU: kv_quantize → attention → kv_stage, as the model runs them. Returns
+/// each chunk's output rows, [len, heads · head_dim].
+fn gpu_step(
     spec: KvCacheSpec,
     s: Shape,
     chunks: &[Chunk],
-    seed: u64,
+    inp: &Inputs,
+    window: Option<usize>,
+    rng: &mut StdRng,
     kernels: &Kernels,
-    name: &str,
-) {
+) -> Vec<Vec<f32>> {
     let t = gpu().expect("checked by the caller");
     let gpu = &t.gpu;
     let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
@@ -69,18 +96,12 @@ fn check_variant(
         QkvLayout { num_heads: s.heads as u32, num_kv_heads: kvh as u32, head_dim: hd as u32 };
     let stride = layout.stride() as usize;
     let (qd, kvd) = (s.heads * hd, kvh * hd);
-    let mut rng = rng(seed);
     let n = chunks.len();
-    let k: Vec<Vec<f32>> =
-        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
-    let v: Vec<Vec<f32>> =
-        chunks.iter().map(|c| kv_values(&mut rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
-    let q: Vec<Vec<f32>> = chunks.iter().map(|c| uniform(&mut rng, c.len * qd, 1.0)).collect();
-    // shuffled block tables over a pool with spare blocks
+    let Inputs { k, v, q } = inp;
     let needed: usize = chunks.iter().map(|c| (c.start + c.len).div_ceil(bs)).sum();
     let num_blocks = needed + 3;
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-    ids.shuffle(&mut rng);
+    ids.shuffle(rng);
     let mut tables = Vec::new();
     let mut next = 0;
     for c in chunks {
@@ -133,6 +154,20 @@ fn check_variant(
             }
         }
     }
+    // blocks wholly before the window of a chunk's first query freed: their entries point at a
+    // block of all ones
+    let freed = ids[needed];
+    k_pool[freed as usize * kvh * khb..(freed as usize + 1) * kvh * khb].fill(u32::MAX);
+    v_pool[freed as usize * kvh * vhb..(freed as usize + 1) * kvh * vhb].fill(u32::MAX);
+    let gpu_tables: Vec<Vec<u32>> = chunks
+        .iter()
+        .zip(&tables)
+        .map(|(c, t)| {
+            let lo = window.map_or(0, |w| (c.start + 1).saturating_sub(w));
+            let live = |(b, &id): (usize, &u32)| if (b + 1) * bs <= lo { freed } else { id };
+            t.iter().enumerate().map(live).collect()
+        })
+        .collect();
     // the step, laid out by ForwardBatch as the model does
     let tokens: Vec<Vec<u32>> = chunks.iter().map(|c| vec![1; c.len]).collect();
     let seq_chunks: Vec<SeqChunk<'_>> = chunks
@@ -141,7 +176,7 @@ fn check_variant(
         .map(|(si, c)| SeqChunk {
             tokens: &tokens[si],
             start_pos: c.start,
-            block_tables: std::slice::from_ref(&tables[si]),
+            block_tables: std::slice::from_ref(&gpu_tables[si]),
             slot_mapping: None,
             logits: LogitsWanted::None,
             stage_slot: slots[si],
@@ -209,6 +244,7 @@ fn check_variant(
         layout,
         bs as u32,
         max_parts,
+        window.map(|w| NonZeroU32::new(w as u32).unwrap()),
         AttentionIo {
             step: &step,
             qkv: &qkv_b,
@@ -230,18 +266,40 @@ fn check_variant(
         stage_op.record(pass, &shape);
     });
     let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * qd).unwrap();
+    let what = format!("{spec} window {window:?} {s:?} chunks {chunks:?}: row past the last token");
+    assert_sentinels(&what, &got[num_tokens * qd..]);
+    out_row
+        .iter()
+        .map(|rows| rows.iter().flat_map(|&r| got[r * qd..(r + 1) * qd].to_vec()).collect())
+        .collect()
+}
+
+fn check_variant(
+    spec: KvCacheSpec,
+    s: Shape,
+    chunks: &[Chunk],
+    window: Option<usize>,
+    seed: u64,
+    kernels: &Kernels,
+    name: &str,
+) {
+    let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
+    let (qd, kvd) = (s.heads * hd, kvh * hd);
+    let mut rng = rng(seed);
+    let inp = random_inputs(&mut rng, s, chunks);
     let what = format!(
-        "{spec} ({name}) heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
+        "{spec} ({name}) window {window:?} heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
         s.heads
     );
-    assert_sentinels(&format!("{what}: row past the last token"), &got[num_tokens * qd..]);
+    let got = gpu_step(spec, s, chunks, &inp, window, &mut rng, kernels);
+    let Inputs { k, v, q } = inp;
 
     // CPU: the values each query reads, then plain attention
     let quantized = |x: &[f32], kq: KvQuant, blk: usize, h: usize| -> Vec<f32> {
         let words = quantize_head_block(kq, bs, hd, &head_block_rows(x, &s, blk, h));
         (0..bs * hd).map(|i| dequantize_element(kq, bs, hd, &words, i / hd, i % hd)).collect()
     };
-    let (mut want, mut got_rows) = (Vec::new(), Vec::new());
+    let mut want = Vec::new();
     for (si, c) in chunks.iter().enumerate() {
         let end = c.start + c.len;
         let blocks = end.div_ceil(bs);
@@ -286,14 +344,13 @@ fn check_variant(
                 &read(&v[si], &vd),
                 s.heads,
                 kvh,
+                window,
             ));
-            let row = out_row[si][i];
-            got_rows.extend_from_slice(&got[row * qd..(row + 1) * qd]);
         }
     }
     // Outputs are convex combinations of values up to 6 (outlier channels) computed in f32
     // from the same dequantized f16 scales; only the reduction order differs: a few ulp of 6.
-    assert_close(&what, &got_rows, &want, 1e-4, 1e-4);
+    assert_close(&what, &got.concat(), &want, 1e-4, 1e-4);
 }
 
 /// A prefill from empty spanning blocks, a chunk after a cached prefix that starts inside a
@@ -341,6 +398,80 @@ fn block_sizes_gqa_ratios_and_head_dims() {
     for (i, s) in shapes.into_iter().enumerate() {
         for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
             check(default(format), s, &chunks(s.block_size), (100 + i * 10 + j) as u64);
+        }
+    }
+}
+
+/// Sliding windows over every format: of 1 key, under a block, not a multiple of the block
+/// size, one partition, across a partition boundary, and longer than every context; chunks
+/// long enough to span partitions. Freed blocks (all ones) poison any read before a window.
+#[test]
+fn sliding_window_every_format() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let per_tensor =
+        spec(KvFormat::Fp8E4m3, ScaleGranularity::PerTensor, ScaleGranularity::PerTensor);
+    let specs = [
+        default(KvFormat::Fp8E4m3),
+        default(KvFormat::Fp8E5m2),
+        default(KvFormat::Int8),
+        default(KvFormat::Int4),
+        per_tensor,
+    ];
+    let shapes = [
+        Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 },
+        Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5 },
+        Shape { heads: 6, kv_heads: 1, head_dim: 128, block_size: 64 },
+    ];
+    let windows = [1usize, 7, 20, 64, 70, 1000];
+    for (i, s) in shapes.into_iter().enumerate() {
+        let bs = s.block_size;
+        let mut cs = chunks(bs);
+        cs.extend([Chunk { start: 100, len: 1 }, Chunk { start: 90, len: 45 }]);
+        for (j, spec) in specs.into_iter().enumerate() {
+            // every window for the first shape; one per format for the others
+            let ws: &[usize] = if i == 0 { &windows } else { &windows[(i + j) % 6..][..1] };
+            for (k, &w) in ws.iter().enumerate() {
+                check_window(spec, s, &cs, Some(w), (700 + i * 100 + j * 10 + k) as u64);
+            }
+        }
+    }
+}
+
+/// The same query tokens computed as one prefill chunk and as one-token decode chunks give
+/// bit-identical outputs over a quantized pool, with and without a sliding window (windows
+/// whose first key crosses a block, a partition boundary within the chunk, or neither).
+#[test]
+fn prefill_and_decode_are_bit_identical_with_a_window() {
+    let Some(t) = gpu() else { return };
+    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 };
+    let (start, n) = (110usize, 24usize);
+    let qd = s.heads * s.head_dim;
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    for (name, kernels) in attention_variants(t) {
+        for (i, format) in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4]
+            .into_iter()
+            .enumerate()
+        {
+            let spec = default(format);
+            for (j, window) in [None, Some(3), Some(50), Some(80)].into_iter().enumerate() {
+                let what = format!("{spec} ({name}) window {window:?}");
+                let mut r = rng((1300 + i * 10 + j) as u64);
+                let prefill = [Chunk { start, len: n }];
+                let inp = random_inputs(&mut r, s, &prefill);
+                let got_prefill = gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels);
+                let decode: Vec<Chunk> =
+                    (0..n).map(|j| Chunk { start: start + j, len: 1 }).collect();
+                let per_token = Inputs {
+                    k: vec![inp.k[0].clone(); n],
+                    v: vec![inp.v[0].clone(); n],
+                    q: (0..n).map(|j| inp.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+                };
+                let got_decode = gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let (p, d) = (bits(&got_prefill[0]), bits(&got_decode.concat()));
+                let first = p.iter().zip(&d).position(|(a, b)| a != b);
+                assert!(first.is_none(), "{what}: prefill and decode differ first at {first:?}");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 
 Deterministic (seeded). Writes, next to this script:
   hf/config.json, hf/model.safetensors (f32), hf/tokenizer.json, hf/tokenizer_config.json
+  hf-window/           the same weights as a Mistral with sliding_window 11 (every layer)
   tiny-llama-f32.gguf  the same weights as GGUF arch llama, all F32, with q/k rows permuted
                        exactly as llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute) does
   tiny-llama-q.gguf    the same, linear weights in a mix of Q8_0, Q4_0, Q4_1 and F16
@@ -50,6 +51,11 @@ Q_TYPES = {
 HF_LINEAR = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
              "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+# Sliding window of hf-window/: smaller than the 40 golden tokens, not a multiple of any block size
+# the tests use, so windows start mid-block.
+WINDOW = 11
 
 
 def make_weights(rng):
@@ -114,17 +120,22 @@ def byte_tokens():
     return [table[b] for b in range(256)]
 
 
-def write_hf(w):
-    hf = os.path.join(OUT, "hf")
+def write_hf(w, window=None):
+    """hf/ (Llama), or with `window` hf-window/: the same weights as a Mistral whose every layer
+    attends to the last `window` positions only (HF `sliding_window`)."""
+    hf = os.path.join(OUT, "hf" if window is None else "hf-window")
     os.makedirs(hf, exist_ok=True)
+    arch = ("LlamaForCausalLM", "llama") if window is None else ("MistralForCausalLM", "mistral")
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "architectures": [arch[0]], "model_type": arch[1],
         "hidden_size": HIDDEN, "intermediate_size": FFN, "num_hidden_layers": N_LAYERS,
         "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV_HEADS, "head_dim": HEAD_DIM,
         "vocab_size": VOCAB, "max_position_embeddings": MAX_POS, "rms_norm_eps": EPS,
         "rope_theta": ROPE_THETA, "rope_scaling": None, "tie_word_embeddings": False,
         "attention_bias": False, "hidden_act": "silu", "torch_dtype": "float32",
     }
+    if window is not None:
+        config["sliding_window"] = window
     with open(os.path.join(hf, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
@@ -244,7 +255,7 @@ def rope(x, positions):
     return x * cos + rotate_half(x) * sin
 
 
-def attention(h, t, i, positions):
+def attention(h, t, i, positions, window=None):
     n_tokens = h.shape[0]
     q = (h @ t[f"blk.{i}.attn_q.weight"].T).reshape(n_tokens, N_HEADS, HEAD_DIM)
     k = (h @ t[f"blk.{i}.attn_k.weight"].T).reshape(n_tokens, N_KV_HEADS, HEAD_DIM)
@@ -254,6 +265,8 @@ def attention(h, t, i, positions):
     k, v = np.repeat(k, n_rep, axis=1), np.repeat(v, n_rep, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(HEAD_DIM)
     mask = np.triu(np.ones((n_tokens, n_tokens), dtype=bool), k=1)
+    if window is not None:  # HF sliding window: query p sees keys (p - window, p]
+        mask |= np.tril(np.ones((n_tokens, n_tokens), dtype=bool), k=-window)
     scores = np.where(mask[None], -np.inf, scores)
     scores = scores - scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)
@@ -262,12 +275,13 @@ def attention(h, t, i, positions):
     return out @ t[f"blk.{i}.attn_output.weight"].T
 
 
-def forward(t, ids):
+def forward(t, ids, window=None):
     """Logits [len(ids), VOCAB] for tokens at positions 0..len(ids)-1."""
     positions = np.arange(len(ids))
     x = t["token_embd.weight"][ids]
     for i in range(N_LAYERS):
-        x = x + attention(rms_norm(x, t[f"blk.{i}.attn_norm.weight"]), t, i, positions)
+        h = rms_norm(x, t[f"blk.{i}.attn_norm.weight"])
+        x = x + attention(h, t, i, positions, window)
         h = rms_norm(x, t[f"blk.{i}.ffn_norm.weight"])
         gate = h @ t[f"blk.{i}.ffn_gate.weight"].T
         up = h @ t[f"blk.{i}.ffn_up.weight"].T
@@ -283,6 +297,7 @@ def main():
     rng = np.random.default_rng(SEED)
     w = make_weights(rng)
     write_hf(w)
+    write_hf(w, window=WINDOW)
     f32_path = os.path.join(OUT, "tiny-llama-f32.gguf")
     q_path = os.path.join(OUT, "tiny-llama-q.gguf")
     write_gguf(f32_path, gguf_tensors(w), quantized=False)
@@ -297,10 +312,15 @@ def main():
     golden = {
         "description": "logits of a float64 numpy forward (HF Llama semantics) at positions "
                        "0..n-1 for token_ids; hf_f32 = hf/ and tiny-llama-f32.gguf, gguf_q = "
-                       "tiny-llama-q.gguf as dequantized by gguf-py; 6 significant digits",
+                       "tiny-llama-q.gguf as dequantized by gguf-py; hf_window = hf-window/ "
+                       "(sliding window of 11 positions); 6 significant digits",
         "token_ids": [int(i) for i in ids],
         "logits_shape": [N_GOLDEN_TOKENS, VOCAB],
-        "logits": {"hf_f32": sig6(logits_hf), "gguf_q": sig6(logits_q)},
+        "logits": {
+            "hf_f32": sig6(logits_hf),
+            "gguf_q": sig6(logits_q),
+            "hf_window": sig6(forward(hf, ids, window=WINDOW)),
+        },
     }
     with open(os.path.join(OUT, "golden.json"), "w") as f:
         json.dump(golden, f, separators=(",", ":"))

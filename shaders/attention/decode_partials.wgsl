@@ -36,10 +36,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let si = wid.z;
     let seq = seqs[si];
     let start = wid.x * PART;
+    let end = min(start + PART, seq.ctx_len);
     if (si >= step.num_decode_seqs || start >= seq.ctx_len) {
         return;
     }
-    let n_valid = min(PART, seq.ctx_len - start);
+    // keys k0 + u, u < n_valid: the partition's part of the window (partitions wholly before
+    // it write nothing; decode_reduce starts after them)
+    let k0 = max(start, window_lo(seq.ctx_len - 1u));
+    if (k0 >= end) {
+        return;
+    }
+    let n_valid = end - k0;
     let group = p.num_heads / p.num_kv_heads;
     let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
     let kvh = wid.y / slices;
@@ -53,7 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         q_sh[i] = qkv[q_row + i];
     }
     if (t < n_valid) {
-        let pos = start + t;
+        let pos = k0 + t;
         let block = block_tables[seq.table_start + pos / p.block_size];
         base_sh[t] = ((block * p.num_kv_heads + kvh) * p.block_size + pos % p.block_size) * words;
     }

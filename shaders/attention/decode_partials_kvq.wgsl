@@ -68,10 +68,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let si = wid.z;
     let seq = seqs[si];
     let start = wid.x * PART;
+    let end = min(start + PART, seq.ctx_len);
     if (si >= step.num_decode_seqs || start >= seq.ctx_len) {
         return;
     }
-    let n_valid = min(PART, seq.ctx_len - start);
+    // keys k0 + u, u < n_valid: the partition's part of the window (partitions wholly before
+    // it write nothing; decode_reduce starts after them)
+    let k0 = max(start, window_lo(seq.ctx_len - 1u));
+    if (k0 >= end) {
+        return;
+    }
+    let n_valid = end - k0;
     let group = p.num_heads / p.num_kv_heads;
     let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
     let kvh = wid.y / slices;
@@ -86,12 +93,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         q_sh[i] = qkv[q_row + i];
     }
     if (t < n_valid) {
-        let pos = start + t;
+        let pos = k0 + t;
         hb_sh[t] = block_tables[seq.table_start + pos / p.block_size] * p.num_kv_heads + kvh;
     }
     workgroupBarrier();
     if (t < n_valid) {
-        let pos = start + t;
+        let pos = k0 + t;
         for (var h = 0u; h < nh; h++) {
             s_sh[h * PART + t] = qk_score(h * HEAD_DIM, seq, kvh, pos, hb_sh[t], pos < own);
         }
@@ -126,7 +133,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let w = i % words;
         var o = vec2<f32>(0.0);
         for (var u = 0u; u < n_valid; u++) {
-            let pos = start + u;
+            let pos = k0 + u;
             o = fma(vec2<f32>(s_sh[h * PART + u]), v_pair(seq, kvh, pos, hb_sh[u], pos < own, w), o);
         }
         let ob = ((si * p.num_heads + h0 + h) * p.max_partitions + wid.x) * stride + 2u + 2u * w;

@@ -26,19 +26,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     let end = min(start + PART, seq.ctx_len);
+    // keys [k0, end): the partition's part of the window (partitions wholly before it write
+    // nothing; decode_reduce starts after them)
+    let k0 = max(start, window_lo(seq.ctx_len - 1u));
+    if (k0 >= end) {
+        return;
+    }
     let h = wid.y;
     let kvh = h / (p.num_heads / p.num_kv_heads);
     let q = q_lane(seq.q_start, h, lane);
     let table = seq.table_start;
 
     var m = NEG_BIG;
-    for (var pos = start; pos < end; pos++) {
+    for (var pos = k0; pos < end; pos++) {
         let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
         m = max(m, lanes_sum(lane_dot(q, k_lane(row))) * p.scale);
     }
     var l = 0.0;
     var o = lane_zero();
-    for (var pos = start; pos < end; pos++) {
+    for (var pos = k0; pos < end; pos++) {
         let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
         let e = exp(lanes_sum(lane_dot(q, k_lane(row))) * p.scale - m);
         l = l + e;

@@ -28,16 +28,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     let end = min(start + PART, seq.ctx_len);
+    // keys [k0, end): the partition's part of the window (partitions wholly before it write
+    // nothing; decode_reduce starts after them)
+    let k0 = max(start, window_lo(seq.ctx_len - 1u));
+    if (k0 >= end) {
+        return;
+    }
     let h = wid.y;
     let kvh = h / (p.num_heads / p.num_kv_heads);
     let q = q_lane(seq.q_start, h, lane);
     let table = seq.table_start;
     let bs = p.block_size;
     let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
-    let q_end = min(end, own);               // keys [start, q_end) are quantized
+    let q_end = min(end, own);               // keys [k0, q_end) are quantized
 
     var m = NEG_BIG;
-    var pos = start;
+    var pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
         let kb = (block_tables[table + blk] * p.num_kv_heads + kvh) * p.k_head_block_words;
@@ -47,13 +53,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             m = max(m, lanes_sum(lane_dot(q, k_lane_q(kb, pos % bs, lane, ks))) * p.scale);
         }
     }
-    for (pos = max(start, own); pos < end; pos++) {
+    for (pos = max(k0, own); pos < end; pos++) {
         m = max(m, lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale);
     }
 
     var l = 0.0;
     var o = lane_zero();
-    pos = start;
+    pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
         let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
@@ -69,7 +75,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             o = lane_fma(e, v_lane_q(vb, t, lane, vs), o);
         }
     }
-    for (pos = max(start, own); pos < end; pos++) {
+    for (pos = max(k0, own); pos < end; pos++) {
         let e = exp(lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale - m);
         l = l + e;
         o = lane_fma(e, kv_lane_f16(1u, seq, pos, kvh, lane), o);

@@ -1,5 +1,6 @@
 // Paged decode attention, reduce part: merges the partitions written by decode_partials left to
-// right (merge_factors) and normalises. One workgroup per (query head, decode sequence).
+// right (merge_factors), from the one holding the first key of the window, and normalises.
+// One workgroup per (query head, decode sequence).
 
 const WG: u32 = 64u;
 
@@ -18,13 +19,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let seq = seqs[si];
     let n_parts = (seq.ctx_len + PART - 1u) / PART;
+    let first = window_lo(seq.ctx_len - 1u) / PART;  // partitions before it: nothing written
     let stride = HEAD_DIM + 2u;
     let head_base = (si * p.num_heads + h) * p.max_partitions;
     for (var w = lid.x; w < HEAD_DIM / 2u; w += WG) {
         var m_run = NEG_BIG;
         var l_run = 0.0;
         var o_run = vec2<f32>(0.0);
-        for (var part = 0u; part < n_parts; part++) {
+        for (var part = first; part < n_parts; part++) {
             let pb = (head_base + part) * stride;
             let f = merge_factors(m_run, partials[pb]);
             l_run = fma(l_run, f.x, partials[pb + 1u] * f.y);

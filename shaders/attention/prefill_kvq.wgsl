@@ -2,8 +2,9 @@
 // into the loads (common/kv_quant.wgsl). One workgroup per (tile of up to QT query tokens of one
 // sequence, query head). Which copy of a key a query reads depends on the query: a key in an
 // earlier block than the query's is dequantized, one in the query's own block is f16 (staging
-// or this step's qkv row). Per query the arithmetic is decode_partials_kvq.wgsl +
-// decode_reduce.wgsl's, so a token's output is the same bits in both.
+// or this step's qkv row). Keys before a query's window (window_lo) are neither read nor
+// counted. Per query the arithmetic is decode_partials_kvq.wgsl + decode_reduce.wgsl's, so a
+// token's output is the same bits in both.
 
 const WG: u32 = 64u;
 const MAX_QT: u32 = 16u;
@@ -25,7 +26,8 @@ override QT: u32 = 16u;       // query tokens per tile: min(16, 2048 / HEAD_DIM)
 var<workgroup> q_sh: array<f32, 2048>;     // [QT, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;     // [QT, PART] scores, then exp
 var<workgroup> hb_sh: array<u32, PART>;    // head block index (block · kv_heads + kvh) of each key
-var<workgroup> nv_sh: array<u32, MAX_QT>;  // valid keys of the partition per query
+var<workgroup> ulo_sh: array<u32, MAX_QT>; // valid keys of the partition per query:
+var<workgroup> uhi_sh: array<u32, MAX_QT>; //   start + [ulo, uhi), empty if ulo = uhi
 var<workgroup> mp_sh: array<f32, MAX_QT>;  // partition max per query
 var<workgroup> m_sh: array<f32, MAX_QT>;   // running max per query
 var<workgroup> l_sh: array<f32, MAX_QT>;   // running sum per query
@@ -81,6 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let nq = min(QT, seq.q_len - tile.y);
     let pos0 = seq.ctx_len - seq.q_len + tile.y;  // position of the tile's first query
     let last = pos0 + nq - 1u;
+    let tile_lo = window_lo(pos0);  // no query of the tile sees a key before this
     let words = HEAD_DIM / 2u;
     let t = lid.x;
     let bs = p.block_size;
@@ -100,42 +103,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         o_acc[j] = vec2<f32>(0.0);
     }
 
-    for (var start = 0u; start <= last; start += PART) {
+    for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let pos = start + t;
-        if (pos <= last) {
+        let needed = pos >= tile_lo && pos <= last;
+        if (needed) {
             hb_sh[t] = block_tables[seq.table_start + pos / bs] * p.num_kv_heads + kvh;
         }
         workgroupBarrier();
-        if (pos <= last) {
+        if (needed) {
             for (var qi = 0u; qi < nq; qi++) {
                 let qpos = pos0 + qi;
-                if (pos <= qpos) {
+                if (pos <= qpos && pos >= window_lo(qpos)) {
                     s_sh[qi * PART + t] = qk_score(qi * HEAD_DIM, seq, kvh, pos, hb_sh[t], pos / bs < qpos / bs);
                 }
             }
         }
         if (t < nq) {
             let qpos = pos0 + t;
-            nv_sh[t] = select(0u, min(PART, qpos + 1u - start), qpos >= start);
+            let a = max(start, window_lo(qpos));
+            let b = min(start + PART, qpos + 1u);
+            ulo_sh[t] = select(0u, a - start, a < b);
+            uhi_sh[t] = select(0u, b - start, a < b);
         }
         workgroupBarrier();
         if (t < nq) {
             var m = NEG_BIG;
-            for (var u = 0u; u < nv_sh[t]; u++) {
+            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
                 m = max(m, s_sh[t * PART + u]);
             }
             mp_sh[t] = m;
         }
         workgroupBarrier();
         for (var i = t; i < nq * PART; i += WG) {
-            if (i % PART < nv_sh[i / PART]) {
+            let u = i % PART;
+            if (u >= ulo_sh[i / PART] && u < uhi_sh[i / PART]) {
                 s_sh[i] = exp(s_sh[i] - mp_sh[i / PART]);
             }
         }
         workgroupBarrier();
-        if (t < nq && nv_sh[t] > 0u) {
+        if (t < nq && ulo_sh[t] < uhi_sh[t]) {
             var l = 0.0;
-            for (var u = 0u; u < nv_sh[t]; u++) {
+            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
                 l = l + s_sh[t * PART + u];
             }
             let f = merge_factors(m_sh[t], mp_sh[t]);
@@ -148,11 +156,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var j = 0u; j < ept; j++) {
             let e = t + j * WG;
             let qi = e / words;
-            if (qi < nq && nv_sh[qi] > 0u) {
+            if (qi < nq && ulo_sh[qi] < uhi_sh[qi]) {
                 let w = e % words;
                 let qblk = (pos0 + qi) / bs;
                 var o = vec2<f32>(0.0);
-                for (var u = 0u; u < nv_sh[qi]; u++) {
+                for (var u = ulo_sh[qi]; u < uhi_sh[qi]; u++) {
                     let kpos = start + u;
                     let v = v_pair(seq, kvh, kpos, hb_sh[u], kpos / bs < qblk, w);
                     o = fma(vec2<f32>(s_sh[qi * PART + u]), v, o);

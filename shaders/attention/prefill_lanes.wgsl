@@ -3,7 +3,8 @@
 // of every query and of the outputs, and owns query j's softmax state (its score comes out of
 // the butterfly in lane j). Partitions of PART keys are walked left to right with the same
 // per-query arithmetic as decode_partials_lanes + decode_reduce, so a token's output is the
-// same bits whether it was prefilled or decoded. Causal: keys past a query's position add 0.
+// same bits whether it was prefilled or decoded. Causal: keys past a query's position, or before
+// its sliding window (window_lo), add 0; keys before the tile's first window are not read.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
@@ -36,6 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let nq = min(QT, seq.q_len - tile.y);
     let pos0 = seq.ctx_len - seq.q_len + tile.y;  // position of the tile's first query
     let last = pos0 + nq - 1u;
+    let tile_lo = window_lo(pos0);  // no query of the tile sees a key before this
     let first_tok = seq.q_start + tile.y;
     let table = seq.table_start;
     var q: array<Lane16, 8>;
@@ -44,6 +46,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     }
     let mine = lane < nq;       // this lane's query exists
     let my_pos = pos0 + lane;   // and sits at this position
+    let my_lo = window_lo(my_pos);  // and sees keys [my_lo, my_pos]
 
     var m_run = NEG_BIG;
     var l_run = 0.0;
@@ -51,23 +54,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var i = 0u; i < QT; i++) {
         o[i] = lane_zero();
     }
-    for (var start = 0u; start <= last; start += PART) {
+    for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
+        let first = max(start, tile_lo);
         var m = NEG_BIG;
-        for (var pos = start; pos < end; pos++) {
+        for (var pos = first; pos < end; pos++) {
             let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
             let s = scores(q, k_lane(row), lane);
-            m = select(m, max(m, s), pos <= my_pos);
+            m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
         }
         var l = 0.0;
         var op: array<Lane16, 8>;
         for (var i = 0u; i < QT; i++) {
             op[i] = lane_zero();
         }
-        for (var pos = start; pos < end; pos++) {
+        for (var pos = first; pos < end; pos++) {
             let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
             let s = scores(q, k_lane(row), lane);
-            let e = select(0.0, exp(s - m), mine && pos <= my_pos);
+            let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
             l = l + e;
             let v = v_lane(row);
             for (var i = 0u; i < QT; i++) {
@@ -75,7 +79,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             }
         }
         // fold this partition into the running state (queries with no key here keep theirs)
-        let has = mine && start <= my_pos;
+        let has = mine && start <= my_pos && my_lo < start + PART;
         let f = merge_factors(m_run, m);
         let a = select(1.0, f.x, has);
         let b = select(0.0, f.y, has);

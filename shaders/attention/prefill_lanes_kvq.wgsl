@@ -4,7 +4,8 @@
 // Which copy of a key each query reads follows common/kv_quant.wgsl: a key in an earlier block
 // than the query's is dequantized, a key in the query's own block is f16. Keys in the blocks the
 // tile's queries occupy can be both (quantized for a later query of the tile, f16 for one in the
-// same block): both scores are computed and each lane keeps its query's. Per query the
+// same block): both scores are computed and each lane keeps its query's. Keys before the tile's
+// first window (window_lo) are not read; those before a query's own window add 0. Per query the
 // arithmetic is decode_partials_lanes_kvq.wgsl + decode_reduce.wgsl's, bit for bit.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -39,6 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let nq = min(QT, seq.q_len - tile.y);
     let pos0 = seq.ctx_len - seq.q_len + tile.y;  // position of the tile's first query
     let last = pos0 + nq - 1u;
+    let tile_lo = window_lo(pos0);  // no query of the tile sees a key before this
     let first_tok = seq.q_start + tile.y;
     let table = seq.table_start;
     let bs = p.block_size;
@@ -50,6 +52,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     }
     let mine = lane < nq;       // this lane's query exists
     let my_pos = pos0 + lane;   // and sits at this position
+    let my_lo = window_lo(my_pos);  // and sees keys [my_lo, my_pos]
     let my_blk = my_pos / bs;
 
     var m_run = NEG_BIG;
@@ -58,10 +61,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var i = 0u; i < QT; i++) {
         o[i] = lane_zero();
     }
-    for (var start = 0u; start <= last; start += PART) {
+    for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
+        let first = max(start, tile_lo);
         var m = NEG_BIG;
-        var pos = start;
+        var pos = first;
         while (pos < end) {
             let blk = pos / bs;
             let seg = min(end, (blk + 1u) * bs);
@@ -82,7 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     let sf = scores(q, kv_lane_f16(0u, seq, pos, kvh, lane), lane);
                     s = select(s, sf, my_blk == blk);
                 }
-                m = select(m, max(m, s), pos <= my_pos);
+                m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
             }
         }
         var l = 0.0;
@@ -90,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         for (var i = 0u; i < QT; i++) {
             op[i] = lane_zero();
         }
-        pos = start;
+        pos = first;
         while (pos < end) {
             let blk = pos / bs;
             let seg = min(end, (blk + 1u) * bs);
@@ -119,7 +123,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     s = select(s, sf, my_blk == blk);
                     vf = kv_lane_f16(1u, seq, pos, kvh, lane);
                 }
-                let e = select(0.0, exp(s - m), mine && pos <= my_pos);
+                let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
                 l = l + e;
                 for (var i = 0u; i < QT; i++) {
                     let v = lane_pick(vq, vf, f16 && (pos0 + i) / bs == blk);
@@ -128,7 +132,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             }
         }
         // fold this partition into the running state (queries with no key here keep theirs)
-        let has = mine && start <= my_pos;
+        let has = mine && start <= my_pos && my_lo < start + PART;
         let f = merge_factors(m_run, m);
         let a = select(1.0, f.x, has);
         let b = select(0.0, f.y, has);

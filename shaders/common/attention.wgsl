@@ -1,17 +1,22 @@
 // Shared by the paged attention kernels (decode partials, decode reduce, prefill). They all
-// compute, for one query token, exactly the same sequence of float operations:
+// compute, for one query token at position P, exactly the same sequence of float operations:
 //
+//   the query sees keys [lo, P]: lo = window_lo(P) (0 without a sliding window, else
+//   max(0, P + 1 − window): HF's (P − W, P]);
 //   keys are cut into partitions of PART positions aligned to absolute position 0;
-//   per partition p (keys start..start+n-1, n ≥ 1):
+//   per partition p, the query's valid keys are u in [max(start, lo), min(start + PART, P + 1));
+//   a partition with no valid key for the query is skipped entirely (never merged); else
 //     s_u  = qk_score(q, k_u)                       (fma chain over head_dim, then * scale)
-//     m_p  = max_u s_u
+//     m_p  = max_u s_u                              (from NEG_BIG)
 //     e_u  = exp(s_u - m_p)
-//     l_p  = e_0 + e_1 + ... (left to right)
-//     o_p  = fma chain over u of e_u * v_u          (per dimension)
-//   partitions merged left to right (merge_factors), out = O / L.
+//     l_p  = e_0 + e_1 + ... (left to right, from 0)
+//     o_p  = fma chain over u of e_u * v_u          (per dimension, from 0)
+//   partitions merged left to right (merge_factors) from m = NEG_BIG, L = 0, O = 0, starting at
+//   partition lo / PART; out = O / L.
 //
 // So a token's attention output is bit-identical whether it was computed in a prefill chunk,
-// alone in a decode step, or next to other sequences.
+// alone in a decode step, or next to other sequences. No kernel reads a block table entry or a
+// pool row for a position before lo: the KV manager frees blocks wholly out of the window.
 
 struct AttnParams {
     num_heads: u32,       // query heads
@@ -31,6 +36,10 @@ struct AttnParams {
     v_head_block_words: u32,
     k_data_words: u32,    // u32 words of codes at the start of a K head block
     v_data_words: u32,
+    window: u32,          // sliding window W: keys (P − W, P] for a query at P; 0 = full causal
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const PART: u32 = 64u;        // key positions per partition (also the workgroup size)
@@ -38,6 +47,14 @@ const NEG_BIG: f32 = -3.0e38; // running max before the first partition (finite:
 
 override HEAD_DIM: u32 = 64u; // even, at most 256
 const MAX_HEAD_DIM: u32 = 256u;
+
+// First key position a query at position `pos` sees: pos + 1 − window, or 0.
+fn window_lo(pos: u32) -> u32 {
+    if (p.window == 0u || pos < p.window) {
+        return 0u;
+    }
+    return pos + 1u - p.window;
+}
 
 // Merge factors for folding partition (m_p) into running max m_run: (a, b, m_new) such that
 // L' = fma(L, a, l_p * b) and O' = fma(O, a, o_p * b).

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::args::{KvFormatArgs, ModelArgs};
-use crate::engine::{kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
+use crate::engine::{kv_groups, kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
@@ -29,6 +29,10 @@ pub struct PlanArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// Tokens of one step (a prefill chunk): a sliding-window sequence holds the window before
+    /// a chunk's first token and the chunk.
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -56,10 +60,6 @@ pub struct ModelShape {
     pub config: ModelConfig,
     /// Exact for model files, estimated from `torch_dtype` for a bare config.json.
     pub weight_bytes: u64,
-    /// `sliding_window` of a bare config.json whose window is smaller than its context (Mistral
-    /// v0.1). The loader refuses such a model because kvrun cannot run it yet; `plan` still
-    /// sizes its KV cache, with at most `window` tokens (+ one block of slack) per sequence.
-    pub sliding_window: Option<usize>,
 }
 
 /// The model's shape from a `.gguf` file, an HF directory or a bare config.json.
@@ -67,56 +67,18 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
     if path.is_file() && path.extension().is_some_and(|e| e == "json") {
         let json = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let (parsed, sliding_window) = match ModelConfig::from_hf_config_json_with_extras(&json) {
-            Ok(parsed) => (parsed, None),
-            Err(refused) => match without_sliding_window(&json) {
-                // Refused for its window only: plan it, counting the window.
-                Some((window, json)) => match ModelConfig::from_hf_config_json_with_extras(&json) {
-                    Ok(parsed) => (parsed, Some(window)),
-                    Err(_) => return Err(refused.in_file(path).into()),
-                },
-                None => return Err(refused.in_file(path).into()),
-            },
-        };
-        let (config, extras) = parsed;
+        let (config, extras) =
+            ModelConfig::from_hf_config_json_with_extras(&json).map_err(|e| e.in_file(path))?;
         let weight_bytes = parameter_count(&config) * dtype_bytes(&extras);
-        return Ok(ModelShape { config, weight_bytes, sliding_window });
+        return Ok(ModelShape { config, weight_bytes });
     }
     let file = ModelFile::open(path)?;
-    Ok(ModelShape {
-        config: file.config().clone(),
-        weight_bytes: file.weight_bytes(),
-        sliding_window: None,
-    })
-}
-
-/// The `plan --json` object: the [`Plan`] keys, plus `sliding_window` where the model has one.
-#[derive(serde::Serialize)]
-struct PlanJson {
-    #[serde(flatten)]
-    plan: crate::kv::Plan,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sliding_window: Option<usize>,
-}
-
-/// The config's `sliding_window` and the config without it, when it has one.
-fn without_sliding_window(json: &str) -> Option<(usize, String)> {
-    let mut value: serde_json::Value = serde_json::from_str(json).ok()?;
-    let window = value.as_object_mut()?.remove("sliding_window")?.as_u64()?;
-    Some((usize::try_from(window).ok()?, value.to_string()))
+    Ok(ModelShape { config: file.config().clone(), weight_bytes: file.weight_bytes() })
 }
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
-    let ModelShape { config, weight_bytes, sliding_window } = model_shape(&args.model.path()?)?;
+    let ModelShape { config, weight_bytes } = model_shape(&args.model.path()?)?;
     let spec = args.format.spec()?;
-    let storage = kv_storage(&spec, args.block_size, config.head_dim)?;
-    let layout = KvLayout::new(
-        config.num_layers,
-        config.num_kv_heads,
-        config.head_dim,
-        args.block_size,
-        storage,
-    )?;
     let max_model_len = args
         .max_model_len
         .unwrap_or_else(|| config.max_position_embeddings.min(DEFAULT_MAX_MODEL_LEN_CAP));
@@ -127,39 +89,30 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
              most {model_len}"
         );
     }
+    // The groups and the block the engine would use (engine::ResolvedConfig does the same).
+    let groups = kv_groups(&config, max_model_len);
+    let storage = kv_storage(&spec, args.block_size, config.head_dim)?;
+    let layout = KvLayout::new(
+        groups.slots_per_block(),
+        config.num_kv_heads,
+        config.head_dim,
+        args.block_size,
+        storage,
+    )?;
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
-    // A sliding-window sequence holds at most `window` tokens of KV plus one block of slack
-    // (DESIGN.md); the plan counts that many and still reports the context asked for.
-    let kv_tokens_per_sequence = match sliding_window {
-        Some(window) => max_model_len.min(window + args.block_size),
-        None => max_model_len,
-    };
-    let mut p = plan(&PlanInput {
+    let p = plan(&PlanInput {
         layout,
-        max_model_len: kv_tokens_per_sequence,
+        groups,
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_model_len,
         max_num_seqs: args.max_num_seqs,
         kv_cache_memory,
         weight_bytes,
     })?;
-    p.max_model_len = max_model_len;
     if args.json {
-        let json = PlanJson { plan: p, sliding_window };
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
     }
     print!("{p}");
-    if let Some(window) = sliding_window {
-        let held = if kv_tokens_per_sequence < max_model_len {
-            format!(
-                "a sequence holds at most {kv_tokens_per_sequence} tokens of KV (the window + \
-                 one block)"
-            )
-        } else {
-            format!("-c {max_model_len} fits in the window, which changes nothing here")
-        };
-        println!(
-            "note: sliding_window {window}: {held}; kvrun cannot run sliding-window models yet"
-        );
-    }
     Ok(())
 }

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use crate::gpu::GpuOptions;
-use crate::kv::{format_bytes, HeadBlockStorage, KvGroups, KvLayout, KvStorage};
-use crate::loader::ModelConfig;
+use crate::kv::{format_bytes, GroupKind, HeadBlockStorage, KvGroups, KvLayout, KvStorage};
+use crate::loader::{AttentionKind, ModelConfig};
 use crate::quant::{head_block_words, KvCacheSpec, KvQuant, KvQuantError};
 
 use super::EngineError;
@@ -137,9 +137,21 @@ pub struct ResolvedConfig {
     pub enable_prefix_cache: bool,
 }
 
-/// The KV-cache groups of `model`'s layers ([`KvGroups::from_layer_kinds`]).
-pub fn kv_groups(model: &ModelConfig) -> KvGroups {
-    KvGroups::uniform(model.num_layers)
+/// The KV-cache groups of `model`'s layers ([`KvGroups::from_layer_kinds`]) for contexts of
+/// up to `max_model_len` tokens: a window that covers the whole context is full attention (and
+/// keeps the prefix cache available).
+pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
+    let kinds: Vec<GroupKind> = model
+        .layers
+        .iter()
+        .map(|layer| match layer.attention {
+            AttentionKind::Sliding { window } if window < max_model_len => {
+                GroupKind::Sliding { window }
+            }
+            AttentionKind::Sliding { .. } | AttentionKind::Full => GroupKind::Full,
+        })
+        .collect();
+    KvGroups::from_layer_kinds(&kinds)
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -170,7 +182,7 @@ impl ResolvedConfig {
                 "--max-num-seqs and the batch token budget must be at least 1".into(),
             ));
         }
-        let kv_groups = kv_groups(model);
+        let kv_groups = kv_groups(model, max_model_len);
         if kv_groups.len() > 1 && cfg.kv_cache.format().is_quantized() {
             return Err(EngineError::Config(
                 "quantized KV (--kv-cache-dtype) does not support this model's sliding-window \

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{
-    kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
+    kv_groups, kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
     DEFAULT_MAX_MODEL_LEN_CAP,
 };
 pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};

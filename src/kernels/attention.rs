@@ -2,6 +2,7 @@
 //! reduce) and prefill. All three share the arithmetic of `shaders/common/attention.wgsl`, so a
 //! token's output does not depend on which kernel computed it.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -39,8 +40,13 @@ pub struct AttnParams {
     pub v_head_block_words: u32,
     pub k_data_words: u32,
     pub v_data_words: u32,
+    /// Sliding window W: a query at position p sees keys (p − W, p]; 0 = full causal.
+    pub window: u32,
+    pub _pad0: u32,
+    pub _pad1: u32,
+    pub _pad2: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnParams>() == 64);
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 80);
 
 /// Binding order of `decode_partials.wgsl`.
 pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 8] = [
@@ -173,6 +179,10 @@ pub struct AttentionOp {
 }
 
 impl AttentionOp {
+    /// `window`: the layer's sliding window W (a query at position p attends to keys
+    /// (p − W, p], exactly as HF); `None` for full causal attention. The kernels read no block
+    /// table entry and no pool block for a position before a query's window, so the KV manager
+    /// may free those blocks (a null table entry) and reuse them.
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
@@ -180,6 +190,7 @@ impl AttentionOp {
         layout: QkvLayout,
         block_size: u32,
         max_partitions: u32,
+        window: Option<NonZeroU32>,
         io: AttentionIo<'_>,
     ) -> Self {
         let hd = layout.head_dim;
@@ -214,6 +225,8 @@ impl AttentionOp {
             v_head_block_words: q.map_or(0, |q| q.v_head_block_words),
             k_data_words: q.map_or(0, |q| q.k_data_words),
             v_data_words: q.map_or(0, |q| q.v_data_words),
+            window: window.map_or(0, NonZeroU32::get),
+            ..Default::default()
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let variant = kernels.config.attention(hd);

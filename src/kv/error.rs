@@ -128,6 +128,7 @@ pub enum KvError {
 pub enum PlanField {
     MaxModelLen,
     MaxNumSeqs,
+    MaxNumBatchedTokens,
 }
 
 impl std::fmt::Display for PlanField {
@@ -135,6 +136,7 @@ impl std::fmt::Display for PlanField {
         f.write_str(match self {
             PlanField::MaxModelLen => "-c/--max-model-len",
             PlanField::MaxNumSeqs => "--max-num-seqs",
+            PlanField::MaxNumBatchedTokens => "--max-num-batched-tokens",
         })
     }
 }

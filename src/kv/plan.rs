@@ -1,24 +1,35 @@
 //! The arithmetic behind `kvrun plan`: what a model's KV cache costs for a context length and a
 //! concurrency, and what a byte budget holds, before anything is loaded.
 //!
+//! Per KV-cache group ([`KvGroups`]; one group for a model whose layers all attend fully):
+//!
 //! ```text
-//! kv_bytes_per_sequence = blocks_for_tokens(max_model_len) × bytes_per_block
-//! kv_bytes_needed       = max_num_seqs × kv_bytes_per_sequence
-//! kv_cache_memory       = --kv-cache-memory, or kv_bytes_needed when not given
-//! kv_blocks_fit         = floor(kv_cache_memory / bytes_per_block)
-//! kv_tokens_fit         = kv_blocks_fit × block_size
-//! sequences_fit         = floor(kv_blocks_fit / blocks_for_tokens(max_model_len))
+//! blocks_per_sequence(g) = blocks_for_tokens(max_model_len)                  full group
+//!                        = min(that, ceil((window − 1 + chunk) / block_size) + 1)   sliding
+//! kv_bytes_per_sequence  = Σ_g blocks_per_sequence(g) × bytes_per_block
+//! kv_bytes_needed        = max_num_seqs × kv_bytes_per_sequence
+//! kv_cache_memory        = --kv-cache-memory, or kv_bytes_needed when not given
+//! kv_blocks_fit          = floor(kv_cache_memory / bytes_per_block)
+//! kv_tokens_fit          = kv_blocks_fit × block_size / groups    (tokens in every group)
+//! sequences_fit          = floor(kv_blocks_fit / Σ_g blocks_per_sequence(g))
 //! kv_staging_bytes_needed = max_num_seqs × staging_bytes_per_sequence   (outside the budget)
 //! ```
+//! `chunk` is the step token budget (`--max-num-batched-tokens`): a prefill chunk holds its own
+//! tokens and the window before its first one.
 
 use super::bytes::format_bytes;
 use super::error::{KvError, PlanField};
+use super::groups::{GroupKind, KvGroups};
 use super::layout::KvLayout;
 
 /// What `kvrun plan` is asked: a model's KV shape and the serving target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanInput {
+    /// One pool block (`num_layers` = the groups' slots per block).
     pub layout: KvLayout,
+    pub groups: KvGroups,
+    /// `--max-num-batched-tokens`: tokens of one step (a prefill chunk), at least 1.
+    pub max_num_batched_tokens: usize,
     /// `-c/--max-model-len`: tokens per sequence (prompt + output), at least 1.
     pub max_model_len: usize,
     /// `--max-num-seqs`: concurrent sequences, at least 1.
@@ -29,18 +40,46 @@ pub struct PlanInput {
     pub weight_bytes: u64,
 }
 
-/// The answer: every figure of the KV budget. Serialized as the `plan --json` object; the keys
-/// are stable (DESIGN.md, "Machine-readable output").
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Plan {
-    /// `kv_bytes_per_block / block_size`: a JSON integer when whole (always for f16), else a
-    /// fraction (a per-head-block scale spread over the block's tokens).
+/// One KV-cache group in a [`Plan`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PlanGroup {
+    /// `"full"` or `"sliding"`.
+    pub kind: &'static str,
+    /// Sliding window in tokens; absent for full attention.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
+    /// Model layers of the group.
+    pub layers: usize,
+    /// KV bytes a token costs in this group while it is held (the group's layers and padding
+    /// slots): `kv_bytes_per_block / block_size`.
     #[serde(serialize_with = "integer_when_whole")]
     pub kv_bytes_per_token: f64,
-    pub kv_bytes_per_block: u64,
-    /// KV of one `max_model_len` sequence, in whole blocks.
+    /// Most blocks one `max_model_len` sequence holds in this group at once.
+    pub blocks_per_sequence: u64,
+    /// `blocks_per_sequence × kv_bytes_per_block`: flat past the window for a sliding group.
     pub kv_bytes_per_sequence: u64,
-    /// Tokens the budget holds, whole blocks only.
+}
+
+/// The answer: every figure of the KV budget. Serialized as the `plan --json` object; the keys
+/// are stable (DESIGN.md, "Machine-readable output").
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Plan {
+    /// KV bytes one token costs in every layer (all groups, padding slots included):
+    /// `groups × kv_bytes_per_block / block_size`. A JSON integer when whole (always for f16),
+    /// else a fraction (a per-head-block scale spread over the block's tokens).
+    #[serde(serialize_with = "integer_when_whole")]
+    pub kv_bytes_per_token: f64,
+    /// Bytes of one pool block (one group's block: its layer slots × KV heads × K and V).
+    pub kv_bytes_per_block: u64,
+    /// KV one `max_model_len` sequence holds at most, in whole blocks, over all groups.
+    pub kv_bytes_per_sequence: u64,
+    /// The same sequence if every layer attended fully (no window): the saving of the windows.
+    pub kv_bytes_per_sequence_full_attention: u64,
+    /// Layer slots of one block that hold no layer (equal-sized groups), over all groups.
+    pub kv_padding_slots: usize,
+    /// The groups, in block-table order.
+    pub kv_groups: Vec<PlanGroup>,
+    /// Tokens the budget holds in every group, whole blocks only.
     pub kv_tokens_fit: u64,
     /// Blocks the budget holds: the size of the block pool.
     pub kv_blocks_fit: u64,
@@ -80,18 +119,51 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
     if input.max_num_seqs == 0 {
         return Err(KvError::ZeroPlanInput { what: PlanField::MaxNumSeqs });
     }
+    if input.max_num_batched_tokens == 0 {
+        return Err(KvError::ZeroPlanInput { what: PlanField::MaxNumBatchedTokens });
+    }
+    let groups = &input.groups;
+    let num_groups = groups.len() as u64;
     let bytes_per_block = layout.bytes_per_block();
-    let blocks_per_sequence = layout.blocks_for_tokens(input.max_model_len) as u64;
+    let all_blocks = layout.blocks_for_tokens(input.max_model_len) as u64;
+    let step = input.max_num_batched_tokens.min(input.max_model_len);
+    let kv_groups: Vec<PlanGroup> = groups
+        .groups()
+        .iter()
+        .map(|g| {
+            let blocks = g
+                .kind
+                .max_live_blocks(layout.block_size, step)
+                .map_or(all_blocks, |live| (live as u64).min(all_blocks));
+            let (kind, window) = match g.kind {
+                GroupKind::Full => ("full", None),
+                GroupKind::Sliding { window } => ("sliding", Some(window)),
+            };
+            PlanGroup {
+                kind,
+                window,
+                layers: g.layers.len(),
+                kv_bytes_per_token: layout.bytes_per_token(),
+                blocks_per_sequence: blocks,
+                kv_bytes_per_sequence: blocks.saturating_mul(bytes_per_block),
+            }
+        })
+        .collect();
+    let blocks_per_sequence: u64 = kv_groups.iter().map(|g| g.blocks_per_sequence).sum();
     let kv_bytes_per_sequence = blocks_per_sequence.saturating_mul(bytes_per_block);
     let kv_bytes_needed = kv_bytes_per_sequence.saturating_mul(input.max_num_seqs as u64);
     let kv_cache_memory = input.kv_cache_memory.unwrap_or(kv_bytes_needed);
     layout.require_blocks_for_budget(kv_cache_memory)?;
     let kv_blocks_fit = kv_cache_memory / bytes_per_block;
     Ok(Plan {
-        kv_bytes_per_token: layout.bytes_per_token(),
+        kv_bytes_per_token: layout.bytes_per_token() * num_groups as f64,
         kv_bytes_per_block: bytes_per_block,
         kv_bytes_per_sequence,
-        kv_tokens_fit: kv_blocks_fit * layout.block_size as u64,
+        kv_bytes_per_sequence_full_attention: (all_blocks * num_groups)
+            .saturating_mul(bytes_per_block),
+        kv_padding_slots: groups.num_padding_slots(),
+        kv_groups,
+        kv_tokens_fit: kv_blocks_fit / num_groups * layout.block_size as u64,
         kv_blocks_fit,
         sequences_fit: kv_blocks_fit / blocks_per_sequence,
         weight_bytes: input.weight_bytes,
@@ -140,6 +212,26 @@ impl std::fmt::Display for Plan {
         row(f, "per block", self.kv_bytes_per_block, format!("{} tokens", self.block_size))?;
         let seq_note = format!("-c {} tokens", self.max_model_len);
         row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
+        if self.kv_groups.len() > 1 || self.kv_groups.iter().any(|g| g.window.is_some()) {
+            for (i, g) in self.kv_groups.iter().enumerate() {
+                let what = match g.window {
+                    Some(w) => format!("sliding window {w}"),
+                    None => "full attention".to_string(),
+                };
+                let note = format!(
+                    "{what}, {} layers, {} blocks at most",
+                    g.layers, g.blocks_per_sequence
+                );
+                row(f, &format!("  group {i}"), g.kv_bytes_per_sequence, note)?;
+            }
+            let saved = format!(
+                "without windows ({:.0} % of it held); {} padding slots",
+                100.0 * self.kv_bytes_per_sequence as f64
+                    / self.kv_bytes_per_sequence_full_attention.max(1) as f64,
+                self.kv_padding_slots
+            );
+            row(f, "full attention", self.kv_bytes_per_sequence_full_attention, saved)?;
+        }
         let needed_note = format!("--max-num-seqs {} full sequences", self.max_num_seqs);
         row(f, "needed", self.kv_bytes_needed, needed_note)?;
         let fit_note = format!(
@@ -178,6 +270,8 @@ mod tests {
 
     fn input(layout: KvLayout, ctx: usize, seqs: usize, budget: Option<u64>) -> PlanInput {
         PlanInput {
+            groups: KvGroups::uniform(layout.num_layers),
+            max_num_batched_tokens: 512,
             layout,
             max_model_len: ctx,
             max_num_seqs: seqs,
@@ -269,7 +363,7 @@ mod tests {
         assert_eq!(p.kv_bytes_per_sequence, 7 * 120_960);
         assert_eq!(p.kv_staging_bytes_per_sequence, 184_320);
         assert_eq!(p.kv_staging_bytes_needed, 4 * 184_320);
-        let json = serde_json::to_value(p).unwrap();
+        let json = serde_json::to_value(&p).unwrap();
         assert_eq!(json["kv_cache_dtype"], "int4");
         assert_eq!(json["kv_k_scale"], "per-channel");
         assert_eq!(json["kv_v_scale"], "per-token");

@@ -39,7 +39,7 @@ use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::Kernels;
-use crate::loader::{Activation, Architecture, AttentionKind, ModelConfig, ModelFile, RopeStyle};
+use crate::loader::{Activation, Architecture, ModelConfig, ModelFile, RopeStyle};
 
 fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::Unsupported(m));
@@ -58,7 +58,6 @@ fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
         (c.qk_norm, "Q/K norms"),
         (c.post_norms, "post-attention/post-MLP norms"),
         (c.activation != Activation::Silu, "a GELU MLP"),
-        (c.layers.iter().any(|l| l.attention != AttentionKind::Full), "sliding-window attention"),
         (distinct_ropes > 1, "layers with different RoPE"),
         (
             (c.attention_scale * (c.head_dim as f32).sqrt() - 1.0).abs() > 1e-5,
@@ -360,7 +359,8 @@ impl Builder<'_> {
             kv_quant,
         };
         let parts = partitions(self.o.max_model_len as u32);
-        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, io)));
+        let window = std::num::NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, window, io)));
         if let Some(q) = kv_quant {
             ops.push(Op::KvStage(KvStageOp::new(
                 gpu,

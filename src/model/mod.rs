@@ -25,8 +25,8 @@ use crate::kernels::rotate::RotateOp;
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
-use crate::kv::KvGroups;
-use crate::loader::{LoadError, ModelConfig, ModelFile};
+use crate::kv::{GroupKind, KvGroups};
+use crate::loader::{AttentionKind, LoadError, ModelConfig, ModelFile};
 use crate::quant::KvCacheSpec;
 use buffers::{Activations, StepBuffers};
 
@@ -51,6 +51,37 @@ pub struct ModelOptions {
     /// Which layers share a block table ([`KvGroups::uniform`] when every layer attends
     /// fully); one pool buffer per slot of a block, one table and slot mapping per group.
     pub kv_groups: KvGroups,
+}
+
+/// The KV-cache groups must be the ones the config's layers call for at this context
+/// (`engine::kv_groups`): each layer in a group of its own attention kind, so that no layer
+/// attends wider or narrower than its config says.
+fn check_kv_groups(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
+    let groups = &o.kv_groups;
+    if groups.num_layers() != c.num_layers {
+        return Err(ModelError::Unsupported(format!(
+            "the KV-cache groups cover {} layers, the model has {}",
+            groups.num_layers(),
+            c.num_layers
+        )));
+    }
+    for (l, layer) in c.layers.iter().enumerate() {
+        let want = match layer.attention {
+            AttentionKind::Sliding { window } if window < o.max_model_len => {
+                GroupKind::Sliding { window }
+            }
+            AttentionKind::Sliding { .. } | AttentionKind::Full => GroupKind::Full,
+        };
+        let (g, _) = groups.layer_slot(l);
+        if groups.kind(g) != want {
+            return Err(ModelError::Unsupported(format!(
+                "layer {l} attends as {want:?} but its KV-cache group is {:?}; build the groups \
+                 with engine::kv_groups",
+                groups.kind(g)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Errors while loading or running a model.
@@ -184,6 +215,7 @@ impl Model {
         file: &ModelFile,
         options: ModelOptions,
     ) -> Result<Self, ModelError> {
+        check_kv_groups(file.config(), &options)?;
         llama::load(gpu, kernels, file, options)
     }
 

@@ -62,7 +62,9 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// Causal softmax attention of one query token over `ctx` keys, all query heads.
+/// Causal softmax attention of one query token at position ctx − 1 over its `ctx` keys, all
+/// query heads; with a sliding `window` W, over the keys at positions (ctx − 1 − W, ctx − 1]
+/// only (HF's sliding-window semantics; `None`: all of them). Panics on a window of 0.
 /// q: [num_heads, head_dim], k, v: [ctx, num_kv_heads, head_dim] → [num_heads, head_dim]
 /// GQA: query head h reads KV head h / (num_heads / num_kv_heads).
 pub fn attention(
@@ -71,9 +73,12 @@ pub fn attention(
     v: &[f32],
     num_heads: usize,
     num_kv_heads: usize,
+    window: Option<usize>,
 ) -> Vec<f32> {
     let head_dim = q.len() / num_heads;
     let ctx = k.len() / (num_kv_heads * head_dim);
+    assert!(window != Some(0), "a sliding window holds at least the query's own key");
+    let lo = window.map_or(0, |w| ctx.saturating_sub(w));
     let group = num_heads / num_kv_heads;
     let scale = 1.0 / (head_dim as f64).sqrt();
     let mut out = vec![0.0f32; num_heads * head_dim];
@@ -84,14 +89,14 @@ pub fn attention(
             let base = (t * num_kv_heads + kvh) * head_dim;
             buf[base..base + head_dim].iter().map(|x| f64::from(*x)).collect()
         };
-        let scores: Vec<f64> = (0..ctx)
+        let scores: Vec<f64> = (lo..ctx)
             .map(|t| row(k, t).iter().zip(qh).map(|(a, b)| a * f64::from(*b)).sum::<f64>() * scale)
             .collect();
         let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
         let l: f64 = e.iter().sum();
         for d in 0..head_dim {
-            let o: f64 = (0..ctx).map(|t| e[t] * row(v, t)[d]).sum();
+            let o: f64 = (lo..ctx).map(|t| e[t - lo] * row(v, t)[d]).sum();
             out[h * head_dim + d] = (o / l) as f32;
         }
     }
@@ -101,4 +106,27 @@ pub fn attention(
 /// Rounds to f16 and back, as the KV pool stores values.
 pub fn round_f16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention;
+
+    /// A window of 1 sees only the query's own value; one at least the context is full attention.
+    #[test]
+    fn attention_window_bounds() {
+        let (heads, kv_heads, hd, ctx) = (2, 1, 4, 5);
+        let q: Vec<f32> = (0..heads * hd).map(|i| (i as f32 * 0.37).sin()).collect();
+        let k: Vec<f32> = (0..ctx * kv_heads * hd).map(|i| (i as f32 * 0.71).cos()).collect();
+        let v: Vec<f32> = (0..ctx * kv_heads * hd).map(|i| (i as f32 * 0.13).sin()).collect();
+        let full = attention(&q, &k, &v, heads, kv_heads, None);
+        assert_eq!(attention(&q, &k, &v, heads, kv_heads, Some(ctx)), full);
+        assert_eq!(attention(&q, &k, &v, heads, kv_heads, Some(ctx + 3)), full);
+        let last = &v[(ctx - 1) * hd..ctx * hd];
+        let one = attention(&q, &k, &v, heads, kv_heads, Some(1));
+        assert_eq!(one, [last, last].concat());
+        // window 2 = full attention over the last two keys
+        let two = attention(&q, &k[(ctx - 2) * hd..], &v[(ctx - 2) * hd..], heads, kv_heads, None);
+        assert_eq!(attention(&q, &k, &v, heads, kv_heads, Some(2)), two);
+    }
 }
