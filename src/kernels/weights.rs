@@ -266,7 +266,10 @@ fn q_blocks(format: WeightFormat, block: &[u8]) -> Vec<QBlock> {
                     lo | (((qh[32 * half + l] >> (2 * g)) & 3) << 4)
                 });
                 let scales = d | (u32::from(sc[2 * s]) << 16) | (u32::from(sc[2 * s + 1]) << 24);
-                out.push(QBlock { q, side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales] });
+                out.push(QBlock {
+                    q,
+                    side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales],
+                });
             }
         }
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 | WeightFormat::Q8_0 => {

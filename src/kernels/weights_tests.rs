@@ -96,10 +96,7 @@ fn k_quants_need_whole_super_blocks() {
     for format in [WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K] {
         let cols = 288;
         let err = PackedWeight::pack("blk.0.ffn_up.weight", format, 2, cols, &[]).unwrap_err();
-        assert!(
-            matches!(err, WeightError::BadColumns { cols: 288, multiple: 256, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, WeightError::BadColumns { cols: 288, multiple: 256, .. }), "{err:?}");
         assert!(err.to_string().contains("not a multiple of 256"), "{err}");
     }
     // Q5_0 blocks are 32 elements: 288 columns is fine.
