@@ -212,71 +212,68 @@ fn high_pair_word(q: &[u8; 32], h: usize) -> u32 {
     })
 }
 
-/// The 32-element blocks of one file block of a 4/5/6-bit format, in element order.
-fn q_blocks(format: WeightFormat, block: &[u8]) -> Vec<QBlock> {
-    let mut out = Vec::new();
-    match format {
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q5_0 => {
-            let (side0, qh, qs) = match format {
-                WeightFormat::Q4_0 => (f16_bits(&block[0..2]), 0, &block[2..18]),
-                WeightFormat::Q4_1 => {
-                    (f16_bits(&block[0..2]) | (f16_bits(&block[2..4]) << 16), 0, &block[4..20])
-                }
-                _ => (
-                    f16_bits(&block[0..2]),
-                    u32::from_le_bytes([block[2], block[3], block[4], block[5]]),
-                    &block[6..22],
-                ),
-            };
-            let q = std::array::from_fn(|e| {
-                let nibble = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
-                nibble | ((((qh >> e) & 1) as u8) << 4)
-            });
-            let side = [side0, high_bit_word(&q), 0];
-            out.push(QBlock { q, side });
+/// The block of Q4_0 (`d`, 16 bytes of nibbles), Q4_1 (`d`, `m`, nibbles) or Q5_0 (`d`, 4 bytes
+/// of 5th bits, nibbles): side words `d` (Q4_1: `| m << 16`) and the high-bit word.
+fn q_block_32(format: WeightFormat, block: &[u8]) -> QBlock {
+    let (side0, qh, qs) = match format {
+        WeightFormat::Q4_0 => (f16_bits(&block[0..2]), 0, &block[2..18]),
+        WeightFormat::Q4_1 => {
+            (f16_bits(&block[0..2]) | (f16_bits(&block[2..4]) << 16), 0, &block[4..20])
         }
-        WeightFormat::Q4_K | WeightFormat::Q5_K => {
-            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-            let scales = &block[4..16];
-            let (qh, qs) = if format == WeightFormat::Q4_K {
-                (None, &block[16..144])
-            } else {
-                (Some(&block[16..48]), &block[48..176])
-            };
-            for s in 0..8 {
-                let chunk = &qs[32 * (s / 2)..32 * (s / 2) + 32];
-                let q = std::array::from_fn(|l| {
-                    let nibble = if s % 2 == 0 { chunk[l] & 0xF } else { chunk[l] >> 4 };
-                    nibble | qh.map_or(0, |qh| ((qh[l] >> s) & 1) << 4)
-                });
-                let (sc, m) = scale_min_k4(s, scales);
-                // Exact: see the module doc.
-                let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
-                out.push(QBlock { q, side: [dl.to_bits(), ml.to_bits(), high_bit_word(&q)] });
-            }
-        }
-        WeightFormat::Q6_K => {
-            let (ql, qh, sc) = (&block[0..128], &block[128..192], &block[192..208]);
-            let d = f16_bits(&block[208..210]);
-            for s in 0..8 {
-                let q = std::array::from_fn(|l| {
-                    let e = 32 * s + l;
-                    let (half, g, l) = (e / 128, (e % 128) / 32, e % 32);
-                    let lo = (ql[64 * half + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xF;
-                    lo | (((qh[32 * half + l] >> (2 * g)) & 3) << 4)
-                });
-                let scales = d | (u32::from(sc[2 * s]) << 16) | (u32::from(sc[2 * s + 1]) << 24);
-                out.push(QBlock {
-                    q,
-                    side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales],
-                });
-            }
-        }
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 | WeightFormat::Q8_0 => {
-            unreachable!("{format:?} has no 4-bit quants")
-        }
+        _ => (
+            f16_bits(&block[0..2]),
+            u32::from_le_bytes([block[2], block[3], block[4], block[5]]),
+            &block[6..22],
+        ),
+    };
+    let q = std::array::from_fn(|e| {
+        let nibble = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+        nibble | ((((qh >> e) & 1) as u8) << 4)
+    });
+    QBlock { q, side: [side0, high_bit_word(&q), 0] }
+}
+
+/// The 8 blocks of a Q4_K / Q5_K super-block (ggml's `dequantize_row_q4_K` / `_q5_K` element
+/// order): side words `d · sc` and `dmin · m` as f32 (exact: see the module doc) and, for Q5_K,
+/// the high-bit word.
+fn q_blocks_k45(format: WeightFormat, block: &[u8], emit: &mut impl FnMut(QBlock)) {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    let scales = &block[4..16];
+    let (qh, qs) = if format == WeightFormat::Q4_K {
+        (None, &block[16..144])
+    } else {
+        (Some(&block[16..48]), &block[48..176])
+    };
+    for s in 0..8 {
+        // Blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes.
+        let chunk = &qs[32 * (s / 2)..32 * (s / 2) + 32];
+        let q = std::array::from_fn(|l| {
+            let nibble = if s % 2 == 0 { chunk[l] & 0xF } else { chunk[l] >> 4 };
+            nibble | qh.map_or(0, |qh| ((qh[l] >> s) & 1) << 4)
+        });
+        let (sc, m) = scale_min_k4(s, scales);
+        let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
+        emit(QBlock { q, side: [dl.to_bits(), ml.to_bits(), high_bit_word(&q)] });
     }
-    out
+}
+
+/// The 8 blocks of a Q6_K super-block (ggml's `dequantize_row_q6_K` element order): side words
+/// the two high-pair words and `d | sc₀ << 16 | sc₁ << 24`.
+fn q_blocks_q6_k(block: &[u8], emit: &mut impl FnMut(QBlock)) {
+    let (ql, qh, sc) = (&block[0..128], &block[128..192], &block[192..208]);
+    let d = f16_bits(&block[208..210]);
+    for s in 0..8 {
+        let q = std::array::from_fn(|l| {
+            // Element e: half e / 128, group g of 32 within it: low nibbles of ql[0..32],
+            // ql[32..64], then their high nibbles; bits 2g, 2g + 1 of qh.
+            let e = 32 * s + l;
+            let (half, g, l) = (e / 128, (e % 128) / 32, e % 32);
+            let lo = (ql[64 * half + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xF;
+            lo | (((qh[32 * half + l] >> (2 * g)) & 3) << 4)
+        });
+        let scales = d | (u32::from(sc[2 * s]) << 16) | (u32::from(sc[2 * s + 1]) << 24);
+        emit(QBlock { q, side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales] });
+    }
 }
 
 /// Packs one file row into the block-interleaved `words` and `scales`.
@@ -306,14 +303,23 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K => {
             let swb = format.scale_words_per_block();
-            let (_, block_bytes) = format.file_block();
-            let blocks = row.chunks_exact(block_bytes).flat_map(|block| q_blocks(format, block));
-            for (b, qb) in blocks.enumerate() {
+            let mut b = 0;
+            let mut emit = |qb: QBlock| {
                 for (j, word) in nibble_words(&qb.q).into_iter().enumerate() {
                     out.words[word_index(format, n, b, j, rows)] = word;
                 }
                 let at = (b * rows + n) * swb;
                 out.scales[at..at + swb].copy_from_slice(&qb.side[..swb]);
+                b += 1;
+            };
+            for block in row.chunks_exact(format.file_block().1) {
+                match format {
+                    WeightFormat::Q4_K | WeightFormat::Q5_K => {
+                        q_blocks_k45(format, block, &mut emit)
+                    }
+                    WeightFormat::Q6_K => q_blocks_q6_k(block, &mut emit),
+                    _ => emit(q_block_32(format, block)),
+                }
             }
         }
     }
