@@ -13,7 +13,7 @@
 //! Bits are only moved, never rounded: the GPU sees exactly the values the file holds. The
 //! one precomputation, for Q4_K and Q5_K, is exact: a block's scale `d · sc` and minimum
 //! `dmin · m` are stored as f32. An f16 has an 11-bit significand and `sc`, `m` are 6-bit
-//! integers, so each product has at most 17 significant bits and lies between 2⁻²⁴ and
+//! integers, so each product has at most 17 significant bits and is 0 or between 2⁻²⁴ and
 //! 65504 · 63: representable in f32, so f32 multiplication gives it exactly — the very f32 that
 //! ggml and gguf-py compute before using it. Q6_K's `d · sc` (8-bit signed `sc`) is as exact;
 //! it is formed in the kernel from the stored f16 and int8, as Q8_0's `d` is.
