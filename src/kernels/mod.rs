@@ -17,6 +17,8 @@ pub mod rotate;
 pub mod silu_mul;
 pub mod source;
 pub mod weights;
+#[cfg(test)]
+mod weights_tests;
 
 use std::sync::Arc;
 

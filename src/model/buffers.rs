@@ -116,12 +116,18 @@ pub(super) struct Activations {
     pub logits_staging: wgpu::Buffer,
     /// [max_seqs, heads, max_partitions, head_dim + 2] decode split-K partials
     pub partials: wgpu::Buffer,
+    /// One per distinct layer RoPE (`ModelConfig::distinct_ropes` order):
     /// [max_model_len, head_dim / 2] (cos, sin)
-    pub rope_table: wgpu::Buffer,
+    pub rope_tables: Vec<wgpu::Buffer>,
 }
 
 impl Activations {
-    pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions, rope_table: &[[f32; 2]]) -> Self {
+    pub fn new(
+        gpu: &Gpu,
+        c: &ModelConfig,
+        o: &ModelOptions,
+        rope_tables: &[Vec<[f32; 2]>],
+    ) -> Self {
         let f32s = |label: &str, rows: usize, cols: usize| {
             gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)
         };
@@ -152,7 +158,10 @@ impl Activations {
                     c.head_dim as u32,
                 ),
             ),
-            rope_table: gpu.storage_buffer_init("rope table", bytemuck::cast_slice(rope_table)),
+            rope_tables: rope_tables
+                .iter()
+                .map(|t| gpu.storage_buffer_init("rope table", bytemuck::cast_slice(t)))
+                .collect(),
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{NormRows, RmsNormOp};
-use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use crate::kernels::rope::{rope_table_with_freq_factors, QkvLayout, RopeOp, RopePairs};
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::Kernels;
@@ -52,13 +52,11 @@ fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
         return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
     }
-    let distinct_ropes = c.distinct_ropes().len();
     let unsupported = [
         (c.arch == Architecture::Gemma3, "the Gemma 3 architecture"),
         (c.qk_norm, "Q/K norms"),
         (c.post_norms, "post-attention/post-MLP norms"),
         (c.activation != Activation::Silu, "a GELU MLP"),
-        (distinct_ropes > 1, "layers with different RoPE"),
         (
             (c.attention_scale * (c.head_dim as f32).sqrt() - 1.0).abs() > 1e-5,
             "an attention scale other than 1/sqrt(head_dim)",
@@ -103,10 +101,16 @@ pub(super) fn load(
     validate(&c, &options)?;
     let max_binding = kernels.config.max_binding_bytes;
     super::limits::check_buffer_sizes(&c, &options, max_binding)?;
-    let table = rope_table(c.head_dim, &c.layers[0].rope, options.max_model_len);
+    // one table per distinct RoPE (Gemma 3: local and global); layers bind theirs
+    let factors = c.rope_freq_factors.as_deref();
+    let tables: Vec<_> = c
+        .distinct_ropes()
+        .iter()
+        .map(|r| rope_table_with_freq_factors(c.head_dim, r, factors, options.max_model_len))
+        .collect();
     let scope = gpu.allocation_scope();
     let step = StepBuffers::new(&gpu, &options);
-    let act = Activations::new(&gpu, &c, &options, &table);
+    let act = Activations::new(&gpu, &c, &options, &tables);
     let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
     let b = Builder {
         gpu: &gpu,
@@ -265,13 +269,15 @@ impl Builder<'_> {
             RopeStyle::Neox => RopePairs::Neox,
         };
         let s = self.step;
+        let rope = c.distinct_ropes().iter().position(|r| *r == c.layers[l].rope);
+        let table = &act.rope_tables[rope.expect("every layer's RoPE is among the distinct ones")];
         ops.push(Op::Rope(RopeOp::new(
             gpu,
             k,
             &s.step,
             &act.qkv,
             &s.positions,
-            &act.rope_table,
+            table,
             layout,
             pairs,
         )));
