@@ -87,7 +87,13 @@ fn every_config_has_the_stable_json_keys() {
         }
         assert_eq!(p["kv_cache_dtype"], "f16", "{name}");
         assert_eq!(u(&p, "block_size"), 16, "{name}");
-        assert_eq!(u(&p, "kv_bytes_per_block"), 16 * u(&p, "kv_bytes_per_token"), "{name}");
+        // A block belongs to one KV-cache group; a token costs a block's share in every group.
+        let groups = p["kv_groups"].as_array().unwrap().len() as u64;
+        assert_eq!(
+            groups * u(&p, "kv_bytes_per_block"),
+            16 * u(&p, "kv_bytes_per_token"),
+            "{name}"
+        );
     }
 }
 
@@ -163,8 +169,9 @@ fn llama_3_8b_figures() {
     assert_eq!(u(&budget, "kv_bytes_needed"), 32 * GIB);
 }
 
-/// Same KV shape as Llama-3-8B; its 4096-token sliding window caps the KV a sequence holds at
-/// 4096 + one block (DESIGN.md) once the context is longer than the window.
+/// Same KV shape as Llama-3-8B. At -c 4096 the 4096-token window covers the context (one full
+/// group, as Llama-3-8B); past it the one sliding group holds the window before a 512-token
+/// chunk and the chunk: ceil((4095 + 512) / 16) + 1 = 289 blocks of 2 MiB, whatever -c.
 #[test]
 fn mistral_7b_v0_1_figures() {
     let c = config("mistral-7b-v0.1");
@@ -172,21 +179,70 @@ fn mistral_7b_v0_1_figures() {
     assert_eq!(u(&within, "kv_bytes_per_token"), 131_072);
     assert_eq!(u(&within, "kv_bytes_per_sequence"), 512 * MIB);
     assert_eq!(u(&within, "kv_bytes_needed"), 4 * GIB);
-    assert_eq!(u(&within, "sliding_window"), 4096);
+    assert_eq!(within["kv_groups"][0]["kind"], "full");
     // 7,241,732,096 parameters in bfloat16.
     assert_eq!(u(&within, "weight_bytes"), 7_241_732_096 * 2);
 
     let long = plan_json(&c, &["-c", "32768", "--kv-cache-memory", "6GiB"]);
     assert_eq!(u(&long, "max_model_len"), 32_768);
-    assert_eq!(u(&long, "kv_bytes_per_sequence"), 257 * 2 * MIB);
+    let group = &long["kv_groups"][0];
+    assert_eq!((group["kind"].as_str(), u(group, "window")), (Some("sliding"), 4096));
+    assert_eq!(u(group, "blocks_per_sequence"), 289);
+    assert_eq!(u(&long, "kv_bytes_per_sequence"), 289 * 2 * MIB);
+    assert_eq!(u(&long, "kv_bytes_per_sequence_full_attention"), 4 * GIB);
     assert_eq!(u(&long, "kv_tokens_fit"), 6 * GIB / (128 * KIB));
-    assert_eq!(u(&long, "sequences_fit"), 3072 / 257);
+    assert_eq!(u(&long, "sequences_fit"), 3072 / 289);
+    // Decode-sized steps hold one block less than the window's 256 + 2.
+    let decode = plan_json(&c, &["-c", "32768", "--max-num-batched-tokens", "1"]);
+    assert_eq!(u(&decode["kv_groups"][0], "blocks_per_sequence"), 257);
 
     let out = kvrun(&["plan", "-m", c.to_str().unwrap(), "-c", "32768"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("sliding_window 4096"), "{text}");
-    assert!(text.contains("at most 4112 tokens"), "{text}");
+    assert!(text.contains("sliding window 4096, 32 layers, 289 blocks at most"), "{text}");
+}
+
+/// Gemma 3 270M: 18 layers (every 6th global), 1 KV head × 256, window 512. Groups of 3 layer
+/// slots: 1 full + 5 sliding, no padding; a block is 3 × 16 × 256 × 2 × 2 = 48 KiB, a token
+/// 18 × 256 × 2 × 2 = 18 KiB. At -c 8192 with 512-token chunks a sequence holds 512 blocks in
+/// the full group and 65 in each sliding one: 837 of the 3072 full attention would take (27 %).
+#[test]
+fn gemma_3_270m_figures() {
+    let c = config("gemma-3-270m");
+    let p = plan_json(&c, &["-c", "8192"]);
+    assert_eq!(u(&p, "kv_bytes_per_block"), 49_152);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 18_432);
+    assert_eq!(u(&p, "kv_padding_slots"), 0);
+    let groups = p["kv_groups"].as_array().unwrap();
+    let kinds: Vec<_> = groups.iter().map(|g| g["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["sliding", "sliding", "sliding", "sliding", "sliding", "full"]);
+    assert!(groups.iter().all(|g| u(g, "layers") == 3));
+    assert_eq!(u(&groups[0], "blocks_per_sequence"), 65);
+    assert_eq!(u(&groups[5], "blocks_per_sequence"), 512);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), 837 * 49_152);
+    assert_eq!(u(&p, "kv_bytes_per_sequence_full_attention"), 6 * 512 * 49_152);
+    // Within the window every group is full attention: one group of all 18 layers.
+    let short = plan_json(&c, &["-c", "512"]);
+    assert_eq!(short["kv_groups"].as_array().unwrap().len(), 1);
+    assert_eq!(u(&short, "kv_bytes_per_sequence"), 32 * 18 * 16 * 1024);
+}
+
+/// Gemma 3 4B (34 layers, 5 global, window 1024, 4 KV heads × 256) and 27B (62 layers, 10
+/// global, 16 KV heads × 128): the group sizes of kv/groups.rs (6 and 13 slots, 2 and 3
+/// padding slots) and their blocks.
+#[test]
+fn gemma_3_4b_and_27b_groups() {
+    let cases: [(&str, u64, u64, u64, u64, u64); 2] =
+        [("gemma-3-4b-it", 6, 6, 2, 4, 256), ("gemma-3-27b-it", 13, 5, 3, 16, 128)];
+    for (name, slots, groups, padding, kv_heads, head_dim) in cases {
+        let p = plan_json(&config(name), &["-c", "8192"]);
+        assert_eq!(p["kv_groups"].as_array().unwrap().len() as u64, groups, "{name}");
+        assert_eq!(u(&p, "kv_padding_slots"), padding, "{name}");
+        assert_eq!(u(&p, "kv_bytes_per_block"), slots * kv_heads * 16 * head_dim * 4, "{name}");
+        // Full group: 512 blocks; sliding: ceil((1023 + 512) / 16) + 1 = 97.
+        let blocks = 512 + (groups - 1) * 97;
+        assert_eq!(u(&p, "kv_bytes_per_sequence"), blocks * u(&p, "kv_bytes_per_block"), "{name}");
+    }
 }
 
 /// DESIGN.md: 30 layers × 3 KV heads × 64 × 2 × 2 = 23,040 bytes = 22.5 KiB a token.
