@@ -137,6 +137,49 @@ fn outputs_identical_across_cache_preemption_block_size_and_batching() {
     assert!(hits, "no variant hit the prefix cache: the workload shares no prefix");
 }
 
+/// A sliding window on every layer (the tiny Llama as a Mistral with window 11): prompts of
+/// up to 75 tokens plus generations run past several windows, so the KV manager drops blocks
+/// behind each sequence's window after every step (`check_integrity` bounds the live blocks
+/// after every step) and the kernels never read them. Greedy outputs are identical across
+/// block sizes, chunk sizes, batching and forced preemption; the prefix cache turns itself off
+/// for sliding layers (asking for it changes nothing).
+#[test]
+fn sliding_window_outputs_identical_across_preemption_block_size_and_batching() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    let mut preempted = false;
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let config = |bs, blocks, cache, seqs, chunk| {
+            let path =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/hf-window");
+            EngineConfig {
+                kernel_family: family,
+                model: path,
+                ..tiny_config(bs, blocks, cache, seqs, chunk)
+            }
+        };
+        let reference = run(&config(16, 64, false, 1, 256), &w);
+        let variants = [
+            ("batched", config(16, 64, true, 4, 256)),
+            ("block 1, chunks of 13", config(1, 1024, false, 6, 13)),
+            ("block 4, chunks of 8, tiny pool (preemption)", config(4, 8, false, 6, 8)),
+            ("block 64", config(64, 8, false, 3, 100)),
+        ];
+        for (name, cfg) in variants {
+            let got = run(&cfg, &w);
+            assert_eq!(got.hit_tokens, 0, "{name}: the prefix cache is off for sliding layers");
+            for (i, want) in &reference.outputs {
+                assert_eq!(&got.outputs[i], want, "{family:?} kernels, {name}: request {i}");
+            }
+            preempted |= got.preemptions > 0;
+            eprintln!("{family:?} kernels, window, {name}: {} preemptions", got.preemptions);
+        }
+    }
+    assert!(preempted, "no sliding-window variant preempted: the tiny pool is not tiny enough");
+}
+
 /// Quantized KV: for each format, prefix reuse, preemption, chunking and batching leave the
 /// greedy outputs identical to the same format and block size run one request at a time
 /// without the cache. (Other block sizes quantize over other token groups, so they are
