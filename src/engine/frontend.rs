@@ -160,6 +160,7 @@ impl Frontend {
             stop: req.stop,
             ignore_eos: false,
             namespace: req.namespace,
+            prompt_logits_from: None,
         };
         request.validate()?;
         Ok(request)

@@ -96,6 +96,8 @@ pub struct Engine {
     stage_slots: StageSlots,
     /// Tracked tenants' names by namespace, for per-tenant metrics.
     tenants: HashMap<u64, String>,
+    /// Prompt logits computed for requests that asked for them, until taken.
+    prompt_logits: HashMap<RequestId, Vec<Vec<f32>>>,
 }
 
 impl Engine {
@@ -139,6 +141,7 @@ impl Engine {
             metrics,
             stage_slots,
             tenants,
+            prompt_logits: HashMap::new(),
         })
     }
 
@@ -188,6 +191,7 @@ impl Engine {
     /// Cancels a request; returns its final event, or `None` if it was not unfinished.
     pub fn cancel(&mut self, id: RequestId) -> Option<OutputEvent> {
         let usage = self.sched.finish(id, crate::sched::FinishReason::Cancelled)?;
+        self.prompt_logits.remove(&id);
         self.update_metrics();
         let active = self.requests.remove(&id)?;
         Some(active.finished(id, crate::sched::FinishReason::Cancelled, usage, String::new()))
@@ -210,22 +214,43 @@ impl Engine {
                 start_pos: s.start_pos,
                 block_tables: &s.block_tables,
                 slot_mapping: Some(&s.slot_mapping),
-                logits: if s.sample { LogitsWanted::Last } else { LogitsWanted::None },
+                logits: match logit_rows(s) {
+                    rows if rows.is_empty() => LogitsWanted::None,
+                    rows => LogitsWanted::Range(rows),
+                },
                 stage_slot,
             })
             .collect();
         ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile())
     }
 
-    /// One token per logit row, by each request's own sampler.
+    /// Samples one token for each chunk that samples, by its request's own sampler, from its
+    /// last row; keeps the rows a request asked for as prompt logits.
     fn sample(&mut self, plan: &StepPlan, logits: &Logits) -> Vec<(RequestId, u32)> {
-        (0..logits.num_rows())
-            .map(|row| {
-                let id = plan.seqs[logits.chunks[row]].id;
-                let active = self.requests.get_mut(&id).expect("sampled request is active");
-                (id, active.sampler.sample(logits.row(row)))
-            })
-            .collect()
+        let mut sampled = Vec::new();
+        let mut row = 0;
+        while row < logits.num_rows() {
+            let s = &plan.seqs[logits.chunks[row]];
+            for r in logit_rows(s) {
+                if s.prompt_logits.contains(&r) {
+                    let kept = self.prompt_logits.entry(s.id).or_default();
+                    kept.push(logits.row(row).to_vec());
+                }
+                if s.sample && r + 1 == s.tokens.len() {
+                    let active = self.requests.get_mut(&s.id).expect("sampled request is active");
+                    sampled.push((s.id, active.sampler.sample(logits.row(row))));
+                }
+                row += 1;
+            }
+        }
+        sampled
+    }
+
+    /// The prompt logits computed so far for request `id`
+    /// ([`CompletionRequest::prompt_logits_from`]), one row per position in order, and forgets
+    /// them. Empty for a request that asked for none.
+    pub fn take_prompt_logits(&mut self, id: RequestId) -> Vec<Vec<f32>> {
+        self.prompt_logits.remove(&id).unwrap_or_default()
     }
 
     /// Detokenizes, finds stop strings, records timings; the scheduler's events become the
@@ -341,43 +366,16 @@ impl Engine {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
+}
 
-    /// Computes `tokens` of a sequence outside the scheduler (perplexity scoring: the engine
-    /// must be idle), in chunks of the step token budget, reserving KV slots as it goes.
-    /// Returns the logits the chunks ask for. The sequence uses staging slot 0 (no request
-    /// runs, so no other sequence holds it).
-    fn score(
-        &mut self,
-        seq: u64,
-        tokens: &[u32],
-        logits: impl Fn(std::ops::Range<usize>) -> LogitsWanted,
-    ) -> Result<Vec<Logits>, EngineError> {
-        let chunk_len = self.resolved.max_num_batched_tokens;
-        let (block_size, query_tile) = (self.resolved.block_size, self.model.query_tile());
-        let mut out = Vec::new();
-        let mut done = 0;
-        while done < tokens.len() {
-            let n = chunk_len.min(tokens.len() - done);
-            let kv = self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?;
-            let slots = kv.reserve(seq, n)?;
-            let tables: Vec<Vec<u32>> = kv
-                .tables(seq)
-                .expect("sequence registered")
-                .iter()
-                .map(|t| t.as_slice().to_vec())
-                .collect();
-            let chunk = SeqChunk {
-                tokens: &tokens[done..done + n],
-                start_pos: done,
-                block_tables: &tables,
-                slot_mapping: Some(&slots),
-                logits: logits(done..done + n),
-                stage_slot: 0,
-            };
-            out.push(self.model.forward(&ForwardBatch::new(&[chunk], block_size, query_tile))?);
-            done += n;
-        }
-        Ok(out)
+/// Rows of a planned chunk that get logits (chunk-relative): its prompt-logit rows, through
+/// the last row when it samples; empty for none. A range, so a chunk's rows are contiguous.
+fn logit_rows(s: &crate::sched::ScheduledSeq) -> std::ops::Range<usize> {
+    let q_len = s.tokens.len();
+    match (s.sample, s.prompt_logits.is_empty()) {
+        (false, _) => s.prompt_logits.clone(),
+        (true, true) => q_len - 1..q_len,
+        (true, false) => s.prompt_logits.start..q_len,
     }
 }
 

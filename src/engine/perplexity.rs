@@ -11,8 +11,7 @@
 
 use std::time::Instant;
 
-use super::{Engine, EngineError};
-use crate::model::LogitsWanted;
+use super::{CompletionRequest, Engine, EngineError};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -159,7 +158,7 @@ impl Engine {
                     chunk[0] = bos;
                 }
             }
-            let rows = self.scored_rows(i, &chunk, first)?;
+            let rows = self.scored_rows(&chunk, first)?;
             let base_rows = match base.as_deref_mut() {
                 Some(b) => {
                     if b.frontend.tokenizer().vocab_size() != self.frontend.tokenizer().vocab_size()
@@ -169,7 +168,7 @@ impl Engine {
                                 .into(),
                         ));
                     }
-                    Some(b.scored_rows(i, &chunk, first)?)
+                    Some(b.scored_rows(&chunk, first)?)
                 }
                 None => None,
             };
@@ -215,33 +214,25 @@ impl Engine {
         })
     }
 
-    /// The logits of positions `first .. chunk.len() − 1` of chunk `i` (each predicts the next
-    /// token), computed from an empty KV cache.
-    fn scored_rows(
-        &mut self,
-        i: usize,
-        chunk: &[u32],
-        first: usize,
-    ) -> Result<Vec<Vec<f32>>, EngineError> {
-        let ctx = chunk.len();
-        let seq = u64::MAX - i as u64;
-        self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.add_sequence(seq)?;
-        let result = self.score(seq, chunk, |range| {
-            let lo = range.start.max(first);
-            let hi = range.end.min(ctx - 1);
-            if lo < hi {
-                LogitsWanted::Range(lo - range.start..hi - range.start)
-            } else {
-                LogitsWanted::None
-            }
-        });
-        self.sched.kv_mut().ok_or(EngineError::Busy("perplexity"))?.free_sequence(seq)?;
-        let mut rows = Vec::with_capacity(ctx - 1 - first);
-        for logits in result? {
-            for r in 0..logits.num_rows() {
-                rows.push(logits.row(r).to_vec());
-            }
+    /// The logits of positions `first .. chunk.len() − 1` of a chunk (each predicts the next
+    /// token): an ordinary request through the scheduler that asks for prompt logits from
+    /// `first` (so none of those positions comes from the prefix cache) and one greedy token,
+    /// which is discarded. Needs an idle engine: the steps it runs would otherwise carry other
+    /// requests' events, which it drops.
+    fn scored_rows(&mut self, chunk: &[u32], first: usize) -> Result<Vec<Vec<f32>>, EngineError> {
+        if self.has_unfinished() {
+            return Err(EngineError::Busy("perplexity"));
         }
+        let mut req = CompletionRequest::new(chunk.to_vec(), 1);
+        req.ignore_eos = true;
+        req.prompt_logits_from = Some(first);
+        let id = self.add_request(req)?;
+        while self.has_unfinished() {
+            self.step()?;
+        }
+        let mut rows = self.take_prompt_logits(id);
+        debug_assert_eq!(rows.len(), chunk.len() - first);
+        rows.truncate(chunk.len() - 1 - first); // the last position predicts past the chunk
         Ok(rows)
     }
 }

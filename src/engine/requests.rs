@@ -25,6 +25,9 @@ pub struct CompletionRequest {
     pub ignore_eos: bool,
     /// Prefix-cache isolation key: requests share cached blocks only within one namespace.
     pub namespace: Option<u64>,
+    /// Also compute the logits of the prompt positions from this one on (perplexity); the
+    /// engine keeps them for [`super::Engine::take_prompt_logits`].
+    pub prompt_logits_from: Option<usize>,
 }
 
 impl CompletionRequest {
@@ -36,6 +39,7 @@ impl CompletionRequest {
             stop: Vec::new(),
             ignore_eos: false,
             namespace: None,
+            prompt_logits_from: None,
         }
     }
 
@@ -52,7 +56,12 @@ impl CompletionRequest {
     }
 
     pub(super) fn to_sched(&self, id: RequestId) -> Request {
-        Request { id, prompt: self.prompt.clone(), namespace: self.namespace }
+        Request {
+            id,
+            prompt: self.prompt.clone(),
+            namespace: self.namespace,
+            prompt_logits_from: self.prompt_logits_from,
+        }
     }
 
     /// When the request ends: the one place that decides it (the scheduler only ends a sequence

@@ -57,6 +57,7 @@ mod tests {
             tokens: vec![1],
             block_tables: vec![vec![0]],
             slot_mapping: vec![vec![0]],
+            prompt_logits: 0..0,
             sample: true,
             num_cached_tokens: 0,
         };

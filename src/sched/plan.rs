@@ -45,6 +45,10 @@ pub struct ScheduledSeq {
     /// Sample a next token from the last position: true for decodes and for the chunk that
     /// completes the prompt (prompt + already generated tokens after a preemption).
     pub sample: bool,
+    /// Rows of `tokens` (chunk-relative) whose logits the request asked for as prompt logits
+    /// ([`super::Request::prompt_logits_from`]); empty for most chunks. When `sample` is set too
+    /// it ends at the last row.
+    pub prompt_logits: Range<usize>,
     /// Prefix-cache hit of the request at its first admission, for usage reporting.
     pub num_cached_tokens: usize,
 }

@@ -19,7 +19,14 @@ fn tokens(seed: u64, len: usize) -> Vec<u32> {
 }
 
 fn request(id: RequestId, prompt: Vec<u32>, max_tokens: usize, ns: u64) -> Request {
-    Request { id, prompt, max_tokens, stop_token_ids: Vec::new(), namespace: Some(ns) }
+    Request {
+        id,
+        prompt,
+        max_tokens,
+        stop_token_ids: Vec::new(),
+        namespace: Some(ns),
+        prompt_logits_from: None,
+    }
 }
 
 /// Block size 4, context 32 (8 blocks a sequence), `num_blocks` in the pool, prefix cache on.

@@ -16,6 +16,10 @@ pub struct Request {
     pub prompt: Vec<u32>,
     /// Prefix-cache isolation key: requests share cached blocks only within one namespace.
     pub namespace: Namespace,
+    /// Compute logits for the prompt positions from this one on (perplexity): those positions
+    /// are never taken from the prefix cache, and each step's plan names them in
+    /// [`super::ScheduledSeq::prompt_logits`], once each, preemption included.
+    pub prompt_logits_from: Option<usize>,
 }
 
 /// Why a request ended: decided by the engine's output stage (stop tokens, `max_tokens`, stop

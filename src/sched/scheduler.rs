@@ -173,7 +173,10 @@ impl Scheduler {
         if prompt_len == 0 {
             return Err(SchedError::EmptyPrompt { id });
         }
-        if prompt_len >= max_model_len {
+        // A prompt needs room for one generated token, except a scoring request (prompt
+        // logits): its one sampled token ends it on the full context and is never computed.
+        let room = usize::from(request.prompt_logits_from.is_none());
+        if prompt_len + room > max_model_len {
             return Err(SchedError::PromptTooLong { id, prompt_len, max_model_len });
         }
         if self.seqs.contains_key(&id) {
@@ -229,6 +232,9 @@ impl Scheduler {
                 continue; // no longer running this plan
             }
             seq.num_computed_tokens += s.tokens.len();
+            if !s.prompt_logits.is_empty() {
+                seq.prompt_logits.start = s.start_pos + s.prompt_logits.end;
+            }
             match seq.phase {
                 Phase::Prefill => {
                     self.computed_prefill_tokens += s.tokens.len() as u64;
@@ -284,16 +290,6 @@ impl Scheduler {
     /// The KV bookkeeping (block tables, prefix cache, integrity check).
     pub fn kv(&self) -> &KvManager {
         &self.kv
-    }
-
-    /// Exclusive access to the KV bookkeeping for work outside scheduling (perplexity scoring
-    /// borrows blocks for its chunks); `None` while any request is unfinished.
-    pub fn kv_mut(&mut self) -> Option<&mut KvManager> {
-        if self.seqs.is_empty() {
-            Some(&mut self.kv)
-        } else {
-            None
-        }
     }
 
     /// Evicts every cached block no running sequence uses (e.g. after new weights are loaded,
@@ -421,13 +417,13 @@ impl Scheduler {
         {
             let id = self.waiting[idx];
             let seq = &self.seqs[&id];
-            let num_cached = self.kv.num_cached_tokens(seq.namespace, &seq.tokens);
+            let num_cached = self.kv.num_cached_tokens(seq.namespace, seq.cacheable_tokens());
             if self.is_being_prefilled(seq, num_cached) {
                 idx += 1;
                 continue;
             }
             let num_tokens = (seq.tokens.len() - num_cached).min(step.budget_left);
-            if !self.kv.can_begin(seq.namespace, &seq.tokens, num_tokens) {
+            if !self.kv.can_begin(seq.namespace, seq.cacheable_tokens(), num_tokens) {
                 if self.kv.is_quota_bound_ns(seq.namespace) {
                     idx += 1; // its tenant is at its KV quota: it waits, others go ahead
                     continue;
@@ -436,7 +432,10 @@ impl Scheduler {
             }
             self.waiting.remove(idx);
             let seq = self.seqs.get_mut(&id).expect("waiting sequence");
-            let hit = self.kv.begin_sequence(id, seq.namespace, &seq.tokens).expect("not live");
+            let hit = self
+                .kv
+                .begin_sequence(id, seq.namespace, seq.cacheable_tokens())
+                .expect("not live");
             debug_assert_eq!(hit, num_cached);
             let slots = self.kv.reserve(id, num_tokens).expect("fits: can_begin");
             seq.num_computed_tokens = hit;
@@ -485,6 +484,7 @@ impl Scheduler {
                     block_tables: tables.iter().map(|t| t.as_slice().to_vec()).collect(),
                     slot_mapping: slots.clone(),
                     sample: end == seq.tokens.len(),
+                    prompt_logits: seq.prompt_logit_rows(start_pos..end),
                     num_cached_tokens: seq.first_num_cached_tokens.unwrap_or(0),
                 }
             })

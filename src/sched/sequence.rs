@@ -29,11 +29,16 @@ pub(super) struct Sequence {
     /// Tokens computed in prefill chunks so far, recomputation included.
     pub num_computed_prefill_tokens: usize,
     pub num_preemptions: usize,
+    /// Prompt positions whose logits the request wants, from here to the prompt's end (the
+    /// start advances as they are computed, so a recompute does not return them twice); empty
+    /// for a request that wants none.
+    pub prompt_logits: std::ops::Range<usize>,
 }
 
 impl Sequence {
     /// A waiting sequence for `request`.
     pub fn new(request: Request) -> Self {
+        let prompt_len = request.prompt.len();
         Sequence {
             namespace: request.namespace,
             num_prompt_tokens: request.prompt.len(),
@@ -43,6 +48,29 @@ impl Sequence {
             phase: Phase::Prefill,
             num_computed_prefill_tokens: 0,
             num_preemptions: 0,
+            prompt_logits: match request.prompt_logits_from {
+                Some(from) => from.min(prompt_len)..prompt_len,
+                None => 0..0,
+            },
+        }
+    }
+
+    /// The tokens the prefix cache may match: all of them, or, while prompt logits are still
+    /// wanted, only those before the first wanted position (a cached position has no logits).
+    pub fn cacheable_tokens(&self) -> &[u32] {
+        match self.prompt_logits.is_empty() {
+            true => &self.tokens,
+            false => &self.tokens[..self.prompt_logits.start + 1],
+        }
+    }
+
+    /// Rows of a chunk over `positions` whose prompt logits are wanted, chunk-relative.
+    pub fn prompt_logit_rows(&self, positions: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let lo = positions.start.max(self.prompt_logits.start);
+        let hi = positions.end.min(self.prompt_logits.end);
+        match lo < hi {
+            true => lo - positions.start..hi - positions.start,
+            false => 0..0,
         }
     }
 

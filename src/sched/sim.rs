@@ -48,11 +48,18 @@ pub struct SimRequest {
     pub max_tokens: usize,
     pub stop_token_ids: Vec<u32>,
     pub namespace: crate::kv::Namespace,
+    /// Ask for prompt logits from this position on.
+    pub prompt_logits_from: Option<usize>,
 }
 
 impl SimRequest {
     pub fn sched(&self) -> Request {
-        Request { id: self.id, prompt: self.prompt.clone(), namespace: self.namespace }
+        Request {
+            id: self.id,
+            prompt: self.prompt.clone(),
+            namespace: self.namespace,
+            prompt_logits_from: self.prompt_logits_from,
+        }
     }
 }
 
@@ -159,6 +166,8 @@ pub struct Sim {
     /// The engine's stopping rules per unfinished request: (clipped max_tokens, stop tokens).
     stops: HashMap<RequestId, (usize, Vec<u32>)>,
     pub outcomes: HashMap<RequestId, Outcome>,
+    /// Prompt positions each request got logits for, in order of delivery.
+    pub prompt_logits: HashMap<RequestId, Vec<usize>>,
     pub steps: usize,
     /// Some step computed a prefill chunk that did not end the prompt.
     pub saw_chunked_prefill: bool,
@@ -183,6 +192,7 @@ impl Sim {
             prompt_lens: HashMap::new(),
             stops: HashMap::new(),
             outcomes: HashMap::new(),
+            prompt_logits: HashMap::new(),
             steps: 0,
             saw_chunked_prefill: false,
             saw_mixed_step: false,
@@ -214,6 +224,11 @@ impl Sim {
         self.check_plan(&plan);
         self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after schedule: {e}"));
         let sampled = self.model.forward(self.sched.kv(), &plan, &self.known);
+        for s in &plan.seqs {
+            let rows = s.prompt_logits.clone();
+            let got = self.prompt_logits.entry(s.id).or_default();
+            got.extend(rows.map(|r| s.start_pos + r));
+        }
         let events = self.sched.commit(&plan, &sampled);
         self.sched.kv().check_integrity().unwrap_or_else(|e| panic!("after commit: {e}"));
         let mut decided = HashMap::new();
@@ -312,6 +327,14 @@ impl Sim {
                 continue;
             }
             assert_eq!(outcome.tokens, want, "request {}", r.id);
+            // Prompt logits: every wanted position exactly once, in order (none came from the
+            // cache, none twice after a preemption).
+            let wanted: Vec<usize> = r
+                .prompt_logits_from
+                .map_or(0..0, |from| from.min(r.prompt.len())..r.prompt.len())
+                .collect();
+            let got = self.prompt_logits.get(&r.id).cloned().unwrap_or_default();
+            assert_eq!(got, wanted, "request {}: prompt logit positions", r.id);
             let (reason, _) = outcome.finished.expect("every request finishes");
             let stopped = r.stop_token_ids.contains(want.last().unwrap());
             assert_eq!(reason, if stopped { FinishReason::Stop } else { FinishReason::Length });

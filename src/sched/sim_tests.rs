@@ -29,7 +29,14 @@ fn tokens(seed: u64, len: usize) -> Vec<u32> {
 }
 
 fn request(id: RequestId, prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request { id, prompt, max_tokens, stop_token_ids: Vec::new(), namespace: None }
+    Request {
+        id,
+        prompt,
+        max_tokens,
+        stop_token_ids: Vec::new(),
+        namespace: None,
+        prompt_logits_from: None,
+    }
 }
 
 /// Adds `requests`, runs them to the end and checks the outcome.
@@ -322,19 +329,22 @@ fn workload() -> impl Strategy<Value = Workload> {
                 window,
             )| {
                 let bases = prop::collection::vec(prop::collection::vec(0..4u32, max_model_len), 2);
-                let request = (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64);
+                let logits = prop_oneof![3 => Just(None), 1 => (0..40usize).prop_map(Some)];
+                let request =
+                    (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64, logits);
                 let requests = prop::collection::vec(request, 1..=8);
                 let cancels = prop::collection::vec((0..40usize, 0..8usize), 0..3);
                 (bases, requests, cancels).prop_map(move |(bases, requests, cancels)| {
                     let requests = requests
                         .into_iter()
                         .enumerate()
-                        .map(|(i, (base, len, max_tokens, stops, ns))| Request {
+                        .map(|(i, (base, len, max_tokens, stops, ns, logits))| Request {
                             id: i as RequestId,
                             prompt: bases[base][..len].to_vec(),
                             max_tokens,
                             stop_token_ids: if stops { vec![2] } else { vec![] },
                             namespace: (ns == 1).then_some(1),
+                            prompt_logits_from: logits,
                         })
                         .collect();
                     Workload {
