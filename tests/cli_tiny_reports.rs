@@ -95,6 +95,47 @@ fn bench_decode_reports_each_context_length() {
     assert!(used[1] > used[0], "more context holds more KV: {used:?}");
 }
 
+/// The tiny Llama as a Mistral with window 11 (one sliding group): the KV it holds stops
+/// growing with the context. In 512-token chunks a sequence holds at most
+/// ceil((10 + chunk) / 16) + 1 blocks; past the window and the prompt chunk, that is flat.
+#[test]
+fn bench_decode_sliding_window_kv_is_flat_past_the_window() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let m = format!("{}/assets/tiny-llama/hf-window", env!("CARGO_MANIFEST_DIR"));
+    let r = json(&[
+        "bench",
+        "decode",
+        "-m",
+        &m,
+        "--context-lengths",
+        "8,64,120",
+        "--decode-tokens",
+        "4",
+        "--timed-steps",
+        "2",
+        "--max-num-batched-tokens",
+        "16",
+        "--json",
+    ]);
+    let by_group: Vec<Vec<u64>> = r["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["kv_bytes_by_group"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect()
+        })
+        .collect();
+    // One sliding group; 16-token chunks: ceil((10 + 16) / 16) + 1 = 3 blocks of 16 × 256 bytes.
+    assert!(by_group.iter().all(|g| g.len() == 1), "{by_group:?}");
+    // (Chunks aligned to the blocks need one block less: 2.)
+    assert!(by_group.iter().all(|g| g[0] <= 3 * 16 * 256), "{by_group:?}");
+    assert_eq!(by_group[2][0], by_group[1][0], "flat past the window: {by_group:?}");
+    // Full attention would hold ceil(126 / 16) = 8 blocks at context 120.
+    assert!(by_group[2][0] < 8 * 16 * 256, "{by_group:?}");
+}
+
 #[test]
 fn bench_kv_quant_compares_formats() {
     if common::gpu().is_none() {

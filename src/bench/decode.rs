@@ -32,8 +32,11 @@ pub struct DecodePoint {
     pub gpu_ms_by_kind: BTreeMap<&'static str, f64>,
     /// GPU ms of the prompt's prefill by kernel kind (with `per_op`).
     pub prefill_gpu_ms_by_kind: BTreeMap<&'static str, f64>,
-    /// KV bytes held by the sequence at the end.
+    /// KV bytes the sequence held at most (measured every step), all groups.
     pub kv_bytes_used: u64,
+    /// The same per KV-cache group, in table order (one entry for a model whose layers all
+    /// attend fully): a sliding group's stays flat past its window.
+    pub kv_bytes_by_group: Vec<u64>,
 }
 
 /// The report; `--json` prints it (keys as in DESIGN.md plus the per-point details).
@@ -85,10 +88,12 @@ impl DecodeBench {
         for &ctx in &self.context_lengths {
             let prompt = prompt_tokens(engine, ctx)?;
             engine.model_mut().set_timing(Timing::Off);
+            engine.take_peak_kv_blocks();
             let out = engine.generate(&request(prompt.clone(), self.decode_tokens + 1), |_| {})?;
-            let layout = engine.kv_layout();
-            let kv_bytes_used =
-                layout.blocks_for_tokens(ctx + out.tokens.len()) as u64 * layout.bytes_per_block();
+            let block_bytes = engine.kv_layout().bytes_per_block();
+            let kv_bytes_by_group: Vec<u64> =
+                engine.take_peak_kv_blocks().iter().map(|&b| b as u64 * block_bytes).collect();
+            let kv_bytes_used = kv_bytes_by_group.iter().sum();
             let timing = if self.per_op { Timing::PerOp } else { Timing::Attention };
             engine.model_mut().set_timing(timing);
             let timed = engine.generate(&request(prompt, self.timed_steps + 1), |_| {})?;
@@ -108,6 +113,7 @@ impl DecodeBench {
                     .map(|t| t.by_kind)
                     .unwrap_or_default(),
                 kv_bytes_used,
+                kv_bytes_by_group,
             });
         }
         let gpu = engine.gpu();
@@ -132,18 +138,21 @@ impl DecodeReport {
     pub fn markdown(&self) -> String {
         let mut s =
             format!("`bench decode` — {} on {} ({})\n\n", self.model, self.adapter, self.backend);
-        s += "| context | prefill tok/s | decode tok/s | attention GPU ms/token | total GPU ms/token | KV bytes |\n";
-        s += "|---:|---:|---:|---:|---:|---:|\n";
+        s += "| context | prefill tok/s | decode tok/s | attention GPU ms/token | total GPU ms/token | KV bytes | KV bytes by group |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---|\n";
         let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
         for p in &self.points {
+            let groups: Vec<String> =
+                p.kv_bytes_by_group.iter().map(|&b| crate::kv::format_bytes(b)).collect();
             s += &format!(
-                "| {} | {:.1} | {:.2} | {} | {} | {} |\n",
+                "| {} | {:.1} | {:.2} | {} | {} | {} | {} |\n",
                 p.context_length,
                 p.prefill_tokens_per_s,
                 p.decode_tokens_per_s,
                 ms(p.attention_gpu_ms_per_token),
                 ms(p.gpu_ms_per_token),
-                crate::kv::format_bytes(p.kv_bytes_used)
+                crate::kv::format_bytes(p.kv_bytes_used),
+                groups.join(" · ")
             );
         }
         for p in self.points.iter().filter(|p| !p.gpu_ms_by_kind.is_empty()) {

@@ -98,6 +98,9 @@ pub struct Engine {
     tenants: HashMap<u64, String>,
     /// Prompt logits computed for requests that asked for them, until taken.
     prompt_logits: HashMap<RequestId, Vec<Vec<f32>>>,
+    /// Most blocks the running sequences held at once, per KV-cache group, since the last
+    /// [`Engine::take_peak_kv_blocks`] (measured each step once its blocks are reserved).
+    peak_kv_blocks: Vec<usize>,
 }
 
 impl Engine {
@@ -142,6 +145,7 @@ impl Engine {
             stage_slots,
             tenants,
             prompt_logits: HashMap::new(),
+            peak_kv_blocks: Vec::new(),
         })
     }
 
@@ -173,6 +177,12 @@ impl Engine {
         let plan = self.sched.schedule();
         if plan.is_empty() {
             return Ok(Vec::new());
+        }
+        // The step's blocks are reserved and the windows not yet slid: the most held at once.
+        let held = self.sched.kv().held_blocks_by_group();
+        self.peak_kv_blocks.resize(held.len(), 0);
+        for (peak, now) in self.peak_kv_blocks.iter_mut().zip(held) {
+            *peak = (*peak).max(now);
         }
         let batch = self.prepare(&plan);
         let logits = self.model.forward(&batch)?;
@@ -244,6 +254,13 @@ impl Engine {
             }
         }
         sampled
+    }
+
+    /// Most blocks the running sequences held at once per KV-cache group since the last call
+    /// (measured each step once its blocks are reserved, before windows slide), and starts
+    /// over.
+    pub fn take_peak_kv_blocks(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.peak_kv_blocks)
     }
 
     /// The prompt logits computed so far for request `id`

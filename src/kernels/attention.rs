@@ -176,9 +176,15 @@ pub struct AttentionOp {
     num_heads: u32,
     decode_y: u32,
     wg_limit: u32,
+    windowed: bool,
 }
 
 impl AttentionOp {
+    /// Whether the layer attends through a sliding window (timings report it apart).
+    pub fn is_windowed(&self) -> bool {
+        self.windowed
+    }
+
     /// `window`: the layer's sliding window W (a query at position p attends to keys
     /// (p − W, p], exactly as HF); `None` for full causal attention. The kernels read no block
     /// table entry and no pool block for a position before a query's window, so the KV manager
@@ -267,6 +273,7 @@ impl AttentionOp {
                 AttentionVariant::Lanes => layout.num_heads,
             },
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+            windowed: window.is_some(),
         }
     }
 

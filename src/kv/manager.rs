@@ -420,6 +420,18 @@ impl KvManager {
         self.seqs.get(&seq).map(|s| &s.tables[0])
     }
 
+    /// Blocks the live sequences' tables hold, per group (a block two tables share counts
+    /// twice). O(sequences × groups).
+    pub fn held_blocks_by_group(&self) -> Vec<usize> {
+        let mut held = vec![0; self.groups.len()];
+        for s in self.seqs.values() {
+            for (g, table) in s.tables.iter().enumerate() {
+                held[g] += table.num_live_blocks();
+            }
+        }
+        held
+    }
+
     /// The block tables of `seq`, one per group, if live.
     pub fn tables(&self, seq: SeqId) -> Option<&[BlockTable]> {
         self.seqs.get(&seq).map(|s| s.tables.as_slice())

@@ -161,6 +161,7 @@ impl Op {
             Op::KvWrite(_) => "kv_write",
             Op::KvQuantize(_) => "kv_quantize",
             Op::KvStage(_) => "kv_stage",
+            Op::Attention(op) if op.is_windowed() => "attention_sliding",
             Op::Attention(_) => "attention",
             Op::SiluMul(_) => "silu_mul",
         }
