@@ -38,8 +38,10 @@
 //! ## Glossary (one meaning each)
 //!
 //! *request* (user input) · *sequence* (its running state) · *block* (fixed run of `block_size`
-//! KV token slots, the same slot range in every layer) · *slot* (one token's KV position:
-//! `block_id * block_size + offset`) · *block table* (a sequence's block ids, in order) ·
+//! KV token slots, the same slot range in every layer of its KV-cache group) · *KV-cache group*
+//! (layers of one attention kind, full or sliding window, sharing block tables; `kv::KvGroups`)
+//! · *slot* (one token's KV position: `block_id * block_size + offset`) · *block table* (a
+//! sequence's block ids in one group, in order; blocks out of a sliding window are null) ·
 //! *slot mapping* (slot of every token computed in a step) · *step* (one scheduler iteration,
 //! one submit) · *prefill* / *decode* · *chunk* (part of a prefill in one step) · *prefix hit*
 //! (leading whole blocks of a sequence found in the prefix cache) · *preemption* (a running

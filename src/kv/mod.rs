@@ -22,6 +22,7 @@
 //! head block      = block_size tokens × head_dim channels of one KV head, K or V, one layer
 //!                   (the unit of KV quantization; its bytes include its scales)
 //! bytes_per_block = num_layers × num_kv_heads × (K head block + V head block bytes)
+//!                   (num_layers = the layer slots of one group's block, `KvGroups`)
 //! bytes_per_token = bytes_per_block / block_size
 //!                 = 2 (K, V) × num_layers × num_kv_heads × head_dim × 2 for f16
 //! blocks(tokens)  = ceil(tokens / block_size)
