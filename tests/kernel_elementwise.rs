@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use kvrun::kernels::reference;
-use kvrun::kernels::rms_norm::{NormRows, RmsNormOp};
+use kvrun::kernels::rms_norm::{HeadRows, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use kvrun::kernels::silu_mul::SiluMulOp;
 use kvrun::kernels::{StepInfo, StepShape};
@@ -70,6 +70,71 @@ fn rms_norm_matches_reference_plain_and_gathered() {
             2e-6,
         );
         assert_sentinels("rms_norm gather", &got[rows.len() * dim..]);
+    }
+}
+
+/// Per-head RMSNorm (Gemma 3's Q/K norms): `heads` slices of `dim` from `x_offset` of each
+/// strided token row, into another strided buffer; the floats around the heads and the rows
+/// past the step stay sentinels. `tokens × heads` of 66,000 passes lavapipe's 65,535
+/// workgroups per dimension, which the 2-D grid must cover.
+#[test]
+fn rms_norm_per_head_strided_and_past_the_grid_limit() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, (tokens, heads, dim)) in
+        [(9usize, 5usize, 256usize), (3, 1, 40), (16_500, 4, 8)].into_iter().enumerate()
+    {
+        let mut r = rng(40 + i as u64);
+        let (x_offset, x_stride) = (3 * dim + 4, 3 * dim + 4 + heads * dim + 8);
+        let (out_offset, out_stride) = (5, 5 + heads * dim + 3);
+        let x = uniform(&mut r, (tokens + 1) * x_stride, 3.0);
+        let w = uniform(&mut r, dim, 1.5);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let (xb, wb) = (storage_f32(gpu, &x), storage_f32(gpu, &w));
+        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * out_stride]);
+        let rows = HeadRows {
+            heads: heads as u32,
+            x_stride: x_stride as u32,
+            x_offset: x_offset as u32,
+            out_stride: out_stride as u32,
+            out_offset: out_offset as u32,
+        };
+        let op = RmsNormOp::new(
+            gpu,
+            &t.kernels,
+            "qk norm",
+            &step,
+            &xb,
+            &wb,
+            &out,
+            dim as u32,
+            1e-6,
+            NormRows::Heads(rows),
+        );
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
+        let heads_in: Vec<f32> = x
+            .chunks(x_stride)
+            .take(tokens)
+            .flat_map(|row| row[x_offset..x_offset + heads * dim].to_vec())
+            .collect();
+        let want = reference::rms_norm(&heads_in, &w, 1e-6);
+        let what = format!("rms_norm per head: {tokens} tokens × {heads} heads of {dim}");
+        for (ti, row) in got.chunks(out_stride).enumerate().take(tokens) {
+            let normed = &row[out_offset..out_offset + heads * dim];
+            assert_close(
+                &what,
+                normed,
+                &want[ti * heads * dim..(ti + 1) * heads * dim],
+                1e-6,
+                2e-6,
+            );
+            assert_sentinels(&what, &row[..out_offset]);
+            assert_sentinels(&what, &row[out_offset + heads * dim..]);
+        }
+        assert_sentinels(&what, &got[tokens * out_stride..]);
     }
 }
 

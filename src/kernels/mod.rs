@@ -262,6 +262,14 @@ pub fn groups(n: u32, per_group: u32) -> u32 {
     n.div_ceil(per_group)
 }
 
+/// A grid of `n` workgroups: along x up to `limit`, the rest folded into y. The shader numbers
+/// its workgroup `wid.x + wid.y * num_workgroups.x` and skips numbers from `n` on (the last
+/// y row may be partial).
+pub fn grid_2d(n: u32, limit: u32) -> [u32; 3] {
+    let x = n.min(limit).max(1);
+    [x, n.div_ceil(x), 1]
+}
+
 /// Fails loudly when a dispatch would exceed the per-dimension workgroup limit.
 #[track_caller]
 pub fn check_grid(grid: [u32; 3], limit: u32) {
