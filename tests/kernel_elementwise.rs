@@ -1,13 +1,15 @@
-//! RMSNorm (plain and gathering), RoPE (interleaved and NEOX pairs) and SiLU-multiply vs the
-//! CPU reference, with odd sizes and sentinels around the outputs.
+//! RMSNorm (plain, gathering, and per head past 65,535 workgroups), RoPE (interleaved and NEOX
+//! pairs) and both GLU activations (SiLU, tanh-GELU) vs the CPU reference, with odd sizes and
+//! sentinels around the outputs.
 
 mod common;
 
 use common::*;
+use kvrun::kernels::glu::Activation;
+use kvrun::kernels::glu::GluOp;
 use kvrun::kernels::reference;
 use kvrun::kernels::rms_norm::{HeadRows, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
-use kvrun::kernels::silu_mul::SiluMulOp;
 use kvrun::kernels::{StepInfo, StepShape};
 
 #[test]
@@ -172,27 +174,37 @@ fn rope_matches_reference_for_both_pair_layouts() {
     }
 }
 
+/// Both GLU activations vs their references: SiLU (Llama) and tanh-GELU (Gemma), the gate
+/// spread over ±12 so the tails (where a naive tanh overflows) are covered.
 #[test]
-fn silu_mul_matches_reference() {
+fn glu_matches_reference_for_both_activations() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
     let (tokens, ffn) = (5usize, 100usize);
-    let mut r = rng(20);
-    let gate_up = uniform(&mut r, tokens * 2 * ffn, 6.0);
-    let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
-    let gb = storage_f32(gpu, &gate_up);
-    let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
-    let op = SiluMulOp::new(gpu, &t.kernels, &step, &gb, &out, ffn as u32);
-    run(gpu, |pass| {
-        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
-    });
-    let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
-    let mut want = Vec::new();
-    for row in gate_up.chunks(2 * ffn) {
-        want.extend(reference::silu_mul(&row[..ffn], &row[ffn..]));
+    for activation in [Activation::Silu, Activation::GeluTanh] {
+        let mut r = rng(20);
+        let mut gate_up = uniform(&mut r, tokens * 2 * ffn, 6.0);
+        gate_up[0] = 12.0;
+        gate_up[1] = -12.0;
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let gb = storage_f32(gpu, &gate_up);
+        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
+        let op = GluOp::new(gpu, &t.kernels, activation, &step, &gb, &out, ffn as u32);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
+        let mut want = Vec::new();
+        for row in gate_up.chunks(2 * ffn) {
+            want.extend(match activation {
+                Activation::Silu => reference::silu_mul(&row[..ffn], &row[ffn..]),
+                Activation::GeluTanh => reference::gelu_tanh_mul(&row[..ffn], &row[ffn..]),
+            });
+        }
+        let what = format!("glu {activation:?}");
+        assert_close(&what, &got[..tokens * ffn], &want, 1e-6, 1e-5);
+        assert_sentinels(&what, &got[tokens * ffn..]);
     }
-    assert_close("silu_mul", &got[..tokens * ffn], &want, 1e-6, 1e-5);
-    assert_sentinels("silu_mul", &got[tokens * ffn..]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod glu;
 pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
@@ -14,7 +15,6 @@ pub mod reference;
 pub mod rms_norm;
 pub mod rope;
 pub mod rotate;
-pub mod silu_mul;
 pub mod source;
 pub mod weights;
 
@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
+use glu::Activation;
 pub use kv_quantize::{KvCodeFormat, KvQuantKey, KvQuantLayout};
 pub use weights::{GpuWeight, PackedWeight, WeightFormat};
 
@@ -155,7 +156,10 @@ pub enum PipelineKey {
     Rotate {
         head_dim: u32,
     },
-    SiluMul,
+    /// The gated MLP activation act(gate) · up.
+    Glu {
+        activation: Activation,
+    },
     /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
     AttnDecodePartials {
         head_dim: u32,

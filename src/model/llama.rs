@@ -31,13 +31,13 @@ use crate::gpu::Gpu;
 use crate::kernels::attention::KvQuantIo;
 use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, MAX_HEAD_DIM};
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{NormRows, RmsNormOp};
 use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use crate::kernels::rotate::{RotateOp, RotateRows};
-use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::Kernels;
 use crate::loader::{ModelConfig, ModelFile, RopeStyle};
 
@@ -280,7 +280,8 @@ impl Builder<'_> {
         )));
         ops.push(self.norm(l, "ffn_norm")?);
         self.fused_ops(&name("gate_up"), &gate_up, 2 * ffn as u32, &act.gate_up, ops);
-        ops.push(Op::SiluMul(SiluMulOp::new(gpu, k, &s.step, &act.gate_up, &act.ffn, ffn as u32)));
+        let act_fn = crate::kernels::glu::Activation::Silu;
+        ops.push(Op::Glu(GluOp::new(gpu, k, act_fn, &s.step, &act.gate_up, &act.ffn, ffn as u32)));
         ops.push(Op::Linear(self.linear(
             &name("ffn_down"),
             &down,

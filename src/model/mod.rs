@@ -16,13 +16,13 @@ pub use buffers::KvPool;
 use crate::gpu::{Gpu, GpuError, GpuTimer};
 use crate::kernels::attention::AttentionOp;
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::{QkvLayout, RopeOp};
 use crate::kernels::rotate::RotateOp;
-use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
 use crate::loader::{LoadError, ModelConfig, ModelFile};
@@ -111,7 +111,7 @@ enum Op {
     KvQuantize(KvQuantizeOp),
     KvStage(KvStageOp),
     Attention(AttentionOp),
-    SiluMul(SiluMulOp),
+    Glu(GluOp),
 }
 
 impl Op {
@@ -127,7 +127,7 @@ impl Op {
             Op::KvQuantize(_) => "kv_quantize",
             Op::KvStage(_) => "kv_stage",
             Op::Attention(_) => "attention",
-            Op::SiluMul(_) => "silu_mul",
+            Op::Glu(_) => "glu",
         }
     }
 
@@ -142,7 +142,7 @@ impl Op {
             Op::KvQuantize(op) => op.record(pass, shape),
             Op::KvStage(op) => op.record(pass, shape),
             Op::Attention(op) => op.record(pass, shape),
-            Op::SiluMul(op) => op.record(pass, shape),
+            Op::Glu(op) => op.record(pass, shape),
         }
     }
 }
