@@ -11,6 +11,7 @@ use kvrun::kernels::reference;
 use kvrun::kernels::rms_norm::{HeadRows, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use kvrun::kernels::{StepInfo, StepShape};
+use kvrun::loader::{Rope, RopeScaling};
 
 #[test]
 fn rms_norm_matches_reference_plain_and_gathered() {
@@ -152,7 +153,7 @@ fn rope_matches_reference_for_both_pair_layouts() {
         let tokens = positions.len();
         let qkv = uniform(&mut r, tokens * stride, 2.0);
         let theta = 10000.0;
-        let table = rope_table(32, theta, 4096);
+        let table = rope_table(32, &Rope { theta, scaling: RopeScaling::None }, 4096);
         let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
         let qkv_b = storage_f32(gpu, &qkv);
         let pos_b = storage_u32(gpu, &positions);

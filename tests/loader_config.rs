@@ -1,8 +1,13 @@
 //! `ModelConfig` from HF config.json and from GGUF metadata: defaults, quirks, refusals.
 
 use kvrun::loader::{
-    Architecture, GgufFile, GgufValue, GgufValueType, GgufWriter, LoadError, ModelConfig, RopeStyle,
+    Architecture, AttentionKind, GgufFile, GgufValue, GgufValueType, GgufWriter, LayerSpec,
+    LoadError, ModelConfig, Rope, RopeScaling, RopeStyle,
 };
+
+fn full(theta: f64) -> LayerSpec {
+    LayerSpec { attention: AttentionKind::Full, rope: Rope { theta, scaling: RopeScaling::None } }
+}
 
 fn llama_json(extra: &str) -> String {
     format!(
@@ -25,7 +30,7 @@ fn hf_llama_defaults() {
     assert_eq!(c.arch, Architecture::Llama);
     assert_eq!(c.rope_style, RopeStyle::Neox);
     assert_eq!((c.num_kv_heads, c.head_dim), (4, 16));
-    assert_eq!(c.rope_theta, 10_000.0);
+    assert_eq!(c.layers, vec![full(10_000.0); 2]);
     assert!(!c.tie_word_embeddings && !c.attention_bias);
     assert_eq!(extras.torch_dtype.as_deref(), Some("bfloat16"));
     assert_eq!(extras.eos_token_ids, vec![128001, 128009]);
@@ -35,7 +40,7 @@ fn hf_llama_defaults() {
             "tie_word_embeddings": true, "dtype": "float16", "rope_scaling": null"#,
     ))
     .unwrap();
-    assert_eq!((c.num_kv_heads, c.head_dim, c.rope_theta), (2, 32, 500_000.0));
+    assert_eq!((c.num_kv_heads, c.head_dim, c.layers[1]), (2, 32, full(500_000.0)));
     assert!(c.tie_word_embeddings);
 }
 
@@ -106,7 +111,7 @@ fn gguf_defaults_and_quirks() {
     let c = gguf_llama("llama", |_| {}).unwrap();
     assert_eq!(c.rope_style, RopeStyle::Interleaved);
     assert_eq!((c.num_kv_heads, c.head_dim, c.vocab_size), (4, 16, 10));
-    assert_eq!(c.rope_theta, 10_000.0);
+    assert_eq!(c.layers, vec![full(10_000.0); 2]);
     assert!(c.tie_word_embeddings && !c.attention_bias);
 
     let c = gguf_llama("qwen2", |w| {

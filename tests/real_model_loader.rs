@@ -3,7 +3,10 @@
 
 mod common;
 
-use kvrun::loader::{Architecture, ModelConfig, ModelFile, RopeStyle, SourceFormat};
+use kvrun::loader::{
+    Activation, Architecture, AttentionKind, LayerSpec, ModelConfig, ModelFile, Rope, RopeScaling,
+    RopeStyle, SourceFormat,
+};
 use kvrun::quant::GgmlType;
 
 #[test]
@@ -24,11 +27,23 @@ fn smollm2_config_and_tensors() {
         head_dim: 64,
         vocab_size: 49152,
         rms_norm_eps: 1e-5,
-        rope_theta: 100_000.0,
+        layers: vec![
+            LayerSpec {
+                attention: AttentionKind::Full,
+                rope: Rope { theta: 100_000.0, scaling: RopeScaling::None }
+            };
+            30
+        ],
         rope_style: RopeStyle::Interleaved,
         max_position_embeddings: 8192,
         tie_word_embeddings: true,
         attention_bias: false,
+        qk_norm: false,
+        activation: Activation::Silu,
+        embedding_scale: None,
+        post_norms: false,
+        attention_scale: 0.125,
+        norm_weight_offset: 0.0,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

@@ -6,6 +6,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
+use crate::loader::{Rope, RopeScaling};
 
 /// Which elements of a head form a rotated pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,20 +41,86 @@ pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageRead,      // table: [max_positions, head_dim / 2] (cos, sin)
 ];
 
-/// cos/sin of `pos · theta^(-2j/head_dim)` for every position and pair, computed in f64.
+/// `attention_factor · (cos, sin)` of `pos · inv_freq[j]` for every position and pair,
+/// computed in f64, with `inv_freq` from [`inv_freqs`] (`attention_factor` is 1 except for YaRN).
 /// [max_positions, head_dim / 2] (cos, sin)
-pub fn rope_table(head_dim: usize, theta: f64, max_positions: usize) -> Vec<[f32; 2]> {
-    let half = head_dim / 2;
-    let inv_freq: Vec<f64> =
-        (0..half).map(|j| theta.powf(-((2 * j) as f64) / head_dim as f64)).collect();
-    let mut table = Vec::with_capacity(max_positions * half);
+pub fn rope_table(head_dim: usize, rope: &Rope, max_positions: usize) -> Vec<[f32; 2]> {
+    let inv_freq = inv_freqs(head_dim, rope);
+    let mscale = match rope.scaling {
+        RopeScaling::Yarn { attention_factor, .. } => attention_factor,
+        _ => 1.0,
+    };
+    let mut table = Vec::with_capacity(max_positions * inv_freq.len());
     for pos in 0..max_positions {
         for f in &inv_freq {
             let angle = pos as f64 * f;
-            table.push([angle.cos() as f32, angle.sin() as f32]);
+            table.push([(mscale * angle.cos()) as f32, (mscale * angle.sin()) as f32]);
         }
     }
     table
+}
+
+/// The rotation frequency of each pair, as HF's `modeling_rope_utils` computes them
+/// (`_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`,
+/// `_compute_llama3_parameters`, `_compute_yarn_parameters` with `truncate = true`).
+/// [head_dim / 2]
+pub fn inv_freqs(head_dim: usize, rope: &Rope) -> Vec<f64> {
+    let dim = head_dim as f64;
+    let base: Vec<f64> =
+        (0..head_dim / 2).map(|j| rope.theta.powf(-((2 * j) as f64) / dim)).collect();
+    match rope.scaling {
+        RopeScaling::None => base,
+        RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            let old_len = original_max_position_embeddings as f64;
+            let (low_wavelen, high_wavelen) =
+                (old_len / low_freq_factor, old_len / high_freq_factor);
+            let scale = |f: f64| {
+                let wavelen = 2.0 * std::f64::consts::PI / f;
+                if wavelen < high_wavelen {
+                    f
+                } else if wavelen > low_wavelen {
+                    f / factor
+                } else {
+                    let smooth = (old_len / wavelen - low_freq_factor)
+                        / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * f / factor + smooth * f
+                }
+            };
+            base.into_iter().map(scale).collect()
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            ..
+        } => {
+            // the dimension (of head_dim) at which a frequency turns `rotations` times over the
+            // original context
+            let correction_dim = |rotations: f64| {
+                let max_pos = original_max_position_embeddings as f64;
+                dim * (max_pos / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * rope.theta.ln())
+            };
+            let low = correction_dim(beta_fast).floor().max(0.0);
+            let mut high = correction_dim(beta_slow).ceil().min(dim - 1.0);
+            if low == high {
+                high += 0.001;
+            }
+            let ramp = |j: usize| ((j as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let blend = |(j, f): (usize, f64)| {
+                let extrapolation = 1.0 - ramp(j);
+                f / factor * (1.0 - extrapolation) + f * extrapolation
+            };
+            base.into_iter().enumerate().map(blend).collect()
+        }
+    }
 }
 
 /// Shape of the Q and K heads inside the fused qkv activation.

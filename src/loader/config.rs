@@ -3,18 +3,81 @@
 
 use super::error::LoadError;
 use super::gguf::GgufFile;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The architectures kvrun runs, as named in errors.
 const SUPPORTED: &str = "Llama (incl. Mistral without sliding window), Qwen2";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
     /// Llama 1/2/3 and everything shaped like it. Mistral is `general.architecture = llama` in
     /// GGUF and `MistralForCausalLM` in HF; both load as Llama.
     Llama,
     /// Qwen2 / Qwen2.5: Llama plus biases on the q/k/v projections.
     Qwen2,
+    /// Gemma 3 (text): Q/K norms, GELU-tanh MLP, scaled embeddings, post-norms, and
+    /// interleaved sliding-window (local) and full (global) layers with their own RoPE.
+    Gemma3,
+}
+
+/// How a layer's attention sees the past.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum AttentionKind {
+    /// Every earlier position of the sequence.
+    Full,
+    /// A query at position p sees keys at positions (p - window, p].
+    Sliding { window: usize },
+    // MLA's Latent comes later.
+}
+
+/// How RoPE's rotation frequencies are changed for long contexts, as HF's
+/// `modeling_rope_utils` defines them (see `kernels::rope::rope_table`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum RopeScaling {
+    /// Plain RoPE: `inv_freq[j] = theta^(-2j/head_dim)`.
+    None,
+    /// Position interpolation: every frequency divided by `factor`.
+    Linear { factor: f64 },
+    /// Llama 3.1: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: usize,
+    },
+    /// YaRN: a ramp between interpolated and extrapolated frequencies over the dimensions,
+    /// and cos/sin multiplied by `attention_factor` (HF's "mscale").
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: f64,
+    },
+}
+
+/// One layer's rotary embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Rope {
+    /// The base of the frequencies (`rope_theta`, GGUF `rope.freq_base`).
+    pub theta: f64,
+    pub scaling: RopeScaling,
+}
+
+/// What differs from layer to layer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LayerSpec {
+    pub attention: AttentionKind,
+    pub rope: Rope,
+}
+
+/// The MLP's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Activation {
+    /// `silu(gate) · up`: Llama, Qwen2.
+    Silu,
+    /// `gelu_tanh(gate) · up` (HF `gelu_pytorch_tanh`): Gemma.
+    GeluTanh,
 }
 
 /// Which element pairs RoPE rotates.
@@ -44,7 +107,8 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub vocab_size: usize,
     pub rms_norm_eps: f32,
-    pub rope_theta: f32,
+    /// Per layer: attention kind and RoPE. `len() == num_layers` (checked by `validate`).
+    pub layers: Vec<LayerSpec>,
     pub rope_style: RopeStyle,
     pub max_position_embeddings: usize,
     /// The LM head reuses `token_embd.weight` (GGUF: no `output.weight`; HF:
@@ -52,6 +116,22 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// q/k/v projections carry biases (`blk.N.attn_{q,k,v}.bias`), as in Qwen2.
     pub attention_bias: bool,
+    /// An RMSNorm over each Q and K head (`blk.N.attn_{q,k}_norm.weight`, [head_dim]) before
+    /// RoPE, as in Gemma 3.
+    pub qk_norm: bool,
+    pub activation: Activation,
+    /// Multiply the embedding rows by this (Gemma: `sqrt(hidden_size)`); `None` for Llama.
+    pub embedding_scale: Option<f32>,
+    /// An extra RMSNorm after attention (`blk.N.post_attention_norm.weight`) and after the MLP
+    /// (`blk.N.post_ffw_norm.weight`), before each residual add, as in Gemma 2/3.
+    pub post_norms: bool,
+    /// The softmax scale of attention scores: `1/sqrt(head_dim)` for Llama; Gemma 3:
+    /// `1/sqrt(query_pre_attn_scalar)`, which differs from head_dim for 27B.
+    pub attention_scale: f32,
+    /// Added to every RMSNorm weight when it is read. Why: HF Gemma stores `w` and computes
+    /// `x · (1 + w)`, while llama.cpp's converter adds the 1 into GGUF Gemma weights; 1.0 for
+    /// HF Gemma, 0.0 everywhere else.
+    pub norm_weight_offset: f32,
 }
 
 /// What an HF `config.json` says beyond [`ModelConfig`] (for `kvrun plan` on a bare config).
@@ -133,6 +213,7 @@ impl ModelConfig {
         check_sliding_window(arch_name, arch, &c, max_pos)?;
         check_hf_rope_scaling(c.rope_scaling.as_ref())?;
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+        let head_dim = c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads.max(1));
         let config = ModelConfig {
             arch,
             hidden_size: c.hidden_size,
@@ -140,15 +221,24 @@ impl ModelConfig {
             num_layers: c.num_hidden_layers,
             num_heads: c.num_attention_heads,
             num_kv_heads,
-            head_dim: c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads.max(1)),
+            head_dim,
             vocab_size: c.vocab_size,
             rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: c.rope_theta.unwrap_or(10_000.0) as f32,
+            layers: full_layers(
+                c.num_hidden_layers,
+                Rope { theta: c.rope_theta.unwrap_or(10_000.0), scaling: RopeScaling::None },
+            ),
             // HF safetensors weights are not permuted: rotate_half pairs for every arch.
             rope_style: RopeStyle::Neox,
             max_position_embeddings: max_pos,
             tie_word_embeddings: c.tie_word_embeddings,
             attention_bias: arch == Architecture::Qwen2 || c.attention_bias,
+            qk_norm: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            post_norms: false,
+            attention_scale: inv_sqrt(head_dim),
+            norm_weight_offset: 0.0,
         };
         config.validate()?;
         let extras = HfConfigExtras {
@@ -193,21 +283,29 @@ impl ModelConfig {
             Some(v) => v,
             None => gguf_vocab_len(file)?,
         };
+        let num_layers = m.usize("block_count")?;
+        let theta = f64::from(m.f32_or("rope.freq_base", 10_000.0)?);
         let config = ModelConfig {
             arch,
             hidden_size,
             intermediate_size: m.usize("feed_forward_length")?,
-            num_layers: m.usize("block_count")?,
+            num_layers,
             num_heads,
             num_kv_heads: m.usize_or("attention.head_count_kv", num_heads)?,
             head_dim,
             vocab_size,
             rms_norm_eps: m.f32("attention.layer_norm_rms_epsilon")?,
-            rope_theta: m.f32_or("rope.freq_base", 10_000.0)?,
+            layers: full_layers(num_layers, Rope { theta, scaling: RopeScaling::None }),
             rope_style,
             max_position_embeddings: m.usize("context_length")?,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
+            qk_norm: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            post_norms: false,
+            attention_scale: inv_sqrt(head_dim),
+            norm_weight_offset: 0.0,
         };
         config.validate()?;
         Ok(config)
@@ -260,14 +358,69 @@ impl ModelConfig {
             )));
         }
         let positive = |v: f32| v.is_finite() && v > 0.0;
-        if !positive(self.rms_norm_eps) || !positive(self.rope_theta) {
+        if !positive(self.rms_norm_eps) || !positive(self.attention_scale) {
             return Err(LoadError::config(format!(
-                "rms_norm_eps = {} and rope_theta = {} must be positive and finite",
-                self.rms_norm_eps, self.rope_theta
+                "rms_norm_eps = {} and the attention scale {} must be positive and finite",
+                self.rms_norm_eps, self.attention_scale
             )));
+        }
+        if !self.norm_weight_offset.is_finite()
+            || self.embedding_scale.is_some_and(|s| !positive(s))
+        {
+            return Err(LoadError::config(format!(
+                "norm weight offset {} and embedding scale {:?} must be finite (and the scale \
+                 positive); the model's config is broken",
+                self.norm_weight_offset, self.embedding_scale
+            )));
+        }
+        self.validate_layers()
+    }
+
+    /// One [`LayerSpec`] per layer, each window at least 1, each RoPE well-formed.
+    fn validate_layers(&self) -> Result<(), LoadError> {
+        if self.layers.len() != self.num_layers {
+            return Err(LoadError::config(format!(
+                "{} layer specs for num_layers = {}; the model's config is broken",
+                self.layers.len(),
+                self.num_layers
+            )));
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            if layer.attention == (AttentionKind::Sliding { window: 0 }) {
+                return Err(LoadError::config(format!(
+                    "layer {i} has a sliding window of 0 tokens; the model's config is broken"
+                )));
+            }
+            let theta = layer.rope.theta;
+            if !(theta.is_finite() && theta > 0.0) {
+                return Err(LoadError::config(format!(
+                    "layer {i}: rope_theta = {theta} must be positive and finite"
+                )));
+            }
         }
         Ok(())
     }
+
+    /// Every distinct [`Rope`] of the layers, in order of first use (one RoPE table each).
+    pub fn distinct_ropes(&self) -> Vec<Rope> {
+        let mut ropes: Vec<Rope> = Vec::new();
+        for layer in &self.layers {
+            if !ropes.contains(&layer.rope) {
+                ropes.push(layer.rope);
+            }
+        }
+        ropes
+    }
+}
+
+/// `num_layers` full-attention layers sharing one RoPE (Llama, Qwen2 without a window).
+fn full_layers(num_layers: usize, rope: Rope) -> Vec<LayerSpec> {
+    vec![LayerSpec { attention: AttentionKind::Full, rope }; num_layers]
+}
+
+/// `1/sqrt(head_dim)`: the softmax scale of every architecture but Gemma 3 27B.
+pub(crate) fn inv_sqrt(head_dim: usize) -> f32 {
+    (1.0 / (head_dim.max(1) as f64).sqrt()) as f32
 }
 
 impl ModelConfig {

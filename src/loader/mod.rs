@@ -16,7 +16,10 @@ mod gguf_writer;
 mod hf;
 mod mmap;
 
-pub use config::{Architecture, HfConfigExtras, ModelConfig, RopeStyle};
+pub use config::{
+    Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec, ModelConfig, Rope,
+    RopeScaling, RopeStyle,
+};
 pub use error::LoadError;
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use gguf_value::{GgufArray, GgufValue, GgufValueType};

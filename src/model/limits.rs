@@ -107,7 +107,9 @@ pub(super) fn check_buffer_sizes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::{Architecture, RopeStyle};
+    use crate::loader::{
+        Activation, Architecture, AttentionKind, LayerSpec, Rope, RopeScaling, RopeStyle,
+    };
     use crate::quant::KvCacheSpec;
 
     fn smollm2() -> ModelConfig {
@@ -121,11 +123,23 @@ mod tests {
             head_dim: 64,
             vocab_size: 49152,
             rms_norm_eps: 1e-5,
-            rope_theta: 1e5,
+            layers: vec![
+                LayerSpec {
+                    attention: AttentionKind::Full,
+                    rope: Rope { theta: 1e5, scaling: RopeScaling::None }
+                };
+                30
+            ],
             rope_style: RopeStyle::Interleaved,
             max_position_embeddings: 8192,
             tie_word_embeddings: true,
             attention_bias: false,
+            qk_norm: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            post_norms: false,
+            attention_scale: 0.125,
+            norm_weight_offset: 0.0,
         }
     }
 

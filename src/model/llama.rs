@@ -39,7 +39,7 @@ use crate::kernels::rms_norm::{NormRows, RmsNormOp};
 use crate::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::Kernels;
-use crate::loader::{ModelConfig, ModelFile, RopeStyle};
+use crate::loader::{Activation, Architecture, AttentionKind, ModelConfig, ModelFile, RopeStyle};
 
 fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::Unsupported(m));
@@ -51,6 +51,22 @@ fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     }
     if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
         return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
+    }
+    let distinct_ropes = c.distinct_ropes().len();
+    let unsupported = [
+        (c.arch == Architecture::Gemma3, "the Gemma 3 architecture"),
+        (c.qk_norm, "Q/K norms"),
+        (c.post_norms, "post-attention/post-MLP norms"),
+        (c.activation != Activation::Silu, "a GELU MLP"),
+        (c.layers.iter().any(|l| l.attention != AttentionKind::Full), "sliding-window attention"),
+        (distinct_ropes > 1, "layers with different RoPE"),
+        (
+            (c.attention_scale * (c.head_dim as f32).sqrt() - 1.0).abs() > 1e-5,
+            "an attention scale other than 1/sqrt(head_dim)",
+        ),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
+        return bad(format!("this model uses {what}, which the GPU forward does not run yet"));
     }
     if o.block_size == 0
         || o.max_model_len == 0
@@ -88,7 +104,7 @@ pub(super) fn load(
     validate(&c, &options)?;
     let max_binding = kernels.config.max_binding_bytes;
     super::limits::check_buffer_sizes(&c, &options, max_binding)?;
-    let table = rope_table(c.head_dim, f64::from(c.rope_theta), options.max_model_len);
+    let table = rope_table(c.head_dim, &c.layers[0].rope, options.max_model_len);
     let scope = gpu.allocation_scope();
     let step = StepBuffers::new(&gpu, &options);
     let act = Activations::new(&gpu, &c, &options, &table);
@@ -161,7 +177,7 @@ impl Builder<'_> {
             &self.step.token_ids,
             &act.hidden,
             hidden as u32,
-            1.0,
+            c.embedding_scale.unwrap_or(1.0),
         ))];
         let progress =
             indicatif::ProgressBar::new(c.num_layers as u64).with_message("uploading layers");
@@ -170,7 +186,7 @@ impl Builder<'_> {
             progress.inc(1);
         }
         progress.finish_and_clear();
-        let norm = weights::vector(self.file, "output_norm.weight", hidden)?;
+        let norm = self.norm_weight("output_norm.weight")?;
         let norm = gpu.storage_buffer_init("output_norm", bytemuck::cast_slice(&norm));
         ops.push(Op::RmsNorm(RmsNormOp::new(
             gpu,
@@ -368,7 +384,7 @@ impl Builder<'_> {
 
     fn norm(&self, l: usize, which: &str) -> Result<Op, ModelError> {
         let name = format!("blk.{l}.{which}.weight");
-        let w = weights::vector(self.file, &name, self.c.hidden_size)?;
+        let w = self.norm_weight(&name)?;
         let w = self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&w));
         Ok(Op::RmsNorm(RmsNormOp::new(
             self.gpu,
@@ -382,6 +398,13 @@ impl Builder<'_> {
             self.c.rms_norm_eps,
             NormRows::Step,
         )))
+    }
+
+    /// An RMSNorm weight [hidden] with `ModelConfig::norm_weight_offset` added (HF Gemma's 1 + w).
+    fn norm_weight(&self, name: &str) -> Result<Vec<f32>, ModelError> {
+        let mut w = weights::vector(self.file, name, self.c.hidden_size)?;
+        w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
+        Ok(w)
     }
 
     /// One linear op per part of a fused projection from `normed` into `out` (row stride `stride`).
