@@ -5,12 +5,12 @@
 mod common;
 
 use common::*;
-use kvrun::kernels::glu::Activation;
 use kvrun::kernels::glu::GluOp;
 use kvrun::kernels::reference;
 use kvrun::kernels::rms_norm::{HeadRows, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use kvrun::kernels::{StepInfo, StepShape};
+use kvrun::loader::Activation;
 use kvrun::loader::{Rope, RopeScaling};
 
 #[test]

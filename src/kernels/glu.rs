@@ -8,13 +8,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
-
-/// The MLP's gate activation. (Stand-in until `loader::Activation` lands from the kvconfig branch.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Activation {
-    Silu,
-    GeluTanh,
-}
+use crate::loader::Activation;
 
 /// Mirror of WGSL `GluParams`.
 #[repr(C)]

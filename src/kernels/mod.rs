@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
-use glu::Activation;
+use crate::loader::Activation;
 pub use kv_quantize::{KvCodeFormat, KvQuantKey, KvQuantLayout};
 pub use weights::{GpuWeight, PackedWeight, WeightFormat};
 

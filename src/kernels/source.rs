@@ -1,11 +1,11 @@
 //! WGSL sources, embedded in the binary, and their assembly: the host prepends the shared
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
-use super::glu::Activation;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rotate};
 use super::{glu, PipelineKey};
 use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
+use crate::loader::Activation;
 use crate::quant::{KvQuant, ScaleGranularity};
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");

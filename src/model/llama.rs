@@ -296,7 +296,7 @@ impl Builder<'_> {
         )));
         ops.push(self.norm(l, "ffn_norm")?);
         self.fused_ops(&name("gate_up"), &gate_up, 2 * ffn as u32, &act.gate_up, ops);
-        let act_fn = crate::kernels::glu::Activation::Silu;
+        let act_fn = crate::loader::Activation::Silu;
         ops.push(Op::Glu(GluOp::new(gpu, k, act_fn, &s.step, &act.gate_up, &act.ffn, ffn as u32)));
         ops.push(Op::Linear(self.linear(
             &name("ffn_down"),
