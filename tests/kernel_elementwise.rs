@@ -1,4 +1,4 @@
-//! RMSNorm (plain, gathering, and per head past 65,535 workgroups), RoPE (interleaved and NEOX
+//! RMSNorm (plain, gathering, accumulating, and per head past 65,535 workgroups), RoPE (interleaved and NEOX
 //! pairs) and both GLU activations (SiLU, tanh-GELU) vs the CPU reference, with odd sizes and
 //! sentinels around the outputs.
 
@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use kvrun::kernels::glu::GluOp;
 use kvrun::kernels::reference;
-use kvrun::kernels::rms_norm::{HeadRows, NormRows, RmsNormOp};
+use kvrun::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
 use kvrun::kernels::{StepInfo, StepShape};
 use kvrun::loader::Activation;
@@ -32,21 +32,19 @@ fn rms_norm_matches_reference_plain_and_gathered() {
         let (xb, wb, rb) = (storage_f32(gpu, &x), storage_f32(gpu, &w), storage_u32(gpu, &rows));
         let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * dim]);
         let out_g = storage_f32(gpu, &vec![SENTINEL; (rows.len() + 1) * dim]);
+        // accumulate: out = old + norm, the residual add after Gemma's post-norms
+        let old = uniform(&mut r, tokens * dim, 2.0);
+        let mut old_padded = old.clone();
+        old_padded.extend(vec![SENTINEL; dim]);
+        let out_acc = storage_f32(gpu, &old_padded);
         let k = &t.kernels;
-        let plain =
-            RmsNormOp::new(gpu, k, "norm", &step, &xb, &wb, &out, dim as u32, 1e-5, NormRows::Step);
-        let gather = RmsNormOp::new(
-            gpu,
-            k,
-            "norm",
-            &step,
-            &xb,
-            &wb,
-            &out_g,
-            dim as u32,
-            1e-5,
-            NormRows::Gather(&rb),
-        );
+        let norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate: bool| {
+            let io = NormIo { step: &step, x: &xb, weight: &wb, out, rows, accumulate };
+            RmsNormOp::new(gpu, k, "norm", dim as u32, 1e-5, io)
+        };
+        let plain = norm(&out, NormRows::Step, false);
+        let gather = norm(&out_g, NormRows::Gather(&rb), false);
+        let acc = norm(&out_acc, NormRows::Step, true);
         let shape = StepShape {
             num_tokens: tokens as u32,
             num_logits: rows.len() as u32,
@@ -55,8 +53,19 @@ fn rms_norm_matches_reference_plain_and_gathered() {
         run(gpu, |pass| {
             plain.record(pass, &shape);
             gather.record(pass, &shape);
+            acc.record(pass, &shape);
         });
         let want = reference::rms_norm(&x, &w, 1e-5);
+        let got = gpu.read_f32(&out_acc, 0, (tokens + 1) * dim).unwrap();
+        let want_acc: Vec<f32> = want.iter().zip(&old).map(|(n, o)| n + o).collect();
+        assert_close(
+            &format!("rms_norm accumulate {dim}"),
+            &got[..tokens * dim],
+            &want_acc,
+            1e-6,
+            2e-6,
+        );
+        assert_sentinels("rms_norm accumulate", &got[tokens * dim..]);
         let got = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
         assert_close(&format!("rms_norm dim {dim}"), &got[..tokens * dim], &want, 1e-6, 2e-6);
         assert_sentinels("rms_norm", &got[tokens * dim..]);
@@ -102,18 +111,15 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
             out_stride: out_stride as u32,
             out_offset: out_offset as u32,
         };
-        let op = RmsNormOp::new(
-            gpu,
-            &t.kernels,
-            "qk norm",
-            &step,
-            &xb,
-            &wb,
-            &out,
-            dim as u32,
-            1e-6,
-            NormRows::Heads(rows),
-        );
+        let io = NormIo {
+            step: &step,
+            x: &xb,
+            weight: &wb,
+            out: &out,
+            rows: NormRows::Heads(rows),
+            accumulate: false,
+        };
+        let op = RmsNormOp::new(gpu, &t.kernels, "qk norm", dim as u32, 1e-6, io);
         run(gpu, |pass| {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
         });

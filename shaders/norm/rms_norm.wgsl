@@ -1,4 +1,4 @@
-// RMSNorm: out[r, h, i] = x[src, h, i] / sqrt(mean_j x[src, h, j]^2 + eps) * w[i]
+// RMSNorm: out[r, h, i] (+)= x[src, h, i] / sqrt(mean_j x[src, h, j]^2 + eps) * w[i]
 // where src = rows[r] when gathering (final norm of the rows that get logits), else r, and h
 // runs over the `heads` slices of `dim` floats per row (1 for whole rows; Gemma 3's Q/K norms
 // norm each head). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
@@ -10,12 +10,14 @@ struct RmsNormParams {
     eps: f32,
     x_stride: u32,
     out_stride: u32,
-    gather: u32,      // 1: row r reads x row rows[r] and the row count is step.num_logits
+    flags: u32,       // FLAG_*
     heads: u32,       // slices of dim floats normed per row
     x_offset: u32,    // float offset of head 0 within a row of x
     out_offset: u32,  // float offset of head 0 within a row of out
 }
 
+const FLAG_GATHER: u32 = 1u;      // row r reads x row rows[r]; the row count is step.num_logits
+const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (a residual connection)
 const WG: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -34,13 +36,14 @@ fn main(
     @builtin(local_invocation_id) lid: vec3<u32>,
 ) {
     let g = wid.x + wid.y * nwg.x;
-    let count = select(step.num_tokens, step.num_logits, p.gather == 1u);
+    let gather = (p.flags & FLAG_GATHER) != 0u;
+    let count = select(step.num_tokens, step.num_logits, gather);
     if (g >= count * p.heads) {
         return;
     }
     let r = g / p.heads;
     let h = g % p.heads;
-    let src = select(r, rows[r], p.gather == 1u);
+    let src = select(r, rows[r], gather);
     let xb = src * p.x_stride + p.x_offset + h * p.dim;
     var s = 0.0;
     for (var i = lid.x; i < p.dim; i += WG) {
@@ -58,6 +61,11 @@ fn main(
     let inv = inverseSqrt(partial[0] / f32(p.dim) + p.eps);
     let ob = r * p.out_stride + p.out_offset + h * p.dim;
     for (var i = lid.x; i < p.dim; i += WG) {
-        out[ob + i] = (x[xb + i] * inv) * w[i];
+        let v = (x[xb + i] * inv) * w[i];
+        if ((p.flags & FLAG_ACCUMULATE) != 0u) {
+            out[ob + i] = out[ob + i] + v;
+        } else {
+            out[ob + i] = v;
+        }
     }
 }

@@ -1,6 +1,7 @@
-//! Host half of `shaders/norm/rms_norm.wgsl`: out[r] = x[src(r)] / rms(x[src(r)]) * w, over
+//! Host half of `shaders/norm/rms_norm.wgsl`: out[r] (+)= x[src(r)] / rms(x[src(r)]) * w, over
 //! whole token rows (the sub-layer norms), gathered rows (the final norm of the logit rows), or
-//! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token).
+//! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token); with
+//! `accumulate` the result is added to `out` (Gemma's post-norms before the residual add).
 
 use std::sync::Arc;
 
@@ -17,12 +18,16 @@ pub struct RmsNormParams {
     pub eps: f32,
     pub x_stride: u32,
     pub out_stride: u32,
-    pub gather: u32,
+    /// FLAG_*
+    pub flags: u32,
     pub heads: u32,
     pub x_offset: u32,
     pub out_offset: u32,
 }
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 32);
+
+pub const FLAG_GATHER: u32 = 1;
+pub const FLAG_ACCUMULATE: u32 = 2;
 
 /// Binding order of the RMSNorm kernel.
 pub const BINDINGS: [BindingKind; 6] = [
@@ -56,6 +61,18 @@ pub struct HeadRows {
     pub out_offset: u32,
 }
 
+/// What a norm reads and writes.
+pub struct NormIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    pub x: &'a wgpu::Buffer,
+    /// [dim]
+    pub weight: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+    pub rows: NormRows<'a>,
+    /// Add the result to what `out` holds (a residual connection).
+    pub accumulate: bool,
+}
+
 pub struct RmsNormOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
@@ -66,20 +83,16 @@ pub struct RmsNormOp {
 }
 
 impl RmsNormOp {
-    #[allow(clippy::too_many_arguments)]
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
         label: &str,
-        step: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        weight: &wgpu::Buffer,
-        out: &wgpu::Buffer,
         dim: u32,
         eps: f32,
-        rows: NormRows<'_>,
+        io: NormIo<'_>,
     ) -> Self {
+        let NormIo { step, x, weight, out, rows, accumulate } = io;
         let pipeline = kernels.pipeline(gpu, PipelineKey::RmsNorm);
         assert!(dim > 0, "{label}: a norm over 0 elements");
         let gather = matches!(rows, NormRows::Gather(_));
@@ -100,7 +113,8 @@ impl RmsNormOp {
             eps,
             x_stride: heads.x_stride,
             out_stride: heads.out_stride,
-            gather: gather as u32,
+            flags: if gather { FLAG_GATHER } else { 0 }
+                | if accumulate { FLAG_ACCUMULATE } else { 0 },
             heads: heads.heads,
             x_offset: heads.x_offset,
             out_offset: heads.out_offset,

@@ -2,10 +2,10 @@
 //! pool on the GPU. Everything is allocated at load; a step only uploads the small per-step
 //! inputs of a [`ForwardBatch`] and records the op list into one compute pass.
 
+mod arch;
 mod batch;
 mod buffers;
 mod limits;
-mod llama;
 mod weights;
 
 use std::sync::Arc;
@@ -180,7 +180,7 @@ impl Model {
         file: &ModelFile,
         options: ModelOptions,
     ) -> Result<Self, ModelError> {
-        llama::load(gpu, kernels, file, options)
+        arch::load(gpu, kernels, file, options)
     }
 
     pub fn config(&self) -> &ModelConfig {
