@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use kvrun::kernels::embedding::EmbeddingOp;
 use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
+use kvrun::quant::{dequantize_row, GgmlType};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -56,6 +57,11 @@ fn random_weight(
                     }
                 }
             }
+            WeightFormat::Q5_0 | WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+                let (row_bytes, row_values) = random_5_6_bit_row(rng, format, cols);
+                bytes.extend(row_bytes);
+                values.extend(row_values);
+            }
             WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 for _ in 0..cols / 32 {
                     let d = f16::from_f32(rng.random_range(0.01..0.2));
@@ -78,6 +84,31 @@ fn random_weight(
             }
         }
     }
+    (bytes, values)
+}
+
+/// One row of random Q5_0 / K-quant blocks with sane f16 scales, and its values from the CPU
+/// dequantizer (bit-exact with gguf-py, `tests/quant_fixtures.rs`).
+fn random_5_6_bit_row(rng: &mut StdRng, format: WeightFormat, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    // ggml type, f16 scale fields (byte offset, range)
+    let (ty, scales): (GgmlType, &[(usize, std::ops::Range<f32>)]) = match format {
+        WeightFormat::Q5_0 => (GgmlType::Q5_0, &[(0, 0.01..0.1)]),
+        WeightFormat::Q4_K => (GgmlType::Q4_K, &[(0, 0.001..0.01), (2, 0.001..0.02)]),
+        WeightFormat::Q5_K => (GgmlType::Q5_K, &[(0, 0.001..0.01), (2, 0.001..0.02)]),
+        WeightFormat::Q6_K => (GgmlType::Q6_K, &[(208, 0.0001..0.002)]),
+        other => unreachable!("{other:?}"),
+    };
+    let mut bytes = Vec::new();
+    for _ in 0..cols / ty.block_elems() {
+        let mut block: Vec<u8> = (0..ty.block_bytes()).map(|_| rng.random()).collect();
+        for (at, range) in scales {
+            let d = f16::from_f32(rng.random_range(range.clone()));
+            block[*at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        bytes.extend(block);
+    }
+    let mut values = vec![0f32; cols];
+    dequantize_row(ty, &bytes, &mut values).unwrap();
     (bytes, values)
 }
 
@@ -191,12 +222,12 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
 fn linear_every_format_matches_reference() {
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in
-            [(37, 96, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17)].iter().enumerate()
+            [(37, 96usize, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17)].iter().enumerate()
         {
             let case = Case {
                 format,
                 rows,
-                cols,
+                cols: cols.next_multiple_of(format.column_multiple()),
                 tokens,
                 rows_per_part: None,
                 bias: false,
@@ -209,13 +240,20 @@ fn linear_every_format_matches_reference() {
 
 #[test]
 fn linear_split_parts_bias_and_residual() {
-    for (i, format) in
-        [WeightFormat::Q4_1, WeightFormat::Q8_0, WeightFormat::F32].into_iter().enumerate()
+    for (i, format) in [
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+        WeightFormat::F32,
+        WeightFormat::Q4_K,
+        WeightFormat::Q6_K,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let case = Case {
             format,
             rows: 100,
-            cols: 320,
+            cols: 320usize.next_multiple_of(format.column_multiple()),
             tokens: 5,
             rows_per_part: Some(33),
             bias: true,
@@ -225,7 +263,7 @@ fn linear_split_parts_bias_and_residual() {
         let case = Case {
             format,
             rows: 65,
-            cols: 64,
+            cols: 64usize.next_multiple_of(format.column_multiple()),
             tokens: 1,
             rows_per_part: Some(64),
             bias: true,
@@ -241,7 +279,7 @@ fn embedding_gathers_rows_across_parts() {
     let gpu = &t.gpu;
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         let mut rng = rng(300 + i as u64);
-        let (vocab, hidden) = (301, 96);
+        let (vocab, hidden) = (301, 96usize.next_multiple_of(format.column_multiple()));
         let (bytes, w) = random_weight(&mut rng, format, vocab, hidden);
         let rows_per_part = 100u64;
         let weight = GpuWeight::upload(

@@ -64,9 +64,29 @@ fn hf_qwen2_and_mistral() {
         ModelConfig::from_hf_config_json(&mistral("null")).unwrap().arch,
         Architecture::Llama
     );
-    assert!(ModelConfig::from_hf_config_json(&mistral("4096")).is_ok()); // >= max positions
-    let err = err_of(&mistral("128"));
-    assert!(err.contains("sliding_window = 128") && err.contains("not support"), "{err}");
+    // a window covering every position is full attention
+    let c = ModelConfig::from_hf_config_json(&mistral("4096")).unwrap();
+    assert!(c.layers.iter().all(|l| l.attention == AttentionKind::Full));
+    let c = ModelConfig::from_hf_config_json(&mistral("128")).unwrap();
+    assert_eq!(c.layers, vec![sliding(128, 10_000.0); 2]);
+
+    // Qwen2: the window only with use_sliding_window, and only from max_window_layers on
+    let qwen = |extra: &str| {
+        llama_json(&format!(r#", "sliding_window": 64, "num_hidden_layers": 3{extra}"#))
+            .replace(r#""num_hidden_layers": 2, "#, "")
+            .replace("LlamaForCausalLM", "Qwen2ForCausalLM")
+    };
+    let c = ModelConfig::from_hf_config_json(&qwen("")).unwrap();
+    assert!(c.layers.iter().all(|l| l.attention == AttentionKind::Full));
+    let c = ModelConfig::from_hf_config_json(&qwen(
+        r#", "use_sliding_window": true, "max_window_layers": 1"#,
+    ))
+    .unwrap();
+    assert_eq!(c.layers, vec![full(10_000.0), sliding(64, 10_000.0), sliding(64, 10_000.0)]);
+}
+
+fn sliding(window: usize, theta: f64) -> LayerSpec {
+    LayerSpec { attention: AttentionKind::Sliding { window }, ..full(theta) }
 }
 
 #[test]
@@ -81,7 +101,7 @@ fn hf_refusals_name_the_problem() {
         err_of(&llama_json("").replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 0"#));
     assert!(err.contains("num_layers is 0"), "{err}");
     let err = err_of(&llama_json(r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}"#));
-    assert!(err.contains("'llama3'"), "{err}");
+    assert!(err.contains("'llama3' needs 'low_freq_factor'"), "{err}");
     let err = err_of(r#"{"architectures": ["LlamaForCausalLM"]}"#);
     assert!(err.contains("missing field"), "{err}");
 }
@@ -127,8 +147,8 @@ fn gguf_defaults_and_quirks() {
 
 #[test]
 fn gguf_refusals_name_the_key() {
-    let err = gguf_llama("gemma3", |_| {}).unwrap_err().to_string();
-    assert!(err.contains("'gemma3'") && err.contains("Llama"), "{err}");
+    let err = gguf_llama("gemma4", |_| {}).unwrap_err().to_string();
+    assert!(err.contains("'gemma4'") && err.contains("Gemma 3"), "{err}");
     let err = gguf_llama("llama", |w| {
         w.add_str("llama.rope.freq_base", "fast");
     })
@@ -142,11 +162,17 @@ fn gguf_refusals_name_the_key() {
     .to_string();
     assert!(err.contains("partial rotary"), "{err}");
     let err = gguf_llama("llama", |w| {
-        w.add_f32_tensor("rope_freqs.weight", &[8], &[1.0; 8]).unwrap();
+        w.add_f32_tensor("rope_freqs.weight", &[4], &[1.0; 4]).unwrap();
     })
     .unwrap_err()
     .to_string();
-    assert!(err.contains("scales RoPE"), "{err}");
+    assert!(err.contains("rope_freqs.weight has 4 factors for head_dim = 16"), "{err}");
+    let err = gguf_llama("llama", |w| {
+        w.add_str("llama.rope.scaling.type", "longrope");
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("llama.rope.scaling.type = 'longrope'"), "{err}");
     // Missing required key.
     let mut w = GgufWriter::new();
     w.add_str("general.architecture", "llama");

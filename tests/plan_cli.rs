@@ -71,7 +71,16 @@ const STABLE_KEYS: [&str; 8] = [
 
 #[test]
 fn every_config_has_the_stable_json_keys() {
-    for name in ["llama-2-7b", "llama-3-8b", "mistral-7b-v0.1", "smollm2-135m"] {
+    let names = [
+        "llama-2-7b",
+        "llama-3-8b",
+        "mistral-7b-v0.1",
+        "smollm2-135m",
+        "gemma-3-270m",
+        "gemma-3-4b-it",
+        "gemma-3-27b-it",
+    ];
+    for name in names {
         let p = plan_json(&config(name), &[]);
         for key in STABLE_KEYS {
             assert!(p.get(key).is_some(), "{name}: missing {key} in {p}");

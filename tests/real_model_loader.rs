@@ -44,6 +44,7 @@ fn smollm2_config_and_tensors() {
         post_norms: false,
         attention_scale: 0.125,
         norm_weight_offset: 0.0,
+        rope_freq_factors: None,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

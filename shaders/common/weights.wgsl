@@ -1,7 +1,8 @@
 // Shared by every kernel that reads weights. Weights are repacked at load into the
 // block-interleaved layout (kernels::weights): the 32-element block b of row n is
 // W_VEC4_PER_BLOCK vec4<u32> at wq[(b * rows + n) * W_VEC4_PER_BLOCK ..] and (for quantized
-// formats) its scale word at ws[b * rows + n]. Each format snippet defines W_VEC4_PER_BLOCK,
+// formats) its side words (scales, minimums, high bits) at ws[(b * rows + n) * S ..], S per
+// format (1 to 3). Each format snippet defines W_VEC4_PER_BLOCK,
 // struct WRaw + w_load (the block as stored), w_decode (→ WFloat: stored values as floats and
 // the block's scale and minimum) and w_combine (the block's dot from Σ q·x and Σ x).
 //
@@ -77,4 +78,33 @@ fn q4_floats(q: vec4<u32>) -> V8 {
 
 fn v8_scale(v: V8, d: f32) -> V8 {
     return V8(v.v0 * d, v.v1 * d, v.v2 * d, v.v3 * d, v.v4 * d, v.v5 * d, v.v6 * d, v.v7 * d);
+}
+
+// 5-bit values: 4 elements' low nibbles (bytes of `nib`) with their 5th bits from the
+// high-bit word h (bit 8i + k is element 4k + i's; k = V8 component).
+fn q5_vec(nib: u32, h: u32, k: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8(nib | (((h >> k) & 0x01010101u) << 4u)));
+}
+
+fn q5_floats(q: vec4<u32>, h: u32) -> V8 {
+    let m = 0x0F0F0F0Fu;
+    return V8(q5_vec(q.x & m, h, 0u), q5_vec((q.x >> 4u) & m, h, 1u),
+              q5_vec(q.y & m, h, 2u), q5_vec((q.y >> 4u) & m, h, 3u),
+              q5_vec(q.z & m, h, 4u), q5_vec((q.z >> 4u) & m, h, 5u),
+              q5_vec(q.w & m, h, 6u), q5_vec((q.w >> 4u) & m, h, 7u));
+}
+
+// 6-bit values: 4 elements' low nibbles with bits 4..5 from a high-pair word h (bits 8i + 2k,
+// 8i + 2k + 1 are element 4k + i's, within h's 16 elements).
+fn q6_vec(nib: u32, h: u32, k: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8(nib | (((h >> (2u * k)) & 0x03030303u) << 4u)));
+}
+
+// ha: high pairs of elements 0..16, hb: of 16..32.
+fn q6_floats(q: vec4<u32>, ha: u32, hb: u32) -> V8 {
+    let m = 0x0F0F0F0Fu;
+    return V8(q6_vec(q.x & m, ha, 0u), q6_vec((q.x >> 4u) & m, ha, 1u),
+              q6_vec(q.y & m, ha, 2u), q6_vec((q.y >> 4u) & m, ha, 3u),
+              q6_vec(q.z & m, hb, 0u), q6_vec((q.z >> 4u) & m, hb, 1u),
+              q6_vec(q.w & m, hb, 2u), q6_vec((q.w >> 4u) & m, hb, 3u));
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
-use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
+use crate::loader::{AttentionKind, HfConfigExtras, ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -56,9 +56,9 @@ pub struct ModelShape {
     pub config: ModelConfig,
     /// Exact for model files, estimated from `torch_dtype` for a bare config.json.
     pub weight_bytes: u64,
-    /// `sliding_window` of a bare config.json whose window is smaller than its context (Mistral
-    /// v0.1). The loader refuses such a model because kvrun cannot run it yet; `plan` still
-    /// sizes its KV cache, with at most `window` tokens (+ one block of slack) per sequence.
+    /// The window when every layer slides over the same one (Mistral v0.1): `plan` sizes the
+    /// KV cache with at most `window` tokens (+ one block of slack) per sequence. Mixed layers
+    /// (Gemma 3) are planned as full attention until the plan is per KV-cache group.
     pub sliding_window: Option<usize>,
 }
 
@@ -67,27 +67,28 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
     if path.is_file() && path.extension().is_some_and(|e| e == "json") {
         let json = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let (parsed, sliding_window) = match ModelConfig::from_hf_config_json_with_extras(&json) {
-            Ok(parsed) => (parsed, None),
-            Err(refused) => match without_sliding_window(&json) {
-                // Refused for its window only: plan it, counting the window.
-                Some((window, json)) => match ModelConfig::from_hf_config_json_with_extras(&json) {
-                    Ok(parsed) => (parsed, Some(window)),
-                    Err(_) => return Err(refused.in_file(path).into()),
-                },
-                None => return Err(refused.in_file(path).into()),
-            },
-        };
-        let (config, extras) = parsed;
+        let (config, extras) =
+            ModelConfig::from_hf_config_json_with_extras(&json).map_err(|e| e.in_file(path))?;
         let weight_bytes = parameter_count(&config) * dtype_bytes(&extras);
+        let sliding_window = uniform_window(&config);
         return Ok(ModelShape { config, weight_bytes, sliding_window });
     }
     let file = ModelFile::open(path)?;
     Ok(ModelShape {
         config: file.config().clone(),
         weight_bytes: file.weight_bytes(),
-        sliding_window: None,
+        sliding_window: uniform_window(file.config()),
     })
+}
+
+/// The window every layer slides over, when they all share one.
+fn uniform_window(c: &ModelConfig) -> Option<usize> {
+    let mut windows = c.layers.iter().map(|l| match l.attention {
+        AttentionKind::Sliding { window } => Some(window),
+        AttentionKind::Full => None,
+    });
+    let first = windows.next()??;
+    windows.all(|w| w == Some(first)).then_some(first)
 }
 
 /// The `plan --json` object: the [`Plan`] keys, plus `sliding_window` where the model has one.
@@ -97,13 +98,6 @@ struct PlanJson {
     plan: crate::kv::Plan,
     #[serde(skip_serializing_if = "Option::is_none")]
     sliding_window: Option<usize>,
-}
-
-/// The config's `sliding_window` and the config without it, when it has one.
-fn without_sliding_window(json: &str) -> Option<(usize, String)> {
-    let mut value: serde_json::Value = serde_json::from_str(json).ok()?;
-    let window = value.as_object_mut()?.remove("sliding_window")?.as_u64()?;
-    Some((usize::try_from(window).ok()?, value.to_string()))
 }
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {

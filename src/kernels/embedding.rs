@@ -24,7 +24,7 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: EmbeddingParams
     BindingKind::StorageRead,      // wq: [k / 32, rows, words_per_block]
-    BindingKind::StorageRead,      // ws: [k / 32, rows]
+    BindingKind::StorageRead,      // ws: [k / 32, rows, scale_words_per_block]
     BindingKind::StorageRead,      // token_ids: [tokens]
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];

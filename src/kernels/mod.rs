@@ -17,6 +17,8 @@ pub mod rope;
 pub mod rotate;
 pub mod source;
 pub mod weights;
+#[cfg(test)]
+mod weights_tests;
 
 use std::sync::Arc;
 

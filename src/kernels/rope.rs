@@ -45,7 +45,23 @@ pub const BINDINGS: [BindingKind; 5] = [
 /// computed in f64, with `inv_freq` from [`inv_freqs`] (`attention_factor` is 1 except for YaRN).
 /// [max_positions, head_dim / 2] (cos, sin)
 pub fn rope_table(head_dim: usize, rope: &Rope, max_positions: usize) -> Vec<[f32; 2]> {
-    let inv_freq = inv_freqs(head_dim, rope);
+    rope_table_with_freq_factors(head_dim, rope, None, max_positions)
+}
+
+/// [`rope_table`] with each pair's frequency divided by `freq_factors[j]` (GGUF
+/// `rope_freqs.weight`, as ggml's `rope_ext` applies it: `theta / freq_factor`).
+/// [max_positions, head_dim / 2] (cos, sin)
+pub fn rope_table_with_freq_factors(
+    head_dim: usize,
+    rope: &Rope,
+    freq_factors: Option<&[f32]>,
+    max_positions: usize,
+) -> Vec<[f32; 2]> {
+    let mut inv_freq = inv_freqs(head_dim, rope);
+    if let Some(factors) = freq_factors {
+        assert_eq!(factors.len(), inv_freq.len(), "one frequency factor per rotated pair");
+        inv_freq.iter_mut().zip(factors).for_each(|(f, d)| *f /= f64::from(*d));
+    }
     let mscale = match rope.scaling {
         RopeScaling::Yarn { attention_factor, .. } => attention_factor,
         _ => 1.0,

@@ -84,6 +84,10 @@ pub fn weight_snippet(format: WeightFormat) -> &'static str {
         WeightFormat::Q8_0 => include_str!("../../shaders/common/weights_q8_0.wgsl"),
         WeightFormat::Q4_0 => include_str!("../../shaders/common/weights_q4_0.wgsl"),
         WeightFormat::Q4_1 => include_str!("../../shaders/common/weights_q4_1.wgsl"),
+        WeightFormat::Q5_0 => include_str!("../../shaders/common/weights_q5_0.wgsl"),
+        WeightFormat::Q4_K => include_str!("../../shaders/common/weights_q4_k.wgsl"),
+        WeightFormat::Q5_K => include_str!("../../shaders/common/weights_q5_k.wgsl"),
+        WeightFormat::Q6_K => include_str!("../../shaders/common/weights_q6_k.wgsl"),
     }
 }
 

@@ -1,20 +1,55 @@
 //! Weights on the GPU: GGUF blocks repacked at load into the interleaved layout every
 //! weight-reading kernel uses (shaders/common/weights_*.wgsl).
 //!
-//! Why repack: GGUF blocks are 18, 20 or 34 bytes, not 4-byte aligned, and WGSL addresses 32-bit
-//! words. The block-interleaved layout puts the words of 32-element block `b` of row `n` at
-//! `(b * rows + n) * words_per_block`, so invocations working on neighbouring rows read
-//! neighbouring 16-byte units (coalesced on GPUs) and one invocation reads a whole block with
-//! vec4 loads (the cheap kind on CPU adapters). Block scales go to a second array,
-//! `[cols / 32, rows]`. Bits are only moved, never rounded: the GPU sees exactly the values the
-//! file holds.
+//! Why repack: GGUF blocks are 18, 20, 22, 34, 144, 176 or 210 bytes, not 16-byte units, and
+//! WGSL addresses 32-bit words. The kernels' unit is a block of 32 elements in every format (a
+//! K-quant super-block of 256 is 8 of them). The block-interleaved layout puts the words of
+//! block `b` of row `n` at `(b * rows + n) * words_per_block`, so invocations working on
+//! neighbouring rows read neighbouring 16-byte units (coalesced on GPUs) and one invocation
+//! reads a whole block with vec4 loads (the cheap kind on CPU adapters). Per-block side words
+//! (scales, minimums, the 5th/6th bits) go to a second array, `[cols / 32, rows,
+//! scale_words_per_block]`, read alike (contiguous for neighbouring rows).
+//!
+//! Bits are only moved, never rounded: the GPU sees exactly the values the file holds. The
+//! one precomputation, for Q4_K and Q5_K, is exact: a block's scale `d · sc` and minimum
+//! `dmin · m` are stored as f32. An f16 has an 11-bit significand and `sc`, `m` are 6-bit
+//! integers, so each product has at most 17 significant bits and is 0 or between 2⁻²⁴ and
+//! 65504 · 63: representable in f32, so f32 multiplication gives it exactly — the very f32 that
+//! ggml and gguf-py compute before using it. Q6_K's `d · sc` (8-bit signed `sc`) is as exact;
+//! it is formed in the kernel from the stored f16 and int8, as Q8_0's `d` is.
+//!
+//! Words of a 32-element block, by format (element `e` of the block; "nibble words" are the 4
+//! words whose byte `i` of word `j` holds element `8j + i` in its low and `8j + i + 4` in its high
+//! nibble, so a mask and a shift yield 4 consecutive elements):
+//!
+//! | format | words | side words |
+//! |---|---|---|
+//! | F32 / F16 / BF16 | 32 / 16 / 16 words of values in element order | — |
+//! | Q8_0 | 8 words of int8, byte `i` of word `w` = element `4w + i` | f16 `d` |
+//! | Q4_0, Q4_1 | nibble words | f16 `d` (Q4_1: `m` in the high half) |
+//! | Q5_0 | nibble words (low 4 bits) | f16 `d`, high-bit word |
+//! | Q4_K | nibble words | f32 `d · sc`, f32 `dmin · m` |
+//! | Q5_K | nibble words (low 4 bits) | f32 `d · sc`, f32 `dmin · m`, high-bit word |
+//! | Q6_K | nibble words (low 4 bits) | two high-pair words, `d` (f16) `| sc₀ << 16 | sc₁ << 24` |
+//!
+//! High-bit word: bit `8i + k` is bit 4 of element `4k + i`. High-pair word `h` (0, 1) of
+//! elements `16h..16h + 16`: bits `8i + 2k`, `8i + 2k + 1` are bits 4, 5 of element
+//! `16h + 4k + i`. Both put 4 consecutive elements' bits in the 4 bytes at one shift. Q6_K's
+//! `sc₀`, `sc₁` are the int8 scales of elements 0..16 and 16..32.
+//!
+//! Size per 32 elements (file → GPU): Q5_0 22 → 24 bytes, Q4_K 18 → 24, Q5_K 22 → 28,
+//! Q6_K 26.25 → 28. The K-quants' extra words buy kernels that need no super-block bookkeeping:
+//! every format is a 32-element block with one vec4 of quants.
 //!
 //! A tensor whose packed words exceed the largest storage binding is split into row ranges
 //! (parts), each packed and bound on its own.
 
 use crate::gpu::Gpu;
+use crate::quant::{f16_at, scale_min_k4};
 
-/// Weight formats the kernels read.
+/// Weight formats the kernels read. K-quant names are spelled as llama.cpp spells them
+/// (`Q4_K`, as [`crate::quant::GgmlType`]), which is why the camel-case lint is off.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum WeightFormat {
     F32,
@@ -23,16 +58,24 @@ pub enum WeightFormat {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q4_K,
+    Q5_K,
+    Q6_K,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 6] = [
+    pub const ALL: [WeightFormat; 10] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Bf16,
         WeightFormat::Q8_0,
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q4_K,
+        WeightFormat::Q5_K,
+        WeightFormat::Q6_K,
     ];
 
     /// Elements and bytes of one block in the file (GGUF / safetensors layout).
@@ -43,7 +86,17 @@ impl WeightFormat {
             WeightFormat::Q8_0 => (32, 34),
             WeightFormat::Q4_0 => (32, 18),
             WeightFormat::Q4_1 => (32, 20),
+            WeightFormat::Q5_0 => (32, 22),
+            WeightFormat::Q4_K => (256, 144),
+            WeightFormat::Q5_K => (256, 176),
+            WeightFormat::Q6_K => (256, 210),
         }
+    }
+
+    /// Columns must be a multiple of this: 32 (the kernels' block), or 256 (a K-quant
+    /// super-block).
+    pub fn column_multiple(self) -> usize {
+        self.file_block().0.max(32)
     }
 
     /// Packed u32 words per group of 8 elements.
@@ -57,13 +110,29 @@ impl WeightFormat {
             WeightFormat::F32 => 32,
             WeightFormat::F16 | WeightFormat::Bf16 => 16,
             WeightFormat::Q8_0 => 8,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => 4,
+            WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K => 4,
         }
     }
 
-    /// Whether blocks of 32 carry a scale word.
+    /// Side words (scales, minimums, high bits) per 32-element block; never more than
+    /// `words_per_block`, so a part sized by its words also fits its side words.
+    pub fn scale_words_per_block(self) -> usize {
+        match self {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 0,
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 1,
+            WeightFormat::Q5_0 | WeightFormat::Q4_K => 2,
+            WeightFormat::Q5_K | WeightFormat::Q6_K => 3,
+        }
+    }
+
+    /// Whether blocks of 32 carry side words.
     pub fn has_scales(self) -> bool {
-        matches!(self, WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1)
+        self.scale_words_per_block() > 0
     }
 
     /// Bytes one row of `cols` elements takes in the file.
@@ -76,8 +145,11 @@ impl WeightFormat {
 /// Errors while repacking weights.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightError {
-    #[error("tensor '{name}': {cols} columns is not a multiple of 32, which the GPU kernels need")]
-    BadColumns { name: String, cols: usize },
+    #[error(
+        "tensor '{name}': {cols} columns is not a multiple of {multiple}, which the GPU kernels \
+         need for {format:?} weights"
+    )]
+    BadColumns { name: String, format: WeightFormat, cols: usize, multiple: usize },
     #[error(
         "tensor '{name}': expected {expected} bytes of {format:?} data, the file has {actual}"
     )]
@@ -97,7 +169,7 @@ pub struct PackedWeight {
     pub cols: usize,
     /// [cols / 32, rows, words_per_block]
     pub words: Vec<u32>,
-    /// [cols / 32, rows] (empty for formats without scales)
+    /// [cols / 32, rows, scale_words_per_block] (empty for formats without side words)
     pub scales: Vec<u32>,
 }
 
@@ -105,21 +177,106 @@ fn f16_bits(b: &[u8]) -> u32 {
     u32::from(u16::from_le_bytes([b[0], b[1]]))
 }
 
-/// Element `e` (0..32) of a Q4 block's 16 quant bytes: low nibbles hold 0..15, high 16..31.
-fn q4_elem(qs: &[u8], e: usize) -> u32 {
-    if e < 16 {
-        u32::from(qs[e] & 0xF)
-    } else {
-        u32::from(qs[e - 16] >> 4)
-    }
-}
-
 /// Index of word `j` of block `b` of row `n`.
 fn word_index(format: WeightFormat, n: usize, b: usize, j: usize, rows: usize) -> usize {
     (b * rows + n) * format.words_per_block() + j
 }
 
-/// Packs one file row into the block-interleaved `words` and `scales[b * rows + n]`.
+/// A 32-element block of a 4/5/6-bit format: its integer quants (element order) and side words.
+struct QBlock {
+    q: [u8; 32],
+    side: [u32; 3],
+}
+
+/// The nibble words of 32 quants (their low 4 bits): byte `i` of word `j` holds element `8j + i`
+/// (low nibble) and `8j + i + 4` (high nibble).
+fn nibble_words(q: &[u8; 32]) -> [u32; 4] {
+    std::array::from_fn(|j| {
+        (0..4).fold(0u32, |word, i| {
+            let byte = u32::from(q[8 * j + i] & 0xF) | (u32::from(q[8 * j + i + 4] & 0xF) << 4);
+            word | (byte << (8 * i))
+        })
+    })
+}
+
+/// Bit 4 of 32 quants: bit `8i + k` holds element `4k + i`'s.
+fn high_bit_word(q: &[u8; 32]) -> u32 {
+    (0..32).fold(0u32, |word, e| word | (u32::from((q[e] >> 4) & 1) << (8 * (e % 4) + e / 4)))
+}
+
+/// Bits 4 and 5 of quants `16h..16h + 16`: bits `8i + 2k` and `8i + 2k + 1` hold element
+/// `16h + 4k + i`'s.
+fn high_pair_word(q: &[u8; 32], h: usize) -> u32 {
+    (0..16).fold(0u32, |word, e| {
+        word | (u32::from((q[16 * h + e] >> 4) & 3) << (8 * (e % 4) + 2 * (e / 4)))
+    })
+}
+
+/// The block of Q4_0 (`d`, 16 bytes of nibbles), Q4_1 (`d`, `m`, nibbles) or Q5_0 (`d`, 4 bytes
+/// of 5th bits, nibbles): side words `d` (Q4_1: `| m << 16`) and the high-bit word.
+fn q_block_32(format: WeightFormat, block: &[u8]) -> QBlock {
+    let (side0, qh, qs) = match format {
+        WeightFormat::Q4_0 => (f16_bits(&block[0..2]), 0, &block[2..18]),
+        WeightFormat::Q4_1 => {
+            (f16_bits(&block[0..2]) | (f16_bits(&block[2..4]) << 16), 0, &block[4..20])
+        }
+        _ => (
+            f16_bits(&block[0..2]),
+            u32::from_le_bytes([block[2], block[3], block[4], block[5]]),
+            &block[6..22],
+        ),
+    };
+    let q = std::array::from_fn(|e| {
+        let nibble = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+        nibble | ((((qh >> e) & 1) as u8) << 4)
+    });
+    QBlock { q, side: [side0, high_bit_word(&q), 0] }
+}
+
+/// The 8 blocks of a Q4_K / Q5_K super-block (ggml's `dequantize_row_q4_K` / `_q5_K` element
+/// order): side words `d · sc` and `dmin · m` as f32 (exact: see the module doc) and, for Q5_K,
+/// the high-bit word.
+fn q_blocks_k45(format: WeightFormat, block: &[u8], emit: &mut impl FnMut(QBlock)) {
+    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+    let scales = &block[4..16];
+    let (qh, qs) = if format == WeightFormat::Q4_K {
+        (None, &block[16..144])
+    } else {
+        (Some(&block[16..48]), &block[48..176])
+    };
+    for s in 0..8 {
+        // Blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes.
+        let chunk = &qs[32 * (s / 2)..32 * (s / 2) + 32];
+        let q = std::array::from_fn(|l| {
+            let nibble = if s % 2 == 0 { chunk[l] & 0xF } else { chunk[l] >> 4 };
+            nibble | qh.map_or(0, |qh| ((qh[l] >> s) & 1) << 4)
+        });
+        let (sc, m) = scale_min_k4(s, scales);
+        let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
+        emit(QBlock { q, side: [dl.to_bits(), ml.to_bits(), high_bit_word(&q)] });
+    }
+}
+
+/// The 8 blocks of a Q6_K super-block (ggml's `dequantize_row_q6_K` element order): side words
+/// the two high-pair words and `d | sc₀ << 16 | sc₁ << 24`.
+fn q_blocks_q6_k(block: &[u8], emit: &mut impl FnMut(QBlock)) {
+    let (ql, qh, sc) = (&block[0..128], &block[128..192], &block[192..208]);
+    let d = f16_bits(&block[208..210]);
+    for s in 0..8 {
+        let q = std::array::from_fn(|l| {
+            // Element e: half e / 128, group g of 32 within it: low nibbles of ql[0..32],
+            // ql[32..64], then their high nibbles; bits 2g, 2g + 1 of qh.
+            let e = 32 * s + l;
+            let (half, g, l) = (e / 128, (e % 128) / 32, e % 32);
+            let lo = (ql[64 * half + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xF;
+            lo | (((qh[32 * half + l] >> (2 * g)) & 3) << 4)
+        });
+        let scales = d | (u32::from(sc[2 * s]) << 16) | (u32::from(sc[2 * s + 1]) << 24);
+        emit(QBlock { q, side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales] });
+    }
+}
+
+/// Packs one file row into the block-interleaved `words` and `scales`.
 fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut PackedWeight) {
     let wpb = format.words_per_block();
     match format {
@@ -139,28 +296,42 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
                 }
             }
         }
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-            let (scale_bytes, block_bytes) =
-                if format == WeightFormat::Q4_0 { (2, 18) } else { (4, 20) };
-            for (b, block) in row.chunks_exact(block_bytes).enumerate() {
-                out.scales[b * rows + n] = if scale_bytes == 2 {
-                    f16_bits(&block[0..2])
-                } else {
-                    f16_bits(&block[0..2]) | (f16_bits(&block[2..4]) << 16)
-                };
-                let qs = &block[scale_bytes..];
-                for j in 0..4 {
-                    let e0 = 8 * j;
-                    let mut word = 0u32;
-                    for i in 0..4 {
-                        let byte = q4_elem(qs, e0 + i) | (q4_elem(qs, e0 + i + 4) << 4);
-                        word |= byte << (8 * i);
-                    }
+        WeightFormat::Q4_0
+        | WeightFormat::Q4_1
+        | WeightFormat::Q5_0
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K => {
+            let swb = format.scale_words_per_block();
+            let mut b = 0;
+            let mut emit = |qb: QBlock| {
+                for (j, word) in nibble_words(&qb.q).into_iter().enumerate() {
                     out.words[word_index(format, n, b, j, rows)] = word;
+                }
+                let at = (b * rows + n) * swb;
+                out.scales[at..at + swb].copy_from_slice(&qb.side[..swb]);
+                b += 1;
+            };
+            for block in row.chunks_exact(format.file_block().1) {
+                match format {
+                    WeightFormat::Q4_K | WeightFormat::Q5_K => {
+                        q_blocks_k45(format, block, &mut emit)
+                    }
+                    WeightFormat::Q6_K => q_blocks_q6_k(block, &mut emit),
+                    _ => emit(q_block_32(format, block)),
                 }
             }
         }
     }
+}
+
+/// `Err(BadColumns)` unless `cols` is a positive multiple of the format's column multiple.
+fn check_columns(name: &str, format: WeightFormat, cols: usize) -> Result<(), WeightError> {
+    let multiple = format.column_multiple();
+    if cols % multiple != 0 || cols == 0 {
+        return Err(WeightError::BadColumns { name: name.into(), format, cols, multiple });
+    }
+    Ok(())
 }
 
 impl PackedWeight {
@@ -172,9 +343,7 @@ impl PackedWeight {
         cols: usize,
         data: &[u8],
     ) -> Result<Self, WeightError> {
-        if cols % 32 != 0 || cols == 0 {
-            return Err(WeightError::BadColumns { name: name.into(), cols });
-        }
+        check_columns(name, format, cols)?;
         let row_bytes = format.file_row_bytes(cols);
         if data.len() != rows * row_bytes {
             return Err(WeightError::BadSize {
@@ -189,7 +358,7 @@ impl PackedWeight {
             rows,
             cols,
             words: vec![0; cols / 32 * format.words_per_block() * rows],
-            scales: if format.has_scales() { vec![0; cols / 32 * rows] } else { Vec::new() },
+            scales: vec![0; cols / 32 * format.scale_words_per_block() * rows],
         };
         for (n, row) in data.chunks_exact(row_bytes).enumerate() {
             pack_row(format, row, n, rows, &mut out);
@@ -210,7 +379,7 @@ pub struct WeightPart {
     pub rows: usize,
     /// [cols / 32, rows, words_per_block] u32
     pub words: wgpu::Buffer,
-    /// [cols / 32, rows] u32 (a 4-byte placeholder for formats without scales)
+    /// [cols / 32, rows, scale_words_per_block] u32 (a 4-byte placeholder for formats without)
     pub scales: wgpu::Buffer,
 }
 
@@ -233,6 +402,7 @@ impl GpuWeight {
         data: &[u8],
         max_binding_bytes: u64,
     ) -> Result<Self, WeightError> {
+        check_columns(name, format, cols)?;
         let word_row = PackedWeight::word_bytes_per_row(format, cols);
         let rows_per_part = (max_binding_bytes / word_row.max(1)) as usize;
         if rows_per_part == 0 {

@@ -3,10 +3,10 @@
 
 use super::error::LoadError;
 use super::gguf::GgufFile;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
-const SUPPORTED: &str = "Llama (incl. Mistral without sliding window), Qwen2";
+pub(super) const SUPPORTED: &str = "Llama (incl. Mistral), Qwen2, Gemma 3";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -132,6 +132,10 @@ pub struct ModelConfig {
     /// `x · (1 + w)`, while llama.cpp's converter adds the 1 into GGUF Gemma weights; 1.0 for
     /// HF Gemma, 0.0 everywhere else.
     pub norm_weight_offset: f32,
+    /// [head_dim / 2] divisors of each pair's RoPE frequency on every layer: GGUF
+    /// `rope_freqs.weight`, in which llama.cpp's converter precomputes Llama 3.1's `llama3`
+    /// scaling (the GGUF carries no scaling keys then). `None`: no divisors.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 /// What an HF `config.json` says beyond [`ModelConfig`] (for `kvrun plan` on a bare config).
@@ -142,34 +146,6 @@ pub struct HfConfigExtras {
     pub bos_token_id: Option<u32>,
     /// `eos_token_id`, an int or a list in the file.
     pub eos_token_ids: Vec<u32>,
-}
-
-/// The fields of an HF `config.json` kvrun reads.
-#[derive(Deserialize)]
-struct HfConfigJson {
-    #[serde(default)]
-    architectures: Vec<String>,
-    hidden_size: usize,
-    intermediate_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    vocab_size: usize,
-    rms_norm_eps: Option<f64>,
-    rope_theta: Option<f64>,
-    max_position_embeddings: Option<usize>,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    #[serde(default)]
-    attention_bias: bool,
-    sliding_window: Option<usize>,
-    use_sliding_window: Option<bool>,
-    rope_scaling: Option<serde_json::Value>,
-    torch_dtype: Option<String>,
-    dtype: Option<String>,
-    bos_token_id: Option<u32>,
-    eos_token_id: Option<serde_json::Value>,
 }
 
 /// `eos_token_id` as HF writes it: absent, an int, or a list of ints.
@@ -192,123 +168,13 @@ impl ModelConfig {
     pub fn from_hf_config_json_with_extras(
         json: &str,
     ) -> Result<(Self, HfConfigExtras), LoadError> {
-        let c: HfConfigJson = serde_json::from_str(json).map_err(|e| {
-            LoadError::config(format!(
-                "config.json is not a Llama/Qwen2-style config ({e}); pass the model's own \
-                 config.json"
-            ))
-        })?;
-        let arch_name = c.architectures.first().map(String::as_str).unwrap_or("");
-        let arch = match arch_name {
-            "LlamaForCausalLM" | "MistralForCausalLM" => Architecture::Llama,
-            "Qwen2ForCausalLM" => Architecture::Qwen2,
-            other => {
-                return Err(LoadError::UnsupportedArchitecture {
-                    found: if other.is_empty() { "(none given)" } else { other }.to_string(),
-                    supported: SUPPORTED,
-                })
-            }
-        };
-        let max_pos = c.max_position_embeddings.unwrap_or(2048);
-        check_sliding_window(arch_name, arch, &c, max_pos)?;
-        check_hf_rope_scaling(c.rope_scaling.as_ref())?;
-        let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        let head_dim = c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads.max(1));
-        let config = ModelConfig {
-            arch,
-            hidden_size: c.hidden_size,
-            intermediate_size: c.intermediate_size,
-            num_layers: c.num_hidden_layers,
-            num_heads: c.num_attention_heads,
-            num_kv_heads,
-            head_dim,
-            vocab_size: c.vocab_size,
-            rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6) as f32,
-            layers: full_layers(
-                c.num_hidden_layers,
-                Rope { theta: c.rope_theta.unwrap_or(10_000.0), scaling: RopeScaling::None },
-            ),
-            // HF safetensors weights are not permuted: rotate_half pairs for every arch.
-            rope_style: RopeStyle::Neox,
-            max_position_embeddings: max_pos,
-            tie_word_embeddings: c.tie_word_embeddings,
-            attention_bias: arch == Architecture::Qwen2 || c.attention_bias,
-            qk_norm: false,
-            activation: Activation::Silu,
-            embedding_scale: None,
-            post_norms: false,
-            attention_scale: inv_sqrt(head_dim),
-            norm_weight_offset: 0.0,
-        };
-        config.validate()?;
-        let extras = HfConfigExtras {
-            torch_dtype: c.torch_dtype.or(c.dtype),
-            bos_token_id: c.bos_token_id,
-            eos_token_ids: token_id_list(c.eos_token_id.as_ref()),
-        };
-        Ok((config, extras))
+        super::config_hf::parse(json)
     }
 
-    /// From GGUF metadata (`{arch}.*` keys) and the tensor list (tied head, biases).
+    /// From GGUF metadata (`{arch}.*` keys) and the tensor list (tied head, biases, RoPE
+    /// frequency factors).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, LoadError> {
-        let arch_name = file.get_str("general.architecture").ok_or_else(|| {
-            LoadError::config(
-                "GGUF key general.architecture is missing; the file was not written by a \
-                 llama.cpp converter, re-convert it",
-            )
-        })?;
-        let (arch, rope_style) = match arch_name {
-            // GGUF Llama Q/K rows were permuted by the converter: adjacent-pair RoPE.
-            "llama" => (Architecture::Llama, RopeStyle::Interleaved),
-            "qwen2" => (Architecture::Qwen2, RopeStyle::Neox),
-            other => {
-                return Err(LoadError::UnsupportedArchitecture {
-                    found: other.to_string(),
-                    supported: SUPPORTED,
-                })
-            }
-        };
-        let m = GgufKeys { file, arch: arch_name };
-        let hidden_size = m.usize("embedding_length")?;
-        let num_heads = m.usize("attention.head_count")?;
-        if num_heads == 0 {
-            return Err(LoadError::config(format!(
-                "{arch_name}.attention.head_count is 0; the model's config is broken, \
-                 re-download or re-convert it"
-            )));
-        }
-        let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads.max(1))?;
-        check_gguf_rope(&m, head_dim)?;
-        let vocab_size = match m.opt_usize("vocab_size")? {
-            Some(v) => v,
-            None => gguf_vocab_len(file)?,
-        };
-        let num_layers = m.usize("block_count")?;
-        let theta = f64::from(m.f32_or("rope.freq_base", 10_000.0)?);
-        let config = ModelConfig {
-            arch,
-            hidden_size,
-            intermediate_size: m.usize("feed_forward_length")?,
-            num_layers,
-            num_heads,
-            num_kv_heads: m.usize_or("attention.head_count_kv", num_heads)?,
-            head_dim,
-            vocab_size,
-            rms_norm_eps: m.f32("attention.layer_norm_rms_epsilon")?,
-            layers: full_layers(num_layers, Rope { theta, scaling: RopeScaling::None }),
-            rope_style,
-            max_position_embeddings: m.usize("context_length")?,
-            tie_word_embeddings: file.tensor_info("output.weight").is_none(),
-            attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
-            qk_norm: false,
-            activation: Activation::Silu,
-            embedding_scale: None,
-            post_norms: false,
-            attention_scale: inv_sqrt(head_dim),
-            norm_weight_offset: 0.0,
-        };
-        config.validate()?;
-        Ok(config)
+        super::config_gguf::parse(file)
     }
 
     /// The shape rules every kernel relies on.
@@ -397,6 +263,19 @@ impl ModelConfig {
                     "layer {i}: rope_theta = {theta} must be positive and finite"
                 )));
             }
+            check_scaling(&layer.rope.scaling).map_err(|m| {
+                LoadError::config(format!("layer {i}: {m}; fix the model's config"))
+            })?;
+        }
+        if let Some(f) = &self.rope_freq_factors {
+            if f.len() != self.head_dim / 2 || f.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+                return Err(LoadError::config(format!(
+                    "rope_freqs.weight has {} factors for head_dim = {} (needs head_dim / 2, all \
+                     positive); re-convert the model",
+                    f.len(),
+                    self.head_dim
+                )));
+            }
         }
         Ok(())
     }
@@ -413,8 +292,48 @@ impl ModelConfig {
     }
 }
 
+/// The ranges [`kernels::rope::inv_freqs`](crate::kernels::rope::inv_freqs) relies on.
+fn check_scaling(s: &RopeScaling) -> Result<(), String> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    match *s {
+        RopeScaling::None => Ok(()),
+        RopeScaling::Linear { factor } if positive(factor) => Ok(()),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } if positive(factor)
+            && positive(low_freq_factor)
+            && high_freq_factor.is_finite()
+            && high_freq_factor > low_freq_factor
+            && original_max_position_embeddings > 0 =>
+        {
+            Ok(())
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            attention_factor,
+        } if positive(factor)
+            && original_max_position_embeddings > 0
+            && positive(beta_fast)
+            && positive(beta_slow)
+            && positive(attention_factor) =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "RoPE scaling {other:?} is out of range (factors and betas positive, Llama 3 \
+             high_freq_factor > low_freq_factor, original context > 0)"
+        )),
+    }
+}
+
 /// `num_layers` full-attention layers sharing one RoPE (Llama, Qwen2 without a window).
-fn full_layers(num_layers: usize, rope: Rope) -> Vec<LayerSpec> {
+pub(super) fn full_layers(num_layers: usize, rope: Rope) -> Vec<LayerSpec> {
     vec![LayerSpec { attention: AttentionKind::Full, rope }; num_layers]
 }
 
@@ -443,140 +362,5 @@ impl ModelConfig {
             Some(())
         };
         sizes().is_none()
-    }
-}
-
-/// Sliding-window attention is refused until kvrun implements it (Mistral v0.1 has a 4096
-/// window under 32k positions). A window no smaller than the context changes nothing; Qwen2
-/// configs carry a `sliding_window` that only counts when `use_sliding_window` is true.
-fn check_sliding_window(
-    arch_name: &str,
-    arch: Architecture,
-    c: &HfConfigJson,
-    max_pos: usize,
-) -> Result<(), LoadError> {
-    let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
-    match (window_on, c.sliding_window) {
-        (true, Some(window)) if window < max_pos => Err(LoadError::config(format!(
-            "{arch_name} uses sliding-window attention (sliding_window = {window} < \
-             max_position_embeddings = {max_pos}), which kvrun does not support yet; use a \
-             model without a sliding window (e.g. Mistral-7B v0.2 or later)"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// HF `rope_scaling`: absent, null or type "default" is plain RoPE; anything else changes the
-/// rotation frequencies, which kvrun does not implement yet.
-fn check_hf_rope_scaling(scaling: Option<&serde_json::Value>) -> Result<(), LoadError> {
-    let Some(obj) = scaling.and_then(|v| v.as_object()) else {
-        return Ok(());
-    };
-    let kind = obj
-        .get("rope_type")
-        .or_else(|| obj.get("type"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("unknown");
-    if kind == "default" {
-        return Ok(());
-    }
-    Err(LoadError::config(format!(
-        "rope_scaling type '{kind}' is not supported yet (kvrun implements plain RoPE); use a \
-         model without rope_scaling"
-    )))
-}
-
-/// GGUF RoPE keys that would change the rotation: partial rotary dims and frequency scaling.
-fn check_gguf_rope(m: &GgufKeys<'_>, head_dim: usize) -> Result<(), LoadError> {
-    if let Some(dims) = m.opt_usize("rope.dimension_count")? {
-        if dims != head_dim {
-            return Err(LoadError::config(format!(
-                "{}.rope.dimension_count = {dims} differs from head_dim = {head_dim} (partial \
-                 rotary embeddings), which kvrun does not support yet",
-                m.arch
-            )));
-        }
-    }
-    let scaling = m.file.get_str(&format!("{}.rope.scaling.type", m.arch));
-    let has_freqs = m.file.tensor_info("rope_freqs.weight").is_some();
-    if matches!(scaling, Some(s) if s != "none") || has_freqs {
-        return Err(LoadError::config(format!(
-            "this GGUF scales RoPE frequencies ({}), which kvrun does not support yet; use a \
-             model without rope scaling",
-            scaling.unwrap_or("rope_freqs.weight, Llama-3.1 style")
-        )));
-    }
-    Ok(())
-}
-
-/// The vocabulary size from `tokenizer.ggml.tokens`, or else the embedding's row count.
-fn gguf_vocab_len(file: &GgufFile) -> Result<usize, LoadError> {
-    if let Some(tokens) = file.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
-        return Ok(tokens.len());
-    }
-    file.tensor_info("token_embd.weight").and_then(|t| t.dims.get(1).copied()).ok_or_else(|| {
-        LoadError::config(
-            "the vocabulary size is unknown: no vocab_size key, no tokenizer.ggml.tokens and \
-                 no token_embd.weight; re-convert the model",
-        )
-    })
-}
-
-/// Typed, error-reporting access to `{arch}.{suffix}` keys.
-struct GgufKeys<'a> {
-    file: &'a GgufFile,
-    arch: &'a str,
-}
-
-impl GgufKeys<'_> {
-    fn bad_type(&self, key: &str, want: &str) -> LoadError {
-        LoadError::config(format!(
-            "GGUF key {key} should be {want} but is {:?}; the file is corrupt, re-convert it",
-            self.file.get(key)
-        ))
-    }
-
-    fn opt_usize(&self, suffix: &str) -> Result<Option<usize>, LoadError> {
-        let key = format!("{}.{suffix}", self.arch);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or_else(|| self.bad_type(&key, "a non-negative integer")),
-        }
-    }
-
-    fn usize(&self, suffix: &str) -> Result<usize, LoadError> {
-        self.opt_usize(suffix)?.ok_or_else(|| self.missing(suffix))
-    }
-
-    fn usize_or(&self, suffix: &str, default: usize) -> Result<usize, LoadError> {
-        Ok(self.opt_usize(suffix)?.unwrap_or(default))
-    }
-
-    fn opt_f32(&self, suffix: &str) -> Result<Option<f32>, LoadError> {
-        let key = format!("{}.{suffix}", self.arch);
-        match self.file.get(&key) {
-            None => Ok(None),
-            Some(v) => v.as_f32().map(Some).ok_or_else(|| self.bad_type(&key, "a float")),
-        }
-    }
-
-    fn f32(&self, suffix: &str) -> Result<f32, LoadError> {
-        self.opt_f32(suffix)?.ok_or_else(|| self.missing(suffix))
-    }
-
-    fn f32_or(&self, suffix: &str, default: f32) -> Result<f32, LoadError> {
-        Ok(self.opt_f32(suffix)?.unwrap_or(default))
-    }
-
-    fn missing(&self, suffix: &str) -> LoadError {
-        LoadError::config(format!(
-            "GGUF key {}.{suffix} is missing; the file is incomplete, re-convert it with a \
-             current llama.cpp",
-            self.arch
-        ))
     }
 }

@@ -108,7 +108,8 @@ pub enum LoadError {
     Config(String),
     #[error(
         "architecture '{found}' is not supported; kvrun runs {supported} (GGUF \
-         general.architecture llama/qwen2; HF LlamaForCausalLM/MistralForCausalLM/Qwen2ForCausalLM)"
+         general.architecture llama/qwen2/gemma3; HF LlamaForCausalLM/MistralForCausalLM/\
+         Qwen2ForCausalLM/Gemma3ForCausalLM/Gemma3ForConditionalGeneration)"
     )]
     UnsupportedArchitecture { found: String, supported: &'static str },
     #[error("{path}: {message}")]

@@ -8,6 +8,8 @@
 
 mod check;
 mod config;
+mod config_gguf;
+mod config_hf;
 mod error;
 mod gguf;
 mod gguf_value;

@@ -4,7 +4,7 @@ use super::{ForwardBatch, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{partials_bytes, partitions};
 use crate::kernels::kv_quantize::stage_words;
-use crate::kernels::rope::rope_table;
+use crate::kernels::rope::rope_table_with_freq_factors;
 use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
 use crate::loader::ModelConfig;
 use crate::quant::head_block_words;
@@ -164,7 +164,9 @@ impl Activations {
                 .distinct_ropes()
                 .iter()
                 .map(|r| {
-                    let table = rope_table(c.head_dim, r, o.max_model_len);
+                    let factors = c.rope_freq_factors.as_deref();
+                    let table =
+                        rope_table_with_freq_factors(c.head_dim, r, factors, o.max_model_len);
                     gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table))
                 })
                 .collect(),

@@ -140,6 +140,7 @@ mod tests {
             post_norms: false,
             attention_scale: 0.125,
             norm_weight_offset: 0.0,
+            rope_freq_factors: None,
         }
     }
 

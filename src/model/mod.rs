@@ -60,8 +60,8 @@ pub enum ModelError {
     Gpu(#[from] GpuError),
     #[error(
         "tensor '{tensor}' has type {dtype}, which kvrun's GPU kernels cannot read yet \
-         (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1); convert the model, e.g. \
-         `llama-quantize in.gguf out.gguf Q4_1`"
+         (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K); convert the \
+         model, e.g. `llama-quantize in.gguf out.gguf Q4_K_M`"
     )]
     UnsupportedWeight { tensor: String, dtype: String },
     #[error("tensor '{tensor}' has shape {shape:?}, expected {expected:?}")]

@@ -15,6 +15,10 @@ pub fn weight_format(t: &TensorView<'_>) -> Result<WeightFormat, ModelError> {
         GgmlType::Q8_0 => WeightFormat::Q8_0,
         GgmlType::Q4_0 => WeightFormat::Q4_0,
         GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q5_0 => WeightFormat::Q5_0,
+        GgmlType::Q4_K => WeightFormat::Q4_K,
+        GgmlType::Q5_K => WeightFormat::Q5_K,
+        GgmlType::Q6_K => WeightFormat::Q6_K,
         other => {
             return Err(ModelError::UnsupportedWeight {
                 tensor: t.name.clone(),

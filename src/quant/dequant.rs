@@ -140,7 +140,7 @@ fn block_q3_k(b: &[u8], y: &mut [f32]) {
 }
 
 /// ggml's `get_scale_min_k4`: the `j`-th 6-bit (scale, min) pair of a Q4_K/Q5_K block.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

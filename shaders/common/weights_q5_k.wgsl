@@ -1,0 +1,31 @@
+// Weight format Q5_K: per 32-element block 4 u32 of low nibbles (1 vec4) and 3 side words: the
+// block's scale d · sc and minimum dmin · m as f32 (exact, kernels::weights) and the high-bit
+// word. value = q · d − m, so the block dot is d · Σ q·x − m · Σ x.
+const W_VEC4_PER_BLOCK: u32 = 1u;
+
+struct WRaw {
+    q: vec4<u32>,
+    d: u32,
+    m: u32,
+    h: u32,
+}
+
+fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
+    let i = b * rows + n;
+    return WRaw(wq[i], ws[3u * i], ws[3u * i + 1u], ws[3u * i + 2u]);
+}
+
+fn w_decode(r: WRaw) -> WFloat {
+    return WFloat(q5_floats(r.q, r.h), bitcast<f32>(r.d), bitcast<f32>(r.m));
+}
+
+fn w_combine(qdot: f32, sx: f32, w: WFloat) -> f32 {
+    return fma(w.d, qdot, -(w.m * sx));
+}
+
+// q · d is exact (at most 22 significant bits), so fused or not this rounds once, as ggml.
+fn w_values(w: WFloat) -> V8 {
+    let q = w.q;
+    return V8(q.v0 * w.d - w.m, q.v1 * w.d - w.m, q.v2 * w.d - w.m, q.v3 * w.d - w.m,
+              q.v4 * w.d - w.m, q.v5 * w.d - w.m, q.v6 * w.d - w.m, q.v7 * w.d - w.m);
+}

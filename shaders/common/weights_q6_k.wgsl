@@ -1,0 +1,38 @@
+// Weight format Q6_K: per 32-element block 4 u32 of low nibbles (1 vec4) and 3 side words: the
+// high-pair words of elements 0..16 and 16..32, and f16 d (low half) with the int8 scales sc₀
+// (byte 2) of elements 0..16 and sc₁ (byte 3) of 16..32. value = (q − 32) · (d · sc), every
+// product exact (d · sc ≤ 18 significant bits, times |q − 32| ≤ 32: ≤ 23), so w_decode forms the
+// values themselves (scale 1) and the block dot is Σ value·x.
+const W_VEC4_PER_BLOCK: u32 = 1u;
+
+struct WRaw {
+    q: vec4<u32>,
+    ha: u32,
+    hb: u32,
+    s: u32,
+}
+
+fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
+    let i = b * rows + n;
+    return WRaw(wq[i], ws[3u * i], ws[3u * i + 1u], ws[3u * i + 2u]);
+}
+
+fn w_decode(r: WRaw) -> WFloat {
+    let d = unpack2x16float(r.s).x;
+    let sc = vec2<f32>(unpack4xI8(r.s).zw);
+    let d0 = vec4<f32>(d * sc.x);
+    let d1 = vec4<f32>(d * sc.y);
+    let q = q6_floats(r.q, r.ha, r.hb);
+    let c = vec4<f32>(32.0);
+    let v = V8((q.v0 - c) * d0, (q.v1 - c) * d0, (q.v2 - c) * d0, (q.v3 - c) * d0,
+               (q.v4 - c) * d1, (q.v5 - c) * d1, (q.v6 - c) * d1, (q.v7 - c) * d1);
+    return WFloat(v, 1.0, 0.0);
+}
+
+fn w_combine(qdot: f32, sx: f32, w: WFloat) -> f32 {
+    return qdot;
+}
+
+fn w_values(w: WFloat) -> V8 {
+    return w.q;
+}

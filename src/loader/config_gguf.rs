@@ -1,0 +1,261 @@
+//! [`ModelConfig`] from GGUF metadata (`{arch}.*` keys, as llama.cpp's `llama-model.cpp` reads
+//! them) and the tensor list: Llama, Qwen2, Gemma 3.
+
+use super::config::{
+    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, LayerSpec, ModelConfig, Rope,
+    RopeScaling, RopeStyle, SUPPORTED,
+};
+use super::error::LoadError;
+use super::gguf::GgufFile;
+use crate::quant::dequantize_row;
+
+/// Gemma 3's local (sliding) layers: RoPE base 10,000, unscaled (llama.cpp hard-codes
+/// `rope_freq_base_train_swa`; GGUF has no key for it).
+const GEMMA3_LOCAL_THETA: f64 = 10_000.0;
+/// Gemma 3: every 6th layer (`il % 6 == 5`) is global (llama.cpp `set_swa_pattern(6)`).
+const GEMMA3_SWA_PATTERN: usize = 6;
+/// Gemma 3 27B is known by its layer count (llama.cpp `LLM_TYPE_27B`); its softmax scale is
+/// `1/sqrt(hidden / heads)` = 1/sqrt(168), not `1/sqrt(head_dim)`.
+const GEMMA3_27B_LAYERS: usize = 62;
+
+/// See [`ModelConfig::from_gguf`].
+pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
+    let arch_name = file.get_str("general.architecture").ok_or_else(|| {
+        LoadError::config(
+            "GGUF key general.architecture is missing; the file was not written by a llama.cpp \
+             converter, re-convert it",
+        )
+    })?;
+    let (arch, rope_style) = match arch_name {
+        // GGUF Llama Q/K rows were permuted by the converter: adjacent-pair RoPE.
+        "llama" => (Architecture::Llama, RopeStyle::Interleaved),
+        "qwen2" => (Architecture::Qwen2, RopeStyle::Neox),
+        "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
+        other => {
+            return Err(LoadError::UnsupportedArchitecture {
+                found: other.to_string(),
+                supported: SUPPORTED,
+            })
+        }
+    };
+    let m = GgufKeys { file, arch: arch_name };
+    let hidden_size = m.usize("embedding_length")?;
+    let num_heads = m.usize("attention.head_count")?;
+    if num_heads == 0 {
+        return Err(LoadError::config(format!(
+            "{arch_name}.attention.head_count is 0; the model's config is broken, re-download or \
+             re-convert it"
+        )));
+    }
+    let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads)?;
+    check_rotary_dims(&m, head_dim)?;
+    let vocab_size = match m.opt_usize("vocab_size")? {
+        Some(v) => v,
+        None => gguf_vocab_len(file)?,
+    };
+    let num_layers = m.usize("block_count")?;
+    let max_pos = m.usize("context_length")?;
+    let rope =
+        Rope { theta: m.f64_or("rope.freq_base", 10_000.0)?, scaling: scaling(&m, max_pos)? };
+    let mut config = ModelConfig {
+        arch,
+        hidden_size,
+        intermediate_size: m.usize("feed_forward_length")?,
+        num_layers,
+        num_heads,
+        num_kv_heads: m.usize_or("attention.head_count_kv", num_heads)?,
+        head_dim,
+        vocab_size,
+        rms_norm_eps: m.f32("attention.layer_norm_rms_epsilon")?,
+        layers: full_layers(num_layers, rope),
+        rope_style,
+        max_position_embeddings: max_pos,
+        tie_word_embeddings: file.tensor_info("output.weight").is_none(),
+        attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
+        qk_norm: false,
+        activation: Activation::Silu,
+        embedding_scale: None,
+        post_norms: false,
+        attention_scale: inv_sqrt(head_dim),
+        norm_weight_offset: 0.0,
+        rope_freq_factors: rope_freq_factors(file)?,
+    };
+    if arch == Architecture::Gemma3 {
+        gemma3(&m, &mut config)?;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Gemma 3 (llama.cpp `llama_load_hparams_gemma3`): with `attention.sliding_window` > 0, layers
+/// `il % 6 != 5` slide over that window with the local RoPE, the rest are global with the file's
+/// RoPE (incl. its scaling); without it every layer is global. The converter already added 1 to
+/// the norm weights, so `norm_weight_offset` stays 0.
+fn gemma3(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let local = Rope { theta: GEMMA3_LOCAL_THETA, scaling: RopeScaling::None };
+    if let Some(window) = m.opt_usize("attention.sliding_window")?.filter(|w| *w > 0) {
+        for (il, layer) in c.layers.iter_mut().enumerate() {
+            if il % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1 {
+                let attention = if window >= c.max_position_embeddings {
+                    AttentionKind::Full
+                } else {
+                    AttentionKind::Sliding { window }
+                };
+                *layer = LayerSpec { attention, rope: local };
+            }
+        }
+    }
+    c.qk_norm = true;
+    c.activation = Activation::GeluTanh;
+    c.embedding_scale = Some((c.hidden_size as f64).sqrt() as f32);
+    c.post_norms = true;
+    c.attention_scale = if c.num_layers == GEMMA3_27B_LAYERS {
+        inv_sqrt(c.hidden_size / c.num_heads)
+    } else {
+        inv_sqrt(c.head_dim)
+    };
+    Ok(())
+}
+
+/// Partial rotary embeddings (`rope.dimension_count` < head_dim) are refused.
+fn check_rotary_dims(m: &GgufKeys<'_>, head_dim: usize) -> Result<(), LoadError> {
+    if let Some(dims) = m.opt_usize("rope.dimension_count")? {
+        if dims != head_dim {
+            return Err(LoadError::config(format!(
+                "{}.rope.dimension_count = {dims} differs from head_dim = {head_dim} (partial \
+                 rotary embeddings), which kvrun does not support yet",
+                m.arch
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `{arch}.rope.scaling.*` (llama.cpp `LLM_KV_ROPE_SCALING_*`): type "none" / absent, "linear"
+/// (`factor`, or the older `rope.scale_linear`), "yarn" (`factor`, `original_context_length`,
+/// `yarn_beta_fast` 32, `yarn_beta_slow` 1; the attention factor is llama.cpp's
+/// `attn_factor · (1 + 0.1 ln factor)`). Other types are refused by name.
+fn scaling(m: &GgufKeys<'_>, max_pos: usize) -> Result<RopeScaling, LoadError> {
+    let key = format!("{}.rope.scaling.type", m.arch);
+    let kind = match m.file.get(&key) {
+        None => None,
+        Some(v) => Some(v.as_str().ok_or_else(|| m.bad_type(&key, "a string"))?),
+    };
+    let factor = || -> Result<f64, LoadError> {
+        match m.opt_f64("rope.scaling.factor")? {
+            Some(f) => Ok(f),
+            None => m.opt_f64("rope.scale_linear")?.ok_or_else(|| m.missing("rope.scaling.factor")),
+        }
+    };
+    match kind {
+        None | Some("none") => match m.opt_f64("rope.scale_linear")? {
+            Some(factor) if factor != 1.0 => Ok(RopeScaling::Linear { factor }),
+            _ => Ok(RopeScaling::None),
+        },
+        Some("linear") => Ok(RopeScaling::Linear { factor: factor()? }),
+        Some("yarn") => {
+            let factor = factor()?;
+            let mscale = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: m
+                    .usize_or("rope.scaling.original_context_length", max_pos)?,
+                beta_fast: m.f64_or("rope.scaling.yarn_beta_fast", 32.0)?,
+                beta_slow: m.f64_or("rope.scaling.yarn_beta_slow", 1.0)?,
+                attention_factor: m.f64_or("rope.scaling.attn_factor", 1.0)? * mscale,
+            })
+        }
+        Some(other) => Err(LoadError::config(format!(
+            "{key} = '{other}' is not supported (kvrun implements none, linear and yarn, and \
+             Llama 3.1's rope_freqs.weight); use a model without it"
+        ))),
+    }
+}
+
+/// `rope_freqs.weight` [head_dim / 2] f32: per-pair frequency divisors (Llama 3.1 GGUFs).
+fn rope_freq_factors(file: &GgufFile) -> Result<Option<Vec<f32>>, LoadError> {
+    let Some(info) = file.tensor_info("rope_freqs.weight") else {
+        return Ok(None);
+    };
+    let mut out = vec![0.0f32; info.n_elements];
+    dequantize_row(info.ggml_type, file.tensor_data(info), &mut out).map_err(|e| {
+        LoadError::config(format!("tensor rope_freqs.weight: {e}; re-convert the model"))
+    })?;
+    Ok(Some(out))
+}
+
+/// The vocabulary size from `tokenizer.ggml.tokens`, or else the embedding's row count.
+fn gguf_vocab_len(file: &GgufFile) -> Result<usize, LoadError> {
+    if let Some(tokens) = file.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+        return Ok(tokens.len());
+    }
+    file.tensor_info("token_embd.weight").and_then(|t| t.dims.get(1).copied()).ok_or_else(|| {
+        LoadError::config(
+            "the vocabulary size is unknown: no vocab_size key, no tokenizer.ggml.tokens and \
+                 no token_embd.weight; re-convert the model",
+        )
+    })
+}
+
+/// Typed, error-reporting access to `{arch}.{suffix}` keys.
+struct GgufKeys<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl GgufKeys<'_> {
+    fn bad_type(&self, key: &str, want: &str) -> LoadError {
+        LoadError::config(format!(
+            "GGUF key {key} should be {want} but is {:?}; the file is corrupt, re-convert it",
+            self.file.get(key)
+        ))
+    }
+
+    fn opt_usize(&self, suffix: &str) -> Result<Option<usize>, LoadError> {
+        let key = format!("{}.{suffix}", self.arch);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| self.bad_type(&key, "a non-negative integer")),
+        }
+    }
+
+    fn usize(&self, suffix: &str) -> Result<usize, LoadError> {
+        self.opt_usize(suffix)?.ok_or_else(|| self.missing(suffix))
+    }
+
+    fn usize_or(&self, suffix: &str, default: usize) -> Result<usize, LoadError> {
+        Ok(self.opt_usize(suffix)?.unwrap_or(default))
+    }
+
+    fn opt_f32(&self, suffix: &str) -> Result<Option<f32>, LoadError> {
+        let key = format!("{}.{suffix}", self.arch);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(v) => v.as_f32().map(Some).ok_or_else(|| self.bad_type(&key, "a float")),
+        }
+    }
+
+    fn f32(&self, suffix: &str) -> Result<f32, LoadError> {
+        self.opt_f32(suffix)?.ok_or_else(|| self.missing(suffix))
+    }
+
+    fn opt_f64(&self, suffix: &str) -> Result<Option<f64>, LoadError> {
+        Ok(self.opt_f32(suffix)?.map(f64::from))
+    }
+
+    fn f64_or(&self, suffix: &str, default: f64) -> Result<f64, LoadError> {
+        Ok(self.opt_f64(suffix)?.unwrap_or(default))
+    }
+
+    fn missing(&self, suffix: &str) -> LoadError {
+        LoadError::config(format!(
+            "GGUF key {}.{suffix} is missing; the file is incomplete, re-convert it with a \
+             current llama.cpp",
+            self.arch
+        ))
+    }
+}

@@ -1,0 +1,400 @@
+//! [`ModelConfig`] from an HF `config.json`: Llama, Mistral, Qwen2, and Gemma 3 (flat
+//! `Gemma3ForCausalLM`, or `Gemma3ForConditionalGeneration` with the text model under
+//! `text_config`), each layer's attention kind and RoPE as `transformers` derives them.
+
+use super::config::{
+    inv_sqrt, token_id_list, Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec,
+    ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+};
+use super::error::LoadError;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// The fields of an HF `config.json` (or its `text_config`) kvrun reads.
+#[derive(Deserialize)]
+struct HfConfigJson {
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: usize,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    /// Qwen2: layers from this index on use the window (when `use_sliding_window`).
+    max_window_layers: Option<usize>,
+    /// Newer configs: `"sliding_attention"` / `"full_attention"` per layer.
+    layer_types: Option<Vec<String>>,
+    rope_scaling: Option<Value>,
+    /// transformers ≥ 5: `{rope_type, rope_theta, …}`, or one such dict per layer type.
+    rope_parameters: Option<Value>,
+    // Gemma 3 (defaults filled in from `Gemma3TextConfig` before parsing)
+    hidden_activation: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    rope_local_base_freq: Option<f64>,
+    sliding_window_pattern: Option<usize>,
+    torch_dtype: Option<String>,
+    dtype: Option<String>,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<Value>,
+}
+
+/// `Gemma3TextConfig`'s defaults (transformers 4.50+) for the keys Google's configs omit, most
+/// visibly in the `text_config` of `Gemma3ForConditionalGeneration` (gemma-3-4b-it …).
+const GEMMA3_TEXT_DEFAULTS: &str = r#"{
+    "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    "rope_theta": 1000000.0, "attention_bias": false, "query_pre_attn_scalar": 256,
+    "sliding_window": 4096, "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+    "bos_token_id": 2, "eos_token_id": 1
+}"#;
+
+fn json_error(e: impl std::fmt::Display) -> LoadError {
+    LoadError::config(format!(
+        "config.json is not a Llama/Qwen2/Gemma3-style config ({e}); pass the model's own \
+         config.json"
+    ))
+}
+
+/// See [`ModelConfig::from_hf_config_json_with_extras`].
+pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadError> {
+    let top: Value = serde_json::from_str(json).map_err(json_error)?;
+    let arch_name = top
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let arch = match arch_name.as_str() {
+        "LlamaForCausalLM" | "MistralForCausalLM" => Architecture::Llama,
+        "Qwen2ForCausalLM" => Architecture::Qwen2,
+        "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
+        other => {
+            return Err(LoadError::UnsupportedArchitecture {
+                found: if other.is_empty() { "(none given)" } else { other }.to_string(),
+                supported: SUPPORTED,
+            })
+        }
+    };
+    let mut text = match arch_name.as_str() {
+        "Gemma3ForConditionalGeneration" => match top.get("text_config") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        },
+        _ => top.as_object().cloned().unwrap_or_default(),
+    };
+    if arch == Architecture::Gemma3 {
+        let defaults: Map<String, Value> =
+            serde_json::from_str(GEMMA3_TEXT_DEFAULTS).expect("valid defaults");
+        for (key, value) in defaults {
+            text.entry(key).or_insert(value);
+        }
+    }
+    let c: HfConfigJson = serde_json::from_value(Value::Object(text)).map_err(json_error)?;
+    let config = match arch {
+        Architecture::Gemma3 => gemma3(&c)?,
+        _ => llama_like(arch, &c)?,
+    };
+    config.validate()?;
+    // the outer config of a multimodal model carries dtype and special tokens
+    let outer = |key: &str| top.get(key).filter(|v| !v.is_null());
+    let extras = HfConfigExtras {
+        torch_dtype: outer("torch_dtype")
+            .or_else(|| outer("dtype"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or(c.torch_dtype)
+            .or(c.dtype),
+        bos_token_id: outer("bos_token_id")
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .or(c.bos_token_id),
+        eos_token_ids: match outer("eos_token_id") {
+            Some(v) => token_id_list(Some(v)),
+            None => token_id_list(c.eos_token_id.as_ref()),
+        },
+    };
+    Ok((config, extras))
+}
+
+/// The shape fields every architecture shares, with Llama's quirks.
+fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelConfig {
+    let head_dim = c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads.max(1));
+    ModelConfig {
+        arch,
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        num_layers: c.num_hidden_layers,
+        num_heads: c.num_attention_heads,
+        num_kv_heads: c.num_key_value_heads.unwrap_or(c.num_attention_heads),
+        head_dim,
+        vocab_size: c.vocab_size,
+        rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6) as f32,
+        layers,
+        // HF safetensors weights are not permuted: rotate_half pairs for every arch.
+        rope_style: RopeStyle::Neox,
+        max_position_embeddings: c.max_position_embeddings.unwrap_or(2048),
+        tie_word_embeddings: c.tie_word_embeddings,
+        attention_bias: arch == Architecture::Qwen2 || c.attention_bias,
+        qk_norm: false,
+        activation: Activation::Silu,
+        embedding_scale: None,
+        post_norms: false,
+        attention_scale: inv_sqrt(head_dim),
+        norm_weight_offset: 0.0,
+        rope_freq_factors: None,
+    }
+}
+
+/// Llama, Mistral, Qwen2: one RoPE; full attention unless a window applies. Mistral (v0.1)
+/// slides every layer over `sliding_window` tokens (`use_sliding_window` absent = on); Qwen2
+/// only with `use_sliding_window: true`, and then only layers `max_window_layers..` (HF
+/// `Qwen2Config.layer_types`). A `layer_types` list, when given, decides instead.
+fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let max_pos = c.max_position_embeddings.unwrap_or(2048);
+    let (theta, params) = rope_params(c, "full_attention")?;
+    let rope = hf_rope(theta, params, max_pos)?;
+    let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
+    let window = c.sliding_window.filter(|_| window_on);
+    let first_sliding = match arch {
+        Architecture::Qwen2 => c.max_window_layers.unwrap_or(28),
+        _ => 0,
+    };
+    let kinds = match &c.layer_types {
+        Some(types) => layer_types(types, c.num_hidden_layers, c.sliding_window, max_pos)?,
+        None => (0..c.num_hidden_layers)
+            .map(|i| match window {
+                Some(w) if i >= first_sliding => sliding(w, max_pos),
+                _ => AttentionKind::Full,
+            })
+            .collect(),
+    };
+    let layers = kinds.into_iter().map(|attention| LayerSpec { attention, rope }).collect();
+    Ok(base(arch, c, layers))
+}
+
+/// Gemma 3: five sliding layers (RoPE base `rope_local_base_freq`, never scaled) for every
+/// full one (`rope_theta`, with `rope_scaling`), Q/K norms, GELU-tanh, `sqrt(hidden)` embedding
+/// scale, post-norms, softmax scale `1/sqrt(query_pre_attn_scalar)`, RMSNorm `x · (1 + w)`.
+fn gemma3(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let max_pos = c.max_position_embeddings.unwrap_or(131_072);
+    let kinds = match &c.layer_types {
+        Some(types) => layer_types(types, c.num_hidden_layers, c.sliding_window, max_pos)?,
+        None => {
+            let pattern = c.sliding_window_pattern.unwrap_or(6).max(1);
+            let window = c.sliding_window.unwrap_or(4096);
+            (0..c.num_hidden_layers)
+                .map(|i| match (i + 1) % pattern {
+                    0 => AttentionKind::Full,
+                    _ => sliding(window, max_pos),
+                })
+                .collect()
+        }
+    };
+    let (theta, params) = rope_params(c, "full_attention")?;
+    let global = hf_rope(theta, params, max_pos)?;
+    let local = match rope_params(c, "sliding_attention")? {
+        // transformers ≥ 5 gives the local RoPE its own dict
+        (theta, Some(p)) if c.rope_parameters.as_ref().is_some_and(per_layer_type) => {
+            hf_rope(theta, Some(p), max_pos)?
+        }
+        _ => Rope { theta: c.rope_local_base_freq.unwrap_or(10_000.0), scaling: RopeScaling::None },
+    };
+    let layers = kinds
+        .into_iter()
+        .map(|attention| {
+            let rope = if attention == AttentionKind::Full { global } else { local };
+            LayerSpec { attention, rope }
+        })
+        .collect();
+    match c.hidden_activation.as_deref() {
+        Some("gelu_pytorch_tanh" | "gelu_tanh") | None => {}
+        Some(other) => {
+            return Err(LoadError::config(format!(
+                "Gemma 3 with hidden_activation '{other}' is not supported (kvrun runs \
+                 gelu_pytorch_tanh); use the model's original config.json"
+            )))
+        }
+    }
+    let scalar = c.query_pre_attn_scalar.unwrap_or(256.0);
+    Ok(ModelConfig {
+        qk_norm: true,
+        activation: Activation::GeluTanh,
+        embedding_scale: Some((c.hidden_size as f64).sqrt() as f32),
+        post_norms: true,
+        attention_scale: (1.0 / scalar.sqrt()) as f32,
+        norm_weight_offset: 1.0,
+        max_position_embeddings: max_pos,
+        ..base(Architecture::Gemma3, c, layers)
+    })
+}
+
+fn sliding(window: usize, max_pos: usize) -> AttentionKind {
+    // a window covering every position is full attention
+    if window >= max_pos {
+        AttentionKind::Full
+    } else {
+        AttentionKind::Sliding { window }
+    }
+}
+
+/// HF `layer_types` → attention kinds.
+fn layer_types(
+    types: &[String],
+    num_layers: usize,
+    window: Option<usize>,
+    max_pos: usize,
+) -> Result<Vec<AttentionKind>, LoadError> {
+    if types.len() != num_layers {
+        return Err(LoadError::config(format!(
+            "layer_types lists {} layers but num_hidden_layers = {num_layers}; the config is \
+             broken",
+            types.len()
+        )));
+    }
+    types
+        .iter()
+        .map(|t| match (t.as_str(), window) {
+            ("full_attention", _) => Ok(AttentionKind::Full),
+            ("sliding_attention", Some(w)) => Ok(sliding(w, max_pos)),
+            ("sliding_attention", None) => Err(LoadError::config(
+                "layer_types has sliding_attention layers but sliding_window is not set; the \
+                 config is broken",
+            )),
+            (other, _) => Err(LoadError::config(format!(
+                "layer type '{other}' is not supported (kvrun runs full_attention and \
+                 sliding_attention)"
+            ))),
+        })
+        .collect()
+}
+
+/// Whether a `rope_parameters` value is keyed by layer type (transformers ≥ 5, Gemma 3).
+fn per_layer_type(v: &Value) -> bool {
+    v.get("full_attention").is_some() || v.get("sliding_attention").is_some()
+}
+
+/// The theta and scaling dict for `layer_type`: `rope_parameters` when present (flat, or keyed
+/// by layer type), else `rope_theta` + `rope_scaling`.
+fn rope_params<'a>(
+    c: &'a HfConfigJson,
+    layer_type: &str,
+) -> Result<(f64, Option<&'a Value>), LoadError> {
+    let default_theta = c.rope_theta.unwrap_or(10_000.0);
+    let Some(p) = c.rope_parameters.as_ref().filter(|v| !v.is_null()) else {
+        return Ok((default_theta, c.rope_scaling.as_ref()));
+    };
+    let p = if per_layer_type(p) { p.get(layer_type).unwrap_or(&Value::Null) } else { p };
+    let theta = match p.get("rope_theta") {
+        None => default_theta,
+        Some(v) => v.as_f64().ok_or_else(|| bad_value("rope_parameters", "rope_theta", v))?,
+    };
+    Ok((theta, Some(p)))
+}
+
+fn bad_value(what: &str, key: &str, v: &Value) -> LoadError {
+    LoadError::config(format!(
+        "{what}.{key} = {v} is not a valid value; fix the model's config.json"
+    ))
+}
+
+/// HF `rope_scaling` (or `rope_parameters`) → [`Rope`]: absent, null or type "default" is plain
+/// RoPE; "linear", "llama3" and "yarn" as `modeling_rope_utils` reads them; other types are
+/// refused by name. The YaRN attention factor is resolved here (explicit `attention_factor`,
+/// else from `mscale` / `mscale_all_dim`, else `0.1 ln(factor) + 1`); `factor` is taken as
+/// given (older transformers; the newer `max_position_embeddings / original` override is not
+/// applied).
+pub(super) fn hf_rope(
+    theta: f64,
+    params: Option<&Value>,
+    max_pos: usize,
+) -> Result<Rope, LoadError> {
+    let plain = Ok(Rope { theta, scaling: RopeScaling::None });
+    let Some(obj) = params.and_then(Value::as_object) else {
+        return plain;
+    };
+    let kind = obj.get("rope_type").or_else(|| obj.get("type")).and_then(Value::as_str);
+    let num = |key: &str| -> Result<Option<f64>, LoadError> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .map(Some)
+                .ok_or_else(|| bad_value("rope_scaling", key, v)),
+        }
+    };
+    let need = |key: &str| -> Result<f64, LoadError> {
+        num(key)?.ok_or_else(|| {
+            LoadError::config(format!(
+                "rope_scaling of type '{}' needs '{key}'; fix the model's config.json",
+                kind.unwrap_or("?")
+            ))
+        })
+    };
+    let positions = |x: f64| x as usize;
+    let scaling = match kind {
+        None => {
+            if obj.is_empty() {
+                return plain;
+            }
+            return Err(LoadError::config(
+                "rope_scaling has no rope_type (or type); fix the model's config.json",
+            ));
+        }
+        Some("default") => RopeScaling::None,
+        Some("linear") => RopeScaling::Linear { factor: need("factor")? },
+        Some("llama3") => RopeScaling::Llama3 {
+            factor: need("factor")?,
+            low_freq_factor: need("low_freq_factor")?,
+            high_freq_factor: need("high_freq_factor")?,
+            original_max_position_embeddings: positions(need("original_max_position_embeddings")?),
+        },
+        Some("yarn") => {
+            if obj.get("truncate").and_then(Value::as_bool) == Some(false) {
+                return Err(LoadError::config(
+                    "rope_scaling yarn with truncate = false is not supported yet",
+                ));
+            }
+            let factor = need("factor")?;
+            let mscale = |scale: f64, m: f64| {
+                if scale <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * scale.ln() + 1.0
+                }
+            };
+            let attention_factor =
+                match (num("attention_factor")?, num("mscale")?, num("mscale_all_dim")?) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) => mscale(factor, m) / mscale(factor, all),
+                    _ => mscale(factor, 1.0),
+                };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: num("original_max_position_embeddings")?
+                    .map_or(max_pos, positions),
+                beta_fast: num("beta_fast")?.unwrap_or(32.0),
+                beta_slow: num("beta_slow")?.unwrap_or(1.0),
+                attention_factor,
+            }
+        }
+        Some(other) => {
+            return Err(LoadError::config(format!(
+                "rope_scaling type '{other}' is not supported (kvrun implements default, \
+                 linear, llama3 and yarn); use a model without it"
+            )))
+        }
+    };
+    Ok(Rope { theta, scaling })
+}
