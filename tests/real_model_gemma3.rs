@@ -68,7 +68,13 @@ fn config_matches_gguf_py_and_llama_cpp() {
     assert_eq!(c.arch, Architecture::Gemma3);
     assert_eq!(
         (c.hidden_size, c.num_layers, c.intermediate_size, c.num_heads, c.num_kv_heads),
-        (n("embedding_length"), n("block_count"), n("feed_forward_length"), n("head_count"), n("head_count_kv"))
+        (
+            n("embedding_length"),
+            n("block_count"),
+            n("feed_forward_length"),
+            n("head_count"),
+            n("head_count_kv")
+        )
     );
     assert_eq!((c.head_dim, c.vocab_size), (n("key_length"), n("vocab_size")));
     assert_eq!(f64::from(c.rms_norm_eps), r["layer_norm_rms_epsilon"].as_f64().unwrap());
