@@ -205,11 +205,11 @@ impl Builder<'_> {
     /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
     /// for f16, `kv_quantize` + attention + `kv_stage` for a quantized pool.
     ///
-    /// `kind` is the layer's [`AttentionKind`]. Every kind runs as full attention for now: exact
-    /// for a sliding window as long as no sequence outgrows it, which each architecture's
-    /// `check` enforces through `max_model_len`. (The seam for sliding-window KV groups.)
-    pub fn attention(&self, l: usize, kind: AttentionKind, ops: &mut Vec<Op>) {
-        let _ = kind;
+    /// The layer's [`AttentionKind`] comes in as `_kind`, the seam for sliding windows: every
+    /// kind runs as full attention for now, exact for a sliding window as long as no sequence
+    /// outgrows it, which each architecture's `check` enforces through `max_model_len`. The
+    /// window goes to `AttentionOp` (and the layer's KV group) from here.
+    pub fn attention(&self, l: usize, _kind: AttentionKind, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout();
         let (kp, vp) = (&self.kv.k[l], &self.kv.v[l]);
