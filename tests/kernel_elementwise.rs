@@ -1,14 +1,16 @@
-//! RMSNorm (plain and gathering), RoPE (interleaved and NEOX pairs) and SiLU-multiply vs the
-//! CPU reference, with odd sizes and sentinels around the outputs.
+//! RMSNorm (plain, gathering, accumulating, and per head past 65,535 workgroups), RoPE (interleaved and NEOX
+//! pairs) and both GLU activations (SiLU, tanh-GELU) vs the CPU reference, with odd sizes and
+//! sentinels around the outputs.
 
 mod common;
 
 use common::*;
+use kvrun::kernels::glu::GluOp;
 use kvrun::kernels::reference;
-use kvrun::kernels::rms_norm::{NormRows, RmsNormOp};
+use kvrun::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
-use kvrun::kernels::silu_mul::SiluMulOp;
 use kvrun::kernels::{StepInfo, StepShape};
+use kvrun::loader::Activation;
 use kvrun::loader::{Rope, RopeScaling};
 
 #[test]
@@ -30,21 +32,19 @@ fn rms_norm_matches_reference_plain_and_gathered() {
         let (xb, wb, rb) = (storage_f32(gpu, &x), storage_f32(gpu, &w), storage_u32(gpu, &rows));
         let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * dim]);
         let out_g = storage_f32(gpu, &vec![SENTINEL; (rows.len() + 1) * dim]);
+        // accumulate: out = old + norm, the residual add after Gemma's post-norms
+        let old = uniform(&mut r, tokens * dim, 2.0);
+        let mut old_padded = old.clone();
+        old_padded.extend(vec![SENTINEL; dim]);
+        let out_acc = storage_f32(gpu, &old_padded);
         let k = &t.kernels;
-        let plain =
-            RmsNormOp::new(gpu, k, "norm", &step, &xb, &wb, &out, dim as u32, 1e-5, NormRows::Step);
-        let gather = RmsNormOp::new(
-            gpu,
-            k,
-            "norm",
-            &step,
-            &xb,
-            &wb,
-            &out_g,
-            dim as u32,
-            1e-5,
-            NormRows::Gather(&rb),
-        );
+        let norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate: bool| {
+            let io = NormIo { step: &step, x: &xb, weight: &wb, out, rows, accumulate };
+            RmsNormOp::new(gpu, k, "norm", dim as u32, 1e-5, io)
+        };
+        let plain = norm(&out, NormRows::Step, false);
+        let gather = norm(&out_g, NormRows::Gather(&rb), false);
+        let acc = norm(&out_acc, NormRows::Step, true);
         let shape = StepShape {
             num_tokens: tokens as u32,
             num_logits: rows.len() as u32,
@@ -53,8 +53,19 @@ fn rms_norm_matches_reference_plain_and_gathered() {
         run(gpu, |pass| {
             plain.record(pass, &shape);
             gather.record(pass, &shape);
+            acc.record(pass, &shape);
         });
         let want = reference::rms_norm(&x, &w, 1e-5);
+        let got = gpu.read_f32(&out_acc, 0, (tokens + 1) * dim).unwrap();
+        let want_acc: Vec<f32> = want.iter().zip(&old).map(|(n, o)| n + o).collect();
+        assert_close(
+            &format!("rms_norm accumulate {dim}"),
+            &got[..tokens * dim],
+            &want_acc,
+            1e-6,
+            2e-6,
+        );
+        assert_sentinels("rms_norm accumulate", &got[tokens * dim..]);
         let got = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
         assert_close(&format!("rms_norm dim {dim}"), &got[..tokens * dim], &want, 1e-6, 2e-6);
         assert_sentinels("rms_norm", &got[tokens * dim..]);
@@ -71,6 +82,68 @@ fn rms_norm_matches_reference_plain_and_gathered() {
             2e-6,
         );
         assert_sentinels("rms_norm gather", &got[rows.len() * dim..]);
+    }
+}
+
+/// Per-head RMSNorm (Gemma 3's Q/K norms): `heads` slices of `dim` from `x_offset` of each
+/// strided token row, into another strided buffer; the floats around the heads and the rows
+/// past the step stay sentinels. `tokens × heads` of 66,000 passes lavapipe's 65,535
+/// workgroups per dimension, which the 2-D grid must cover.
+#[test]
+fn rms_norm_per_head_strided_and_past_the_grid_limit() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, (tokens, heads, dim)) in
+        [(9usize, 5usize, 256usize), (3, 1, 40), (16_500, 4, 8)].into_iter().enumerate()
+    {
+        let mut r = rng(40 + i as u64);
+        let (x_offset, x_stride) = (3 * dim + 4, 3 * dim + 4 + heads * dim + 8);
+        let (out_offset, out_stride) = (5, 5 + heads * dim + 3);
+        let x = uniform(&mut r, (tokens + 1) * x_stride, 3.0);
+        let w = uniform(&mut r, dim, 1.5);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let (xb, wb) = (storage_f32(gpu, &x), storage_f32(gpu, &w));
+        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * out_stride]);
+        let rows = HeadRows {
+            heads: heads as u32,
+            x_stride: x_stride as u32,
+            x_offset: x_offset as u32,
+            out_stride: out_stride as u32,
+            out_offset: out_offset as u32,
+        };
+        let io = NormIo {
+            step: &step,
+            x: &xb,
+            weight: &wb,
+            out: &out,
+            rows: NormRows::Heads(rows),
+            accumulate: false,
+        };
+        let op = RmsNormOp::new(gpu, &t.kernels, "qk norm", dim as u32, 1e-6, io);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
+        let heads_in: Vec<f32> = x
+            .chunks(x_stride)
+            .take(tokens)
+            .flat_map(|row| row[x_offset..x_offset + heads * dim].to_vec())
+            .collect();
+        let want = reference::rms_norm(&heads_in, &w, 1e-6);
+        let what = format!("rms_norm per head: {tokens} tokens × {heads} heads of {dim}");
+        for (ti, row) in got.chunks(out_stride).enumerate().take(tokens) {
+            let normed = &row[out_offset..out_offset + heads * dim];
+            assert_close(
+                &what,
+                normed,
+                &want[ti * heads * dim..(ti + 1) * heads * dim],
+                1e-6,
+                2e-6,
+            );
+            assert_sentinels(&what, &row[..out_offset]);
+            assert_sentinels(&what, &row[out_offset + heads * dim..]);
+        }
+        assert_sentinels(&what, &got[tokens * out_stride..]);
     }
 }
 
@@ -108,27 +181,37 @@ fn rope_matches_reference_for_both_pair_layouts() {
     }
 }
 
+/// Both GLU activations vs their references: SiLU (Llama) and tanh-GELU (Gemma), the gate
+/// spread over ±12 so the tails (where a naive tanh overflows) are covered.
 #[test]
-fn silu_mul_matches_reference() {
+fn glu_matches_reference_for_both_activations() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
     let (tokens, ffn) = (5usize, 100usize);
-    let mut r = rng(20);
-    let gate_up = uniform(&mut r, tokens * 2 * ffn, 6.0);
-    let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
-    let gb = storage_f32(gpu, &gate_up);
-    let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
-    let op = SiluMulOp::new(gpu, &t.kernels, &step, &gb, &out, ffn as u32);
-    run(gpu, |pass| {
-        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
-    });
-    let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
-    let mut want = Vec::new();
-    for row in gate_up.chunks(2 * ffn) {
-        want.extend(reference::silu_mul(&row[..ffn], &row[ffn..]));
+    for activation in [Activation::Silu, Activation::GeluTanh] {
+        let mut r = rng(20);
+        let mut gate_up = uniform(&mut r, tokens * 2 * ffn, 6.0);
+        gate_up[0] = 12.0;
+        gate_up[1] = -12.0;
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let gb = storage_f32(gpu, &gate_up);
+        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
+        let op = GluOp::new(gpu, &t.kernels, activation, &step, &gb, &out, ffn as u32);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        });
+        let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
+        let mut want = Vec::new();
+        for row in gate_up.chunks(2 * ffn) {
+            want.extend(match activation {
+                Activation::Silu => reference::silu_mul(&row[..ffn], &row[ffn..]),
+                Activation::GeluTanh => reference::gelu_tanh_mul(&row[..ffn], &row[ffn..]),
+            });
+        }
+        let what = format!("glu {activation:?}");
+        assert_close(&what, &got[..tokens * ffn], &want, 1e-6, 1e-5);
+        assert_sentinels(&what, &got[tokens * ffn..]);
     }
-    assert_close("silu_mul", &got[..tokens * ffn], &want, 1e-6, 1e-5);
-    assert_sentinels("silu_mul", &got[tokens * ffn..]);
 }
 
 #[test]

@@ -322,3 +322,68 @@ fn embedding_gathers_rows_across_parts() {
         assert_sentinels("embedding rows below", &got[ids.len() * out_stride..]);
     }
 }
+
+/// Gemma 3's tied 262,144 × 640 Q8_0 embedding at the adapter's real binding limit: on lavapipe
+/// (128 MiB) its 640-byte packed rows split into two parts at row 209,715. The gather reads
+/// ids on both sides of the split and the last row, scaled by sqrt(640) as Gemma's embedding;
+/// the LM head (`TokenRows::Logits`) produces every one of the 262,144 logits of three rows,
+/// with every linear variant, vs the reference.
+#[test]
+fn gemma_sized_tied_embedding_and_lm_head_across_parts() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let (vocab, hidden, format) = (262_144usize, 640usize, WeightFormat::Q8_0);
+    let mut rng = rng(500);
+    let (bytes, w) = random_weight(&mut rng, format, vocab, hidden);
+    let max_binding = t.kernels.config.max_binding_bytes;
+    let weight =
+        GpuWeight::upload(gpu, "token_embd", format, vocab, hidden, &bytes, max_binding).unwrap();
+    let row_bytes = (hidden / 32 * format.words_per_block() * 4) as u64;
+    assert_eq!(weight.parts.len(), (vocab as u64 * row_bytes).div_ceil(max_binding) as usize);
+    let split = weight.parts.get(1).map_or(vocab - 1, |p| p.row_offset) as u32;
+    let ids: Vec<u32> = vec![0, split - 1, split, 262_143, 7];
+    let scale = 640f32.sqrt();
+    let info = StepInfo { num_tokens: ids.len() as u32, num_logits: 3, ..Default::default() };
+    let step = step_uniform(gpu, info);
+    let shape = StepShape { num_tokens: ids.len() as u32, num_logits: 3, ..Default::default() };
+    let (idb, eb) = (storage_u32(gpu, &ids), storage_f32(gpu, &vec![SENTINEL; ids.len() * hidden]));
+    let op = EmbeddingOp::new(gpu, &t.kernels, &weight, &step, &idb, &eb, hidden as u32, scale);
+    run(gpu, |pass| op.record(pass, &shape));
+    let got = gpu.read_f32(&eb, 0, ids.len() * hidden).unwrap();
+    for (ti, &id) in ids.iter().enumerate() {
+        let want: Vec<f32> =
+            w[id as usize * hidden..(id as usize + 1) * hidden].iter().map(|v| v * scale).collect();
+        let what = format!("embedding row {id}");
+        assert_close(&what, &got[ti * hidden..(ti + 1) * hidden], &want, 0.0, 1e-6);
+    }
+    let x = uniform(&mut rng, 3 * hidden, 1.0);
+    let want = reference::linear(&w, &x, vocab, hidden, None);
+    let abs_w: Vec<f32> = w.iter().map(|v| v.abs()).collect();
+    let abs_x: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+    // f32 sums of 640 products: rounding within a few ulps of Σ|w·x|
+    let bound: Vec<f32> = reference::linear(&abs_w, &abs_x, vocab, hidden, None)
+        .iter()
+        .map(|s| 1e-6 * s + 1e-6)
+        .collect();
+    let xb = storage_f32(gpu, &x);
+    for (variant, kernels) in linear_variants(t) {
+        let ob = storage_f32(gpu, &vec![SENTINEL; 4 * vocab]);
+        let io = LinearIo {
+            step: &step,
+            x: &xb,
+            x_stride: hidden as u32,
+            x_offset: 0,
+            out: &ob,
+            out_stride: vocab as u32,
+            out_offset: 0,
+            bias: None,
+            accumulate: false,
+            rows: TokenRows::Logits,
+        };
+        let head = LinearOp::new(gpu, &kernels, "lm_head", &weight, io);
+        run(gpu, |pass| head.record(pass, &shape));
+        let got = gpu.read_f32(&ob, 0, 4 * vocab).unwrap();
+        assert_within(&format!("lm head {variant:?}"), &got[..3 * vocab], &want, &bound);
+        assert_sentinels(&format!("lm head {variant:?}: the 4th row"), &got[3 * vocab..]);
+    }
+}

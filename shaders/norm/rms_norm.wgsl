@@ -1,6 +1,8 @@
-// RMSNorm: out[r, i] = x[src, i] / sqrt(mean_j x[src, j]^2 + eps) * w[i]
-// where src = rows[r] when gathering (final norm of the rows that get logits), else r.
-// One workgroup per row; the sum of squares has a fixed order (per-invocation strided sums,
+// RMSNorm: out[r, h, i] (+)= x[src, h, i] / sqrt(mean_j x[src, h, j]^2 + eps) * w[i]
+// where src = rows[r] when gathering (final norm of the rows that get logits), else r, and h
+// runs over the `heads` slices of `dim` floats per row (1 for whole rows; Gemma 3's Q/K norms
+// norm each head). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
+// (a 2-D grid when tokens × heads passes the per-dimension limit); the sum of squares has a fixed order (per-invocation strided sums,
 // then a fixed tree), so a row's result does not depend on the other rows of the step.
 
 struct RmsNormParams {
@@ -8,12 +10,14 @@ struct RmsNormParams {
     eps: f32,
     x_stride: u32,
     out_stride: u32,
-    gather: u32,  // 1: row r reads x row rows[r] and the row count is step.num_logits
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    flags: u32,       // FLAG_*
+    heads: u32,       // slices of dim floats normed per row
+    x_offset: u32,    // float offset of head 0 within a row of x
+    out_offset: u32,  // float offset of head 0 within a row of out
 }
 
+const FLAG_GATHER: u32 = 1u;      // row r reads x row rows[r]; the row count is step.num_logits
+const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (a residual connection)
 const WG: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -26,14 +30,21 @@ const WG: u32 = 64u;
 var<workgroup> partial: array<f32, WG>;
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let r = wid.x;
-    let count = select(step.num_tokens, step.num_logits, p.gather == 1u);
-    if (r >= count) {
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    let gather = (p.flags & FLAG_GATHER) != 0u;
+    let count = select(step.num_tokens, step.num_logits, gather);
+    if (g >= count * p.heads) {
         return;
     }
-    let src = select(r, rows[r], p.gather == 1u);
-    let xb = src * p.x_stride;
+    let r = g / p.heads;
+    let h = g % p.heads;
+    let src = select(r, rows[r], gather);
+    let xb = src * p.x_stride + p.x_offset + h * p.dim;
     var s = 0.0;
     for (var i = lid.x; i < p.dim; i += WG) {
         let v = x[xb + i];
@@ -48,8 +59,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
     }
     let inv = inverseSqrt(partial[0] / f32(p.dim) + p.eps);
-    let ob = r * p.out_stride;
+    let ob = r * p.out_stride + p.out_offset + h * p.dim;
     for (var i = lid.x; i < p.dim; i += WG) {
-        out[ob + i] = (x[xb + i] * inv) * w[i];
+        let v = (x[xb + i] * inv) * w[i];
+        if ((p.flags & FLAG_ACCUMULATE) != 0u) {
+            out[ob + i] = out[ob + i] + v;
+        } else {
+            out[ob + i] = v;
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod embedding;
+pub mod glu;
 pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
@@ -14,7 +15,6 @@ pub mod reference;
 pub mod rms_norm;
 pub mod rope;
 pub mod rotate;
-pub mod silu_mul;
 pub mod source;
 pub mod weights;
 #[cfg(test)]
@@ -25,6 +25,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
+use crate::loader::Activation;
 pub use kv_quantize::{KvCodeFormat, KvQuantKey, KvQuantLayout};
 pub use weights::{GpuWeight, PackedWeight, WeightFormat};
 
@@ -157,7 +158,10 @@ pub enum PipelineKey {
     Rotate {
         head_dim: u32,
     },
-    SiluMul,
+    /// The gated MLP activation act(gate) · up.
+    Glu {
+        activation: Activation,
+    },
     /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
     AttnDecodePartials {
         head_dim: u32,
@@ -262,6 +266,14 @@ impl Kernels {
 /// Workgroup count for `n` items at `per_group` items per workgroup.
 pub fn groups(n: u32, per_group: u32) -> u32 {
     n.div_ceil(per_group)
+}
+
+/// A grid of `n` workgroups: along x up to `limit`, the rest folded into y. The shader numbers
+/// its workgroup `wid.x + wid.y * num_workgroups.x` and skips numbers from `n` on (the last
+/// y row may be partial).
+pub fn grid_2d(n: u32, limit: u32) -> [u32; 3] {
+    let x = n.min(limit).max(1);
+    [x, n.div_ceil(x), 1]
 }
 
 /// Fails loudly when a dispatch would exceed the per-dimension workgroup limit.

@@ -1,10 +1,13 @@
-//! Host half of `shaders/norm/rms_norm.wgsl`: out[r] = x[src(r)] / rms(x[src(r)]) * w.
+//! Host half of `shaders/norm/rms_norm.wgsl`: out[r] (+)= x[src(r)] / rms(x[src(r)]) * w, over
+//! whole token rows (the sub-layer norms), gathered rows (the final norm of the logit rows), or
+//! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token); with
+//! `accumulate` the result is added to `out` (Gemma's post-norms before the residual add).
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, Kernels, PipelineKey, StepShape};
+use super::{check_grid, grid_2d, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `RmsNormParams`.
@@ -15,19 +18,25 @@ pub struct RmsNormParams {
     pub eps: f32,
     pub x_stride: u32,
     pub out_stride: u32,
-    pub gather: u32,
-    pub _pad: [u32; 3],
+    /// FLAG_*
+    pub flags: u32,
+    pub heads: u32,
+    pub x_offset: u32,
+    pub out_offset: u32,
 }
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 32);
+
+pub const FLAG_GATHER: u32 = 1;
+pub const FLAG_ACCUMULATE: u32 = 2;
 
 /// Binding order of the RMSNorm kernel.
 pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: RmsNormParams
-    BindingKind::StorageRead,      // x: [tokens, x_stride]
+    BindingKind::StorageRead,      // x: [tokens, x_stride]; a row's heads from x_offset
     BindingKind::StorageRead,      // w: [dim]
     BindingKind::StorageRead,      // rows: [num_logits] (gather only)
-    BindingKind::StorageReadWrite, // out: [rows, out_stride]
+    BindingKind::StorageReadWrite, // out: [rows, out_stride]; a row's heads from out_offset
 ];
 
 /// Which rows a norm reads.
@@ -36,44 +45,85 @@ pub enum NormRows<'a> {
     Step,
     /// Row `rows[r]` of x for each of the step's `num_logits` logit rows.
     Gather(&'a wgpu::Buffer),
+    /// Every head of every token of the step: `dim` is the head size, each head normed on its
+    /// own (Gemma 3's Q/K norms). x and out must be different buffers.
+    Heads(HeadRows),
+}
+
+/// Where the heads of a [`NormRows::Heads`] norm sit (in f32 elements): token t's head h reads
+/// `x[t * x_stride + x_offset + h * dim ..][..dim]` and writes the same place of `out`.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadRows {
+    pub heads: u32,
+    pub x_stride: u32,
+    pub x_offset: u32,
+    pub out_stride: u32,
+    pub out_offset: u32,
+}
+
+/// What a norm reads and writes.
+pub struct NormIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    pub x: &'a wgpu::Buffer,
+    /// [dim]
+    pub weight: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+    pub rows: NormRows<'a>,
+    /// Add the result to what `out` holds (a residual connection).
+    pub accumulate: bool,
 }
 
 pub struct RmsNormOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
     gather: bool,
+    /// Rows per token (1 but for `NormRows::Heads`).
+    heads: u32,
     wg_limit: u32,
 }
 
 impl RmsNormOp {
-    #[allow(clippy::too_many_arguments)]
+    #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
         label: &str,
-        step: &wgpu::Buffer,
-        x: &wgpu::Buffer,
-        weight: &wgpu::Buffer,
-        out: &wgpu::Buffer,
         dim: u32,
         eps: f32,
-        rows: NormRows<'_>,
+        io: NormIo<'_>,
     ) -> Self {
+        let NormIo { step, x, weight, out, rows, accumulate } = io;
         let pipeline = kernels.pipeline(gpu, PipelineKey::RmsNorm);
+        assert!(dim > 0, "{label}: a norm over 0 elements");
         let gather = matches!(rows, NormRows::Gather(_));
+        let heads = match rows {
+            NormRows::Heads(h) => h,
+            NormRows::Step | NormRows::Gather(_) => {
+                HeadRows { heads: 1, x_stride: dim, x_offset: 0, out_stride: dim, out_offset: 0 }
+            }
+        };
+        assert!(
+            heads.heads > 0
+                && heads.x_offset + heads.heads * dim <= heads.x_stride
+                && heads.out_offset + heads.heads * dim <= heads.out_stride,
+            "{label}: {heads:?} of {dim} floats do not fit their rows"
+        );
         let params = RmsNormParams {
             dim,
             eps,
-            x_stride: dim,
-            out_stride: dim,
-            gather: gather as u32,
-            _pad: [0; 3],
+            x_stride: heads.x_stride,
+            out_stride: heads.out_stride,
+            flags: if gather { FLAG_GATHER } else { 0 }
+                | if accumulate { FLAG_ACCUMULATE } else { 0 },
+            heads: heads.heads,
+            x_offset: heads.x_offset,
+            out_offset: heads.out_offset,
         };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
         let placeholder;
         let rows_buf = match rows {
             NormRows::Gather(b) => b,
-            NormRows::Step => {
+            NormRows::Step | NormRows::Heads(_) => {
                 placeholder = gpu.storage_buffer("no gather", 4);
                 &placeholder
             }
@@ -83,6 +133,7 @@ impl RmsNormOp {
             bind_group,
             pipeline,
             gather,
+            heads: heads.heads,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }
@@ -92,9 +143,11 @@ impl RmsNormOp {
         if count == 0 {
             return;
         }
-        check_grid([count, 1, 1], self.wg_limit);
+        // one workgroup per (row, head): tokens × heads can pass the per-dimension limit
+        let grid = grid_2d(count * self.heads, self.wg_limit);
+        check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(count, 1, 1);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     }
 }

@@ -2,9 +2,10 @@
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rotate};
-use super::{silu_mul, PipelineKey};
+use super::{glu, PipelineKey};
 use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
+use crate::loader::Activation;
 use crate::quant::{KvQuant, ScaleGranularity};
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");
@@ -128,8 +129,11 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::Rotate { .. } => {
             vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
         }
-        PipelineKey::SiluMul => {
-            vec![STEP, include_str!("../../shaders/elementwise/silu_mul.wgsl")]
+        PipelineKey::Glu { activation: Activation::Silu } => {
+            vec![STEP, include_str!("../../shaders/glu/silu_mul.wgsl")]
+        }
+        PipelineKey::Glu { activation: Activation::GeluTanh } => {
+            vec![STEP, include_str!("../../shaders/glu/gelu_tanh_mul.wgsl")]
         }
         PipelineKey::AttnDecodePartials { variant, kv, .. } => attention_parts(variant, kv, false),
         PipelineKey::AttnDecodeReduce { .. } => {
@@ -181,7 +185,7 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
         PipelineKey::KvStage => kv_quantize::STAGE_BINDINGS.to_vec(),
         PipelineKey::KvCodecTest { .. } => kv_quantize::CODEC_TEST_BINDINGS.to_vec(),
         PipelineKey::Rotate { .. } => rotate::BINDINGS.to_vec(),
-        PipelineKey::SiluMul => silu_mul::BINDINGS.to_vec(),
+        PipelineKey::Glu { .. } => glu::BINDINGS.to_vec(),
         PipelineKey::AttnDecodePartials { kv: None, .. } => {
             attention::DECODE_PARTIALS_BINDINGS.to_vec()
         }
@@ -216,7 +220,8 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::Rope,
         PipelineKey::KvWrite,
         PipelineKey::KvStage,
-        PipelineKey::SiluMul,
+        PipelineKey::Glu { activation: Activation::Silu },
+        PipelineKey::Glu { activation: Activation::GeluTanh },
     ]);
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });

@@ -4,6 +4,7 @@ use super::{ForwardBatch, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{partials_bytes, partitions};
 use crate::kernels::kv_quantize::stage_words;
+use crate::kernels::rope::rope_table_with_freq_factors;
 use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
 use crate::loader::ModelConfig;
 use crate::quant::head_block_words;
@@ -102,6 +103,12 @@ pub(super) struct Activations {
     pub normed: wgpu::Buffer,
     /// [max_tokens, (heads + 2 kv_heads) · head_dim] fused Q, K, V
     pub qkv: wgpu::Buffer,
+    /// Q/K norms (Gemma 3): [max_tokens, (heads + kv_heads) · head_dim] Q and K before their
+    /// per-head norms, which write them into `qkv` (1 float otherwise)
+    pub qk: wgpu::Buffer,
+    /// Post-norms (Gemma 3): [max_tokens, hidden] a sub-layer's output before its post-norm
+    /// and residual add (1 float otherwise)
+    pub sublayer: wgpu::Buffer,
     /// [max_tokens, heads · head_dim]
     pub attn: wgpu::Buffer,
     /// [max_tokens, 2 · ffn] fused gate and up projections
@@ -122,12 +129,7 @@ pub(super) struct Activations {
 }
 
 impl Activations {
-    pub fn new(
-        gpu: &Gpu,
-        c: &ModelConfig,
-        o: &ModelOptions,
-        rope_tables: &[Vec<[f32; 2]>],
-    ) -> Self {
+    pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
         let f32s = |label: &str, rows: usize, cols: usize| {
             gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)
         };
@@ -138,6 +140,14 @@ impl Activations {
             hidden: f32s("hidden", t, c.hidden_size),
             normed: f32s("normed", t, c.hidden_size),
             qkv: f32s("qkv", t, qkv),
+            qk: match c.qk_norm {
+                true => f32s("qk before norms", t, (c.num_heads + c.num_kv_heads) * c.head_dim),
+                false => f32s("no qk norms", 1, 1),
+            },
+            sublayer: match c.post_norms {
+                true => f32s("sub-layer out", t, c.hidden_size),
+                false => f32s("no post norms", 1, 1),
+            },
             attn: f32s("attention out", t, c.num_heads * c.head_dim),
             gate_up: f32s("gate_up", t, 2 * c.intermediate_size),
             ffn: f32s("ffn", t, c.intermediate_size),
@@ -158,9 +168,15 @@ impl Activations {
                     c.head_dim as u32,
                 ),
             ),
-            rope_tables: rope_tables
+            rope_tables: c
+                .distinct_ropes()
                 .iter()
-                .map(|t| gpu.storage_buffer_init("rope table", bytemuck::cast_slice(t)))
+                .map(|r| {
+                    let factors = c.rope_freq_factors.as_deref();
+                    let table =
+                        rope_table_with_freq_factors(c.head_dim, r, factors, o.max_model_len);
+                    gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table))
+                })
                 .collect(),
         }
     }

@@ -2,10 +2,10 @@
 //! pool on the GPU. Everything is allocated at load; a step only uploads the small per-step
 //! inputs of a [`ForwardBatch`] and records the op list into one compute pass.
 
+mod arch;
 mod batch;
 mod buffers;
 mod limits;
-mod llama;
 mod weights;
 
 use std::sync::Arc;
@@ -16,13 +16,13 @@ pub use buffers::KvPool;
 use crate::gpu::{Gpu, GpuError, GpuTimer};
 use crate::kernels::attention::AttentionOp;
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::{QkvLayout, RopeOp};
 use crate::kernels::rotate::RotateOp;
-use crate::kernels::silu_mul::SiluMulOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
 use crate::kv::{GroupKind, KvGroups};
@@ -146,7 +146,7 @@ enum Op {
     KvQuantize(KvQuantizeOp),
     KvStage(KvStageOp),
     Attention(AttentionOp),
-    SiluMul(SiluMulOp),
+    Glu(GluOp),
 }
 
 impl Op {
@@ -163,7 +163,7 @@ impl Op {
             Op::KvStage(_) => "kv_stage",
             Op::Attention(op) if op.is_windowed() => "attention_sliding",
             Op::Attention(_) => "attention",
-            Op::SiluMul(_) => "silu_mul",
+            Op::Glu(_) => "glu",
         }
     }
 
@@ -178,7 +178,7 @@ impl Op {
             Op::KvQuantize(op) => op.record(pass, shape),
             Op::KvStage(op) => op.record(pass, shape),
             Op::Attention(op) => op.record(pass, shape),
-            Op::SiluMul(op) => op.record(pass, shape),
+            Op::Glu(op) => op.record(pass, shape),
         }
     }
 }
@@ -217,7 +217,7 @@ impl Model {
         options: ModelOptions,
     ) -> Result<Self, ModelError> {
         check_kv_groups(file.config(), &options)?;
-        llama::load(gpu, kernels, file, options)
+        arch::load(gpu, kernels, file, options)
     }
 
     pub fn config(&self) -> &ModelConfig {

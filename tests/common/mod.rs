@@ -170,11 +170,20 @@ pub fn assert_sentinels(what: &str, values: &[f32]) {
 /// The real SmolLM2 GGUF (env `KVRUN_TEST_MODEL`, default
 /// `assets/models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a printed skip message.
 pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
-    let path =
-        std::env::var_os("KVRUN_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
+    real_model_file(test, "KVRUN_TEST_MODEL", "SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The real Gemma 3 270M GGUF (env `KVRUN_TEST_GEMMA3_MODEL`, default
+/// `assets/models/gemma-3-270m-q4_k_m.gguf`), or `None` with a printed skip message.
+pub fn real_gemma3_model(test: &str) -> Option<std::path::PathBuf> {
+    real_model_file(test, "KVRUN_TEST_GEMMA3_MODEL", "gemma-3-270m-q4_k_m.gguf")
+}
+
+/// `$env`, else `assets/models/<default>`; `None` (a failure under `KVRUN_NO_SKIP`) if absent.
+fn real_model_file(test: &str, env: &str, default: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os(env).map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models").join(default)
+    });
     if path.is_file() {
         Some(path)
     } else {
@@ -184,7 +193,7 @@ pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
             path.display()
         );
         println!(
-            "skipping {test}: real model {} not found (set KVRUN_TEST_MODEL or run scripts/fetch-models.sh)",
+            "skipping {test}: real model {} not found (set {env} or run scripts/fetch-models.sh)",
             path.display()
         );
         None

@@ -62,6 +62,19 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// out[i] = gelu_tanh(gate[i]) · up[i], HF's `gelu_pytorch_tanh`:
+/// 0.5 g (1 + tanh(sqrt(2/π) (g + 0.044715 g³))).
+pub fn gelu_tanh_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(g, u)| {
+            let g = f64::from(*g);
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g);
+            (0.5 * g * (1.0 + inner.tanh()) * f64::from(*u)) as f32
+        })
+        .collect()
+}
+
 /// Causal softmax attention of one query token at position ctx − 1 over its `ctx` keys, all
 /// query heads; with a sliding `window` W, over the keys at positions (ctx − 1 − W, ctx − 1]
 /// only (HF's sliding-window semantics; `None`: all of them). Panics on a window of 0.

@@ -1,4 +1,6 @@
-//! Host half of `shaders/elementwise/silu_mul.wgsl`: out = silu(gate) * up.
+//! Host half of `shaders/glu/`: the gated MLP activation out = act(gate) · up, one shader per
+//! activation with the same params, bindings and grid: `silu_mul.wgsl` (SwiGLU: Llama, Qwen2)
+//! and `gelu_tanh_mul.wgsl` (GeGLU with tanh-approximated GELU: Gemma).
 
 use std::sync::Arc;
 
@@ -6,46 +8,50 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
+use crate::loader::Activation;
 
-/// Mirror of WGSL `SiluMulParams`.
+/// Mirror of WGSL `GluParams`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct SiluMulParams {
+pub struct GluParams {
     pub ffn: u32,
     pub in_stride: u32,
     pub _pad: [u32; 2],
 }
-const _: () = assert!(std::mem::size_of::<SiluMulParams>() == 16);
+const _: () = assert!(std::mem::size_of::<GluParams>() == 16);
 
-/// Binding order of the SiLU-multiply kernel.
+/// Binding order of both GLU kernels.
 pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::Uniform,          // step: StepInfo
-    BindingKind::Uniform,          // p: SiluMulParams
-    BindingKind::StorageRead,      // gate_up: [tokens, 2 * ffn]
+    BindingKind::Uniform,          // p: GluParams
+    BindingKind::StorageRead,      // gate_up: [tokens, 2 * ffn] (gate columns, then up)
     BindingKind::StorageReadWrite, // out: [tokens, ffn]
 ];
 
-pub struct SiluMulOp {
+pub struct GluOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
     ffn: u32,
     wg_limit: u32,
 }
 
-impl SiluMulOp {
+impl GluOp {
+    #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
+        activation: Activation,
         step: &wgpu::Buffer,
         gate_up: &wgpu::Buffer,
         out: &wgpu::Buffer,
         ffn: u32,
     ) -> Self {
-        let pipeline = kernels.pipeline(gpu, PipelineKey::SiluMul);
-        let params = SiluMulParams { ffn, in_stride: 2 * ffn, _pad: [0; 2] };
-        let ubuf = gpu.uniform_buffer_init("silu_mul", bytemuck::bytes_of(&params));
-        let bind_group = pipeline.bind_group(gpu, "silu_mul", &[step, &ubuf, gate_up, out]);
-        SiluMulOp {
+        assert!(ffn > 0, "GLU over an FFN of 0 columns");
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Glu { activation });
+        let params = GluParams { ffn, in_stride: 2 * ffn, _pad: [0; 2] };
+        let ubuf = gpu.uniform_buffer_init("glu", bytemuck::bytes_of(&params));
+        let bind_group = pipeline.bind_group(gpu, "glu", &[step, &ubuf, gate_up, out]);
+        GluOp {
             bind_group,
             pipeline,
             ffn,

@@ -1,0 +1,366 @@
+//! The pieces every architecture's builder shares: [`Builder`] holds what `arch::load` allocated
+//! and appends ops; [`validate`] checks what every kernel needs.
+
+use super::super::buffers::{Activations, KvPool, StepBuffers};
+use super::super::weights::{self, matrix, FusedPart};
+use super::super::{ModelError, ModelOptions, Op};
+use crate::gpu::Gpu;
+use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, KvQuantIo, MAX_HEAD_DIM};
+use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::glu::GluOp;
+use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
+use crate::kernels::kv_write::KvWriteOp;
+use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
+use crate::kernels::rope::{QkvLayout, RopeOp, RopePairs};
+use crate::kernels::rotate::{RotateOp, RotateRows};
+use crate::kernels::{GpuWeight, Kernels};
+use std::num::NonZeroU32;
+
+use crate::loader::{Activation, ModelConfig, ModelFile, RopeStyle};
+
+/// The shape rules of the kernels and the options, whatever the architecture.
+pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
+    let bad = |m: String| Err(ModelError::Unsupported(m));
+    if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 {
+        return bad(format!(
+            "hidden size {} and FFN size {} must be multiples of 32 for the GPU kernels",
+            c.hidden_size, c.intermediate_size
+        ));
+    }
+    if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
+        return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
+    }
+    if (c.attention_scale * (c.head_dim as f32).sqrt() - 1.0).abs() > 1e-5 {
+        return bad(
+            "this model scales attention scores by other than 1/sqrt(head_dim) (Gemma 3 27B), \
+             which the attention kernels do not run yet"
+                .into(),
+        );
+    }
+    if o.block_size == 0
+        || o.max_model_len == 0
+        || o.max_num_batched_tokens == 0
+        || o.max_num_seqs == 0
+    {
+        return bad(
+            "block size, context length, batch tokens and sequences must all be at least 1".into(),
+        );
+    }
+    if o.num_blocks == 0 {
+        return bad("the KV pool needs at least one block; raise --kv-cache-memory".into());
+    }
+    if let Err(e) = o.kv_cache.check_head_dim(c.head_dim) {
+        return bad(e.to_string());
+    }
+    if o.kv_cache.format().is_quantized()
+        && o.block_size.max(c.head_dim) > crate::kernels::kv_quantize::MAX_GROUPS
+    {
+        return bad(format!(
+            "quantized KV needs --block-size at most {}",
+            crate::kernels::kv_quantize::MAX_GROUPS
+        ));
+    }
+    Ok(())
+}
+
+/// What `arch::load` allocated, and the helpers that append the ops of one architecture.
+pub(super) struct Builder<'a> {
+    pub gpu: &'a Gpu,
+    pub kernels: &'a Kernels,
+    pub file: &'a ModelFile,
+    pub c: &'a ModelConfig,
+    pub o: &'a ModelOptions,
+    pub step: &'a StepBuffers,
+    pub act: &'a Activations,
+    pub kv: &'a KvPool,
+    pub max_binding: u64,
+}
+
+impl Builder<'_> {
+    pub fn layout(&self) -> QkvLayout {
+        QkvLayout {
+            num_heads: self.c.num_heads as u32,
+            num_kv_heads: self.c.num_kv_heads as u32,
+            head_dim: self.c.head_dim as u32,
+        }
+    }
+
+    /// `hidden = token_embd[tokens] · embedding_scale`; returns the op and the table (the LM
+    /// head when tied).
+    pub fn embedding(&self) -> Result<(Op, GpuWeight), ModelError> {
+        let (c, hidden) = (self.c, self.c.hidden_size);
+        let embd = matrix(
+            self.gpu,
+            self.file,
+            "token_embd.weight",
+            c.vocab_size,
+            hidden,
+            self.max_binding,
+        )?;
+        let op = Op::Embedding(EmbeddingOp::new(
+            self.gpu,
+            self.kernels,
+            &embd,
+            &self.step.step,
+            &self.step.token_ids,
+            &self.act.hidden,
+            hidden as u32,
+            c.embedding_scale.unwrap_or(1.0),
+        ));
+        Ok((op, embd))
+    }
+
+    /// The final norm of the logit rows and the LM head (`output.weight`, or `embd` when tied);
+    /// returns the bytes of `output.weight` (0 when tied).
+    pub fn output(&self, embd: GpuWeight, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
+        let (c, act) = (self.c, self.act);
+        let rows = NormRows::Gather(&self.step.logit_rows);
+        ops.push(self.norm("output_norm.weight", &act.hidden, &act.logits_in, rows, false)?);
+        let (head, bytes) = if self.file.has_tensor("output.weight") {
+            let w = matrix(
+                self.gpu,
+                self.file,
+                "output.weight",
+                c.vocab_size,
+                c.hidden_size,
+                self.max_binding,
+            )?;
+            let bytes = weights::gpu_bytes(&w);
+            (w, bytes)
+        } else {
+            (embd, 0)
+        };
+        let lm_head =
+            self.linear("lm_head", &head, &act.logits_in, &act.logits, false, TokenRows::Logits);
+        ops.push(Op::Linear(lm_head));
+        Ok(bytes)
+    }
+
+    /// RMSNorm with the file's weight `name` (plus `ModelConfig::norm_weight_offset`, HF
+    /// Gemma's 1 + w): `out (+)= norm(x) · w` over `rows`. The weight's length is the row
+    /// length: hidden, or head_dim for [`NormRows::Heads`].
+    pub fn norm(
+        &self,
+        name: &str,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        rows: NormRows<'_>,
+        accumulate: bool,
+    ) -> Result<Op, ModelError> {
+        let dim = match rows {
+            NormRows::Heads(_) => self.c.head_dim,
+            NormRows::Step | NormRows::Gather(_) => self.c.hidden_size,
+        };
+        let mut w = weights::vector(self.file, name, dim)?;
+        w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
+        let weight = self.gpu.storage_buffer_init(name, bytemuck::cast_slice(&w));
+        let io = NormIo { step: &self.step.step, x, weight: &weight, out, rows, accumulate };
+        let eps = self.c.rms_norm_eps;
+        Ok(Op::RmsNorm(RmsNormOp::new(self.gpu, self.kernels, name, dim as u32, eps, io)))
+    }
+
+    /// `normed = rms_norm(hidden) · blk.l.which` (the input of a sub-layer).
+    pub fn input_norm(&self, l: usize, which: &str) -> Result<Op, ModelError> {
+        let name = format!("blk.{l}.{which}.weight");
+        self.norm(&name, &self.act.hidden, &self.act.normed, NormRows::Step, false)
+    }
+
+    /// Per-head RMSNorms of Q and K (`blk.l.attn_q_norm`, `attn_k_norm`, [head_dim]) from `qk`
+    /// (`[tokens, (heads + kv_heads) · head_dim]`, Q heads then K heads) into their places in
+    /// `qkv`.
+    pub fn qk_norms(&self, l: usize, ops: &mut Vec<Op>) -> Result<(), ModelError> {
+        let layout = self.layout();
+        let (hd, act) = (layout.head_dim, self.act);
+        let qk_stride = (layout.num_heads + layout.num_kv_heads) * hd;
+        let q_width = layout.num_heads * hd;
+        for (which, heads, offset) in
+            [("attn_q_norm", layout.num_heads, 0), ("attn_k_norm", layout.num_kv_heads, q_width)]
+        {
+            let rows = HeadRows {
+                heads,
+                x_stride: qk_stride,
+                x_offset: offset,
+                out_stride: layout.stride(),
+                out_offset: offset,
+            };
+            let name = format!("blk.{l}.{which}.weight");
+            ops.push(self.norm(&name, &act.qk, &act.qkv, NormRows::Heads(rows), false)?);
+        }
+        Ok(())
+    }
+
+    /// RoPE on the Q and K heads of `qkv` with layer `l`'s table (its own base and scaling).
+    pub fn rope(&self, l: usize) -> Op {
+        let (c, s) = (self.c, self.step);
+        let pairs = match c.rope_style {
+            RopeStyle::Interleaved => RopePairs::Interleaved,
+            RopeStyle::Neox => RopePairs::Neox,
+        };
+        let rope = c.distinct_ropes().iter().position(|r| *r == c.layers[l].rope);
+        let table =
+            &self.act.rope_tables[rope.expect("every layer's RoPE is among the distinct ones")];
+        let (gpu, k, qkv) = (self.gpu, self.kernels, &self.act.qkv);
+        Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, self.layout(), pairs))
+    }
+
+    /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
+    /// for f16, `kv_quantize` + attention + `kv_stage` for a quantized pool.
+    ///
+    /// The layer's KV-cache group (`ModelOptions::kv_groups`, checked against the config's
+    /// `AttentionKind`s by `Model::load`) decides where its K and V live — the pool buffer of
+    /// its slot, at the blocks of its group's table — and its sliding window, if any.
+    pub fn attention(&self, l: usize, ops: &mut Vec<Op>) {
+        let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
+        let layout = self.layout();
+        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
+        let bs = self.o.block_size as u32;
+        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[slot] });
+        match kv_quant {
+            None => ops.push(Op::KvWrite(KvWriteOp::new(
+                gpu,
+                k,
+                &s.step,
+                &act.qkv,
+                &s.slot_mapping[group],
+                kp,
+                vp,
+                layout,
+                bs,
+            ))),
+            Some(q) => ops.push(Op::KvQuantize(KvQuantizeOp::new(
+                gpu,
+                k,
+                layout,
+                bs,
+                q.layout,
+                KvQuantizeIo {
+                    step: &s.step,
+                    qkv: &act.qkv,
+                    stage: q.stage,
+                    completed: &s.completed_blocks,
+                    k_pool: kp,
+                    v_pool: vp,
+                },
+            ))),
+        }
+        let io = AttentionIo {
+            step: &s.step,
+            qkv: &act.qkv,
+            k_pool: kp,
+            v_pool: vp,
+            seqs: &s.seqs,
+            block_tables: &s.block_tables[group],
+            prefill_tiles: &s.tiles,
+            partials: &act.partials,
+            out: &act.attn,
+            kv_quant,
+        };
+        let parts = partitions(self.o.max_model_len as u32);
+        let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, window, io)));
+        if let Some(q) = kv_quant {
+            ops.push(Op::KvStage(KvStageOp::new(
+                gpu,
+                k,
+                &s.step,
+                &act.qkv,
+                &s.stage_rows,
+                q.stage,
+                layout,
+                bs,
+                q.layout.stage_slots,
+            )));
+        }
+    }
+
+    /// `--kv-rotate`: the Hadamard rotation of Q, K and V before attention (`before: true`) or
+    /// the inverse rotation of the attention output after it. Nothing without `--kv-rotate`.
+    pub fn kv_rotate(&self, before: bool, ops: &mut Vec<Op>) {
+        if !self.o.kv_cache.rotate {
+            return;
+        }
+        let layout = self.layout();
+        let (x, heads, row_stride) = if before {
+            (&self.act.qkv, layout.stride() / layout.head_dim, layout.stride())
+        } else {
+            (&self.act.attn, layout.num_heads, layout.num_heads * layout.head_dim)
+        };
+        let rows = RotateRows { heads, head_dim: layout.head_dim, row_stride, offset: 0 };
+        let op = RotateOp::new(self.gpu, self.kernels, "rotate", &self.step.step, x, rows);
+        ops.push(Op::Rotate(op));
+    }
+
+    /// `ffn = act(gate) · up` from the fused `gate_up`.
+    pub fn glu(&self, activation: Activation) -> Op {
+        let (s, act) = (self.step, self.act);
+        let ffn = self.c.intermediate_size as u32;
+        let k = self.kernels;
+        Op::Glu(GluOp::new(self.gpu, k, activation, &s.step, &act.gate_up, &act.ffn, ffn))
+    }
+
+    /// One linear op per part of a fused projection from `normed` into `out`: a part's rows land
+    /// at column `out_offset + part.out_offset` of rows of `out_stride`.
+    pub fn fused_ops(
+        &self,
+        label: &str,
+        parts: &[FusedPart],
+        out: &wgpu::Buffer,
+        out_stride: u32,
+        out_offset: u32,
+        ops: &mut Vec<Op>,
+    ) {
+        for p in parts {
+            let op = LinearOp::new(
+                self.gpu,
+                self.kernels,
+                label,
+                &p.weight,
+                LinearIo {
+                    step: &self.step.step,
+                    x: &self.act.normed,
+                    x_stride: self.c.hidden_size as u32,
+                    x_offset: 0,
+                    out,
+                    out_stride,
+                    out_offset: out_offset + p.out_offset,
+                    bias: p.bias.as_ref(),
+                    accumulate: false,
+                    rows: TokenRows::Step,
+                },
+            );
+            ops.push(Op::Linear(op));
+        }
+    }
+
+    /// `out (+)= x · wᵀ` over dense rows (`x`: [rows, w.cols], `out`: [rows, w.rows]).
+    pub fn linear(
+        &self,
+        label: &str,
+        w: &GpuWeight,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        accumulate: bool,
+        rows: TokenRows,
+    ) -> LinearOp {
+        LinearOp::new(
+            self.gpu,
+            self.kernels,
+            label,
+            w,
+            LinearIo {
+                step: &self.step.step,
+                x,
+                x_stride: w.cols as u32,
+                x_offset: 0,
+                out,
+                out_stride: w.rows as u32,
+                out_offset: 0,
+                bias: None,
+                accumulate,
+                rows,
+            },
+        )
+    }
+}

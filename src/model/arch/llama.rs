@@ -1,0 +1,99 @@
+//! The Llama family (Llama 2/3, SmolLM2, Mistral without window, Qwen2 with QKV bias) as a flat
+//! list of dispatches:
+//!
+//! ```text
+//! hidden = embed(tokens)
+//! per layer:  normed = rms_norm(hidden)            · attn_norm
+//!             qkv    = normed · [Wq|Wk|Wv]ᵀ (+ bias)   one fused linear when the types agree
+//!             rope(q, k)                              pairs per ModelConfig::rope_style
+//!             [rotate(q, k, v)]                       --kv-rotate: Hadamard per head
+//!             f16 KV:       kv_write(k, v → pool[layer])            through the slot mapping
+//!                           attn = paged_attention(q, pool[layer])
+//!             quantized KV: kv_quantize(blocks completed this step → pool[layer])
+//!                           attn = paged_attention_kvq(q, pool[layer], staging, own rows)
+//!                           kv_stage(rows of partial last blocks → staging[layer])
+//!             [rotate(attn)]                          undoes V's rotation
+//!             hidden += attn · Woᵀ
+//!             normed = rms_norm(hidden)            · ffn_norm
+//!             gate_up = normed · [Wgate|Wup]ᵀ
+//!             ffn    = silu(gate) · up
+//!             hidden += ffn · Wdownᵀ
+//! logits_in = rms_norm(hidden[logit_rows]) · output_norm
+//! logits    = logits_in · Woutᵀ                       Wout = token_embd when tied (no output.weight)
+//! ```
+
+use super::common::Builder;
+use crate::kernels::linear::TokenRows;
+use crate::loader::{Activation, Architecture, ModelConfig};
+use crate::model::weights::{fused, gpu_bytes, matrix};
+use crate::model::{ModelError, Op};
+
+/// Refuses what this builder does not run (the Gemma pieces are not wired in here).
+pub(super) fn check(c: &ModelConfig) -> Result<(), ModelError> {
+    let unsupported = [
+        (c.arch == Architecture::Gemma3, "the Gemma 3 architecture"),
+        (c.qk_norm, "Q/K norms"),
+        (c.post_norms, "post-attention/post-MLP norms"),
+        (c.activation != Activation::Silu, "a GELU MLP"),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
+        return Err(ModelError::Unsupported(format!(
+            "this model uses {what}, which the Llama forward does not run"
+        )));
+    }
+    Ok(())
+}
+
+/// The op list and the bytes of the weights.
+pub(super) fn build(b: &Builder) -> Result<(Vec<Op>, u64), ModelError> {
+    let (embedding, embd) = b.embedding()?;
+    let mut bytes = gpu_bytes(&embd);
+    let mut ops = vec![embedding];
+    let progress =
+        indicatif::ProgressBar::new(b.c.num_layers as u64).with_message("uploading layers");
+    for l in 0..b.c.num_layers {
+        bytes += layer(b, l, &mut ops)?;
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    bytes += b.output(embd, &mut ops)?;
+    Ok((ops, bytes))
+}
+
+/// Appends one transformer layer's ops; returns the bytes of its weights.
+fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
+    let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
+    let name = |t: &str| format!("blk.{l}.{t}");
+    let hidden = c.hidden_size;
+    let layout = b.layout();
+    let bias = |t: &str| c.attention_bias.then(|| name(&format!("{t}.bias")));
+    let qkv_tensors = [
+        (name("attn_q.weight"), c.num_heads * c.head_dim, bias("attn_q")),
+        (name("attn_k.weight"), c.num_kv_heads * c.head_dim, bias("attn_k")),
+        (name("attn_v.weight"), c.num_kv_heads * c.head_dim, bias("attn_v")),
+    ];
+    let qkv = fused(gpu, file, &name("attn_qkv"), &qkv_tensors, hidden, max)?;
+    let o_name = name("attn_output.weight");
+    let o = matrix(gpu, file, &o_name, hidden, c.num_heads * c.head_dim, max)?;
+    let ffn = c.intermediate_size;
+    let gate_up_tensors =
+        [(name("ffn_gate.weight"), ffn, None), (name("ffn_up.weight"), ffn, None)];
+    let gate_up = fused(gpu, file, &name("ffn_gate_up"), &gate_up_tensors, hidden, max)?;
+    let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
+    let bytes = qkv.iter().chain(&gate_up).map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes);
+    let bytes = bytes.sum();
+
+    ops.push(b.input_norm(l, "attn_norm")?);
+    b.fused_ops(&name("qkv"), &qkv, &act.qkv, layout.stride(), 0, ops);
+    ops.push(b.rope(l));
+    b.kv_rotate(true, ops);
+    b.attention(l, ops);
+    b.kv_rotate(false, ops);
+    ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
+    ops.push(b.input_norm(l, "ffn_norm")?);
+    b.fused_ops(&name("gate_up"), &gate_up, &act.gate_up, 2 * ffn as u32, 0, ops);
+    ops.push(b.glu(Activation::Silu));
+    let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
+    ops.push(Op::Linear(down_op));
+    Ok(bytes)
+}

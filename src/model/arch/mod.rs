@@ -1,0 +1,78 @@
+//! One builder per architecture, chosen from `ModelConfig::arch` in [`load`]: each turns the
+//! config and the file's tensors into the flat op list of its forward pass.
+//!
+//! | file | concept |
+//! |---|---|
+//! | `common.rs` | [`Builder`]: the shared pieces (embedding, norms, fused projections, RoPE with the layer's table, attention with the layer's [`AttentionKind`], rotation, the final norm and LM head) and the checks every architecture needs |
+//! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias) |
+//! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
+//!
+//! [`AttentionKind`]: crate::loader::AttentionKind
+
+mod common;
+mod gemma3;
+mod llama;
+
+use std::sync::Arc;
+
+use super::buffers::{Activations, KvPool, StepBuffers};
+use super::{Model, ModelError, ModelOptions};
+use crate::gpu::Gpu;
+use crate::kernels::Kernels;
+use crate::loader::{Architecture, ModelFile};
+use common::Builder;
+
+/// Checks the config against what the architecture's builder runs, allocates every buffer and
+/// builds the op list.
+pub(super) fn load(
+    gpu: Arc<Gpu>,
+    kernels: &Kernels,
+    file: &ModelFile,
+    options: ModelOptions,
+) -> Result<Model, ModelError> {
+    let c = file.config().clone();
+    common::validate(&c, &options)?;
+    if matches!(c.arch, Architecture::Llama | Architecture::Qwen2) {
+        llama::check(&c)?;
+    }
+    let max_binding = kernels.config.max_binding_bytes;
+    super::limits::check_buffer_sizes(&c, &options, max_binding)?;
+    let scope = gpu.allocation_scope();
+    let step = StepBuffers::new(&gpu, &options);
+    let act = Activations::new(&gpu, &c, &options);
+    let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
+    let b = Builder {
+        gpu: &gpu,
+        kernels,
+        file,
+        c: &c,
+        o: &options,
+        step: &step,
+        act: &act,
+        kv: &kv,
+        max_binding,
+    };
+    let (ops, weight_bytes) = match c.arch {
+        Architecture::Llama | Architecture::Qwen2 => llama::build(&b)?,
+        Architecture::Gemma3 => gemma3::build(&b)?,
+    };
+    scope.finish(
+        "the weights, activations and KV pool",
+        weight_bytes + kv.bytes + kv.staging_bytes,
+    )?;
+    let variant = kernels.config.attention(c.head_dim as u32);
+    let query_tile = crate::kernels::attention::query_tile(variant, c.head_dim as u32) as usize;
+    Ok(Model {
+        gpu,
+        config: c,
+        options,
+        ops,
+        step,
+        act,
+        kv,
+        weight_bytes,
+        timer: None,
+        timing: super::Timing::Off,
+        query_tile,
+    })
+}

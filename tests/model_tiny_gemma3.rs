@@ -1,0 +1,240 @@
+//! The whole Gemma 3 forward on the GPU against an independent CPU forward pass: the float64
+//! numpy implementation of HF Gemma 3 in `assets/tiny-gemma3/make_tiny_gemma3.py`, whose logits
+//! are in `golden.json`. The tiny model has 5 sliding-window layers (window 48, RoPE base 10k)
+//! and one global layer (base 1e6), Q/K norms, post-norms, GeGLU, a scaled and tied embedding;
+//! the F32 GGUF and the mixed-quant one (Q8_0, Q4_0, Q4_1, F16), through one prefill, chunked
+//! prefill, and prefill + decode steps, with shuffled block tables, both kernel families.
+//!
+//! The golden sequence (40 tokens) fits the window, so the window does not change it;
+//! `golden-long.json` (120 tokens, 2.5 windows) runs the sliding layers in their own KV-cache
+//! groups (5 sliding + 1 full) with their windows, against the same float64 forward.
+
+mod common;
+
+use common::*;
+use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
+use kvrun::loader::{Activation, Architecture, AttentionKind, ModelFile};
+use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
+use rand::seq::SliceRandom;
+use serde_json::Value;
+use std::path::PathBuf;
+
+const DIR: &str = "assets/tiny-gemma3";
+const MAX_MODEL_LEN: usize = 48; // the sliding window: full attention is exact up to here
+
+fn golden() -> (Vec<u32>, usize, Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join("golden.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let tokens =
+        v["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let vocab = v["logits_shape"][1].as_u64().unwrap() as usize;
+    (tokens, vocab, v)
+}
+
+fn golden_logits(v: &Value, variant: &str) -> Vec<f32> {
+    v["logits"][variant]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect()
+}
+
+fn file(name: &str) -> ModelFile {
+    ModelFile::open(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join(name)).unwrap()
+}
+
+fn load(name: &str, block_size: usize, family: KernelFamily) -> Option<Model> {
+    let t = gpu()?;
+    let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
+    let blocks = MAX_MODEL_LEN.div_ceil(block_size);
+    let options = ModelOptions {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 4,
+        max_logit_rows: 64,
+        max_model_len: MAX_MODEL_LEN,
+        block_size,
+        num_blocks: 2 * blocks + 3,
+        kv_cache: Default::default(),
+        kv_groups: kvrun::engine::kv_groups(file(name).config(), MAX_MODEL_LEN),
+    };
+    Some(Model::load(t.gpu.clone(), &kernels, &file(name), options).unwrap())
+}
+
+/// Runs the golden tokens through the model in `chunks` (lengths) on a shuffled block table.
+fn run_chunks(
+    model: &mut Model,
+    tokens: &[u32],
+    chunks: &[usize],
+    bs: usize,
+    seed: u64,
+) -> Vec<f32> {
+    let n = MAX_MODEL_LEN.div_ceil(bs);
+    let mut table: Vec<u32> = (0..(2 * n + 3) as u32).collect();
+    table.shuffle(&mut rng(seed));
+    table.truncate(n);
+    let mut out = Vec::new();
+    let mut pos = 0;
+    for &len in chunks {
+        let chunk = SeqChunk {
+            tokens: &tokens[pos..pos + len],
+            start_pos: pos,
+            block_tables: std::slice::from_ref(&table),
+            slot_mapping: None,
+            logits: LogitsWanted::Range(0..len),
+            stage_slot: 0,
+        };
+        out.extend(
+            model.forward(&ForwardBatch::new(&[chunk], bs, model.query_tile())).unwrap().data,
+        );
+        pos += len;
+    }
+    assert_eq!(pos, tokens.len());
+    out
+}
+
+/// float64 reference vs the GPU (f32 math, f16 KV): logits spread ~1.2 here; f16 K/V (rel 5e-4)
+/// and f32 sums over 6 layers keep errors near 1e-3, so 1e-2 absolute + 1e-2 relative catches a
+/// real bug (a wrong RoPE base, a missing post-norm or Q/K norm moves logits by 0.1–1).
+fn check(what: &str, got: &[f32], want: &[f32], vocab: usize) {
+    assert_close(what, got, want, 1e-2, 1e-2);
+    for (i, (g, w)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+        let am = |r: &[f32]| r.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        let (ga, wa) = (am(g), am(w));
+        assert!(
+            ga == wa || (w[ga] - w[wa]).abs() < 1e-2,
+            "{what}: position {i} argmax {ga} vs reference {wa}"
+        );
+    }
+}
+
+/// 120 tokens past the 48-token window: the sliding layers attend through their window, each
+/// group through its own shuffled table (disjoint blocks), in one prefill, chunks that start
+/// mid-window, and decode steps, both kernel families, bit-identical to each other.
+#[test]
+fn past_the_window_the_sliding_layers_match_the_cpu_forward() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join("golden-long.json");
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let tokens: Vec<u32> =
+        g["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let vocab = g["logits_shape"][1].as_u64().unwrap() as usize;
+    let want = golden_logits(&g, "f32");
+    let (max_len, bs) = (128, 16);
+    let f = file("tiny-gemma3-f32.gguf");
+    let groups = kvrun::engine::kv_groups(f.config(), max_len);
+    assert_eq!(groups.len(), 6, "5 sliding layers and 1 global, one slot each");
+    let per_table = max_len.div_ceil(bs);
+    let num_blocks = groups.len() * per_table + 3;
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let Some(t) = gpu() else { return };
+        let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
+        let options = ModelOptions {
+            max_num_batched_tokens: 128,
+            max_num_seqs: 1,
+            max_logit_rows: 128,
+            max_model_len: max_len,
+            block_size: bs,
+            num_blocks,
+            kv_cache: Default::default(),
+            kv_groups: groups.clone(),
+        };
+        let mut model = Model::load(t.gpu.clone(), &kernels, &f, options).unwrap();
+        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+        ids.shuffle(&mut rng(7));
+        let tables: Vec<Vec<u32>> =
+            ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
+        let mut runs = Vec::new();
+        let mut steps = vec![60];
+        steps.extend(std::iter::repeat_n(1, 60));
+        for chunks in [vec![120], vec![37, 50, 33], steps] {
+            let mut out = Vec::new();
+            let mut pos = 0;
+            for len in chunks {
+                let chunk = SeqChunk {
+                    tokens: &tokens[pos..pos + len],
+                    start_pos: pos,
+                    block_tables: &tables,
+                    slot_mapping: None,
+                    logits: LogitsWanted::Range(0..len),
+                    stage_slot: 0,
+                };
+                let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
+                out.extend(model.forward(&batch).unwrap().data);
+                pos += len;
+            }
+            check(&format!("{family:?} past the window"), &out, &want, vocab);
+            runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        }
+        assert!(runs.iter().all(|r| *r == runs[0]), "{family:?}: chunking changed the bits");
+    }
+}
+
+#[test]
+fn config_has_mixed_sliding_and_global_layers() {
+    let f = file("tiny-gemma3-f32.gguf");
+    let c = f.config();
+    assert_eq!(c.arch, Architecture::Gemma3);
+    assert!(c.qk_norm && c.post_norms && c.tie_word_embeddings);
+    assert_eq!(c.activation, Activation::GeluTanh);
+    assert_eq!(c.embedding_scale, Some(8.0)); // sqrt(64)
+    assert_eq!((c.num_heads, c.num_kv_heads, c.head_dim), (4, 2, 32));
+    for (i, l) in c.layers.iter().enumerate() {
+        let (kind, theta) = if i == 5 {
+            (AttentionKind::Full, 1e6)
+        } else {
+            (AttentionKind::Sliding { window: 48 }, 1e4)
+        };
+        assert_eq!((l.attention, l.rope.theta), (kind, theta), "layer {i}");
+    }
+}
+
+#[test]
+fn gpu_logits_match_independent_cpu_forward() {
+    let (tokens, vocab, g) = golden();
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        for (name, variant) in [("tiny-gemma3-f32.gguf", "f32"), ("tiny-gemma3-q.gguf", "gguf_q")] {
+            let want = golden_logits(&g, variant);
+            let Some(mut model) = load(name, 16, family) else { return };
+            let got = run_chunks(&mut model, &tokens, &[tokens.len()], 16, 1);
+            check(&format!("{name} {family:?} one prefill"), &got, &want, vocab);
+        }
+    }
+}
+
+#[test]
+fn chunked_prefill_and_decode_steps_match() {
+    let (tokens, vocab, g) = golden();
+    let want = golden_logits(&g, "f32");
+    for (bs, chunks) in [(1usize, vec![17, 23]), (16, vec![30, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1])] {
+        let Some(mut model) = load("tiny-gemma3-f32.gguf", bs, KernelFamily::Auto) else { return };
+        let got = run_chunks(&mut model, &tokens, &chunks, bs, bs as u64);
+        check(&format!("block size {bs}, chunks {chunks:?}"), &got, &want, vocab);
+    }
+}
+
+/// Past the window the sliding layers need their own KV-cache groups: options whose groups do
+/// not match the layers at this context are refused, naming the layer.
+#[test]
+fn groups_that_do_not_match_the_layers_are_refused() {
+    let Some(t) = gpu() else { return };
+    let kernels = Kernels::new(&t.gpu);
+    let f = file("tiny-gemma3-f32.gguf");
+    let options = ModelOptions {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 1,
+        max_logit_rows: 1,
+        max_model_len: MAX_MODEL_LEN + 1,
+        block_size: 16,
+        num_blocks: 32,
+        kv_cache: Default::default(),
+        kv_groups: kvrun::kv::KvGroups::uniform(f.config().num_layers),
+    };
+    let err = Model::load(t.gpu.clone(), &kernels, &f, options.clone())
+        .err()
+        .expect("full-attention groups for sliding layers are refused");
+    assert!(err.to_string().contains("layer 0 attends as Sliding"), "{err}");
+    let groups = kvrun::engine::kv_groups(f.config(), MAX_MODEL_LEN + 1);
+    assert!(groups.len() > 1, "past the window the sliding layers get their own groups");
+    Model::load(t.gpu.clone(), &kernels, &f, ModelOptions { kv_groups: groups, ..options })
+        .unwrap();
+}
