@@ -180,6 +180,46 @@ fn sliding_window_outputs_identical_across_preemption_block_size_and_batching() 
     assert!(preempted, "no sliding-window variant preempted: the tiny pool is not tiny enough");
 }
 
+/// Gemma 3 (tiny: 5 sliding layers, window 48, and a global one) through the whole engine:
+/// prompt logits of 120 tokens, computed in chunks while the scheduler drops the blocks behind
+/// each window, against the float64 forward (`assets/tiny-gemma3/golden-long.json`).
+#[test]
+fn hybrid_sliding_model_prompt_logits_match_the_cpu_forward() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma3");
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden-long.json")).unwrap())
+            .unwrap();
+    let tokens: Vec<u32> =
+        g["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let want: Vec<f32> = g["logits"]["f32"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    for (bs, chunk) in [(16, 128), (16, 20), (4, 7), (64, 33)] {
+        let mut cfg = EngineConfig::new(dir.join("tiny-gemma3-f32.gguf"));
+        cfg.block_size = bs;
+        cfg.max_model_len = Some(128);
+        cfg.max_num_batched_tokens = chunk;
+        cfg.max_logit_rows = Some(chunk);
+        let mut engine = Engine::load(&cfg).unwrap();
+        assert!(engine.config().kv_groups.len() > 1, "past the window: sliding groups");
+        let mut req = CompletionRequest::new(tokens.clone(), 1);
+        req.prompt_logits_from = Some(0);
+        let id = engine.add_request(req).unwrap();
+        while engine.has_unfinished() {
+            engine.step().unwrap();
+            engine.scheduler().kv().check_integrity().unwrap();
+        }
+        let got: Vec<f32> = engine.take_prompt_logits(id).concat();
+        common::assert_close(&format!("block {bs}, chunks of {chunk}"), &got, &want, 1e-2, 1e-2);
+    }
+}
+
 /// Quantized KV: for each format, prefix reuse, preemption, chunking and batching leave the
 /// greedy outputs identical to the same format and block size run one request at a time
 /// without the cache. (Other block sizes quantize over other token groups, so they are

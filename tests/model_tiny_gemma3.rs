@@ -121,51 +121,59 @@ fn past_the_window_the_sliding_layers_match_the_cpu_forward() {
     let want = golden_logits(&g, "f32");
     let (max_len, bs) = (128, 16);
     let f = file("tiny-gemma3-f32.gguf");
-    let groups = kvrun::engine::kv_groups(f.config(), max_len);
-    assert_eq!(groups.len(), 6, "5 sliding layers and 1 global, one slot each");
-    let per_table = max_len.div_ceil(bs);
-    let num_blocks = groups.len() * per_table + 3;
-    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
-        let Some(t) = gpu() else { return };
-        let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
-        let options = ModelOptions {
-            max_num_batched_tokens: 128,
-            max_num_seqs: 1,
-            max_logit_rows: 128,
-            max_model_len: max_len,
-            block_size: bs,
-            num_blocks,
-            kv_cache: Default::default(),
-            kv_groups: groups.clone(),
-        };
-        let mut model = Model::load(t.gpu.clone(), &kernels, &f, options).unwrap();
-        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-        ids.shuffle(&mut rng(7));
-        let tables: Vec<Vec<u32>> =
-            ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
-        let mut runs = Vec::new();
-        let mut steps = vec![60];
-        steps.extend(std::iter::repeat_n(1, 60));
-        for chunks in [vec![120], vec![37, 50, 33], steps] {
-            let mut out = Vec::new();
-            let mut pos = 0;
-            for len in chunks {
-                let chunk = SeqChunk {
-                    tokens: &tokens[pos..pos + len],
-                    start_pos: pos,
-                    block_tables: &tables,
-                    slot_mapping: None,
-                    logits: LogitsWanted::Range(0..len),
-                    stage_slot: 0,
-                };
-                let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
-                out.extend(model.forward(&batch).unwrap().data);
-                pos += len;
+    let default = kvrun::engine::kv_groups(f.config(), max_len);
+    assert_eq!(default.len(), 6, "5 sliding layers and 1 global, one slot each");
+    let kinds: Vec<_> = (0..6).map(|l| default.kind(default.layer_slot(l).0)).collect();
+    for groups in [
+        default.clone(),
+        kvrun::kv::KvGroups::with_slots(&kinds, 3),
+        kvrun::kv::KvGroups::with_slots(&kinds, 5),
+    ] {
+        eprintln!("groups: {} of {} slots", groups.len(), groups.slots_per_block());
+        let per_table = max_len.div_ceil(bs);
+        let num_blocks = groups.len() * per_table + 3;
+        for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+            let Some(t) = gpu() else { return };
+            let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
+            let options = ModelOptions {
+                max_num_batched_tokens: 128,
+                max_num_seqs: 1,
+                max_logit_rows: 128,
+                max_model_len: max_len,
+                block_size: bs,
+                num_blocks,
+                kv_cache: Default::default(),
+                kv_groups: groups.clone(),
+            };
+            let mut model = Model::load(t.gpu.clone(), &kernels, &f, options).unwrap();
+            let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+            ids.shuffle(&mut rng(7));
+            let tables: Vec<Vec<u32>> =
+                ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
+            let mut runs = Vec::new();
+            let mut steps = vec![60];
+            steps.extend(std::iter::repeat_n(1, 60));
+            for chunks in [vec![120], vec![37, 50, 33], steps] {
+                let mut out = Vec::new();
+                let mut pos = 0;
+                for len in chunks {
+                    let chunk = SeqChunk {
+                        tokens: &tokens[pos..pos + len],
+                        start_pos: pos,
+                        block_tables: &tables,
+                        slot_mapping: None,
+                        logits: LogitsWanted::Range(0..len),
+                        stage_slot: 0,
+                    };
+                    let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
+                    out.extend(model.forward(&batch).unwrap().data);
+                    pos += len;
+                }
+                check(&format!("{family:?} past the window"), &out, &want, vocab);
+                runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             }
-            check(&format!("{family:?} past the window"), &out, &want, vocab);
-            runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            assert!(runs.iter().all(|r| *r == runs[0]), "{family:?}: chunking changed the bits");
         }
-        assert!(runs.iter().all(|r| *r == runs[0]), "{family:?}: chunking changed the bits");
     }
 }
 

@@ -117,6 +117,20 @@ impl KvGroups {
             .rev()
             .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kinds.len())
             .unwrap_or(1);
+        KvGroups::with_slots(kinds, slots_per_block)
+    }
+
+    /// Like [`KvGroups::from_layer_kinds`] with `slots_per_block` chosen by the caller (tests
+    /// of other groupings). Panics if it is 0.
+    pub fn with_slots(kinds: &[GroupKind], slots_per_block: usize) -> KvGroups {
+        assert!(slots_per_block > 0, "a block holds at least one layer slot");
+        let mut by_kind: Vec<(GroupKind, Vec<usize>)> = Vec::new();
+        for (layer, &kind) in kinds.iter().enumerate() {
+            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, layers)) => layers.push(layer),
+                None => by_kind.push((kind, vec![layer])),
+            }
+        }
         let mut groups = Vec::new();
         for (kind, layers) in by_kind {
             for chunk in layers.chunks(slots_per_block) {

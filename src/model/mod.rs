@@ -316,11 +316,20 @@ impl Model {
 
     fn check_capacity(&self, b: &ForwardBatch) -> Result<(), ModelError> {
         let o = &self.options;
+        // Every group's concatenated tables have the same length.
+        let table_entries = b.block_tables.iter().map(Vec::len).max().unwrap_or(0);
+        let groups = (b.block_tables.len(), self.step.block_tables.len());
+        if groups.0 != groups.1 || b.slot_mapping.len() != groups.1 {
+            return Err(ModelError::Unsupported(format!(
+                "the batch has block tables for {} KV-cache groups, the model {}",
+                groups.0, groups.1
+            )));
+        }
         let checks = [
             ("tokens", b.num_tokens(), o.max_num_batched_tokens),
             ("sequences", b.seqs.len(), o.max_num_seqs),
             ("logit rows", b.logit_rows.len(), o.max_logit_rows),
-            ("block table entries", b.block_tables.len(), self.step.block_table_capacity),
+            ("block table entries", table_entries, self.step.block_table_capacity),
             ("prefill tiles", b.prefill_tiles.len(), self.step.tile_capacity),
             ("completed KV blocks", b.completed_blocks.len(), self.step.completed_capacity),
         ];
