@@ -190,9 +190,14 @@ impl ResolvedConfig {
                     .into(),
             ));
         }
-        let enable_prefix_cache = cfg.enable_prefix_cache && kv_groups.all_full();
+        // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
+        let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
+        let enable_prefix_cache = cfg.enable_prefix_cache && has_full;
         if cfg.enable_prefix_cache && !enable_prefix_cache {
-            tracing::warn!("prefix caching is off: it does not support sliding-window layers yet");
+            tracing::warn!(
+                "prefix caching is off: every layer of this model uses a sliding window shorter \
+                 than the context, and the cache needs one full-attention layer"
+            );
         }
         let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
         let layout = KvLayout::new(

@@ -58,13 +58,19 @@ impl Tenants {
 impl KvManager {
     /// Tracks `namespace` as a tenant (per-tenant stats) and caps it at `quota_blocks` blocks
     /// (`None`: no cap). Errors if the cap is below `min_blocks` (what one sequence of the
-    /// longest allowed length needs: a lower cap could never run it) or above the pool.
+    /// longest allowed length needs: a lower cap could never run it) or above the pool, and
+    /// with [`KvError::QuotaWithSlidingWindow`] for a cap on a model with several KV-cache
+    /// groups and the prefix cache on (not supported yet: cached companions are not counted
+    /// per tenant).
     pub fn set_tenant(
         &mut self,
         namespace: u64,
         quota_blocks: Option<usize>,
         min_blocks: usize,
     ) -> Result<(), KvError> {
+        if quota_blocks.is_some() && self.cache.is_some() && self.groups().len() > 1 {
+            return Err(KvError::QuotaWithSlidingWindow);
+        }
         if let Some(q) = quota_blocks {
             if q < min_blocks || q > self.num_blocks() {
                 return Err(KvError::BadQuota {
@@ -81,17 +87,24 @@ impl KvManager {
     }
 
     /// Blocks `namespace` holds now: its sequences' private blocks plus its cached blocks.
-    /// O(live sequences).
+    /// O(live sequences), O(their blocks) with several groups and the cache on.
     pub fn num_held_blocks(&self, namespace: Namespace) -> usize {
-        let private: usize = self
-            .seqs
-            .values()
-            .filter(|s| s.namespace == namespace)
-            .map(|s| {
-                s.tables.iter().map(BlockTable::num_live_blocks).sum::<usize>()
-                    - s.num_cached_blocks
-            })
-            .sum();
+        let private = |s: &super::manager::SeqKv| -> usize {
+            match &self.cache {
+                Some(cache) if s.tables.len() > 1 => s
+                    .tables
+                    .iter()
+                    .flat_map(BlockTable::live_blocks)
+                    .filter(|&&b| !cache.holds(b))
+                    .count(),
+                _ => {
+                    s.tables.iter().map(BlockTable::num_live_blocks).sum::<usize>()
+                        - s.num_cached_blocks
+                }
+            }
+        };
+        let private: usize =
+            self.seqs.values().filter(|s| s.namespace == namespace).map(private).sum();
         private + self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace))
     }
 

@@ -308,7 +308,8 @@ struct Workload {
     max_num_seqs: usize,
     max_num_batched_tokens: usize,
     prefix_cache: bool,
-    /// A sliding-window group next to the full one (the prefix cache is then off).
+    /// A sliding-window group next to the full one (with the prefix cache as asked: hybrid
+    /// caching).
     window: Option<usize>,
     requests: Vec<Request>,
     /// (step, request index): cancel that request at that step if it is unfinished.
@@ -385,7 +386,7 @@ proptest! {
             layers,
             block_size: w.block_size,
             num_blocks: lone + w.extra_blocks,
-            prefix_cache: w.prefix_cache && w.window.is_none(),
+            prefix_cache: w.prefix_cache,
             sched: SchedulerConfig {
                 max_num_seqs: w.max_num_seqs,
                 max_num_batched_tokens: w.max_num_batched_tokens,
