@@ -364,53 +364,80 @@ fn workload() -> impl Strategy<Value = Workload> {
         )
 }
 
+/// Runs workload `w` to the end on the simulated engine, checking every step; returns the
+/// prefix-hit tokens.
+fn run_workload(w: &Workload) -> Result<u64, TestCaseError> {
+    let all_blocks = w.max_model_len.div_ceil(w.block_size);
+    let lone = match w.window {
+        // The full group's blocks plus the sliding group's live bound.
+        Some(window) => {
+            let step = w.max_num_batched_tokens.min(w.max_model_len);
+            all_blocks + ((window - 1 + step).div_ceil(w.block_size) + 1).min(all_blocks)
+        }
+        None => all_blocks,
+    };
+    let layers = match w.window {
+        Some(window) => vec![GroupKind::Sliding { window }, GroupKind::Full],
+        None => vec![GroupKind::Full],
+    };
+    let cfg = SimConfig {
+        layers,
+        block_size: w.block_size,
+        num_blocks: lone + w.extra_blocks,
+        prefix_cache: w.prefix_cache,
+        sched: SchedulerConfig {
+            max_num_seqs: w.max_num_seqs,
+            max_num_batched_tokens: w.max_num_batched_tokens,
+            max_model_len: w.max_model_len,
+        },
+        vocab: 8,
+    };
+    let mut sim = Sim::new(cfg);
+    for r in &w.requests {
+        sim.add(r.clone());
+    }
+    let mut cancelled = HashSet::new();
+    while sim.sched.has_unfinished() {
+        prop_assert!(sim.steps < 5_000, "no end");
+        for &(step, idx) in &w.cancels {
+            let Some(r) = w.requests.get(idx) else { continue };
+            if step == sim.steps && sim.cancel(r.id) {
+                cancelled.insert(r.id);
+            }
+        }
+        if sim.sched.has_unfinished() {
+            sim.step();
+        }
+    }
+    sim.check_end(&w.requests, &cancelled);
+    Ok(sim.sched.stats().prefix_hit_tokens)
+}
+
+/// Workloads of a hybrid model (a sliding group next to the full one) with the prefix cache on.
+fn hybrid_workload() -> impl Strategy<Value = Workload> {
+    (workload(), 1..=12usize).prop_map(|(w, window)| Workload {
+        prefix_cache: true,
+        window: Some(window),
+        ..w
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn random_workloads_finish_with_the_reference_outputs(w in workload()) {
-        let all_blocks = w.max_model_len.div_ceil(w.block_size);
-        let lone = match w.window {
-            // The full group's blocks plus the sliding group's live bound.
-            Some(window) => {
-                let step = w.max_num_batched_tokens.min(w.max_model_len);
-                all_blocks + ((window - 1 + step).div_ceil(w.block_size) + 1).min(all_blocks)
-            }
-            None => all_blocks,
-        };
-        let layers = match w.window {
-            Some(window) => vec![GroupKind::Sliding { window }, GroupKind::Full],
-            None => vec![GroupKind::Full],
-        };
-        let cfg = SimConfig {
-            layers,
-            block_size: w.block_size,
-            num_blocks: lone + w.extra_blocks,
-            prefix_cache: w.prefix_cache,
-            sched: SchedulerConfig {
-                max_num_seqs: w.max_num_seqs,
-                max_num_batched_tokens: w.max_num_batched_tokens,
-                max_model_len: w.max_model_len,
-            },
-            vocab: 8,
-        };
-        let mut sim = Sim::new(cfg);
-        for r in &w.requests {
-            sim.add(r.clone());
-        }
-        let mut cancelled = HashSet::new();
-        while sim.sched.has_unfinished() {
-            prop_assert!(sim.steps < 5_000, "no end");
-            for &(step, idx) in &w.cancels {
-                let Some(r) = w.requests.get(idx) else { continue };
-                if step == sim.steps && sim.cancel(r.id) {
-                    cancelled.insert(r.id);
-                }
-            }
-            if sim.sched.has_unfinished() {
-                sim.step();
-            }
-        }
-        sim.check_end(&w.requests, &cancelled);
+        run_workload(&w)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Hybrid prefix caching: hits through the window's cached companions, loose companions
+    /// evicted under locks, exact admission; the fake model checks every KV read per group.
+    #[test]
+    fn random_hybrid_workloads_with_the_prefix_cache(w in hybrid_workload()) {
+        run_workload(&w)?;
     }
 }
