@@ -53,6 +53,8 @@ mod layout;
 mod manager;
 #[cfg(test)]
 mod manager_cache_tests;
+#[cfg(test)]
+mod manager_groups_tests;
 mod plan;
 mod prefix_cache;
 #[cfg(test)]

@@ -855,6 +855,10 @@ impl PrefixCache {
 }
 
 #[cfg(test)]
+#[path = "prefix_cache_group_tests.rs"]
+mod group_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
