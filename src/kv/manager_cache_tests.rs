@@ -295,7 +295,7 @@ fn compute(kv: &mut KvManager, seq: SeqId, live: &mut Live, n: usize, contents: 
     }
 }
 
-/// Runs `ops` on `kv` (prefix cache on, `NUM_BLOCKS` blocks of `BLOCK_SIZE`), checking the
+/// Runs `ops` on `kv` (prefix cache on, blocks of `BLOCK_SIZE`), checking the
 /// contents of every block a live sequence reads and `check_integrity()` after every operation,
 /// and that nothing leaks at the end.
 fn run_ops(mut kv: KvManager, lists: &[Vec<u32>], ops: &[Op]) -> Result<(), TestCaseError> {
@@ -365,7 +365,7 @@ fn run_ops(mut kv: KvManager, lists: &[Vec<u32>], ops: &[Op]) -> Result<(), Test
         kv.release_sequence(seq, &l.tokens[..l.num_computed]).unwrap();
     }
     kv.clear_prefix_cache();
-    prop_assert_eq!(kv.num_free_blocks(), NUM_BLOCKS);
+    prop_assert_eq!(kv.num_free_blocks(), kv.num_blocks());
     kv.check_integrity().map_err(TestCaseError::fail)?;
     Ok(())
 }
@@ -386,22 +386,28 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
-    /// The same on a hybrid model: a sliding group (window 1..=6) and a full one, in either
-    /// order, so sliding tables drop, reuse cached companions and lose loose ones to eviction.
+    /// The same on hybrid models: a sliding group (window 1..=6) and a full one in either
+    /// order, two full groups (a full companion), or two sliding groups of different windows;
+    /// sliding tables drop, reuse cached companions and lose loose ones to eviction.
     #[test]
     fn random_hybrid_sequences_get_correct_blocks(
         lists in prop::collection::vec(prop::collection::vec(0..2u32, LIST_LEN), NUM_LISTS),
         ops in prop::collection::vec(op(), 1..60),
         window in 1..=6usize,
-        sliding_first in any::<bool>(),
+        other_window in 1..=6usize,
+        shape in 0..4usize,
     ) {
-        let mut kinds = vec![GroupKind::Sliding { window }, GroupKind::Full];
-        if !sliding_first {
-            kinds.reverse();
-        }
+        let (s, f) = (GroupKind::Sliding { window }, GroupKind::Full);
+        let kinds = match shape {
+            0 => vec![s, f],
+            1 => vec![f, s],
+            2 => vec![s, f, f],
+            _ => vec![s, GroupKind::Sliding { window: other_window + 6 }, f],
+        };
         let groups = KvGroups::from_layer_kinds(&kinds);
+        let num_blocks = NUM_BLOCKS * groups.len() / 2;
         let layout = KvLayout::f16(groups.slots_per_block(), 1, 2, BLOCK_SIZE).unwrap();
-        let kv = KvManager::with_groups(layout, groups, NUM_BLOCKS, true).unwrap();
+        let kv = KvManager::with_groups(layout, groups, num_blocks, true).unwrap();
         run_ops(kv, &lists, &ops)?;
     }
 }
