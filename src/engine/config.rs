@@ -290,6 +290,31 @@ mod tests {
         assert!(kv_storage(&rotated, 16, 96).unwrap_err().to_string().contains("--kv-rotate"));
     }
 
+    /// The prefix cache stays on for a model with a full-attention layer next to sliding ones
+    /// (hybrid caching), and goes off when every layer slides within the context.
+    #[test]
+    fn prefix_cache_needs_one_full_attention_layer() {
+        let mut model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        cfg.max_model_len = Some(1024);
+        for (i, layer) in model.layers.iter_mut().enumerate() {
+            if i % 6 != 5 {
+                layer.attention = AttentionKind::Sliding { window: 512 };
+            }
+        }
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(resolved.kv_groups.len() > 1);
+        assert!(resolved.enable_prefix_cache, "hybrid: cached");
+        for layer in &mut model.layers {
+            layer.attention = AttentionKind::Sliding { window: 512 };
+        }
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(!resolved.enable_prefix_cache, "all sliding: no cache");
+        cfg.max_model_len = Some(512); // the window covers the context: full attention
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(resolved.enable_prefix_cache);
+    }
+
     #[test]
     fn quantized_kv_resolves_to_its_own_block_bytes() {
         let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();

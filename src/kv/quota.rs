@@ -235,6 +235,23 @@ mod tests {
     }
 
     #[test]
+    fn quotas_are_refused_on_a_hybrid_model_with_the_cache() {
+        use crate::kv::{GroupKind, KvGroups};
+        let groups =
+            KvGroups::from_layer_kinds(&[GroupKind::Sliding { window: 4 }, GroupKind::Full]);
+        let layout = KvLayout::f16(groups.slots_per_block(), 1, 1, 1).unwrap();
+        let mut kv = KvManager::with_groups(layout, groups.clone(), 20, true).unwrap();
+        let err = kv.set_tenant(A, Some(10), 1).unwrap_err();
+        assert_eq!(err, KvError::QuotaWithSlidingWindow);
+        assert!(err.to_string().contains("--tenant-kv-quota"), "{err}");
+        kv.set_tenant(A, None, 1).unwrap(); // stats only
+        donate(&mut kv, 1, A, &[1, 2, 3, 99]);
+        assert_eq!(kv.num_held_blocks(Some(A)), kv.stats().num_cached_blocks);
+        let mut plain = KvManager::with_groups(layout, groups, 20, false).unwrap();
+        plain.set_tenant(A, Some(10), 1).unwrap(); // without the cache quotas work as before
+    }
+
+    #[test]
     fn over_its_quota_a_tenant_evicts_its_own_and_then_is_refused() {
         let layout = KvLayout::f16(1, 1, 1, 1).unwrap();
         let mut kv = KvManager::with_prefix_cache(layout, 20, true).unwrap();

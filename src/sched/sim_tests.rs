@@ -298,6 +298,27 @@ fn multi_turn_chat_prefills_close_to_the_ideal() {
     assert_eq!(plain.computed_prefill_tokens, plain.sum_prompt_tokens);
 }
 
+/// A hybrid model (sliding window 12 next to full attention) with the prefix cache: requests
+/// sharing a 32-token system prompt reuse it through the window's cached companions, and every
+/// output matches the reference (the fake model checks each group's KV reads).
+#[test]
+fn a_hybrid_model_reuses_a_shared_system_prompt() {
+    let mut cfg = config(4, 128, true);
+    cfg.layers = vec![GroupKind::Sliding { window: 12 }, GroupKind::Full];
+    let system = tokens(7, 32);
+    let requests: Vec<Request> =
+        (0..4).map(|i| request(i, [system.clone(), tokens(50 + i, 9)].concat(), 6)).collect();
+    let mut sim = Sim::new(cfg);
+    sim.add(requests[0].clone());
+    sim.run_to_end(1_000); // the first one caches the system prompt
+    for r in &requests[1..] {
+        sim.add(r.clone());
+    }
+    sim.run_to_end(1_000);
+    sim.check_end(&requests, &HashSet::new());
+    assert_eq!(sim.sched.stats().prefix_hit_tokens, 3 * 32);
+}
+
 // ---- Random workloads ----
 
 #[derive(Clone, Debug)]
