@@ -58,9 +58,10 @@ pub struct KvStats {
     pub num_blocks: usize,
     /// Blocks in the free list.
     pub num_free_blocks: usize,
-    /// Blocks in the prefix cache (locked or not).
+    /// Blocks in the prefix cache (locked or not), every group's (nodes and companions).
     pub num_cached_blocks: usize,
-    /// Cached blocks no live sequence uses: free for the taking.
+    /// Cached blocks no live sequence uses: free for the taking (unlocked nodes with their
+    /// companions, and sliding companions only the tree holds).
     pub num_evictable_blocks: usize,
     /// Prompt tokens looked up by [`KvManager::begin_sequence`] (0 with the cache disabled).
     pub prefix_query_tokens: u64,
@@ -285,9 +286,10 @@ impl KvManager {
 
     /// Starts `seq` for a sequence whose tokens begin with `tokens` (the prompt, or prompt +
     /// generated tokens when recomputing after preemption): the longest cached prefix (see
-    /// [`KvManager::num_cached_tokens`]) becomes the start of its table, each block shared
-    /// (incref) and the path locked. Returns the number of cached tokens; the caller computes
-    /// from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
+    /// [`KvManager::num_cached_tokens`]) becomes the start of its tables, each block shared
+    /// (incref) and the path locked; a sliding table gets the cached blocks of its first
+    /// query's window only, the entries before it dropped. Returns the number of cached
+    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
     /// already live. O(tokens.len()).
     pub fn begin_sequence(
         &mut self,
@@ -363,8 +365,12 @@ impl KvManager {
 
     /// Caches the blocks of `seq` that `computed_tokens` fills (its tokens whose KV is computed,
     /// from position 0) and that are not cached yet, and moves the sequence's lock to the end
-    /// of the longer path. Call after every step (eager caching). A no-op with the cache
-    /// disabled. Errors if `seq` is not live. O(computed_tokens.len()) when a block is added.
+    /// of the longer path. Every group's block at a cached index goes in with it (a sliding
+    /// table's dropped entries as missing companions); where the tree already holds a block
+    /// the table switches to it, and a missing sliding companion is taken from the table. Call
+    /// after every step (eager caching), before [`KvManager::slide_windows`]. A no-op with the
+    /// cache disabled. Errors if `seq` is not live. O(computed_tokens.len() · groups) when a
+    /// block is added.
     ///
     /// Panics if `computed_tokens` is longer than the reserved tokens of `seq`; it must also
     /// start with the tokens of earlier calls and of [`KvManager::begin_sequence`].
@@ -544,9 +550,11 @@ impl KvManager {
 
     /// Checks every invariant: the pool's and the cache's own; each table's own (right block
     /// count, no block twice, the layout's block size); each block's ref count = tables holding
-    /// it + 1 if cached; each table starts with its sequence's locked cached path and holds no
-    /// other cached block; and each node's lock count is the number of
-    /// sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
+    /// it + 1 if cached (as a node or a companion); each table starts with its sequence's locked
+    /// cached path (the anchor's blocks, a full group's companions; a sliding table the path's
+    /// companions or dropped entries) and holds no other cached block; a sliding table holds
+    /// no block before its window and at most its live bound; and each node's lock count is
+    /// the number of sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
     /// message names the first violation.
     pub fn check_integrity(&self) -> Result<(), String> {
         self.pool.check_integrity()?;

@@ -42,7 +42,10 @@
 //! holder: it keeps a reference on each full, computed block a sequence gives it (eagerly, after
 //! the step that filled it), sequences lock the cached path they read, and unlocked cached blocks
 //! are evicted least recently used first, only when an allocation would otherwise fail. Free +
-//! evictable blocks are what admission may count on.
+//! evictable blocks are what admission may count on. With several groups the tree is keyed by
+//! the first full group's blocks and each node carries the other groups' blocks (companions); a
+//! sliding companion out of every window stays cached and is evictable once only the tree holds
+//! it (see `prefix_cache.rs`).
 
 mod block_pool;
 mod block_table;
