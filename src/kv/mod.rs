@@ -12,6 +12,7 @@
 //! | `groups.rs` | [`KvGroups`]: layers grouped by attention kind ([`GroupKind`]: full, sliding window), one block table per group |
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot; blocks dropped out of a window |
 //! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
+//! | `prefix_cache_companions.rs` | other groups' blocks on each node (companions): usable length across a window, loose companions |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |

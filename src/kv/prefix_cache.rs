@@ -200,62 +200,9 @@ impl PrefixCache {
         self.contains(block) || self.owners.contains_key(&block)
     }
 
-    /// The block of group `group` at `node`: the node itself for the anchor, else its companion.
-    /// Panics if `node` is not cached.
-    pub fn block_of(&self, node: BlockId, group: usize) -> Option<BlockId> {
-        if group == self.anchor {
-            return Some(node);
-        }
-        self.nodes[&node].companions[group]
-    }
-
     /// Locked paths through `block`'s node, or `None` if it is not cached.
     pub fn lock_count(&self, block: BlockId) -> Option<u32> {
         self.nodes.get(&block).map(|node| node.lock_count)
-    }
-
-    /// Whether `block` is a loose companion (evictable while its node is locked). O(log n).
-    pub fn is_loose(&self, block: BlockId) -> bool {
-        self.owners
-            .get(&block)
-            .is_some_and(|&(node, _)| self.loose.contains(&(self.nodes[&node].last_access, block)))
-    }
-
-    /// Longest usable start of `path` (nodes from the root, as [`PrefixCache::peek`] returns):
-    /// the largest `k ≤ path.len()` such that, for every sliding group, each node from the one
-    /// holding the first key a query at position `k·b` sees up to node `k − 1` has that
-    /// group's companion. `path.len()` with one group. O(path.len() · g).
-    pub fn usable_len(&self, path: &[BlockId]) -> usize {
-        let b = self.block_size;
-        // missing[i]: 1 + the last node index < i without a companion in some group, per group.
-        let sliding: Vec<(usize, GroupKind)> = self
-            .kinds
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| matches!(k, GroupKind::Sliding { .. }))
-            .map(|(g, &k)| (g, k))
-            .collect();
-        if sliding.is_empty() {
-            return path.len();
-        }
-        let mut last_missing = vec![vec![0usize; sliding.len()]; path.len() + 1];
-        for (i, &node) in path.iter().enumerate() {
-            for (j, &(g, _)) in sliding.iter().enumerate() {
-                last_missing[i + 1][j] = match self.nodes[&node].companions[g] {
-                    Some(_) => last_missing[i][j],
-                    None => i + 1,
-                };
-            }
-        }
-        (0..=path.len())
-            .rev()
-            .find(|&k| {
-                sliding
-                    .iter()
-                    .enumerate()
-                    .all(|(j, &(_, kind))| last_missing[k][j] <= kind.first_visible(k * b) / b)
-            })
-            .unwrap_or(0)
     }
 
     /// The cached blocks that hold the longest prefix of `tokens`, in whole blocks (a trailing
@@ -442,23 +389,6 @@ impl PrefixCache {
         }
     }
 
-    /// Call after changing the pool ref count of `block`: if it is a sliding companion of a
-    /// locked node, it becomes loose when only the tree holds it and stops being loose
-    /// otherwise. A no-op for any other block. O(log n).
-    pub fn refresh(&mut self, pool: &BlockPool, block: BlockId) {
-        let Some(&(node, g)) = self.owners.get(&block) else { return };
-        let node = &self.nodes[&node];
-        if node.lock_count == 0 || self.kinds[g] == GroupKind::Full {
-            return;
-        }
-        let key = (node.last_access, block);
-        if pool.ref_count(block) == 1 {
-            self.loose.insert(key);
-        } else {
-            self.loose.remove(&key);
-        }
-    }
-
     /// Evicts at least `num_blocks` blocks if it can, least recently used first: each time the
     /// older of the oldest loose companion (dropped from its node) and the oldest unlocked leaf
     /// (removed with all its companions; a parent whose last child goes becomes a leaf in
@@ -556,18 +486,6 @@ impl PrefixCache {
             self.check_node(pool, id, node)?;
             self.check_companions(pool, id, node)?;
         }
-        let mut owned = 0;
-        for (&c, &(node, g)) in &self.owners {
-            let held = self.nodes.get(&node).and_then(|n| n.companions.get(g).copied().flatten());
-            if held != Some(c) {
-                return Err(format!("companion {c}: the reverse map says node {node}, group {g}"));
-            }
-            owned += 1;
-        }
-        let companions: usize = self.nodes.values().map(|n| n.num_blocks() - 1).sum();
-        if owned != companions {
-            return Err(format!("{companions} companions, {owned} in the reverse map"));
-        }
         let unlocked: usize =
             self.nodes.values().filter(|n| n.lock_count == 0).map(Node::num_blocks).sum();
         if unlocked != self.num_unlocked {
@@ -599,18 +517,7 @@ impl PrefixCache {
         if leaves != self.evictable_leaves {
             return Err("the LRU index is not the set of unlocked leaves".into());
         }
-        let loose: BTreeSet<(u64, BlockId)> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.lock_count > 0)
-            .flat_map(|(&id, n)| {
-                self.sliding_companions(id).into_iter().map(move |c| (n.last_access, c))
-            })
-            .filter(|&(_, c)| pool.ref_count(c) == 1)
-            .collect();
-        if loose != self.loose {
-            return Err("the loose set is not the sliding companions only the tree holds".into());
-        }
+        self.check_companion_index(pool)?;
         Ok(())
     }
 
@@ -646,30 +553,6 @@ impl PrefixCache {
         if node.lock_count < child_locks {
             let count = node.lock_count;
             return Err(format!("block {id}: lock count {count} < its children's {child_locks}"));
-        }
-        Ok(())
-    }
-
-    /// The companions part of [`PrefixCache::check_integrity`] for one node.
-    fn check_companions(&self, pool: &BlockPool, id: BlockId, node: &Node) -> Result<(), String> {
-        if node.companions.len() != self.kinds.len() || node.companions[self.anchor].is_some() {
-            return Err(format!("block {id}: companions do not match the groups"));
-        }
-        for (g, &c) in node.companions.iter().enumerate() {
-            match c {
-                None if g != self.anchor && self.kinds[g] == GroupKind::Full => {
-                    return Err(format!("block {id}: no companion in full group {g}"));
-                }
-                None => {}
-                Some(c) => {
-                    if (c as usize) >= pool.num_blocks() || pool.ref_count(c) == 0 {
-                        return Err(format!("companion {c} is out of range or free in the pool"));
-                    }
-                    if self.nodes.contains_key(&c) {
-                        return Err(format!("companion {c} is also a node"));
-                    }
-                }
-            }
         }
         Ok(())
     }
@@ -717,37 +600,6 @@ impl PrefixCache {
         }
     }
 
-    /// Makes `block` the companion of `node` in `group`, taking the tree's reference.
-    fn add_companion(&mut self, pool: &mut BlockPool, node: BlockId, group: usize, block: BlockId) {
-        assert!(!self.holds(block), "block {block} is already cached under another prefix");
-        pool.incref(block);
-        self.owners.insert(block, (node, group));
-        let n = self.nodes.get_mut(&node).expect("companion's node");
-        debug_assert!(n.companions[group].is_none());
-        n.companions[group] = Some(block);
-        let (ns, unlocked) = (n.namespace, n.lock_count == 0);
-        let count = self.count_mut(ns);
-        count.cached += 1;
-        if unlocked {
-            count.unlocked += 1;
-            self.num_unlocked += 1;
-        }
-        self.refresh(pool, block);
-    }
-
-    /// Drops the loose companion `key.1` from its node and the tree's reference on it.
-    fn evict_loose(&mut self, pool: &mut BlockPool, key: (u64, BlockId), out: &mut Vec<BlockId>) {
-        let block = key.1;
-        self.loose.remove(&key);
-        let (node, g) = self.owners.remove(&block).expect("a loose block is a companion");
-        let n = self.nodes.get_mut(&node).expect("companion's node");
-        n.companions[g] = None;
-        let ns = n.namespace;
-        self.count_mut(ns).cached -= 1;
-        pool.decref(block);
-        out.push(block);
-    }
-
     /// Removes an unlocked leaf and its companions from the tree, dropping the tree's reference
     /// on each (companions first); appends them to `out`.
     fn remove_leaf(&mut self, pool: &mut BlockPool, id: BlockId, out: &mut Vec<BlockId>) {
@@ -782,17 +634,6 @@ impl PrefixCache {
         }
         pool.decref(id);
         out.push(id);
-    }
-
-    /// The sliding-group companions `node` has. O(g).
-    fn sliding_companions(&self, node: BlockId) -> Vec<BlockId> {
-        let companions = &self.nodes[&node].companions;
-        companions
-            .iter()
-            .zip(&self.kinds)
-            .filter(|(_, k)| matches!(k, GroupKind::Sliding { .. }))
-            .filter_map(|(c, _)| *c)
-            .collect()
     }
 
     /// The counts of `namespace` (created empty if it has none yet).
@@ -853,6 +694,9 @@ impl PrefixCache {
         out
     }
 }
+
+#[path = "prefix_cache_companions.rs"]
+mod companions;
 
 #[cfg(test)]
 #[path = "prefix_cache_group_tests.rs"]
