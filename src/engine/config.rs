@@ -190,9 +190,14 @@ impl ResolvedConfig {
                     .into(),
             ));
         }
-        let enable_prefix_cache = cfg.enable_prefix_cache && kv_groups.all_full();
+        // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
+        let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
+        let enable_prefix_cache = cfg.enable_prefix_cache && has_full;
         if cfg.enable_prefix_cache && !enable_prefix_cache {
-            tracing::warn!("prefix caching is off: it does not support sliding-window layers yet");
+            tracing::warn!(
+                "prefix caching is off: every layer of this model uses a sliding window shorter \
+                 than the context, and the cache needs one full-attention layer"
+            );
         }
         let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
         let layout = KvLayout::new(
@@ -283,6 +288,31 @@ mod tests {
         assert!(kv_storage(&int4, 16, 68).unwrap_err().to_string().contains("multiple of 8"));
         let rotated = KvCacheSpec::new(KvFormat::Int8, None, None, true).unwrap();
         assert!(kv_storage(&rotated, 16, 96).unwrap_err().to_string().contains("--kv-rotate"));
+    }
+
+    /// The prefix cache stays on for a model with a full-attention layer next to sliding ones
+    /// (hybrid caching), and goes off when every layer slides within the context.
+    #[test]
+    fn prefix_cache_needs_one_full_attention_layer() {
+        let mut model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        cfg.max_model_len = Some(1024);
+        for (i, layer) in model.layers.iter_mut().enumerate() {
+            if i % 6 != 5 {
+                layer.attention = AttentionKind::Sliding { window: 512 };
+            }
+        }
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(resolved.kv_groups.len() > 1);
+        assert!(resolved.enable_prefix_cache, "hybrid: cached");
+        for layer in &mut model.layers {
+            layer.attention = AttentionKind::Sliding { window: 512 };
+        }
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(!resolved.enable_prefix_cache, "all sliding: no cache");
+        cfg.max_model_len = Some(512); // the window covers the context: full attention
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(resolved.enable_prefix_cache);
     }
 
     #[test]

@@ -185,6 +185,22 @@ impl BlockTable {
         }
     }
 
+    /// Like [`BlockTable::from_shared`], after `num_dropped` dropped entries: a sliding table
+    /// that starts at the first block a window sees. Holds `(num_dropped + blocks.len()) ×
+    /// block_size` tokens. O(num_dropped + blocks.len()).
+    pub fn from_shared_after(
+        pool: &mut BlockPool,
+        num_dropped: usize,
+        blocks: &[BlockId],
+        block_size: usize,
+    ) -> BlockTable {
+        let mut table = BlockTable::from_shared(pool, blocks, block_size);
+        table.blocks.splice(0..0, std::iter::repeat_n(NULL_BLOCK, num_dropped));
+        table.num_dropped = num_dropped;
+        table.num_tokens = table.blocks.len() * block_size;
+        table
+    }
+
     /// Replaces the full block at `idx` by `block`, which holds the same KV (a cached copy):
     /// takes a reference on `block` and drops this table's reference on the old one (freeing it
     /// if that was the last). Call between steps, when no GPU work reads the old block. O(1).

@@ -59,10 +59,17 @@ impl std::fmt::Display for ByteSizeProblem {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KvError {
     #[error(
-        "prefix caching does not support this model's sliding-window layers yet; run without \
-         --enable-prefix-caching (or with --no-prefix-cache)"
+        "prefix caching needs at least one full-attention layer, and every layer of this model \
+         uses a sliding window shorter than the context; run without --enable-prefix-caching \
+         (or with --no-prefix-cache)"
     )]
     PrefixCacheWithSlidingWindow,
+
+    #[error(
+        "tenant KV quotas do not support prefix caching on this model's sliding-window layers \
+         yet; drop --tenant-kv-quota or run with --no-prefix-cache"
+    )]
+    QuotaWithSlidingWindow,
 
     #[error("{dim} must be at least 1 (got 0); check the model's config")]
     ZeroDim { dim: LayoutDim },

@@ -26,13 +26,22 @@
 //! and all with the same token count, so every figure below in blocks is per group × groups.
 //! After each step [`KvManager::slide_windows`] drops the blocks of sliding groups that fall
 //! wholly before the next query's window: a sliding table holds at most
-//! [`GroupKind::max_live_blocks`] blocks however long the sequence grows. The prefix cache
-//! needs one full-attention group for now ([`KvError::PrefixCacheWithSlidingWindow`]).
+//! [`GroupKind::max_live_blocks`] blocks however long the sequence grows.
+//!
+//! The prefix cache needs one full-attention group (the *anchor*, [`PrefixCache::anchor`]; an
+//! all-sliding model gets [`KvError::PrefixCacheWithSlidingWindow`]). Its nodes carry the other
+//! groups' blocks as companions. A hit of `k` blocks gives the new sequence the path in the
+//! anchor and full tables, and in each sliding table [`NULL_BLOCK`] entries before the window
+//! of its first query, then the window's cached companions (a prefix is usable only when those
+//! are cached). Caching inserts every group's full computed blocks at once; a sliding block
+//! that falls out of the window stays cached, and once only the tree holds it it is evictable
+//! even though its node is locked (the cache's *loose* companions): the manager tells the cache
+//! ([`PrefixCache::refresh`]) after each ref change of a cached block.
 
 use std::collections::HashMap;
 
 use super::block_pool::{BlockId, BlockPool};
-use super::block_table::BlockTable;
+use super::block_table::{BlockTable, NULL_BLOCK};
 use super::error::KvError;
 use super::groups::{GroupKind, KvGroups};
 use super::layout::KvLayout;
@@ -49,9 +58,10 @@ pub struct KvStats {
     pub num_blocks: usize,
     /// Blocks in the free list.
     pub num_free_blocks: usize,
-    /// Blocks in the prefix cache (locked or not).
+    /// Blocks in the prefix cache (locked or not), every group's (nodes and companions).
     pub num_cached_blocks: usize,
-    /// Cached blocks no live sequence uses: free for the taking.
+    /// Cached blocks no live sequence uses: free for the taking (unlocked nodes with their
+    /// companions, and sliding companions only the tree holds).
     pub num_evictable_blocks: usize,
     /// Prompt tokens looked up by [`KvManager::begin_sequence`] (0 with the cache disabled).
     pub prefix_query_tokens: u64,
@@ -66,8 +76,8 @@ pub struct KvStats {
 /// The KV state of one live sequence.
 #[derive(Clone, Debug)]
 pub(super) struct SeqKv {
-    /// One table per group, the same token count in each. With the prefix cache on there is
-    /// exactly one group, and the cache fields below refer to its table.
+    /// One table per group, the same token count in each. The cache fields below refer to the
+    /// anchor group's table ([`PrefixCache::anchor`]).
     pub(super) tables: Vec<BlockTable>,
     pub(super) namespace: Namespace,
     /// Leading blocks of this sequence's token path that are in the prefix cache (matched at
@@ -120,7 +130,7 @@ impl KvManager {
     /// (`layout.num_layers` = [`KvGroups::slots_per_block`]), and each sequence holds one table
     /// per group. Errors like [`KvManager::new`], on a layout that does not match the groups,
     /// and with [`KvError::PrefixCacheWithSlidingWindow`] when `prefix_cache` is asked for a
-    /// model with sliding groups.
+    /// model without a full-attention group.
     pub fn with_groups(
         layout: KvLayout,
         groups: KvGroups,
@@ -135,7 +145,8 @@ impl KvManager {
             groups.slots_per_block(),
             "the layout's layers must be the groups' slots per block"
         );
-        if prefix_cache && groups.len() > 1 {
+        let kinds: Vec<GroupKind> = (0..groups.len()).map(|g| groups.kind(g)).collect();
+        if prefix_cache && !kinds.contains(&GroupKind::Full) {
             return Err(KvError::PrefixCacheWithSlidingWindow);
         }
         let enabled = prefix_cache;
@@ -144,7 +155,7 @@ impl KvManager {
             groups,
             pool: BlockPool::new(num_blocks),
             seqs: HashMap::new(),
-            cache: enabled.then(|| PrefixCache::new(layout.block_size)),
+            cache: enabled.then(|| PrefixCache::with_groups(layout.block_size, &kinds)),
             tenants: Tenants::default(),
             prefix_query_tokens: 0,
             prefix_hit_tokens: 0,
@@ -228,18 +239,43 @@ impl KvManager {
 
     /// Whether [`KvManager::begin_sequence`] for `tokens`, then [`KvManager::reserve`] of
     /// `num_new_tokens` (the tokens after the cached prefix), would succeed now. Exact: matched
-    /// blocks that are evictable now stop being evictable once locked, and are not counted
-    /// twice. O(tokens.len()).
+    /// blocks that are evictable now stop being evictable once locked (and loose companions
+    /// once the new sequence's window holds them), and are not counted twice.
+    /// O(tokens.len() · groups).
     pub fn can_begin(&self, namespace: Namespace, tokens: &[u32], num_new_tokens: usize) -> bool {
         let matched = self.peek_prefix(namespace, tokens);
-        let newly_locked = match &self.cache {
-            Some(cache) => matched.iter().filter(|&&b| cache.lock_count(b) == Some(0)).count(),
+        let no_longer_evictable = match &self.cache {
+            Some(cache) => self.evictable_taken_by(cache, &matched),
             None => 0,
         };
         let num_cached_tokens = matched.len() * self.layout.block_size;
         let needed =
             self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
-        needed * self.groups.len() + newly_locked <= self.claimable_blocks(namespace)
+        needed * self.groups.len() + no_longer_evictable <= self.claimable_blocks(namespace)
+    }
+
+    /// Evictable blocks that beginning a sequence on the usable cached `path` would make
+    /// unevictable: every block of a node it locks first, less the sliding companions that stay
+    /// loose (only the tree holds them and the new window does not take them), plus the loose
+    /// companions of already locked nodes that the window takes. O(path.len() · groups).
+    fn evictable_taken_by(&self, cache: &PrefixCache, path: &[BlockId]) -> usize {
+        let b = self.layout.block_size;
+        let num_tokens = path.len() * b;
+        let mut taken = 0;
+        for (idx, &node) in path.iter().enumerate() {
+            let newly_locked = cache.lock_count(node) == Some(0);
+            for g in 0..self.groups.len() {
+                let Some(block) = cache.block_of(node, g) else { continue };
+                let kind = self.groups.kind(g);
+                let in_window = idx >= kind.first_visible(num_tokens) / b;
+                let sliding = matches!(kind, GroupKind::Sliding { .. });
+                let tree_only = self.pool.ref_count(block) == 1;
+                let was_evictable = newly_locked || (sliding && tree_only);
+                let stays_evictable = sliding && tree_only && !in_window;
+                taken += usize::from(was_evictable && !stays_evictable);
+            }
+        }
+        taken
     }
 
     /// Starts an empty table for `seq` in the default namespace, matching nothing. Claims no
@@ -250,9 +286,10 @@ impl KvManager {
 
     /// Starts `seq` for a sequence whose tokens begin with `tokens` (the prompt, or prompt +
     /// generated tokens when recomputing after preemption): the longest cached prefix (see
-    /// [`KvManager::num_cached_tokens`]) becomes the start of its table, each block shared
-    /// (incref) and the path locked. Returns the number of cached tokens; the caller computes
-    /// from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
+    /// [`KvManager::num_cached_tokens`]) becomes the start of its tables, each block shared
+    /// (incref) and the path locked; a sliding table gets the cached blocks of its first
+    /// query's window only, the entries before it dropped. Returns the number of cached
+    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
     /// already live. O(tokens.len()).
     pub fn begin_sequence(
         &mut self,
@@ -270,7 +307,7 @@ impl KvManager {
         };
         let locked = matched.last().copied();
         if let (Some(cache), Some(last)) = (&mut self.cache, locked) {
-            cache.lock(last);
+            cache.lock_in(&self.pool, last);
         }
         if self.cache.is_some() {
             let hit = matched.len() * self.layout.block_size;
@@ -278,10 +315,8 @@ impl KvManager {
             self.prefix_hit_tokens += hit as u64;
             self.tenants.count_lookup(namespace, tokens.len(), hit);
         }
-        let table = BlockTable::from_shared(&mut self.pool, &matched, self.layout.block_size);
-        let num_cached_tokens = table.num_tokens();
-        let mut tables = self.empty_tables();
-        tables[0] = table; // matches exist only with the cache on, hence one group
+        let tables = self.tables_from_path(&matched);
+        let num_cached_tokens = matched.len() * self.layout.block_size;
         self.insert_sequence(seq, tables, namespace, locked)?;
         Ok(num_cached_tokens)
     }
@@ -317,7 +352,12 @@ impl KvManager {
         for (g, table) in s.tables.iter_mut().enumerate() {
             if let GroupKind::Sliding { .. } = self.groups.kind(g) {
                 let first = self.groups.kind(g).first_visible(next_pos);
-                dropped += table.drop_before(&mut self.pool, first).len();
+                for block in table.drop_before(&mut self.pool, first) {
+                    if let Some(cache) = &mut self.cache {
+                        cache.refresh(&self.pool, block); // it may be cached and now loose
+                    }
+                    dropped += 1;
+                }
             }
         }
         Ok(dropped)
@@ -325,8 +365,12 @@ impl KvManager {
 
     /// Caches the blocks of `seq` that `computed_tokens` fills (its tokens whose KV is computed,
     /// from position 0) and that are not cached yet, and moves the sequence's lock to the end
-    /// of the longer path. Call after every step (eager caching). A no-op with the cache
-    /// disabled. Errors if `seq` is not live. O(computed_tokens.len()) when a block is added.
+    /// of the longer path. Every group's block at a cached index goes in with it (a sliding
+    /// table's dropped entries as missing companions); where the tree already holds a block
+    /// the table switches to it, and a missing sliding companion is taken from the table. Call
+    /// after every step (eager caching), before [`KvManager::slide_windows`]. A no-op with the
+    /// cache disabled. Errors if `seq` is not live. O(computed_tokens.len() · groups) when a
+    /// block is added.
     ///
     /// Panics if `computed_tokens` is longer than the reserved tokens of `seq`; it must also
     /// start with the tokens of earlier calls and of [`KvManager::begin_sequence`].
@@ -337,31 +381,37 @@ impl KvManager {
     ) -> Result<(), KvError> {
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
         let Some(cache) = &mut self.cache else { return Ok(()) };
-        let table = &mut s.tables[0]; // the cache implies one group
+        let anchor = cache.anchor();
+        let num_tokens = s.tables[anchor].num_tokens();
         assert!(
-            computed_tokens.len() <= table.num_tokens(),
-            "sequence {seq}: {} computed tokens, only {} reserved",
+            computed_tokens.len() <= num_tokens,
+            "sequence {seq}: {} computed tokens, only {num_tokens} reserved",
             computed_tokens.len(),
-            table.num_tokens()
         );
         let full = computed_tokens.len() / self.layout.block_size;
         if full <= s.num_cached_blocks {
             return Ok(());
         }
         let prefix = &computed_tokens[..full * self.layout.block_size];
-        let blocks = &table.as_slice()[..full];
-        let last = cache.insert(&mut self.pool, s.namespace, prefix, blocks).expect("full ≥ 1");
-        cache.lock(last);
+        let rows: Vec<&[BlockId]> = s.tables.iter().map(|t| &t.as_slice()[..full]).collect();
+        let last =
+            cache.insert_groups(&mut self.pool, s.namespace, prefix, &rows).expect("full ≥ 1");
+        cache.lock_in(&self.pool, last);
         if let Some(old) = s.locked.replace(last) {
             cache.unlock(old);
         }
         let path = cache.path(last);
         let cached = s.num_cached_blocks;
-        debug_assert_eq!(&path[..cached], &table.as_slice()[..cached], "tokens changed");
-        for (idx, &block) in path.iter().enumerate().skip(cached) {
-            if table.as_slice()[idx] != block {
-                // Another sequence cached this block first: read its copy, free ours.
-                table.swap_block(&mut self.pool, idx, block);
+        debug_assert_eq!(&path[..cached], &s.tables[anchor].as_slice()[..cached], "tokens changed");
+        for (idx, &node) in path.iter().enumerate().skip(cached) {
+            for (g, table) in s.tables.iter_mut().enumerate() {
+                let have = table.as_slice()[idx];
+                let Some(want) = cache.block_of(node, g) else { continue };
+                if have != NULL_BLOCK && have != want {
+                    // Another sequence cached this block first: read its copy, free ours.
+                    table.swap_block(&mut self.pool, idx, want);
+                    cache.refresh(&self.pool, want);
+                }
             }
         }
         s.num_cached_blocks = full;
@@ -379,7 +429,13 @@ impl KvManager {
             cache.unlock(last);
         }
         for table in &mut s.tables {
+            let blocks = table.live_blocks().to_vec();
             table.release(&mut self.pool);
+            if let Some(cache) = &mut self.cache {
+                for block in blocks {
+                    cache.refresh(&self.pool, block); // a companion may now be loose
+                }
+            }
         }
         Ok(())
     }
@@ -400,17 +456,20 @@ impl KvManager {
             return Err(KvError::SequenceExists(child));
         }
         let p = self.seqs.get(&parent).ok_or(KvError::UnknownSequence(parent))?;
-        let tables = match &mut self.cache {
-            None => p.tables.iter().map(|t| t.fork(&mut self.pool)).collect(),
+        let namespace = p.namespace;
+        let (tables, locked) = match &mut self.cache {
+            None => (p.tables.iter().map(|t| t.fork(&mut self.pool)).collect(), None),
             Some(cache) => {
-                if let Some(last) = p.locked {
-                    cache.lock(last);
+                // The parent's cached path, cut to what a new window can read (all of it with
+                // one group: the parent may have slid past companions since evicted).
+                let mut path = p.locked.map_or(Vec::new(), |last| cache.path(last));
+                path.truncate(cache.usable_len(&path));
+                if let Some(&last) = path.last() {
+                    cache.lock_in(&self.pool, last);
                 }
-                let shared = &p.tables[0].as_slice()[..p.num_cached_blocks];
-                vec![BlockTable::from_shared(&mut self.pool, shared, self.layout.block_size)]
+                (self.tables_from_path(&path), path.last().copied())
             }
         };
-        let (namespace, locked) = (p.namespace, p.locked);
         self.insert_sequence(child, tables, namespace, locked)
     }
 
@@ -491,9 +550,11 @@ impl KvManager {
 
     /// Checks every invariant: the pool's and the cache's own; each table's own (right block
     /// count, no block twice, the layout's block size); each block's ref count = tables holding
-    /// it + 1 if cached; each table starts with its sequence's locked cached path and holds no
-    /// other cached block; and each node's lock count is the number of
-    /// sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
+    /// it + 1 if cached (as a node or a companion); each table starts with its sequence's locked
+    /// cached path (the anchor's blocks, a full group's companions; a sliding table the path's
+    /// companions or dropped entries) and holds no other cached block; a sliding table holds
+    /// no block before its window and at most its live bound; and each node's lock count is
+    /// the number of sequences whose path runs through it. O(num_blocks + Σ table lengths × depth). The
     /// message names the first violation.
     pub fn check_integrity(&self) -> Result<(), String> {
         self.pool.check_integrity()?;
@@ -512,8 +573,8 @@ impl KvManager {
         if let Some(cache) = &self.cache {
             cache.check_integrity(&self.pool)?;
             for id in 0..self.pool.num_blocks() as BlockId {
+                holders[id as usize] += u32::from(cache.holds(id));
                 let Some(count) = cache.lock_count(id) else { continue };
-                holders[id as usize] += 1;
                 let want = locks.get(&id).copied().unwrap_or(0);
                 if count != want {
                     return Err(format!("cached block {id}: lock count {count}, {want} paths"));
@@ -590,7 +651,7 @@ impl KvManager {
             Some(last) => return Err(format!("sequence {seq} locks uncached block {last}")),
             None => Vec::new(),
         };
-        let table = &s.tables[0];
+        let table = &s.tables[cache.anchor()];
         if path.len() != s.num_cached_blocks || path.len() > table.num_full_blocks() {
             return Err(format!(
                 "sequence {seq}: {} cached blocks, locked path of {}, {} full blocks",
@@ -602,14 +663,28 @@ impl KvManager {
         for &id in &path {
             *locks.entry(id).or_default() += 1;
         }
-        let (prefix, rest) = table.as_slice().split_at(path.len());
+        let prefix = &table.as_slice()[..path.len()];
         if prefix != path {
             return Err(format!("sequence {seq}: its table does not start with its cached path"));
         }
-        match rest.iter().find(|&&id| cache.contains(id)) {
-            Some(id) => Err(format!("sequence {seq} holds cached block {id} off its locked path")),
-            None => Ok(()),
+        for (g, table) in s.tables.iter().enumerate() {
+            let (prefix, rest) = table.as_slice().split_at(path.len());
+            for (idx, (&have, &node)) in prefix.iter().zip(&path).enumerate() {
+                let want = cache.block_of(node, g);
+                // Full tables hold the path's blocks; a sliding one may have dropped them.
+                let sliding = matches!(self.groups.kind(g), GroupKind::Sliding { .. });
+                if Some(have) != want && !(sliding && have == NULL_BLOCK) {
+                    return Err(format!(
+                        "sequence {seq}, group {g}: block {idx} is {have}, its cached node's \
+                         is {want:?}"
+                    ));
+                }
+            }
+            if let Some(id) = rest.iter().find(|&&id| id != NULL_BLOCK && cache.holds(id)) {
+                return Err(format!("sequence {seq} holds cached block {id} off its locked path"));
+            }
         }
+        Ok(())
     }
 
     /// Tokens of a `len`-token sequence that may come from the cache: the largest multiple of
@@ -618,12 +693,40 @@ impl KvManager {
         len.saturating_sub(1) / self.layout.block_size * self.layout.block_size
     }
 
-    /// The cached blocks [`KvManager::begin_sequence`] would match (nothing touched).
+    /// The cached blocks [`KvManager::begin_sequence`] would match (nothing touched): the
+    /// usable part of the cached path ([`PrefixCache::usable_len`]).
     fn peek_prefix(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
         match &self.cache {
-            Some(cache) => cache.peek(namespace, &tokens[..self.cacheable_len(tokens.len())]),
+            Some(cache) => {
+                let mut path = cache.peek(namespace, &tokens[..self.cacheable_len(tokens.len())]);
+                path.truncate(cache.usable_len(&path));
+                path
+            }
             None => Vec::new(),
         }
+    }
+
+    /// The tables of a new sequence whose first `path.len()` blocks come from the cache (a
+    /// usable, locked path): the path in the anchor table, its companions in the full ones, and
+    /// in each sliding table [`NULL_BLOCK`] entries before the window of a query at the path's
+    /// end, then the window's companions. Takes one reference on each block. Empty tables for
+    /// an empty path. O(path.len() · groups).
+    fn tables_from_path(&mut self, path: &[BlockId]) -> Vec<BlockTable> {
+        let b = self.layout.block_size;
+        let Some(cache) = &mut self.cache else { return self.empty_tables() };
+        let mut tables = Vec::with_capacity(self.groups.len());
+        for g in 0..self.groups.len() {
+            let dropped = (self.groups.kind(g).first_visible(path.len() * b) / b).min(path.len());
+            let blocks: Vec<BlockId> = path[dropped..]
+                .iter()
+                .map(|&node| cache.block_of(node, g).expect("a usable path has its window"))
+                .collect();
+            tables.push(BlockTable::from_shared_after(&mut self.pool, dropped, &blocks, b));
+            for block in blocks {
+                cache.refresh(&self.pool, block); // no longer loose
+            }
+        }
+        tables
     }
 
     /// Makes `needed` blocks free, evicting cached blocks if the free list is short; on
@@ -660,8 +763,10 @@ impl KvManager {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        let num_cached_blocks = if locked.is_some() { tables[0].num_blocks() } else { 0 };
-        let slid_to = 0;
+        let anchor = self.cache.as_ref().map_or(0, PrefixCache::anchor);
+        let num_cached_blocks = if locked.is_some() { tables[anchor].num_blocks() } else { 0 };
+        // A hit's sliding tables start at the window of its first computed query.
+        let slid_to = if locked.is_some() { tables[anchor].num_tokens() } else { 0 };
         self.seqs.insert(seq, SeqKv { tables, namespace, num_cached_blocks, locked, slid_to });
         Ok(())
     }
@@ -752,7 +857,8 @@ mod tests {
         let kinds = [GroupKind::Sliding { window: 6 }, GroupKind::Full];
         let groups = KvGroups::from_layer_kinds(&kinds);
         let layout = KvLayout::f16(groups.slots_per_block(), 1, 2, 4).unwrap();
-        let err = KvManager::with_groups(layout, groups.clone(), 16, true).unwrap_err();
+        let sliding = KvGroups::from_layer_kinds(&kinds[..1]); // no full group: no cache
+        let err = KvManager::with_groups(layout, sliding, 16, true).unwrap_err();
         assert_eq!(err, KvError::PrefixCacheWithSlidingWindow);
         let mut kv = KvManager::with_groups(layout, groups, 16, false).unwrap();
         assert_eq!(kv.blocks_for_lone_sequence(40, 1), 3 + 10);

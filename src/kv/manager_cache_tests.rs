@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use super::{BlockId, KvError, KvLayout, KvManager, Namespace, SeqId};
+use super::NULL_BLOCK;
+use super::{BlockId, GroupKind, KvError, KvGroups, KvLayout, KvManager, Namespace, SeqId};
 
 /// `num_blocks` blocks of 4 tokens, prefix cache on.
 fn cached(num_blocks: usize) -> KvManager {
@@ -242,26 +243,34 @@ struct Live {
 /// What each block holds: the namespace and every token up to the block's last written one.
 type Contents = HashMap<BlockId, (Namespace, Vec<u32>)>;
 
-/// Writes positions `from..to` of `live` through `seq`'s table: each written block must be
-/// private (one holder, not cached); records its contents.
+/// Writes positions `from..to` of `live` through each of `seq`'s tables: each written block
+/// must be private (one holder, not cached); records its contents.
 fn write(kv: &KvManager, seq: SeqId, live: &Live, to: usize, contents: &mut Contents) {
-    let table = kv.table(seq).unwrap();
-    for pos in live.num_computed..to {
-        let block = table.as_slice()[pos / BLOCK_SIZE];
-        assert_eq!(kv.pool().ref_count(block), 1, "write into shared block {block}");
-        assert!(!kv.prefix_cache().unwrap().contains(block), "write into cached block {block}");
-        contents.insert(block, (live.ns, live.tokens[..=pos].to_vec()));
+    for table in kv.tables(seq).unwrap() {
+        for pos in live.num_computed..to {
+            let block = table.as_slice()[pos / BLOCK_SIZE];
+            assert_eq!(kv.pool().ref_count(block), 1, "write into shared block {block}");
+            assert!(!kv.prefix_cache().unwrap().holds(block), "write into cached block {block}");
+            contents.insert(block, (live.ns, live.tokens[..=pos].to_vec()));
+        }
     }
 }
 
-/// Every block of `seq`'s table below `live.num_computed` holds exactly its prefix.
+/// Every live block of `seq`'s tables below `live.num_computed` holds exactly its prefix (in
+/// a sliding table, at least the window of its next query is live: `check_integrity`).
 fn check_contents(kv: &KvManager, seq: SeqId, live: &Live, contents: &Contents) {
-    let table = kv.table(seq).unwrap();
-    for (idx, &block) in table.as_slice().iter().enumerate() {
-        let end = ((idx + 1) * BLOCK_SIZE).min(live.num_computed);
-        if end > idx * BLOCK_SIZE {
-            let want = (live.ns, live.tokens[..end].to_vec());
-            assert_eq!(contents.get(&block), Some(&want), "block {block} of sequence {seq}");
+    for (g, table) in kv.tables(seq).unwrap().iter().enumerate() {
+        let first = kv.groups().kind(g).first_visible(live.num_computed);
+        for (idx, &block) in table.as_slice().iter().enumerate() {
+            let end = ((idx + 1) * BLOCK_SIZE).min(live.num_computed);
+            if block == NULL_BLOCK {
+                assert!(end <= first, "sequence {seq}, group {g}: block {idx} dropped too early");
+                continue;
+            }
+            if end > idx * BLOCK_SIZE {
+                let want = (live.ns, live.tokens[..end].to_vec());
+                assert_eq!(contents.get(&block), Some(&want), "block {block} of sequence {seq}");
+            }
         }
     }
 }
@@ -270,18 +279,95 @@ fn check_contents(kv: &KvManager, seq: SeqId, live: &Live, contents: &Contents) 
 /// nothing.
 fn compute(kv: &mut KvManager, seq: SeqId, live: &mut Live, n: usize, contents: &mut Contents) {
     let n = n.min(live.tokens.len() - live.num_computed);
-    let before = (kv.stats(), kv.table(seq).cloned());
+    let before = (kv.stats(), kv.tables(seq).map(<[_]>::to_vec));
     match kv.reserve(seq, n) {
         Ok(_) => {
             write(kv, seq, live, live.num_computed + n, contents);
             live.num_computed += n;
             kv.cache_full_blocks(seq, &live.tokens[..live.num_computed]).unwrap();
+            kv.slide_windows(seq, live.num_computed).unwrap();
         }
         Err(KvError::OutOfBlocks { .. }) => {
-            assert_eq!((kv.stats(), kv.table(seq).cloned()), before, "refusal changed state");
+            let after = (kv.stats(), kv.tables(seq).map(<[_]>::to_vec));
+            assert_eq!(after, before, "refusal changed state");
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+/// Runs `ops` on `kv` (prefix cache on, blocks of `BLOCK_SIZE`), checking the
+/// contents of every block a live sequence reads and `check_integrity()` after every operation,
+/// and that nothing leaks at the end.
+fn run_ops(mut kv: KvManager, lists: &[Vec<u32>], ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut live: HashMap<SeqId, Live> = HashMap::new();
+    let mut contents = Contents::new();
+    for op in ops {
+        match *op {
+            Op::Begin { seq, ns, list, prompt_len, chunk } => {
+                let tokens = lists[list].clone();
+                let prompt = &tokens[..prompt_len];
+                if live.contains_key(&seq) {
+                    prop_assert_eq!(
+                        kv.begin_sequence(seq, ns, prompt),
+                        Err(KvError::SequenceExists(seq))
+                    );
+                    continue;
+                }
+                let num_cached = kv.num_cached_tokens(ns, prompt);
+                let chunk = chunk.min(prompt_len - num_cached);
+                let fits = kv.can_begin(ns, prompt, chunk);
+                prop_assert_eq!(kv.begin_sequence(seq, ns, prompt), Ok(num_cached));
+                let mut new = Live { ns, tokens, num_computed: num_cached };
+                check_contents(&kv, seq, &new, &contents);
+                prop_assert_eq!(kv.can_allocate(seq, chunk), fits, "can_begin inexact");
+                compute(&mut kv, seq, &mut new, chunk, &mut contents);
+                live.insert(seq, new);
+            }
+            Op::Compute { seq, n } => {
+                let Some(l) = live.get_mut(&seq) else { continue };
+                compute(&mut kv, seq, l, n, &mut contents);
+            }
+            Op::Release { seq } => {
+                let Some(l) = live.remove(&seq) else {
+                    prop_assert_eq!(
+                        kv.release_sequence(seq, &[]),
+                        Err(KvError::UnknownSequence(seq))
+                    );
+                    continue;
+                };
+                kv.release_sequence(seq, &l.tokens[..l.num_computed]).unwrap();
+            }
+            Op::Free { seq } => {
+                if live.remove(&seq).is_some() {
+                    kv.free_sequence(seq).unwrap();
+                }
+            }
+            Op::Fork { parent, child } => {
+                if !live.contains_key(&parent) || live.contains_key(&child) {
+                    prop_assert!(kv.fork_sequence(parent, child).is_err());
+                    continue;
+                }
+                kv.fork_sequence(parent, child).unwrap();
+                let mut l = live[&parent].clone();
+                l.num_computed = kv.table(child).unwrap().num_tokens();
+                live.insert(child, l);
+            }
+            Op::Clear => {
+                kv.clear_prefix_cache();
+            }
+        }
+        kv.check_integrity().map_err(TestCaseError::fail)?;
+        for (&seq, l) in &live {
+            check_contents(&kv, seq, l, &contents);
+        }
+    }
+    for (seq, l) in live.drain() {
+        kv.release_sequence(seq, &l.tokens[..l.num_computed]).unwrap();
+    }
+    kv.clear_prefix_cache();
+    prop_assert_eq!(kv.num_free_blocks(), kv.num_blocks());
+    kv.check_integrity().map_err(TestCaseError::fail)?;
+    Ok(())
 }
 
 proptest! {
@@ -293,68 +379,35 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
     ) {
         let layout = KvLayout::f16(1, 1, 2, BLOCK_SIZE).unwrap();
-        let mut kv = KvManager::with_prefix_cache(layout, NUM_BLOCKS, true).unwrap();
-        let mut live: HashMap<SeqId, Live> = HashMap::new();
-        let mut contents = Contents::new();
-        for op in &ops {
-            match *op {
-                Op::Begin { seq, ns, list, prompt_len, chunk } => {
-                    let tokens = lists[list].clone();
-                    let prompt = &tokens[..prompt_len];
-                    if live.contains_key(&seq) {
-                        prop_assert_eq!(kv.begin_sequence(seq, ns, prompt), Err(KvError::SequenceExists(seq)));
-                        continue;
-                    }
-                    let num_cached = kv.num_cached_tokens(ns, prompt);
-                    let chunk = chunk.min(prompt_len - num_cached);
-                    let fits = kv.can_begin(ns, prompt, chunk);
-                    prop_assert_eq!(kv.begin_sequence(seq, ns, prompt), Ok(num_cached));
-                    let mut new = Live { ns, tokens, num_computed: num_cached };
-                    check_contents(&kv, seq, &new, &contents);
-                    prop_assert_eq!(kv.can_allocate(seq, chunk), fits, "can_begin inexact");
-                    compute(&mut kv, seq, &mut new, chunk, &mut contents);
-                    live.insert(seq, new);
-                }
-                Op::Compute { seq, n } => {
-                    let Some(l) = live.get_mut(&seq) else { continue };
-                    compute(&mut kv, seq, l, n, &mut contents);
-                }
-                Op::Release { seq } => {
-                    let Some(l) = live.remove(&seq) else {
-                        prop_assert_eq!(kv.release_sequence(seq, &[]), Err(KvError::UnknownSequence(seq)));
-                        continue;
-                    };
-                    kv.release_sequence(seq, &l.tokens[..l.num_computed]).unwrap();
-                }
-                Op::Free { seq } => {
-                    if live.remove(&seq).is_some() {
-                        kv.free_sequence(seq).unwrap();
-                    }
-                }
-                Op::Fork { parent, child } => {
-                    if !live.contains_key(&parent) || live.contains_key(&child) {
-                        prop_assert!(kv.fork_sequence(parent, child).is_err());
-                        continue;
-                    }
-                    kv.fork_sequence(parent, child).unwrap();
-                    let mut l = live[&parent].clone();
-                    l.num_computed = kv.table(child).unwrap().num_tokens();
-                    live.insert(child, l);
-                }
-                Op::Clear => {
-                    kv.clear_prefix_cache();
-                }
-            }
-            kv.check_integrity().map_err(TestCaseError::fail)?;
-            for (&seq, l) in &live {
-                check_contents(&kv, seq, l, &contents);
-            }
-        }
-        for (seq, l) in live.drain() {
-            kv.release_sequence(seq, &l.tokens[..l.num_computed]).unwrap();
-        }
-        kv.clear_prefix_cache();
-        prop_assert_eq!(kv.num_free_blocks(), NUM_BLOCKS);
-        kv.check_integrity().map_err(TestCaseError::fail)?;
+        run_ops(KvManager::with_prefix_cache(layout, NUM_BLOCKS, true).unwrap(), &lists, &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// The same on hybrid models: a sliding group (window 1..=6) and a full one in either
+    /// order, two full groups (a full companion), or two sliding groups of different windows;
+    /// sliding tables drop, reuse cached companions and lose loose ones to eviction.
+    #[test]
+    fn random_hybrid_sequences_get_correct_blocks(
+        lists in prop::collection::vec(prop::collection::vec(0..2u32, LIST_LEN), NUM_LISTS),
+        ops in prop::collection::vec(op(), 1..60),
+        window in 1..=6usize,
+        other_window in 1..=6usize,
+        shape in 0..4usize,
+    ) {
+        let (s, f) = (GroupKind::Sliding { window }, GroupKind::Full);
+        let kinds = match shape {
+            0 => vec![s, f],
+            1 => vec![f, s],
+            2 => vec![s, f, f],
+            _ => vec![s, GroupKind::Sliding { window: other_window + 6 }, f],
+        };
+        let groups = KvGroups::from_layer_kinds(&kinds);
+        let num_blocks = NUM_BLOCKS * groups.len() / 2;
+        let layout = KvLayout::f16(groups.slots_per_block(), 1, 2, BLOCK_SIZE).unwrap();
+        let kv = KvManager::with_groups(layout, groups, num_blocks, true).unwrap();
+        run_ops(kv, &lists, &ops)?;
     }
 }

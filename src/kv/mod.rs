@@ -12,6 +12,7 @@
 //! | `groups.rs` | [`KvGroups`]: layers grouped by attention kind ([`GroupKind`]: full, sliding window), one block table per group |
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot; blocks dropped out of a window |
 //! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
+//! | `prefix_cache_companions.rs` | other groups' blocks on each node (companions): usable length across a window, loose companions |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
@@ -42,7 +43,10 @@
 //! holder: it keeps a reference on each full, computed block a sequence gives it (eagerly, after
 //! the step that filled it), sequences lock the cached path they read, and unlocked cached blocks
 //! are evicted least recently used first, only when an allocation would otherwise fail. Free +
-//! evictable blocks are what admission may count on.
+//! evictable blocks are what admission may count on. With several groups the tree is keyed by
+//! the first full group's blocks and each node carries the other groups' blocks (companions); a
+//! sliding companion out of every window stays cached and is evictable once only the tree holds
+//! it (see `prefix_cache.rs`).
 
 mod block_pool;
 mod block_table;
@@ -53,6 +57,8 @@ mod layout;
 mod manager;
 #[cfg(test)]
 mod manager_cache_tests;
+#[cfg(test)]
+mod manager_groups_tests;
 mod plan;
 mod prefix_cache;
 #[cfg(test)]

@@ -8,23 +8,40 @@
 //! tenants in different namespaces share nothing). Only full blocks enter the tree: the partial
 //! last block of a sequence is always private.
 //!
+//! ## KV-cache groups
+//!
+//! With several groups ([`PrefixCache::with_groups`]) nodes are keyed by the block of the
+//! *anchor* group (the first full-attention one) and carry one *companion* per other group: the
+//! block of that group at the same index. A full group's companion is always there, locked and
+//! evicted with its node. A sliding group's companion may be missing (dropped out of a window
+//! before it was cached, or evicted): a cached prefix of `k` blocks is *usable*
+//! ([`PrefixCache::usable_len`]) only when, for each sliding group, the nodes the next query's
+//! window sees have their companion. A sliding companion of a locked node that only the tree
+//! holds (pool ref count 1: every sequence has slid past it) is *loose*: evictable although its
+//! node is locked.
+//!
 //! ## Contract
 //!
-//! - **References.** The tree holds one pool reference on each cached block: [`PrefixCache::insert`]
-//!   takes it (`incref`), [`PrefixCache::evict`] drops it (`decref`). Cached blocks are full and
-//!   never written again; whoever reads one holds its own reference as well.
+//! - **References.** The tree holds one pool reference on each cached block (anchors and
+//!   companions): [`PrefixCache::insert`] takes it (`incref`), [`PrefixCache::evict`] drops it
+//!   (`decref`). Cached blocks are full and never written again; whoever reads one holds its own
+//!   reference as well. Whoever changes the ref count of a cached sliding companion tells the
+//!   cache ([`PrefixCache::refresh`]).
 //! - **Locks.** A running sequence that uses cached blocks locks the path to the deepest one
 //!   ([`PrefixCache::lock`]: +1 on that node and every ancestor) and unlocks it when done. Locked
-//!   nodes are never evicted. Because locks always cover whole paths, a node's lock count is at
-//!   least the sum of its children's, so the unlocked nodes are closed downward: every one of them
-//!   can be evicted, leaves first, and [`PrefixCache::num_evictable_blocks`] counts exactly them.
+//!   nodes are never evicted (their loose companions may be). Because locks always cover whole
+//!   paths, a node's lock count is at least the sum of its children's, so the unlocked nodes are
+//!   closed downward: every one of them can be evicted, leaves first, and
+//!   [`PrefixCache::num_evictable_blocks`] counts exactly their blocks plus the loose companions.
 //! - **LRU.** A logical clock ticks once per [`PrefixCache::match_prefix`] and
 //!   [`PrefixCache::insert`], which stamp every node on the path they walk; a parent is therefore
-//!   never older than its children. [`PrefixCache::evict`] takes unlocked leaves oldest first
-//!   (ties: lowest block id); removing a leaf may make its parent an evictable leaf.
-//! - **Complexity.** `B` = blocks in the walked prefix, `b` = `block_size`: match and insert
-//!   O(B·b) (one hash of `b` tokens per block) + O(B log n) for the LRU index; lock and unlock
-//!   O(depth · log n); evicting `k` blocks O(k log n); [`PrefixCache::check_integrity`] O(n·b).
+//!   never older than its children. [`PrefixCache::evict`] takes the older of the oldest unlocked
+//!   leaf and the oldest loose companion (stamped with its node's last access; ties: lowest
+//!   block id); removing a leaf may make its parent an evictable leaf.
+//! - **Complexity.** `B` = blocks in the walked prefix, `b` = `block_size`, `g` = groups: match
+//!   and insert O(B·(b + g)) + O(B·g·log n) for the LRU indexes; lock and unlock
+//!   O(depth · g · log n); evicting `k` blocks O(k log n); [`PrefixCache::check_integrity`]
+//!   O(n·(b + g)).
 //!
 //! The cache never allocates blocks and never decides when to evict: [`super::KvManager`] calls
 //! [`PrefixCache::evict`] only when an allocation would otherwise fail.
@@ -32,6 +49,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::block_pool::{BlockId, BlockPool};
+use super::block_table::NULL_BLOCK;
+use super::groups::GroupKind;
 
 /// Isolation key: cached blocks are shared only among sequences of the same namespace (e.g. a
 /// tenant). `None` is the default namespace.
@@ -49,7 +68,7 @@ enum Parent {
     Node(BlockId),
 }
 
-/// One cached block.
+/// One cached block (of the anchor group) and its companions.
 #[derive(Clone, Debug)]
 struct Node {
     /// [block_size] the block's token ids: the node's key under its parent.
@@ -62,21 +81,41 @@ struct Node {
     lock_count: u32,
     /// Clock value of the last match or insert that walked through this node.
     last_access: u64,
+    /// [groups] the block of each other group at this node's index; `None` for the anchor, and
+    /// for a sliding group whose block is not cached. A full group's is always `Some`.
+    companions: Box<[Option<BlockId>]>,
+}
+
+impl Node {
+    /// Blocks the node holds: its own and its companions.
+    fn num_blocks(&self) -> usize {
+        1 + self.companions.iter().flatten().count()
+    }
 }
 
 /// The radix tree over full blocks; see the module docs for the contract. Nodes are keyed by
-/// their block id (a block is in at most one node).
+/// their block id (a block is in at most one node, as anchor or companion).
 #[derive(Clone, Debug)]
 pub struct PrefixCache {
     block_size: usize,
+    /// [groups] attention kind of each group.
+    kinds: Vec<GroupKind>,
+    /// The group whose blocks key the nodes: the first full one.
+    anchor: usize,
     /// The top-level children of each namespace's root; a namespace without blocks has no entry.
     roots: HashMap<Namespace, Children>,
     nodes: HashMap<BlockId, Node>,
+    /// Companion block → (its node, its group).
+    owners: HashMap<BlockId, (BlockId, usize)>,
     /// Unlocked leaves as `(last_access, block)`: the eviction order, oldest first.
     evictable_leaves: BTreeSet<(u64, BlockId)>,
-    /// Nodes with lock count 0 (all evictable, leaves first).
+    /// Loose companions as `(their node's last_access, block)`: sliding companions of locked
+    /// nodes that only the tree holds.
+    loose: BTreeSet<(u64, BlockId)>,
+    /// Blocks (anchor + companions) of nodes with lock count 0 (all evictable, leaves first).
     num_unlocked: usize,
-    /// Per namespace with blocks: (cached blocks, unlocked ones). Tenant quotas count with it.
+    /// Per namespace with blocks: (cached blocks, blocks of unlocked nodes). Tenant quotas count
+    /// with it.
     per_namespace: HashMap<Namespace, NamespaceCount>,
     clock: u64,
 }
@@ -89,14 +128,30 @@ struct NamespaceCount {
 }
 
 impl PrefixCache {
-    /// An empty cache for blocks of `block_size` tokens. Panics if `block_size` is 0.
+    /// An empty cache for blocks of `block_size` tokens, one full-attention group. Panics if
+    /// `block_size` is 0.
     pub fn new(block_size: usize) -> Self {
+        PrefixCache::with_groups(block_size, &[GroupKind::Full])
+    }
+
+    /// An empty cache for a model whose groups have the attention `kinds` (one per group, in
+    /// table order). Panics if `block_size` is 0 or no group is full (the manager refuses that
+    /// with [`super::KvError::PrefixCacheWithSlidingWindow`]).
+    pub fn with_groups(block_size: usize, kinds: &[GroupKind]) -> Self {
         assert!(block_size > 0, "block_size must be at least 1");
+        let anchor = kinds
+            .iter()
+            .position(|&k| k == GroupKind::Full)
+            .expect("the prefix cache needs a full-attention group");
         PrefixCache {
             block_size,
+            kinds: kinds.to_vec(),
+            anchor,
             roots: HashMap::new(),
             nodes: HashMap::new(),
+            owners: HashMap::new(),
             evictable_leaves: BTreeSet::new(),
+            loose: BTreeSet::new(),
             num_unlocked: 0,
             per_namespace: HashMap::new(),
             clock: 0,
@@ -108,14 +163,20 @@ impl PrefixCache {
         self.block_size
     }
 
-    /// Blocks in the tree.
-    pub fn num_cached_blocks(&self) -> usize {
-        self.nodes.len()
+    /// The group whose blocks key the nodes (the first full-attention group).
+    pub fn anchor(&self) -> usize {
+        self.anchor
     }
 
-    /// Blocks that [`PrefixCache::evict`] could remove now: the unlocked ones. O(1).
+    /// Blocks in the tree: nodes and their companions. O(1).
+    pub fn num_cached_blocks(&self) -> usize {
+        self.nodes.len() + self.owners.len()
+    }
+
+    /// Blocks that [`PrefixCache::evict`] could remove now: those of unlocked nodes and the
+    /// loose companions. O(1).
     pub fn num_evictable_blocks(&self) -> usize {
-        self.num_unlocked
+        self.num_unlocked + self.loose.len()
     }
 
     /// Blocks in the tree under `namespace`'s root. O(1).
@@ -123,14 +184,20 @@ impl PrefixCache {
         self.per_namespace.get(&namespace).map_or(0, |c| c.cached)
     }
 
-    /// Blocks of `namespace` that [`PrefixCache::evict_in`] could remove now. O(1).
+    /// Blocks of `namespace` that [`PrefixCache::evict_in`] could remove now (those of its
+    /// unlocked nodes). O(1).
     pub fn num_evictable_blocks_in(&self, namespace: Namespace) -> usize {
         self.per_namespace.get(&namespace).map_or(0, |c| c.unlocked)
     }
 
-    /// Whether `block` is in the tree.
+    /// Whether `block` keys a node (an anchor block).
     pub fn contains(&self, block: BlockId) -> bool {
         self.nodes.contains_key(&block)
+    }
+
+    /// Whether the tree holds `block`, as a node's block or as a companion. O(1).
+    pub fn holds(&self, block: BlockId) -> bool {
+        self.contains(block) || self.owners.contains_key(&block)
     }
 
     /// Locked paths through `block`'s node, or `None` if it is not cached.
@@ -139,7 +206,8 @@ impl PrefixCache {
     }
 
     /// The cached blocks that hold the longest prefix of `tokens`, in whole blocks (a trailing
-    /// partial block of `tokens` is ignored), without touching anything. O(B·b).
+    /// partial block of `tokens` is ignored), without touching anything. O(B·b). With sliding
+    /// groups the usable part may be shorter ([`PrefixCache::usable_len`]).
     pub fn peek(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
         let mut blocks = Vec::new();
         let mut children = self.roots.get(&namespace);
@@ -151,11 +219,13 @@ impl PrefixCache {
         blocks
     }
 
-    /// Like [`PrefixCache::peek`], and stamps the matched path as most recently used (the
-    /// clock ticks even when nothing matches). The caller takes its own references on the
-    /// returned blocks and locks the last one before anything can evict them.
+    /// Like [`PrefixCache::peek`] cut to its usable length ([`PrefixCache::usable_len`]), and
+    /// stamps that path as most recently used (the clock ticks even when nothing matches). The
+    /// caller takes its own references on the returned blocks (and the companions it reads) and
+    /// locks the last one before anything can evict them.
     pub fn match_prefix(&mut self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
-        let blocks = self.peek(namespace, tokens);
+        let mut blocks = self.peek(namespace, tokens);
+        blocks.truncate(self.usable_len(&blocks));
         self.clock += 1;
         if let Some(&last) = blocks.last() {
             self.touch_path(last);
@@ -163,15 +233,10 @@ impl PrefixCache {
         blocks
     }
 
-    /// Caches the full blocks of a sequence: `blocks[i]` holds the KV of
-    /// `tokens[i·b..(i+1)·b]` (after the tokens before it). Walks the path of `tokens` from the
-    /// namespace root; where a node already exists it is kept (if it holds another block, the
-    /// caller's block stays private to the caller), else a node is made for `blocks[i]` and the
-    /// tree takes a reference on it. Stamps the whole path as most recently used. Returns the
-    /// block of the path's last node (what the caller locks), `None` if `blocks` is empty.
+    /// Caches the full blocks of a sequence of a one-group cache: `blocks[i]` holds the KV of
+    /// `tokens[i·b..(i+1)·b]` (after the tokens before it); see [`PrefixCache::insert_groups`].
     ///
-    /// Panics if `tokens` is shorter than `blocks.len()` blocks, if a new block is free in
-    /// `pool` (the caller must hold it), or if it is already cached under another prefix.
+    /// Panics if the cache has several groups, and like [`PrefixCache::insert_groups`].
     pub fn insert(
         &mut self,
         pool: &mut BlockPool,
@@ -179,7 +244,33 @@ impl PrefixCache {
         tokens: &[u32],
         blocks: &[BlockId],
     ) -> Option<BlockId> {
+        assert_eq!(self.kinds.len(), 1, "a cache of several groups inserts with insert_groups");
+        self.insert_groups(pool, namespace, tokens, &[blocks])
+    }
+
+    /// Caches the full blocks of a sequence: `tables[g][i]` is group `g`'s block holding the KV
+    /// of `tokens[i·b..(i+1)·b]` ([`NULL_BLOCK`] where a sliding table dropped it), for `i` below
+    /// the anchor table's length. Walks the path of `tokens` from the namespace root; where a
+    /// node already exists it is kept (if it holds other blocks, the caller's stay private to
+    /// the caller, who should switch to the cached ones), except that a missing sliding
+    /// companion is taken from the caller's live block (the tree takes a reference); else a
+    /// node is made for the anchor block with the other groups' blocks as companions, and the
+    /// tree takes a reference on each. Stamps the whole path as most recently used. Returns the
+    /// block of the path's last node (what the caller locks), `None` if no block is given.
+    ///
+    /// Panics if `tokens` is shorter than the anchor's blocks, if a table is shorter than the
+    /// anchor's, if a full group's block is [`NULL_BLOCK`], if a new block is free in `pool` (the
+    /// caller must hold it), or if it is already cached elsewhere.
+    pub fn insert_groups(
+        &mut self,
+        pool: &mut BlockPool,
+        namespace: Namespace,
+        tokens: &[u32],
+        tables: &[&[BlockId]],
+    ) -> Option<BlockId> {
         let b = self.block_size;
+        assert_eq!(tables.len(), self.kinds.len(), "one table per group");
+        let blocks = tables[self.anchor];
         assert!(
             tokens.len() >= blocks.len() * b,
             "insert of {} blocks needs {} tokens, got {}",
@@ -187,17 +278,39 @@ impl PrefixCache {
             blocks.len() * b,
             tokens.len()
         );
+        assert!(tables.iter().all(|t| t.len() >= blocks.len()), "a table shorter than the anchor");
         self.clock += 1;
         let mut parent = Parent::Root(namespace);
-        for (&block, key) in blocks.iter().zip(tokens.chunks_exact(b)) {
+        for (i, (&block, key)) in blocks.iter().zip(tokens.chunks_exact(b)).enumerate() {
             let existing = match parent {
                 Parent::Root(ns) => self.roots.get(&ns).and_then(|c| c.get(key)),
                 Parent::Node(p) => self.nodes[&p].children.get(key),
             };
             let id = match existing {
-                Some(&id) => id,
+                Some(&id) => {
+                    for (g, table) in tables.iter().enumerate() {
+                        let live = table[i];
+                        if g != self.anchor
+                            && live != NULL_BLOCK
+                            && self.nodes[&id].companions[g].is_none()
+                        {
+                            self.add_companion(pool, id, g, live);
+                        }
+                    }
+                    id
+                }
                 None => {
-                    self.add_node(pool, parent, key, block);
+                    let companions: Vec<Option<BlockId>> = (0..self.kinds.len())
+                        .map(|g| {
+                            let live = tables[g][i];
+                            assert!(
+                                live != NULL_BLOCK || self.kinds[g] != GroupKind::Full,
+                                "group {g} is full but its block {i} is dropped"
+                            );
+                            (g != self.anchor && live != NULL_BLOCK).then_some(live)
+                        })
+                        .collect();
+                    self.add_node(pool, parent, key, block, &companions);
                     block
                 }
             };
@@ -211,24 +324,49 @@ impl PrefixCache {
     /// Locks the path from the root to `block`'s node (+1 on each node): none of them can be
     /// evicted until a matching [`PrefixCache::unlock`]. O(depth · log n).
     ///
-    /// Panics if `block` is not cached (take the lock right after match or insert).
+    /// Panics if `block` is not cached (take the lock right after match or insert), or if the
+    /// cache has sliding groups (use [`PrefixCache::lock_in`]).
     #[track_caller]
     pub fn lock(&mut self, block: BlockId) {
+        assert!(
+            self.kinds.iter().all(|&k| k == GroupKind::Full),
+            "a cache with sliding groups locks with lock_in"
+        );
+        self.lock_path(None, block);
+    }
+
+    /// Like [`PrefixCache::lock`], for any groups: a node that becomes locked moves its sliding
+    /// companions that only the tree holds (ref count 1 in `pool`) to the loose set.
+    /// O(depth · g · log n). Panics if `block` is not cached.
+    #[track_caller]
+    pub fn lock_in(&mut self, pool: &BlockPool, block: BlockId) {
+        self.lock_path(Some(pool), block);
+    }
+
+    #[track_caller]
+    fn lock_path(&mut self, pool: Option<&BlockPool>, block: BlockId) {
         assert!(self.contains(block), "lock of block {block}, which is not cached");
         for id in self.path(block) {
             self.unindex(id);
             let node = self.nodes.get_mut(&id).expect("path node");
             node.lock_count += 1;
             if node.lock_count == 1 {
-                let ns = node.namespace;
-                self.num_unlocked -= 1;
-                self.count_mut(ns).unlocked -= 1;
+                let (ns, blocks, last_access) =
+                    (node.namespace, node.num_blocks(), node.last_access);
+                self.num_unlocked -= blocks;
+                self.count_mut(ns).unlocked -= blocks;
+                for c in self.sliding_companions(id) {
+                    let pool = pool.expect("sliding companions need the pool");
+                    if pool.ref_count(c) == 1 {
+                        self.loose.insert((last_access, c));
+                    }
+                }
             }
         }
     }
 
     /// Undoes one [`PrefixCache::lock`] of the path to `block`. Nodes whose count drops to 0
-    /// become evictable (leaves first). O(depth · log n).
+    /// become evictable (leaves first), with all their companions. O(depth · g · log n).
     ///
     /// Panics if `block` is not cached or a node on its path is not locked (unbalanced unlock).
     #[track_caller]
@@ -239,32 +377,45 @@ impl PrefixCache {
             assert!(node.lock_count > 0, "unlock of block {id}, which is not locked");
             node.lock_count -= 1;
             if node.lock_count == 0 {
-                let ns = node.namespace;
-                self.num_unlocked += 1;
-                self.count_mut(ns).unlocked += 1;
+                let (ns, blocks, last_access) =
+                    (node.namespace, node.num_blocks(), node.last_access);
+                self.num_unlocked += blocks;
+                self.count_mut(ns).unlocked += blocks;
+                for c in self.sliding_companions(id) {
+                    self.loose.remove(&(last_access, c));
+                }
                 self.index(id);
             }
         }
     }
 
-    /// Evicts up to `num_blocks` unlocked leaves, least recently used first (a parent whose last
-    /// child goes becomes a leaf in turn), dropping the tree's reference on each. Returns the
-    /// evicted blocks in order; fewer than asked when the unlocked nodes run out. A block returns
-    /// to the free list unless someone else still holds it. O(k log n).
+    /// Evicts at least `num_blocks` blocks if it can, least recently used first: each time the
+    /// older of the oldest loose companion (dropped from its node) and the oldest unlocked leaf
+    /// (removed with all its companions; a parent whose last child goes becomes a leaf in
+    /// turn), dropping the tree's reference on each. Returns the evicted blocks in order; fewer
+    /// than asked when nothing evictable is left, possibly more (a node's companions go with
+    /// it). A block returns to the free list unless someone else still holds it. O(k log n).
     pub fn evict(&mut self, pool: &mut BlockPool, num_blocks: usize) -> Vec<BlockId> {
         let mut evicted = Vec::new();
         while evicted.len() < num_blocks {
-            let Some(&(_, id)) = self.evictable_leaves.first() else { break };
-            self.remove_leaf(id);
-            pool.decref(id);
-            evicted.push(id);
+            let leaf = self.evictable_leaves.first().copied();
+            let loose = self.loose.first().copied();
+            match (leaf, loose) {
+                (None, None) => break,
+                (Some(leaf), Some(loose)) if loose < leaf => {
+                    self.evict_loose(pool, loose, &mut evicted)
+                }
+                (None, Some(loose)) => self.evict_loose(pool, loose, &mut evicted),
+                (Some((_, id)), _) => self.remove_leaf(pool, id, &mut evicted),
+            }
         }
         evicted
     }
 
     /// Like [`PrefixCache::evict`], restricted to the unlocked leaves of `namespace` (a tenant
-    /// over its KV quota gives up its own cached blocks first). O(k × n) in the worst case: each
-    /// eviction scans the LRU index for the namespace's oldest leaf.
+    /// over its KV quota gives up its own cached blocks first; loose companions are not taken).
+    /// O(k × n) in the worst case: each eviction scans the LRU index for the namespace's oldest
+    /// leaf.
     pub fn evict_in(
         &mut self,
         pool: &mut BlockPool,
@@ -279,9 +430,7 @@ impl PrefixCache {
                 .map(|&(_, id)| id)
                 .find(|id| self.nodes[id].namespace == namespace);
             let Some(id) = oldest else { break };
-            self.remove_leaf(id);
-            pool.decref(id);
-            evicted.push(id);
+            self.remove_leaf(pool, id, &mut evicted);
         }
         evicted
     }
@@ -301,8 +450,11 @@ impl PrefixCache {
     /// every node is reachable from a root exactly once (so no cycles, no block in two nodes);
     /// the pool counts the tree's reference on each block; a node's lock count is at least the
     /// sum of its children's; a parent is never older than its children and no stamp is in the
-    /// future; the LRU index holds exactly the unlocked leaves and `num_unlocked` is right.
-    /// O(n·b). The message names the first violation.
+    /// future; the LRU index holds exactly the unlocked leaves and `num_unlocked` is right;
+    /// companions: one slot per group, none for the anchor, always one for a full group, each
+    /// block in one place only and in the reverse map, and the loose set exactly the sliding
+    /// companions of locked nodes with pool ref count 1. O(n·(b + g)). The message names the
+    /// first violation.
     pub fn check_integrity(&self, pool: &BlockPool) -> Result<(), String> {
         let mut reached = 0;
         let mut stack: Vec<(Parent, &Children)> = Vec::new();
@@ -332,16 +484,23 @@ impl PrefixCache {
         }
         for (&id, node) in &self.nodes {
             self.check_node(pool, id, node)?;
+            self.check_companions(pool, id, node)?;
         }
-        let unlocked = self.nodes.values().filter(|n| n.lock_count == 0).count();
+        let unlocked: usize =
+            self.nodes.values().filter(|n| n.lock_count == 0).map(Node::num_blocks).sum();
         if unlocked != self.num_unlocked {
-            return Err(format!("{unlocked} unlocked nodes, counted {}", self.num_unlocked));
+            return Err(format!(
+                "{unlocked} blocks of unlocked nodes, counted {}",
+                self.num_unlocked
+            ));
         }
         let mut per_namespace: HashMap<Namespace, NamespaceCount> = HashMap::new();
         for node in self.nodes.values() {
             let count = per_namespace.entry(node.namespace).or_default();
-            count.cached += 1;
-            count.unlocked += usize::from(node.lock_count == 0);
+            count.cached += node.num_blocks();
+            if node.lock_count == 0 {
+                count.unlocked += node.num_blocks();
+            }
         }
         if per_namespace != self.per_namespace {
             return Err(format!(
@@ -358,6 +517,7 @@ impl PrefixCache {
         if leaves != self.evictable_leaves {
             return Err("the LRU index is not the set of unlocked leaves".into());
         }
+        self.check_companion_index(pool)?;
         Ok(())
     }
 
@@ -397,9 +557,17 @@ impl PrefixCache {
         Ok(())
     }
 
-    /// Makes a node for `block` under `parent` with key `key`, taking the tree's reference.
-    fn add_node(&mut self, pool: &mut BlockPool, parent: Parent, key: &[u32], block: BlockId) {
-        assert!(!self.contains(block), "block {block} is already cached under another prefix");
+    /// Makes a node for `block` under `parent` with key `key` and `companions` (one per group),
+    /// taking the tree's reference on each block.
+    fn add_node(
+        &mut self,
+        pool: &mut BlockPool,
+        parent: Parent,
+        key: &[u32],
+        block: BlockId,
+        companions: &[Option<BlockId>],
+    ) {
+        assert!(!self.holds(block), "block {block} is already cached under another prefix");
         pool.incref(block);
         let (children, namespace) = match parent {
             Parent::Root(ns) => (self.roots.entry(ns).or_default(), ns),
@@ -417,6 +585,7 @@ impl PrefixCache {
             children: HashMap::new(),
             lock_count: 0,
             last_access: self.clock,
+            companions: vec![None; self.kinds.len()].into(),
         };
         self.nodes.insert(block, node);
         self.num_unlocked += 1;
@@ -424,17 +593,24 @@ impl PrefixCache {
         count.cached += 1;
         count.unlocked += 1;
         self.index(block);
+        for (g, c) in companions.iter().enumerate() {
+            if let Some(c) = *c {
+                self.add_companion(pool, block, g, c);
+            }
+        }
     }
 
-    /// Removes an unlocked leaf from the tree (not from the pool).
-    fn remove_leaf(&mut self, id: BlockId) {
+    /// Removes an unlocked leaf and its companions from the tree, dropping the tree's reference
+    /// on each (companions first); appends them to `out`.
+    fn remove_leaf(&mut self, pool: &mut BlockPool, id: BlockId, out: &mut Vec<BlockId>) {
         self.unindex(id);
         let node = self.nodes.remove(&id).expect("leaf node");
         debug_assert!(node.children.is_empty() && node.lock_count == 0);
-        self.num_unlocked -= 1;
+        let blocks = node.num_blocks();
+        self.num_unlocked -= blocks;
         let count = self.count_mut(node.namespace);
-        count.cached -= 1;
-        count.unlocked -= 1;
+        count.cached -= blocks;
+        count.unlocked -= blocks;
         if count.cached == 0 {
             self.per_namespace.remove(&node.namespace);
         }
@@ -451,6 +627,13 @@ impl PrefixCache {
                 self.index(p); // may have become a leaf
             }
         }
+        for &c in node.companions.iter().flatten() {
+            self.owners.remove(&c);
+            pool.decref(c);
+            out.push(c);
+        }
+        pool.decref(id);
+        out.push(id);
     }
 
     /// The counts of `namespace` (created empty if it has none yet).
@@ -458,11 +641,20 @@ impl PrefixCache {
         self.per_namespace.entry(namespace).or_default()
     }
 
-    /// Stamps `block` and its ancestors with the current clock.
+    /// Stamps `block` and its ancestors with the current clock (loose companions move along).
     fn touch_path(&mut self, block: BlockId) {
         for id in self.path(block) {
             self.unindex(id);
+            let old = self.nodes[&id].last_access;
+            let moved: Vec<BlockId> = self
+                .sliding_companions(id)
+                .into_iter()
+                .filter(|&c| self.loose.remove(&(old, c)))
+                .collect();
             self.nodes.get_mut(&id).expect("path node").last_access = self.clock;
+            for c in moved {
+                self.loose.insert((self.clock, c));
+            }
             self.index(id);
         }
     }
@@ -502,6 +694,13 @@ impl PrefixCache {
         out
     }
 }
+
+#[path = "prefix_cache_companions.rs"]
+mod companions;
+
+#[cfg(test)]
+#[path = "prefix_cache_group_tests.rs"]
+mod group_tests;
 
 #[cfg(test)]
 mod tests {

@@ -58,13 +58,19 @@ impl Tenants {
 impl KvManager {
     /// Tracks `namespace` as a tenant (per-tenant stats) and caps it at `quota_blocks` blocks
     /// (`None`: no cap). Errors if the cap is below `min_blocks` (what one sequence of the
-    /// longest allowed length needs: a lower cap could never run it) or above the pool.
+    /// longest allowed length needs: a lower cap could never run it) or above the pool, and
+    /// with [`KvError::QuotaWithSlidingWindow`] for a cap on a model with several KV-cache
+    /// groups and the prefix cache on (not supported yet: cached companions are not counted
+    /// per tenant).
     pub fn set_tenant(
         &mut self,
         namespace: u64,
         quota_blocks: Option<usize>,
         min_blocks: usize,
     ) -> Result<(), KvError> {
+        if quota_blocks.is_some() && self.cache.is_some() && self.groups().len() > 1 {
+            return Err(KvError::QuotaWithSlidingWindow);
+        }
         if let Some(q) = quota_blocks {
             if q < min_blocks || q > self.num_blocks() {
                 return Err(KvError::BadQuota {
@@ -81,17 +87,24 @@ impl KvManager {
     }
 
     /// Blocks `namespace` holds now: its sequences' private blocks plus its cached blocks.
-    /// O(live sequences).
+    /// O(live sequences), O(their blocks) with several groups and the cache on.
     pub fn num_held_blocks(&self, namespace: Namespace) -> usize {
-        let private: usize = self
-            .seqs
-            .values()
-            .filter(|s| s.namespace == namespace)
-            .map(|s| {
-                s.tables.iter().map(BlockTable::num_live_blocks).sum::<usize>()
-                    - s.num_cached_blocks
-            })
-            .sum();
+        let private = |s: &super::manager::SeqKv| -> usize {
+            match &self.cache {
+                Some(cache) if s.tables.len() > 1 => s
+                    .tables
+                    .iter()
+                    .flat_map(BlockTable::live_blocks)
+                    .filter(|&&b| !cache.holds(b))
+                    .count(),
+                _ => {
+                    s.tables.iter().map(BlockTable::num_live_blocks).sum::<usize>()
+                        - s.num_cached_blocks
+                }
+            }
+        };
+        let private: usize =
+            self.seqs.values().filter(|s| s.namespace == namespace).map(private).sum();
         private + self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace))
     }
 
@@ -219,6 +232,23 @@ mod tests {
         kv.check_integrity().unwrap();
         assert_eq!(kv.num_held_blocks(Some(B)), 3, "B's older blocks were not taken");
         assert_eq!(kv.num_held_blocks(Some(A)), 5, "A gave one cached block for its new one");
+    }
+
+    #[test]
+    fn quotas_are_refused_on_a_hybrid_model_with_the_cache() {
+        use crate::kv::{GroupKind, KvGroups};
+        let groups =
+            KvGroups::from_layer_kinds(&[GroupKind::Sliding { window: 4 }, GroupKind::Full]);
+        let layout = KvLayout::f16(groups.slots_per_block(), 1, 1, 1).unwrap();
+        let mut kv = KvManager::with_groups(layout, groups.clone(), 20, true).unwrap();
+        let err = kv.set_tenant(A, Some(10), 1).unwrap_err();
+        assert_eq!(err, KvError::QuotaWithSlidingWindow);
+        assert!(err.to_string().contains("--tenant-kv-quota"), "{err}");
+        kv.set_tenant(A, None, 1).unwrap(); // stats only
+        donate(&mut kv, 1, A, &[1, 2, 3, 99]);
+        assert_eq!(kv.num_held_blocks(Some(A)), kv.stats().num_cached_blocks);
+        let mut plain = KvManager::with_groups(layout, groups, 20, false).unwrap();
+        plain.set_tenant(A, Some(10), 1).unwrap(); // without the cache quotas work as before
     }
 
     #[test]

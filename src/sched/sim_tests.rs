@@ -298,6 +298,27 @@ fn multi_turn_chat_prefills_close_to_the_ideal() {
     assert_eq!(plain.computed_prefill_tokens, plain.sum_prompt_tokens);
 }
 
+/// A hybrid model (sliding window 12 next to full attention) with the prefix cache: requests
+/// sharing a 32-token system prompt reuse it through the window's cached companions, and every
+/// output matches the reference (the fake model checks each group's KV reads).
+#[test]
+fn a_hybrid_model_reuses_a_shared_system_prompt() {
+    let mut cfg = config(4, 128, true);
+    cfg.layers = vec![GroupKind::Sliding { window: 12 }, GroupKind::Full];
+    let system = tokens(7, 32);
+    let requests: Vec<Request> =
+        (0..4).map(|i| request(i, [system.clone(), tokens(50 + i, 9)].concat(), 6)).collect();
+    let mut sim = Sim::new(cfg);
+    sim.add(requests[0].clone());
+    sim.run_to_end(1_000); // the first one caches the system prompt
+    for r in &requests[1..] {
+        sim.add(r.clone());
+    }
+    sim.run_to_end(1_000);
+    sim.check_end(&requests, &HashSet::new());
+    assert_eq!(sim.sched.stats().prefix_hit_tokens, 3 * 32);
+}
+
 // ---- Random workloads ----
 
 #[derive(Clone, Debug)]
@@ -308,7 +329,8 @@ struct Workload {
     max_num_seqs: usize,
     max_num_batched_tokens: usize,
     prefix_cache: bool,
-    /// A sliding-window group next to the full one (the prefix cache is then off).
+    /// A sliding-window group next to the full one (with the prefix cache as asked: hybrid
+    /// caching).
     window: Option<usize>,
     requests: Vec<Request>,
     /// (step, request index): cancel that request at that step if it is unfinished.
@@ -363,53 +385,80 @@ fn workload() -> impl Strategy<Value = Workload> {
         )
 }
 
+/// Runs workload `w` to the end on the simulated engine, checking every step; returns the
+/// prefix-hit tokens.
+fn run_workload(w: &Workload) -> Result<u64, TestCaseError> {
+    let all_blocks = w.max_model_len.div_ceil(w.block_size);
+    let lone = match w.window {
+        // The full group's blocks plus the sliding group's live bound.
+        Some(window) => {
+            let step = w.max_num_batched_tokens.min(w.max_model_len);
+            all_blocks + ((window - 1 + step).div_ceil(w.block_size) + 1).min(all_blocks)
+        }
+        None => all_blocks,
+    };
+    let layers = match w.window {
+        Some(window) => vec![GroupKind::Sliding { window }, GroupKind::Full],
+        None => vec![GroupKind::Full],
+    };
+    let cfg = SimConfig {
+        layers,
+        block_size: w.block_size,
+        num_blocks: lone + w.extra_blocks,
+        prefix_cache: w.prefix_cache,
+        sched: SchedulerConfig {
+            max_num_seqs: w.max_num_seqs,
+            max_num_batched_tokens: w.max_num_batched_tokens,
+            max_model_len: w.max_model_len,
+        },
+        vocab: 8,
+    };
+    let mut sim = Sim::new(cfg);
+    for r in &w.requests {
+        sim.add(r.clone());
+    }
+    let mut cancelled = HashSet::new();
+    while sim.sched.has_unfinished() {
+        prop_assert!(sim.steps < 5_000, "no end");
+        for &(step, idx) in &w.cancels {
+            let Some(r) = w.requests.get(idx) else { continue };
+            if step == sim.steps && sim.cancel(r.id) {
+                cancelled.insert(r.id);
+            }
+        }
+        if sim.sched.has_unfinished() {
+            sim.step();
+        }
+    }
+    sim.check_end(&w.requests, &cancelled);
+    Ok(sim.sched.stats().prefix_hit_tokens)
+}
+
+/// Workloads of a hybrid model (a sliding group next to the full one) with the prefix cache on.
+fn hybrid_workload() -> impl Strategy<Value = Workload> {
+    (workload(), 1..=12usize).prop_map(|(w, window)| Workload {
+        prefix_cache: true,
+        window: Some(window),
+        ..w
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn random_workloads_finish_with_the_reference_outputs(w in workload()) {
-        let all_blocks = w.max_model_len.div_ceil(w.block_size);
-        let lone = match w.window {
-            // The full group's blocks plus the sliding group's live bound.
-            Some(window) => {
-                let step = w.max_num_batched_tokens.min(w.max_model_len);
-                all_blocks + ((window - 1 + step).div_ceil(w.block_size) + 1).min(all_blocks)
-            }
-            None => all_blocks,
-        };
-        let layers = match w.window {
-            Some(window) => vec![GroupKind::Sliding { window }, GroupKind::Full],
-            None => vec![GroupKind::Full],
-        };
-        let cfg = SimConfig {
-            layers,
-            block_size: w.block_size,
-            num_blocks: lone + w.extra_blocks,
-            prefix_cache: w.prefix_cache && w.window.is_none(),
-            sched: SchedulerConfig {
-                max_num_seqs: w.max_num_seqs,
-                max_num_batched_tokens: w.max_num_batched_tokens,
-                max_model_len: w.max_model_len,
-            },
-            vocab: 8,
-        };
-        let mut sim = Sim::new(cfg);
-        for r in &w.requests {
-            sim.add(r.clone());
-        }
-        let mut cancelled = HashSet::new();
-        while sim.sched.has_unfinished() {
-            prop_assert!(sim.steps < 5_000, "no end");
-            for &(step, idx) in &w.cancels {
-                let Some(r) = w.requests.get(idx) else { continue };
-                if step == sim.steps && sim.cancel(r.id) {
-                    cancelled.insert(r.id);
-                }
-            }
-            if sim.sched.has_unfinished() {
-                sim.step();
-            }
-        }
-        sim.check_end(&w.requests, &cancelled);
+        run_workload(&w)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Hybrid prefix caching: hits through the window's cached companions, loose companions
+    /// evicted under locks, exact admission; the fake model checks every KV read per group.
+    #[test]
+    fn random_hybrid_workloads_with_the_prefix_cache(w in hybrid_workload()) {
+        run_workload(&w)?;
     }
 }
