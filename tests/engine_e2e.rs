@@ -180,6 +180,59 @@ fn sliding_window_outputs_identical_across_preemption_block_size_and_batching() 
     assert!(preempted, "no sliding-window variant preempted: the tiny pool is not tiny enough");
 }
 
+/// Gemma 3 (tiny: 5 sliding layers, window 48, and a global one; 6 KV-cache groups): greedy
+/// outputs identical with the prefix cache on and off (reuse across the window: the shared
+/// 40-token start), forced preemption, block sizes, chunks and batching.
+#[test]
+fn hybrid_sliding_model_outputs_identical_across_cache_preemption_and_batching() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma3/tiny-gemma3-q.gguf");
+    let mut preempted = false;
+    let mut hits = false;
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        // tiny Gemma: 6 groups of one layer slot; a block holds 2 KV heads × head_dim 32 × K
+        // and V × f16 = 256 bytes a token, so `blocks` is the pool's size in blocks. A lone
+        // sequence needs 8 + 5 × 8 blocks of 16 (whole prompts), 32 + 5 × 17 of 4 (chunks of
+        // 16), 2 + 5 × 2 of 64.
+        let config = |bs: usize, blocks: usize, cache, seqs, chunk| {
+            let mut cfg = tiny_config(bs, blocks, cache, seqs, chunk);
+            cfg.model = path.clone();
+            cfg.kernel_family = family;
+            cfg.kv_cache_memory = Some((blocks * bs * 256) as u64);
+            cfg
+        };
+        let reference = run(&config(16, 64, false, 1, 256), &w);
+        let variants = [
+            ("cache on, batched", config(16, 256, true, 4, 256)),
+            ("cache on, block 4, chunks of 13", config(4, 1024, true, 6, 13)),
+            ("cache on, block 4, tiny pool (preemption)", config(4, 130, true, 6, 16)),
+            ("cache off, block 4, tiny pool (preemption)", config(4, 130, false, 6, 16)),
+            ("cache on, block 64", config(64, 24, true, 3, 100)),
+        ];
+        for (name, cfg) in variants {
+            let got = run(&cfg, &w);
+            for (i, want) in &reference.outputs {
+                assert_eq!(
+                    &got.outputs[i], want,
+                    "{family:?} kernels, hybrid, {name}: request {i}"
+                );
+            }
+            preempted |= got.preemptions > 0;
+            hits |= got.hit_tokens > 0;
+            eprintln!(
+                "{family:?} kernels, hybrid, {name}: {} preemptions, {} prefix-hit tokens",
+                got.preemptions, got.hit_tokens
+            );
+        }
+    }
+    assert!(preempted, "no hybrid variant preempted: the tiny pool is not tiny enough");
+    assert!(hits, "no hybrid variant hit the prefix cache");
+}
+
 /// Gemma 3 (tiny: 5 sliding layers, window 48, and a global one) through the whole engine:
 /// prompt logits of 120 tokens, computed in chunks while the scheduler drops the blocks behind
 /// each window, against the float64 forward (`assets/tiny-gemma3/golden-long.json`).
