@@ -396,11 +396,17 @@ fn sliding_window_matches_reference() {
         check_window(&s, &seqs, Some(50 + i), 1000 + i as u64);
     }
     // Gemma 3 270M's shape far into a long context: 4 query heads on 1 KV head of 256, window
-    // 512, a 128-token chunk and a decode at 2048 (partitions up to 32). (Full attention of this
-    // shape fails here for prefill past ~1,850 keys on lavapipe: an open bug, see DESIGN.md.)
+    // 512 and full (its global layers), a 128-token chunk and a decode at 2048, and a prefill
+    // tile over 8192 keys (128 partitions: within llvmpipe's 65,535 loop iterations per
+    // invocation only because prefill's inner loops step 8 at a time; one at a time it failed
+    // past ~1,850 keys).
     let s = Shape { num_heads: 4, num_kv_heads: 1, head_dim: 256, block_size: 16 };
     let seqs = [Seq { ctx_len: 2048, q_len: 1 }, Seq { ctx_len: 2048, q_len: 128 }];
     check_window(&s, &seqs, Some(512), 1010);
+    check_window(&s, &seqs, None, 1011);
+    check_window(&s, &[Seq { ctx_len: 8192, q_len: 8 }], None, 1012);
+    let s = Shape { num_heads: 4, num_kv_heads: 1, head_dim: 128, block_size: 16 };
+    check_window(&s, &[Seq { ctx_len: 8192, q_len: 16 }], None, 1013);
 }
 
 /// Prefill and decode of the same tokens agree to the bit under a sliding window: windows whose

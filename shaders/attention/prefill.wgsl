@@ -31,14 +31,58 @@ var<workgroup> l_sh: array<f32, MAX_QT>;   // running sum per query
 var<workgroup> a_sh: array<f32, MAX_QT>;   // merge factor of the running output
 var<workgroup> b_sh: array<f32, MAX_QT>;   // merge factor of the partition output
 
+// Inner loops below step 8 at a time (then one at a time for the rest) in the same order of
+// operations as one at a time: the bits are those of decode_partials. Why: llvmpipe stops every
+// loop of a shader invocation after 65,535 iterations in total (gallivm's
+// LP_MAX_TGSI_LOOP_ITERATIONS, shared by all loops), and a tile walks every partition of a long
+// context; fewer iterations per partition keep long prefills within it (DESIGN.md, "Traps").
+
+fn qk_pair(q_off: u32, kb: u32, w: u32, s: f32) -> f32 {
+    let k = unpack2x16float(k_pool[kb + w]);
+    return fma(q_sh[q_off + 2u * w + 1u], k.y, fma(q_sh[q_off + 2u * w], k.x, s));
+}
+
 fn qk_score(q_off: u32, kb: u32) -> f32 {
     var s = 0.0;
-    for (var w = 0u; w < HEAD_DIM / 2u; w++) {
-        let k = unpack2x16float(k_pool[kb + w]);
-        s = fma(q_sh[q_off + 2u * w], k.x, s);
-        s = fma(q_sh[q_off + 2u * w + 1u], k.y, s);
+    var w = 0u;
+    for (; w + 8u <= HEAD_DIM / 2u; w += 8u) {
+        s = qk_pair(q_off, kb, w, s);
+        s = qk_pair(q_off, kb, w + 1u, s);
+        s = qk_pair(q_off, kb, w + 2u, s);
+        s = qk_pair(q_off, kb, w + 3u, s);
+        s = qk_pair(q_off, kb, w + 4u, s);
+        s = qk_pair(q_off, kb, w + 5u, s);
+        s = qk_pair(q_off, kb, w + 6u, s);
+        s = qk_pair(q_off, kb, w + 7u, s);
+    }
+    for (; w < HEAD_DIM / 2u; w++) {
+        s = qk_pair(q_off, kb, w, s);
     }
     return s * p.scale;
+}
+
+fn pv1(qi: u32, u: u32, w: u32, o: vec2<f32>) -> vec2<f32> {
+    return fma(vec2<f32>(s_sh[qi * PART + u]), unpack2x16float(v_pool[base_sh[u] + w]), o);
+}
+
+// o = Σ e_u · v_u over keys u in [lo, hi) of the partition, left to right, for word w.
+fn pv(qi: u32, lo: u32, hi: u32, w: u32) -> vec2<f32> {
+    var o = vec2<f32>(0.0);
+    var u = lo;
+    for (; u + 8u <= hi; u += 8u) {
+        o = pv1(qi, u, w, o);
+        o = pv1(qi, u + 1u, w, o);
+        o = pv1(qi, u + 2u, w, o);
+        o = pv1(qi, u + 3u, w, o);
+        o = pv1(qi, u + 4u, w, o);
+        o = pv1(qi, u + 5u, w, o);
+        o = pv1(qi, u + 6u, w, o);
+        o = pv1(qi, u + 7u, w, o);
+    }
+    for (; u < hi; u++) {
+        o = pv1(qi, u, w, o);
+    }
+    return o;
 }
 
 @compute @workgroup_size(64)
@@ -97,7 +141,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         if (t < nq) {
             var m = NEG_BIG;
-            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
+            var u = ulo_sh[t];
+            for (; u + 8u <= uhi_sh[t]; u += 8u) {
+                let r = t * PART + u;
+                m = max(max(max(max(max(max(max(max(m, s_sh[r]), s_sh[r + 1u]), s_sh[r + 2u]),
+                    s_sh[r + 3u]), s_sh[r + 4u]), s_sh[r + 5u]), s_sh[r + 6u]), s_sh[r + 7u]);
+            }
+            for (; u < uhi_sh[t]; u++) {
                 m = max(m, s_sh[t * PART + u]);
             }
             mp_sh[t] = m;
@@ -112,7 +162,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         if (t < nq && ulo_sh[t] < uhi_sh[t]) {
             var l = 0.0;
-            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
+            var u = ulo_sh[t];
+            for (; u + 8u <= uhi_sh[t]; u += 8u) {
+                let r = t * PART + u;
+                l = l + s_sh[r] + s_sh[r + 1u] + s_sh[r + 2u] + s_sh[r + 3u] + s_sh[r + 4u]
+                    + s_sh[r + 5u] + s_sh[r + 6u] + s_sh[r + 7u];
+            }
+            for (; u < uhi_sh[t]; u++) {
                 l = l + s_sh[t * PART + u];
             }
             let f = merge_factors(m_sh[t], mp_sh[t]);
@@ -126,11 +182,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let e = t + j * WG;
             let qi = e / words;
             if (qi < nq && ulo_sh[qi] < uhi_sh[qi]) {
-                let w = e % words;
-                var o = vec2<f32>(0.0);
-                for (var u = ulo_sh[qi]; u < uhi_sh[qi]; u++) {
-                    o = fma(vec2<f32>(s_sh[qi * PART + u]), unpack2x16float(v_pool[base_sh[u] + w]), o);
-                }
+                let o = pv(qi, ulo_sh[qi], uhi_sh[qi], e % words);
                 o_acc[j] = fma(o_acc[j], vec2<f32>(a_sh[qi]), o * b_sh[qi]);
             }
         }
