@@ -332,6 +332,22 @@ fn check_scaling(s: &RopeScaling) -> Result<(), String> {
     }
 }
 
+/// Most layers a config may declare: far above any published model (≤ a few hundred), low
+/// enough that the per-layer attributes are never a memory bomb.
+pub(crate) const MAX_LAYERS: usize = 4096;
+
+/// Refuses a layer count above [`MAX_LAYERS`] before anything is sized from it (0 is refused
+/// by `validate`, with the other dimensions).
+pub(super) fn check_num_layers(num_layers: usize, key: &str) -> Result<(), LoadError> {
+    if num_layers > MAX_LAYERS {
+        return Err(LoadError::config(format!(
+            "{key} = {num_layers} is too large: kvrun accepts at most {MAX_LAYERS} layers; the \
+             config is corrupt"
+        )));
+    }
+    Ok(())
+}
+
 /// `num_layers` full-attention layers sharing one RoPE (Llama, Qwen2 without a window).
 pub(super) fn full_layers(num_layers: usize, rope: Rope) -> Vec<LayerSpec> {
     vec![LayerSpec { attention: AttentionKind::Full, rope }; num_layers]

@@ -54,6 +54,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         None => gguf_vocab_len(file)?,
     };
     let num_layers = m.usize("block_count")?;
+    super::config::check_num_layers(num_layers, "block_count")?;
     let max_pos = m.usize("context_length")?;
     let rope =
         Rope { theta: m.f64_or("rope.freq_base", 10_000.0)?, scaling: scaling(&m, max_pos)? };

@@ -101,6 +101,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         }
     }
     let c: HfConfigJson = serde_json::from_value(Value::Object(text)).map_err(json_error)?;
+    super::config::check_num_layers(c.num_hidden_layers, "num_hidden_layers")?;
     let config = match arch {
         Architecture::Gemma3 => gemma3(&c)?,
         _ => llama_like(arch, &c)?,
