@@ -15,12 +15,9 @@ type Dim = (&'static str, usize);
 /// against the file. Layer count first, so a huge `block_count` costs one pass over the names.
 pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     let c = file.config();
-    let layers = layers_present(file);
+    let layers = layers_present(file.tensor_names().into_iter());
     if layers < c.num_layers {
-        return Err(LoadError::ConfigMismatch {
-            config: format!("{} layers (GGUF block_count, HF num_hidden_layers)", c.num_layers),
-            tensors: format!("{layers} (no tensor named blk.{layers}.*)"),
-        });
+        return Err(too_few_layers(c.num_layers, layers));
     }
     let head_dim = ("head_dim", c.head_dim);
     let q_rows = product("num_heads × head_dim", ("num_heads", c.num_heads), head_dim)?;
@@ -54,13 +51,18 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
 }
 
 /// How many layers `blk.0 … blk.N-1` have at least one tensor (the leading run without gaps).
-fn layers_present(file: &ModelFile) -> usize {
-    let present: BTreeSet<usize> = file
-        .tensor_names()
-        .iter()
-        .filter_map(|n| n.strip_prefix("blk.")?.split('.').next()?.parse().ok())
-        .collect();
+pub(super) fn layers_present<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    let present: BTreeSet<usize> =
+        names.filter_map(|n| n.strip_prefix("blk.")?.split('.').next()?.parse().ok()).collect();
     (0..).find(|l| !present.contains(l)).unwrap_or(0)
+}
+
+/// The config claims `num_layers` layers, the tensors hold `present`.
+pub(super) fn too_few_layers(num_layers: usize, present: usize) -> LoadError {
+    LoadError::ConfigMismatch {
+        config: format!("{num_layers} layers (GGUF block_count, HF num_hidden_layers)"),
+        tensors: format!("{present} (no tensor named blk.{present}.*)"),
+    }
 }
 
 /// `a × b` as one dimension named `label`, or an error when it overflows.

@@ -54,7 +54,14 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         None => gguf_vocab_len(file)?,
     };
     let num_layers = m.usize("block_count")?;
-    super::config::check_num_layers(num_layers, "block_count")?;
+    if num_layers > super::config::MAX_LAYERS {
+        // Before the per-layer attributes are built from it: the tensors tell the truth.
+        let present = super::check::layers_present(file.tensors().iter().map(|t| t.name.as_str()));
+        if present < num_layers {
+            return Err(super::check::too_few_layers(num_layers, present));
+        }
+        super::config::check_num_layers(num_layers, "block_count")?;
+    }
     let max_pos = m.usize("context_length")?;
     let rope =
         Rope { theta: m.f64_or("rope.freq_base", 10_000.0)?, scaling: scaling(&m, max_pos)? };
