@@ -78,6 +78,26 @@ pub(super) struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// The whole op list and the bytes of the weights: the embedding, `layer` for every layer
+    /// (the architecture's own ops), the final norm and the LM head.
+    pub fn build(
+        &self,
+        layer: impl Fn(&Builder, usize, &mut Vec<Op>) -> Result<u64, ModelError>,
+    ) -> Result<(Vec<Op>, u64), ModelError> {
+        let (embedding, embd) = self.embedding()?;
+        let mut bytes = weights::gpu_bytes(&embd);
+        let mut ops = vec![embedding];
+        let progress =
+            indicatif::ProgressBar::new(self.c.num_layers as u64).with_message("uploading layers");
+        for l in 0..self.c.num_layers {
+            bytes += layer(self, l, &mut ops)?;
+            progress.inc(1);
+        }
+        progress.finish_and_clear();
+        bytes += self.output(embd, &mut ops)?;
+        Ok((ops, bytes))
+    }
+
     pub fn layout(&self) -> QkvLayout {
         QkvLayout {
             num_heads: self.c.num_heads as u32,

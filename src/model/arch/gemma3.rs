@@ -37,24 +37,8 @@ use crate::kernels::rms_norm::NormRows;
 use crate::model::weights::{fused, gpu_bytes, matrix};
 use crate::model::{ModelError, Op};
 
-/// The op list and the bytes of the weights.
-pub(super) fn build(b: &Builder) -> Result<(Vec<Op>, u64), ModelError> {
-    let (embedding, embd) = b.embedding()?;
-    let mut bytes = gpu_bytes(&embd);
-    let mut ops = vec![embedding];
-    let progress =
-        indicatif::ProgressBar::new(b.c.num_layers as u64).with_message("uploading layers");
-    for l in 0..b.c.num_layers {
-        bytes += layer(b, l, &mut ops)?;
-        progress.inc(1);
-    }
-    progress.finish_and_clear();
-    bytes += b.output(embd, &mut ops)?;
-    Ok((ops, bytes))
-}
-
 /// Appends one Gemma 3 layer's ops; returns the bytes of its weights.
-fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
+pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
     let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
     let name = |t: &str| format!("blk.{l}.{t}");
     let hidden = c.hidden_size;

@@ -53,8 +53,8 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = match c.arch {
-        Architecture::Llama | Architecture::Qwen2 => llama::build(&b)?,
-        Architecture::Gemma3 => gemma3::build(&b)?,
+        Architecture::Llama | Architecture::Qwen2 => b.build(llama::layer)?,
+        Architecture::Gemma3 => b.build(gemma3::layer)?,
     };
     scope.finish(
         "the weights, activations and KV pool",
