@@ -199,3 +199,20 @@ fn real_model_file(test: &str, env: &str, default: &str) -> Option<std::path::Pa
         None
     }
 }
+
+/// Logits of a float64 reference forward vs the GPU (f32 math, f16 KV cache), `[rows, vocab]`:
+/// the tiny models' logits spread ~1–2; f16 rounding of K/V (rel 5e-4) and f32 sums keep errors
+/// near 1e-3, so 1e-2 absolute plus 1e-2 relative flags any real bug (a wrong RoPE pair or base,
+/// head mapping, missing norm moves logits by ~0.1–1) without tripping on rounding; each row's
+/// argmax must agree unless the reference's top two are within 1e-2.
+pub fn check_logits(what: &str, got: &[f32], want: &[f32], vocab: usize) {
+    assert_close(what, got, want, 1e-2, 1e-2);
+    for (i, (g, w)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+        let am = |r: &[f32]| r.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        let (ga, wa) = (am(g), am(w));
+        assert!(
+            ga == wa || (w[ga] - w[wa]).abs() < 1e-2,
+            "{what}: position {i} argmax {ga} vs reference {wa}"
+        );
+    }
+}
