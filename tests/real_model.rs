@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use common::llama_cpp::Tolerance;
 use kvrun::engine::{Engine, EngineConfig, GenerateRequest, PerplexityOptions};
 use kvrun::kernels::KernelFamily;
 use serde_json::Value;
@@ -72,10 +73,6 @@ fn reference() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
 /// Greedy tokens for a raw prompt (no chat template), EOS ignored so the count is exact.
 fn greedy(engine: &mut Engine, prompt: &[u32], max_tokens: usize) -> (Vec<u32>, String) {
     let mut req = GenerateRequest::new(prompt.to_vec(), max_tokens);
@@ -98,22 +95,13 @@ fn greedy_decoding_is_deterministic() {
     assert!(text.contains("Paris"), "{text:?}");
 }
 
-/// Below this top-1 − top-2 logit margin (in llama.cpp's own run) a step is a near-tie.
-///
-/// kvrun and llama.cpp's CPU build round differently (llama.cpp quantizes the activations to
-/// 8 bits for its Q4_1 dot products and uses flash attention; kvrun keeps f32 activations and
-/// accumulates in another order), which moves logits by a few hundredths. The issue notes that
-/// llama.cpp's own CPU and Vulkan builds part ways after 5–13 tokens on this 4-bit model. At a
-/// near-tie either of the top two is a correct greedy choice, and after a different choice the
-/// continuations are different texts, so they are not compared further.
-const NEAR_TIE: f64 = 0.05;
-
-/// Tokens compared per prompt (the first acceptance criterion: the first 5 greedy tokens). The
-/// reference holds 16, but past the fifth kvrun and llama.cpp part ways at margins up to 0.26
-/// ("The capital of France is", step 5): llama.cpp's CPU build quantizes activations to 8 bits
-/// for its Q4_1 dot products, kvrun keeps them in f32, and a logit-level reference (not only
-/// top-2 ids and margins) is needed to tell rounding from a bug that far out.
-const COMPARED: usize = 5;
+/// kvrun vs llama.cpp's CPU build on the same Q4_1 weights, teacher-forced on llama.cpp's 16
+/// tokens of each prompt (`common::llama_cpp`). Measured over the 5 × 16 steps: |Δlogit| at
+/// most 0.89, |Δmargin| at most 0.48 (both kernel families); llama.cpp's CPU build rounds the
+/// activations to 8 bits for its Q4_1 dot products, kvrun keeps f32. The bounds leave ~20 % of
+/// headroom; a real bug (a wrong RoPE pair, a missing norm, a bad block read) moves logits by
+/// several units. A step whose margin in llama.cpp's run is below 0.6 is a near-tie.
+const TOLERANCE: Tolerance = Tolerance { logit: 1.1, margin: 0.6 };
 
 #[test]
 fn greedy_tokens_match_llama_cpp() {
@@ -135,40 +123,19 @@ fn greedy_tokens_match_llama_cpp_with_gpu_kernels() {
 fn check_greedy(engine: &mut Engine) {
     let reference = reference();
     for case in reference["greedy"]["prompts"].as_array().unwrap() {
-        let prompt_text = case["prompt"].as_str().unwrap();
         // Raw prompt, no BOS: SmolLM2's GGUF says add_bos_token = false, as llama.cpp honours.
-        let prompt = engine.tokenizer().encode(prompt_text, true).unwrap();
-        assert_eq!(prompt, ids(&case["prompt_ids"]), "{prompt_text:?}: prompt ids");
-        let (got, text) = greedy(engine, &prompt, COMPARED);
-        let steps = case["steps"].as_array().unwrap();
-        assert!(steps.len() >= COMPARED, "{prompt_text:?}: reference steps");
-        assert_eq!(got.len(), COMPARED, "{prompt_text:?}: EOS is ignored, so exactly {COMPARED}");
-        let mut compared = 0;
-        for (step, (&token, want)) in got.iter().zip(steps).enumerate() {
-            let top1 = want["top1"].as_u64().unwrap() as u32;
-            let top2 = want["top2"].as_u64().unwrap() as u32;
-            let margin = want["margin"].as_f64().unwrap();
-            compared = step + 1;
-            if margin < NEAR_TIE {
-                assert!(
-                    token == top1 || token == top2,
-                    "{prompt_text:?} step {step} (near-tie, margin {margin}): kvrun {token}, \
-                     llama.cpp's top two {top1}, {top2}; kvrun {got:?}"
-                );
-                if token != top1 {
-                    break; // a different, equally valid continuation from here
-                }
-            } else {
-                assert_eq!(
-                    token,
-                    top1,
-                    "{prompt_text:?} step {step} (margin {margin}): kvrun {got:?} ({text:?}), \
-                     llama.cpp {:?}",
-                    &ids(&case["generated_ids"])[..COMPARED]
-                );
-            }
-        }
-        eprintln!("{prompt_text:?}: {compared} of {COMPARED} tokens compared, {text:?}");
+        let a = common::llama_cpp::check_greedy(engine, case, &TOLERANCE);
+        eprintln!(
+            "{:?}: max |Δlogit| {:.4}, |Δmargin| max {:.4} mean {:.4}, {} of {} greedy tokens \
+             compared, {:?}",
+            case["prompt"],
+            a.max_logit_diff,
+            a.max_margin_diff,
+            a.mean_margin_diff,
+            a.compared,
+            a.steps,
+            a.text
+        );
     }
 }
 

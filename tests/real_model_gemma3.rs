@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use kvrun::engine::{Engine, EngineConfig, GenerateRequest, PerplexityOptions};
+use common::llama_cpp::Tolerance;
+use kvrun::engine::{Engine, EngineConfig, PerplexityOptions};
 use kvrun::loader::{Activation, Architecture, AttentionKind, ModelFile};
 use serde_json::Value;
 
@@ -123,45 +124,30 @@ fn sha256_hex(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Below this top-1 − top-2 logit margin (in llama.cpp's run) a step is a near-tie: llama.cpp
-/// quantizes activations to 8 bits for its K-quant dot products and kvrun keeps f32, so either
-/// token is a correct greedy choice there, and the texts part ways after a different choice.
-const NEAR_TIE: f64 = 0.05;
-/// Tokens compared per prompt: the first 5 greedy tokens.
-const COMPARED: usize = 5;
+/// kvrun vs llama.cpp's CPU build on the same Q4_K_M weights, teacher-forced on llama.cpp's 16
+/// tokens of each prompt (`common::llama_cpp`). Measured over the 8 × 16 steps: |Δlogit| at
+/// most 0.91, |Δmargin| at most 0.86 (llama.cpp's CPU build rounds the activations to 8 bits
+/// for its K-quant dot products; kvrun keeps f32). The bounds leave ~20 % of headroom; a real
+/// bug (a wrong RoPE base, a window off by one, a missing norm) moves logits by several units.
+/// A step whose margin in llama.cpp's run is below 1.0 is a near-tie.
+const TOLERANCE: Tolerance = Tolerance { logit: 1.1, margin: 1.0 };
 
 #[test]
 fn greedy_tokens_match_llama_cpp() {
     let Some(mut engine) = engine("greedy_tokens_match_llama_cpp") else { return };
     for case in reference()["greedy"]["prompts"].as_array().unwrap() {
-        let prompt_text = case["prompt"].as_str().unwrap();
-        let prompt = engine.tokenizer().encode(prompt_text, true).unwrap();
-        let mut req = GenerateRequest::new(prompt, COMPARED);
-        req.ignore_eos = true;
-        let out = engine.generate(&req, |_| {}).unwrap();
-        let got = out.tokens;
-        assert_eq!(got.len(), COMPARED);
-        let mut compared = 0;
-        for (step, (&token, want)) in got.iter().zip(case["steps"].as_array().unwrap()).enumerate()
-        {
-            let (top1, top2) = (want["top1"].as_u64().unwrap(), want["top2"].as_u64().unwrap());
-            let margin = want["margin"].as_f64().unwrap();
-            compared = step + 1;
-            let token = u64::from(token);
-            if margin < NEAR_TIE {
-                assert!(
-                    token == top1 || token == top2,
-                    "{prompt_text:?} step {step} (near-tie {margin}): kvrun {token}, llama.cpp \
-                     {top1} / {top2}; kvrun {got:?}"
-                );
-                if token != top1 {
-                    break;
-                }
-            } else {
-                assert_eq!(token, top1, "{prompt_text:?} step {step} (margin {margin}): {got:?}");
-            }
-        }
-        eprintln!("{prompt_text:?}: {compared} of {COMPARED} compared, {:?}", out.text);
+        let a = common::llama_cpp::check_greedy(&mut engine, case, &TOLERANCE);
+        eprintln!(
+            "{:?}: max |Δlogit| {:.4}, |Δmargin| max {:.4} mean {:.4}, {} of {} greedy tokens \
+             compared, {:?}",
+            case["prompt"],
+            a.max_logit_diff,
+            a.max_margin_diff,
+            a.mean_margin_diff,
+            a.compared,
+            a.steps,
+            a.text
+        );
     }
 }
 

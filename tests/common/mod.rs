@@ -1,6 +1,8 @@
 //! Shared test helpers: one GPU per test process, seeded inputs, sentinels, comparisons.
 #![allow(dead_code)]
 
+pub mod llama_cpp;
+
 use std::sync::OnceLock;
 
 use kvrun::gpu::{Gpu, GpuOptions};
