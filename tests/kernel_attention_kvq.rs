@@ -207,7 +207,7 @@ fn gpu_step(
     let qkv_b = storage_f32(gpu, &qkv);
     let stage_b = storage_u32(gpu, &stage);
     let flat = |x: &[[u32; 4]]| x.iter().flatten().copied().collect::<Vec<u32>>();
-    let completed_b = storage_u32(gpu, &flat(&batch.completed_blocks));
+    let completed_b = storage_u32(gpu, &flat(&batch.completed_blocks[0]));
     let rows: Vec<u32> = batch.stage_rows.iter().flatten().copied().collect();
     let rows_b = storage_u32(gpu, &rows);
     let k_b = storage_u32(gpu, &k_pool);

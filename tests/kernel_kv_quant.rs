@@ -359,7 +359,7 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
     let step = step_uniform(gpu, batch.step_info());
     let qkv_b = storage_f32(gpu, &qkv);
     let stage_b = storage_u32(gpu, &stage);
-    let completed: Vec<u32> = batch.completed_blocks.iter().flatten().copied().collect();
+    let completed: Vec<u32> = batch.completed_blocks[0].iter().flatten().copied().collect();
     let completed_b = storage_u32(gpu, &completed);
     let rows: Vec<u32> = batch.stage_rows.iter().flatten().copied().collect();
     let rows_b = storage_u32(gpu, &rows);
@@ -431,7 +431,7 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
             }
         }
     }
-    assert_eq!(completed_count, batch.completed_blocks.len(), "ForwardBatch's completed blocks");
+    assert_eq!(completed_count, batch.num_completed_blocks(), "ForwardBatch's completed blocks");
     let what = format!("{spec} kv_heads {kvh} head_dim {hd} block {bs} chunks {:?}", case.chunks);
     for (name, got, want, hbw) in [("K", &got_k, &want_k, khb), ("V", &got_v, &want_v, vhb)] {
         if let Some(i) = got.iter().zip(want.iter()).position(|(g, w)| g != w) {

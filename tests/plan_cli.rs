@@ -243,6 +243,11 @@ fn gemma_3_4b_and_27b_groups() {
         let blocks = 512 + (groups - 1) * 97;
         assert_eq!(u(&p, "kv_bytes_per_sequence"), blocks * u(&p, "kv_bytes_per_block"), "{name}");
     }
+    // Quantized KV stages each sequence's partial last block of K and V in f16, per model layer
+    // (padding slots have none; `engine::kv_storage`). 4B: 34 layers × 4 KV heads × 16 tokens ×
+    // 256 × 2 bytes × K and V (36 slots would give 2,359,296).
+    let p = plan_json(&config("gemma-3-4b-it"), &["-c", "8192", "--kv-cache-dtype", "int8"]);
+    assert_eq!(u(&p, "kv_staging_bytes_per_sequence"), 34 * 4 * 16 * 256 * 2 * 2);
 }
 
 /// DESIGN.md: 30 layers × 3 KV heads × 64 × 2 × 2 = 23,040 bytes = 22.5 KiB a token.

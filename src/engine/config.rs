@@ -183,13 +183,6 @@ impl ResolvedConfig {
             ));
         }
         let kv_groups = kv_groups(model, max_model_len);
-        if kv_groups.len() > 1 && cfg.kv_cache.format().is_quantized() {
-            return Err(EngineError::Config(
-                "quantized KV (--kv-cache-dtype) does not support this model's sliding-window \
-                 layers yet; use --kv-cache-dtype f16"
-                    .into(),
-            ));
-        }
         // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
         let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
         let enable_prefix_cache = cfg.enable_prefix_cache && has_full;

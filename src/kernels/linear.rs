@@ -71,6 +71,7 @@ pub struct LinearOp {
     variant: LinearVariant,
     rows: TokenRows,
     wg_limit: u32,
+    weight_bytes: u64,
 }
 
 impl LinearOp {
@@ -133,7 +134,13 @@ impl LinearOp {
             variant,
             rows: io.rows,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+            weight_bytes: w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum(),
         }
+    }
+
+    /// Bytes of the weight this op reads once per step (words and scales on the GPU).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
     }
 
     /// Records the dispatches of this layer for a step of `shape`.

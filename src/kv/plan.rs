@@ -12,6 +12,7 @@
 //! kv_blocks_fit          = floor(kv_cache_memory / bytes_per_block)
 //! kv_tokens_fit          = kv_blocks_fit × block_size / groups    (tokens in every group)
 //! sequences_fit          = floor(kv_blocks_fit / Σ_g blocks_per_sequence(g))
+//! staging_bytes_per_sequence = layers × one layer's f16 partial block (quantized KV only)
 //! kv_staging_bytes_needed = max_num_seqs × staging_bytes_per_sequence   (outside the budget)
 //! ```
 //! `chunk` is the step token budget (`--max-num-batched-tokens`): a prefill chunk holds its own
@@ -124,6 +125,9 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
     }
     let groups = &input.groups;
     let num_groups = groups.len() as u64;
+    // Staging is per model layer (padding slots have none): one slot's share of the block's.
+    let staging = layout.staging_bytes_per_sequence() / layout.num_layers.max(1) as u64
+        * groups.num_layers() as u64;
     let bytes_per_block = layout.bytes_per_block();
     let all_blocks = layout.blocks_for_tokens(input.max_model_len) as u64;
     let step = input.max_num_batched_tokens.min(input.max_model_len);
@@ -171,10 +175,8 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         kv_cache_dtype: layout.storage.dtype_name,
         kv_k_scale: layout.storage.k.scale_name,
         kv_v_scale: layout.storage.v.scale_name,
-        kv_staging_bytes_per_sequence: layout.staging_bytes_per_sequence(),
-        kv_staging_bytes_needed: layout
-            .staging_bytes_per_sequence()
-            .saturating_mul(input.max_num_seqs as u64),
+        kv_staging_bytes_per_sequence: staging,
+        kv_staging_bytes_needed: staging.saturating_mul(input.max_num_seqs as u64),
         kv_cache_memory,
         max_model_len: input.max_model_len,
         max_num_seqs: input.max_num_seqs,

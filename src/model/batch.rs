@@ -69,10 +69,13 @@ pub struct ForwardBatch {
     /// Quantized KV: [num_stage_rows] (token row, stage_slot × block_size + offset) of every row
     /// that lands in its sequence's partial last block (`kv_stage` copies them to staging)
     pub stage_rows: Vec<[u32; 2]>,
-    /// Quantized KV: [num_completed_blocks] (block id, stage slot, row of the first position
-    /// computed in this step, positions before the chunk = taken from staging) of every block
-    /// whose last position is computed in this step (`kv_quantize` quantizes them)
-    pub completed_blocks: Vec<[u32; 4]>,
+    /// Quantized KV: [groups][num_completed_blocks] (block id in the group, stage slot, row of
+    /// the first position computed in this step, positions before the chunk = taken from
+    /// staging) of every block whose last position is computed in this step (`kv_quantize`
+    /// quantizes them). Groups share the block size, so every group completes the same blocks
+    /// of a sequence (the same entries but for the block id); the block is live in a sliding
+    /// group too, as it holds the step's own positions.
+    pub completed_blocks: Vec<Vec<[u32; 4]>>,
 }
 
 impl ForwardBatch {
@@ -88,6 +91,7 @@ impl ForwardBatch {
         let mut b = ForwardBatch {
             slot_mapping: vec![Vec::new(); num_groups],
             block_tables: vec![Vec::new(); num_groups],
+            completed_blocks: vec![Vec::new(); num_groups],
             ..ForwardBatch::default()
         };
         for (si, &ci) in order.iter().enumerate() {
@@ -156,12 +160,9 @@ impl ForwardBatch {
         for blk in start / block_size..end / block_size {
             let first = blk * block_size;
             let staged = start.saturating_sub(first);
-            self.completed_blocks.push([
-                c.block_tables[0][blk], // quantized KV runs with one group (engine config)
-                c.stage_slot,
-                row(first.max(start)),
-                staged as u32,
-            ]);
+            for (completed, table) in self.completed_blocks.iter_mut().zip(c.block_tables) {
+                completed.push([table[blk], c.stage_slot, row(first.max(start)), staged as u32]);
+            }
         }
         if end % block_size != 0 {
             for pos in (end / block_size * block_size).max(start)..end {
@@ -169,6 +170,11 @@ impl ForwardBatch {
                 self.stage_rows.push([row(pos), slot]);
             }
         }
+    }
+
+    /// Blocks completed in this step (in each group).
+    pub fn num_completed_blocks(&self) -> usize {
+        self.completed_blocks.first().map_or(0, Vec::len)
     }
 
     pub fn num_tokens(&self) -> usize {
@@ -188,7 +194,7 @@ impl ForwardBatch {
             num_decode_seqs: self.num_decode_seqs() as u32,
             num_prefill_tiles: self.prefill_tiles.len() as u32,
             num_stage_rows: self.stage_rows.len() as u32,
-            num_completed_blocks: self.completed_blocks.len() as u32,
+            num_completed_blocks: self.num_completed_blocks() as u32,
             _pad: 0,
         }
     }
@@ -203,7 +209,7 @@ impl ForwardBatch {
             max_decode_partitions: decode.iter().map(|s| partitions(s.ctx_len)).max().unwrap_or(0),
             num_prefill_tiles: self.prefill_tiles.len() as u32,
             num_stage_rows: self.stage_rows.len() as u32,
-            num_completed_blocks: self.completed_blocks.len() as u32,
+            num_completed_blocks: self.num_completed_blocks() as u32,
         }
     }
 }

@@ -29,8 +29,8 @@ pub(super) struct StepBuffers {
     pub logit_rows: wgpu::Buffer,
     /// Quantized KV: [max_tokens] (token row, stage slot · block_size + offset) u32 pairs
     pub stage_rows: wgpu::Buffer,
-    /// Quantized KV: [completed_capacity] (block, stage slot, first row, staged) u32 ×4
-    pub completed_blocks: wgpu::Buffer,
+    /// Quantized KV: [groups][completed_capacity] (block, stage slot, first row, staged) u32 ×4
+    pub completed_blocks: Vec<wgpu::Buffer>,
     pub block_table_capacity: usize,
     pub tile_capacity: usize,
     pub completed_capacity: usize,
@@ -61,7 +61,9 @@ impl StepBuffers {
             tiles: u32s("prefill tiles", 2 * tile_capacity),
             logit_rows: u32s("logit rows", o.max_logit_rows),
             stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
-            completed_blocks: u32s("completed blocks", 4 * completed_capacity),
+            completed_blocks: (0..o.kv_groups.len())
+                .map(|g| u32s(&format!("completed blocks group {g}"), 4 * completed_capacity))
+                .collect(),
             block_table_capacity,
             tile_capacity,
             completed_capacity,
@@ -88,7 +90,9 @@ impl StepBuffers {
         write(&self.tiles, bytemuck::cast_slice(&b.prefill_tiles));
         write(&self.logit_rows, &b.logit_rows);
         write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
-        write(&self.completed_blocks, bytemuck::cast_slice(&b.completed_blocks));
+        for (buf, data) in self.completed_blocks.iter().zip(&b.completed_blocks) {
+            write(buf, bytemuck::cast_slice(data));
+        }
         if !b.seqs.is_empty() {
             q.write_buffer(&self.seqs, 0, bytemuck::cast_slice(&b.seqs));
         }
@@ -190,13 +194,14 @@ impl Activations {
 pub struct KvPool {
     pub k: Vec<wgpu::Buffer>,
     pub v: Vec<wgpu::Buffer>,
-    /// Quantized KV: per layer staging; empty for f16.
+    /// Quantized KV: staging per model layer (not per slot); empty for f16.
     pub stage: Vec<wgpu::Buffer>,
     pub num_blocks: usize,
     pub block_size: usize,
     /// Bytes of all K and V buffers together: `num_blocks × KvLayout::bytes_per_block`.
     pub bytes: u64,
-    /// Bytes of all staging buffers: `max_num_seqs × KvLayout::staging_bytes_per_sequence`.
+    /// Bytes of all staging buffers: `max_num_seqs × staging_bytes_per_sequence` of
+    /// `kv::plan` (one layer's share of `KvLayout::staging_bytes_per_sequence`, every layer).
     pub staging_bytes: u64,
     /// Quantized KV: how the kernels address the pool; `None` for f16.
     pub quant: Option<KvQuantLayout>,
@@ -249,19 +254,25 @@ impl KvPool {
         for slot in 0..slots {
             k.push(gpu.storage_buffer(&format!("kv pool K slot {slot}"), k_layer));
             v.push(gpu.storage_buffer(&format!("kv pool V slot {slot}"), v_layer));
-            if quant.is_some() {
-                stage.push(gpu.storage_buffer(&format!("kv staging slot {slot}"), stage_layer));
+        }
+        // Staging is per layer, not per slot: layers of different groups share a slot's pool
+        // buffer at different blocks, but a sequence's partial last block has one staging row
+        // range per layer.
+        let num_layers = o.kv_groups.num_layers();
+        if quant.is_some() {
+            for l in 0..num_layers {
+                stage.push(gpu.storage_buffer(&format!("kv staging layer {l}"), stage_layer));
             }
         }
-        let layers = slots as u64;
+        let slots = slots as u64;
         Ok(KvPool {
             k,
             v,
             stage,
             num_blocks: o.num_blocks,
             block_size: o.block_size,
-            bytes: (k_layer + v_layer) * layers,
-            staging_bytes: stage_layer * layers,
+            bytes: (k_layer + v_layer) * slots,
+            staging_bytes: stage_layer * num_layers as u64,
             quant,
         })
     }

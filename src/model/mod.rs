@@ -237,6 +237,12 @@ impl Model {
         self.weight_bytes
     }
 
+    /// Weight bytes a decode step reads: every linear layer's weight once (the LM head's too,
+    /// tied or not); the embedding lookup reads one row, not counted.
+    pub fn linear_weight_bytes(&self) -> u64 {
+        self.ops.iter().map(|op| if let Op::Linear(l) = op { l.weight_bytes() } else { 0 }).sum()
+    }
+
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
@@ -331,7 +337,7 @@ impl Model {
             ("logit rows", b.logit_rows.len(), o.max_logit_rows),
             ("block table entries", table_entries, self.step.block_table_capacity),
             ("prefill tiles", b.prefill_tiles.len(), self.step.tile_capacity),
-            ("completed KV blocks", b.completed_blocks.len(), self.step.completed_capacity),
+            ("completed KV blocks", b.num_completed_blocks(), self.step.completed_capacity),
         ];
         for (what, got, max) in checks {
             if got > max {

@@ -236,7 +236,7 @@ impl Builder<'_> {
         let (group, slot) = self.o.kv_groups.layer_slot(l);
         let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
         let bs = self.o.block_size as u32;
-        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[slot] });
+        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
         match kv_quant {
             None => ops.push(Op::KvWrite(KvWriteOp::new(
                 gpu,
@@ -259,7 +259,7 @@ impl Builder<'_> {
                     step: &s.step,
                     qkv: &act.qkv,
                     stage: q.stage,
-                    completed: &s.completed_blocks,
+                    completed: &s.completed_blocks[group],
                     k_pool: kp,
                     v_pool: vp,
                 },
