@@ -93,6 +93,71 @@ fn bench_decode_reports_each_context_length() {
         .collect();
     assert!(used[0] >= 16 * 256 && used[0] % (16 * 256) == 0, "{used:?}");
     assert!(used[1] > used[0], "more context holds more KV: {used:?}");
+    // The roofline: the 2 timed steps attend to ctx + 1 and ctx + 2 keys (mean ctx + 1 in
+    // whole keys), 256 bytes each; every linear weight once; achieved GB/s = bytes ÷ GPU time.
+    let read_gb_s = num(&r["bandwidth"]["read_gb_s"]);
+    assert!(read_gb_s > 0.0, "{}", r["bandwidth"]);
+    for (p, ctx) in r["points"].as_array().unwrap().iter().zip([16u64, 64]) {
+        let b = &p["step_bytes"];
+        assert_eq!(b["kv_full"].as_u64().unwrap(), (ctx + 1) * 256, "{b}");
+        assert_eq!(b["kv_sliding"].as_u64().unwrap(), 0, "{b}");
+        let weights = b["weights"].as_u64().unwrap();
+        assert!(weights > 0, "{b}");
+        assert_eq!(b["total"].as_u64().unwrap(), weights + (ctx + 1) * 256, "{b}");
+        let (ms, roof) = (num(&p["gpu_ms_per_token"]), &p["roofline"]);
+        let achieved = num(&roof["achieved_gb_s"]);
+        let want = b["total"].as_u64().unwrap() as f64 / (ms * 1e6);
+        assert!((achieved - want).abs() <= 1e-9 * want, "{achieved} vs {want}");
+        assert!((num(&roof["fraction"]) - achieved / read_gb_s).abs() <= 1e-9, "{roof}");
+    }
+}
+
+#[test]
+fn bench_bandwidth_reports_both_probes() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let r = json(&["bench", "bandwidth", "--bytes", "1MiB", "--repeats", "3", "--json"]);
+    assert_eq!(r["buffer_bytes"].as_u64(), Some(1 << 20), "{r}");
+    let probes = r["probes"].as_array().unwrap();
+    let names: Vec<&str> = probes.iter().map(|p| p["probe"].as_str().unwrap()).collect();
+    assert_eq!(names, ["read", "copy"]);
+    for p in probes {
+        assert_eq!(p["runs_ms"].as_array().unwrap().len(), 3, "{p}");
+        assert!(num(&p["best_gb_s"]) >= num(&p["median_gb_s"]), "{p}");
+        assert!(num(&p["median_gb_s"]) > 0.0, "{p}");
+    }
+    assert_eq!(probes[0]["bytes_per_run"].as_u64(), Some(1 << 20));
+    assert_eq!(probes[1]["bytes_per_run"].as_u64(), Some(2 << 20));
+    assert_eq!(num(&r["read_gb_s"]), num(&probes[0]["best_gb_s"]));
+    let out = Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args(["bench", "bandwidth", "--repeats", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--repeats"));
+}
+
+/// A context length that does not fit `-c` is refused before the first point runs (a long bench
+/// used to fail only when it reached that point, losing the figures before it).
+#[test]
+fn bench_decode_refuses_context_lengths_beyond_c_up_front() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let m = tiny_model();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args(["bench", "decode", "-m", &m, "-c", "64", "--context-lengths", "16,64"])
+        .args(["--decode-tokens", "4", "--timed-steps", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--context-lengths 64") && err.contains("raise -c to at least 69"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no point ran: {}", String::from_utf8_lossy(&out.stdout));
 }
 
 /// The tiny Llama as a Mistral with window 11 (one sliding group): the KV it holds stops

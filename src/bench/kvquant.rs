@@ -5,6 +5,7 @@
 
 use std::str::FromStr;
 
+use super::bandwidth::{BandwidthBench, BandwidthReport};
 use super::decode::DecodeBench;
 use super::plot::{Panel, Series};
 use crate::engine::{Engine, EngineConfig, EngineError, PerplexityOptions};
@@ -92,6 +93,11 @@ pub struct KvQuantRow {
     /// timestamp queries).
     pub attention_gpu_ms_per_token: Vec<Option<f64>>,
     pub decode_tokens_per_s: Vec<f64>,
+    /// KV bytes one decode step's attention reads at each of `context_lengths` (scales
+    /// included), and the GB/s and fraction of the adapter's read bandwidth that is.
+    pub attention_kv_bytes_per_step: Vec<u64>,
+    pub attention_gb_s: Vec<Option<f64>>,
+    pub attention_bandwidth_fraction: Vec<Option<f64>>,
 }
 
 /// The report (`--json`).
@@ -105,6 +111,8 @@ pub struct KvQuantReport {
     pub tokens_scored: usize,
     pub budget_bytes: u64,
     pub context_lengths: Vec<usize>,
+    /// The adapter's bandwidth, measured once before the settings.
+    pub bandwidth: BandwidthReport,
     pub rows: Vec<KvQuantRow>,
 }
 
@@ -134,11 +142,13 @@ impl KvQuantBench {
         let f16 = KvSetting(KvCacheSpec::default());
         let mut reference = Engine::load(&self.engine_config(base, f16))?;
         let opts = PerplexityOptions { ctx: self.ctx, max_chunks: self.chunks };
+        let bandwidth = BandwidthBench::default().run(reference.gpu())?;
         let decode = DecodeBench {
             context_lengths: self.context_lengths.clone(),
             decode_tokens: self.timed_steps,
             timed_steps: self.timed_steps,
             per_op: false,
+            bandwidth: Some(bandwidth.clone()),
         };
         let mut rows = Vec::new();
         let (mut chunks, mut tokens_scored) = (0, 0);
@@ -187,6 +197,21 @@ impl KvQuantBench {
                 top1_agreement: top1,
                 attention_gpu_ms_per_token: d.attention_gpu_ms_per_token,
                 decode_tokens_per_s: d.decode_tokens_per_s,
+                attention_kv_bytes_per_step: d
+                    .points
+                    .iter()
+                    .map(|p| p.step_bytes.kv_full + p.step_bytes.kv_sliding)
+                    .collect(),
+                attention_gb_s: d
+                    .points
+                    .iter()
+                    .map(|p| p.roofline.as_ref().and_then(|r| r.attention_gb_s))
+                    .collect(),
+                attention_bandwidth_fraction: d
+                    .points
+                    .iter()
+                    .map(|p| p.roofline.as_ref().and_then(|r| r.attention_fraction))
+                    .collect(),
             });
         }
         Ok(KvQuantReport {
@@ -198,6 +223,7 @@ impl KvQuantBench {
             tokens_scored,
             budget_bytes: self.budget_bytes,
             context_lengths: self.context_lengths.clone(),
+            bandwidth,
             rows,
         })
     }
@@ -220,13 +246,18 @@ impl KvQuantReport {
     /// The Markdown table.
     pub fn markdown(&self) -> String {
         let ms = |v: &Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into());
-        let ctx_cols: String =
-            self.context_lengths.iter().map(|c| format!(" attn ms/tok @{c} |")).collect();
-        let ctx_rule: String = self.context_lengths.iter().map(|_| "---:|").collect();
+        let ctx_cols: String = self
+            .context_lengths
+            .iter()
+            .map(|c| format!(" attn ms/tok @{c} | attn GB/s (of read bw) @{c} |"))
+            .collect();
+        let ctx_rule: String = self.context_lengths.iter().map(|_| "---:|---:|").collect();
         let mut s = format!(
             "kv-quant on {} ({}), perplexity: {} chunks of {} ({} tokens scored) of {}; tokens \
-             that fit {}\n\n| KV | bytes/token | tokens in budget | PPL | ΔPPL % | mean KLD | \
-             top-1 agree % |{ctx_cols}\n|---|---:|---:|---:|---:|---:|---:|{ctx_rule}\n",
+             that fit {}\n\nAdapter read bandwidth {:.2} GB/s ({}); attention GB/s = KV bytes \
+             a decode step reads ÷ attention GPU time.\n\n| KV | bytes/token | tokens in budget \
+             | PPL | ΔPPL % | mean KLD | top-1 agree % |{ctx_cols}\n\
+             |---|---:|---:|---:|---:|---:|---:|{ctx_rule}\n",
             self.model,
             self.adapter,
             self.chunks,
@@ -234,10 +265,19 @@ impl KvQuantReport {
             self.tokens_scored,
             self.text,
             crate::kv::format_bytes(self.budget_bytes),
+            self.bandwidth.read_gb_s,
+            self.bandwidth.timing
         );
         for r in &self.rows {
-            let attn: String =
-                r.attention_gpu_ms_per_token.iter().map(|a| format!(" {} |", ms(a))).collect();
+            let attn: String = (0..r.attention_gpu_ms_per_token.len())
+                .map(|i| {
+                    let gbs = match (r.attention_gb_s[i], r.attention_bandwidth_fraction[i]) {
+                        (Some(g), Some(f)) => format!("{g:.2} ({:.0} %)", 100.0 * f),
+                        _ => "–".into(),
+                    };
+                    format!(" {} | {gbs} |", ms(&r.attention_gpu_ms_per_token[i]))
+                })
+                .collect();
             s += &format!(
                 "| {} | {:.0} | {} | {:.4} | {:+.2} | {:.5} | {:.2} |{attn}\n",
                 r.label(),

@@ -3,6 +3,7 @@
 //!
 //! | file | concept |
 //! |---|---|
+//! | `bandwidth.rs` | `bench bandwidth`: the adapter's read and copy bandwidth (the roofline's ceiling) |
 //! | `decode.rs` | `bench decode`: prefill/decode speed by context length, attention GPU time |
 //! | `kvquant.rs` | `bench kv-quant`: per KV format × scales × rotation: bytes, tokens that fit, PPL, KLD, top-1, attention time |
 //! | `workload.rs` | seeded text cut to exact token counts; the multi-turn chat workload and its prefill arithmetic |
@@ -13,6 +14,7 @@
 //! | `plot.rs` | SVG line plots |
 //! | `stats.rs` | percentiles and means |
 
+pub mod bandwidth;
 pub mod concurrency;
 pub mod decode;
 pub mod kvquant;

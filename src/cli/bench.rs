@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::args::{KvArgs, ModelArgs};
 use super::GlobalArgs;
+use crate::bench::bandwidth::BandwidthBench;
 use crate::bench::concurrency::ConcurrencyBench;
 use crate::bench::decode::DecodeBench;
 use crate::bench::kvquant::{KvQuantBench, KvSetting};
@@ -23,6 +24,9 @@ pub struct BenchArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Workload {
+    /// The adapter's achievable memory bandwidth (read and copy probes over a buffer larger
+    /// than any cache): the ceiling decode is measured against.
+    Bandwidth(BandwidthArgs),
     /// Prefill and decode speed at several context lengths; GPU time of attention vs the rest.
     Decode(DecodeArgs),
     /// Multi-turn chat of several users sharing a system prompt, per KV budget: computed
@@ -81,6 +85,19 @@ fn parse_budget_arg(s: &str) -> Result<u64, String> {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct BandwidthArgs {
+    /// Bytes of the probe buffer (capped by the adapter's largest storage binding).
+    #[arg(long, default_value = "256MiB", value_parser = parse_budget_arg)]
+    pub bytes: u64,
+    /// Timed runs per probe.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeats: u32,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct DecodeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -93,9 +110,12 @@ pub struct DecodeArgs {
     /// Decode steps timed with GPU timestamps per context length.
     #[arg(long, default_value_t = 8)]
     pub timed_steps: usize,
-    /// Also time every kernel kind separately.
+    /// Also time every kernel kind separately (and report each one's achieved bandwidth).
     #[arg(long)]
     pub per_op: bool,
+    /// Skip measuring the adapter's bandwidth (the roofline columns then read n/a).
+    #[arg(long)]
+    pub no_bandwidth: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -105,6 +125,7 @@ pub struct DecodeArgs {
 
 pub fn run(args: &BenchArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     match &args.workload {
+        Workload::Bandwidth(a) => bandwidth(a, global),
         Workload::Decode(a) => decode(a, global),
         Workload::Multiturn(a) => multiturn(a, global),
         Workload::Concurrency(a) => concurrency(a, global),
@@ -152,13 +173,27 @@ fn kv_quant(a: &KvQuantArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     write_outputs(&report, &report.markdown(), &report.plot(), a.json.as_deref(), a.plot.as_deref())
 }
 
+fn bandwidth(a: &BandwidthArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    if a.bytes < crate::kernels::bandwidth::WORD_BYTES {
+        anyhow::bail!("--bytes {} is below one 16-byte word; give e.g. 256MiB", a.bytes);
+    }
+    let gpu = crate::gpu::Gpu::open(&global.gpu_options())?;
+    let bench = BandwidthBench { bytes: a.bytes, repeats: a.repeats as usize };
+    let report = bench.run(&gpu)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.markdown());
+    }
+    Ok(())
+}
+
 fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let path = a.model.path()?;
     let longest = a.context_lengths.iter().max().copied().unwrap_or(128);
     let mut kv = a.kv.clone();
-    // Every prompt must be computed: the prompts of longer contexts start with the shorter
-    // ones, and a prefix hit would count cached tokens as prefilled (DecodeBench::run says so).
-    kv.no_prefix_cache = true;
+    // The prefix cache stays on (unless --no-prefix-cache): DecodeBench::run gives each context
+    // length its own namespace, so every prompt is computed once and its timed rerun reuses it.
     kv.max_model_len =
         Some(kv.max_model_len.unwrap_or(longest + a.decode_tokens.max(a.timed_steps) + 2));
     let cfg = kv.engine_config(path.clone(), global.gpu_options(), 1)?;
@@ -168,6 +203,10 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         decode_tokens: a.decode_tokens,
         timed_steps: a.timed_steps,
         per_op: a.per_op,
+        bandwidth: match a.no_bandwidth {
+            true => None,
+            false => Some(BandwidthBench::default().run(engine.gpu())?),
+        },
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let report = bench.run(&mut engine, &name)?;

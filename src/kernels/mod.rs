@@ -6,6 +6,7 @@
 //! run time from the device's capabilities in one function, [`KernelConfig::choose`].
 
 pub mod attention;
+pub mod bandwidth;
 pub mod embedding;
 pub mod glu;
 pub mod kv_quantize;
@@ -161,6 +162,10 @@ pub enum PipelineKey {
     /// The gated MLP activation act(gate) · up.
     Glu {
         activation: Activation,
+    },
+    /// A memory-bandwidth probe (`kvrun bench bandwidth`).
+    Bandwidth {
+        probe: bandwidth::BandwidthProbe,
     },
     /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
     AttnDecodePartials {

@@ -1,6 +1,7 @@
 //! WGSL sources, embedded in the binary, and their assembly: the host prepends the shared
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
+use super::bandwidth::{self, BandwidthProbe};
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rotate};
 use super::{glu, PipelineKey};
 use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
@@ -135,6 +136,12 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::Glu { activation: Activation::GeluTanh } => {
             vec![STEP, include_str!("../../shaders/glu/gelu_tanh_mul.wgsl")]
         }
+        PipelineKey::Bandwidth { probe: BandwidthProbe::Read } => {
+            vec![include_str!("../../shaders/bandwidth/read.wgsl")]
+        }
+        PipelineKey::Bandwidth { probe: BandwidthProbe::Copy } => {
+            vec![include_str!("../../shaders/bandwidth/copy.wgsl")]
+        }
         PipelineKey::AttnDecodePartials { variant, kv, .. } => attention_parts(variant, kv, false),
         PipelineKey::AttnDecodeReduce { .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]
@@ -186,6 +193,7 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
         PipelineKey::KvCodecTest { .. } => kv_quantize::CODEC_TEST_BINDINGS.to_vec(),
         PipelineKey::Rotate { .. } => rotate::BINDINGS.to_vec(),
         PipelineKey::Glu { .. } => glu::BINDINGS.to_vec(),
+        PipelineKey::Bandwidth { .. } => bandwidth::BINDINGS.to_vec(),
         PipelineKey::AttnDecodePartials { kv: None, .. } => {
             attention::DECODE_PARTIALS_BINDINGS.to_vec()
         }
@@ -222,6 +230,8 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::KvStage,
         PipelineKey::Glu { activation: Activation::Silu },
         PipelineKey::Glu { activation: Activation::GeluTanh },
+        PipelineKey::Bandwidth { probe: BandwidthProbe::Read },
+        PipelineKey::Bandwidth { probe: BandwidthProbe::Copy },
     ]);
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });

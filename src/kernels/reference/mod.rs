@@ -121,6 +121,19 @@ pub fn round_f16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect()
 }
 
+/// The read bandwidth probe: invocation i XOR-folds words i, i + n, i + 2n, … of `src`
+/// (n = `invocations`). → [invocations] words
+pub fn bandwidth_read(src: &[[u32; 4]], invocations: usize) -> Vec<[u32; 4]> {
+    let mut out = vec![[0u32; 4]; invocations];
+    for (i, w) in src.iter().enumerate() {
+        let acc = &mut out[i % invocations];
+        for c in 0..4 {
+            acc[c] ^= w[c];
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::attention;

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One command for a machine with a real GPU (any vendor, any backend wgpu has): builds kvrun,
+# runs the kernel tests with this device's own variants (and the tiny-model end to end test),
+# `bench bandwidth`, `bench decode` at contexts 128 / 2048 / 8192 on each test model present
+# (per-op GPU times and the roofline), and — when `llama-bench` is on PATH — llama.cpp on the
+# same GGUF side by side. Writes everything under OUT plus one report.json and report.md.
+#
+#   scripts/gpu-check.sh [OUT]          (default OUT: gpu-check-<UTC time>/)
+#   KVRUN_ADAPTER=NVIDIA scripts/gpu-check.sh    pick the adapter whose name contains this
+#   GPU_CHECK_CONTEXTS=128,2048 scripts/gpu-check.sh
+#
+# The models are the ones scripts/fetch-models.sh puts in assets/models/ (run it first where
+# the machine can reach PyPI, or copy the folder). Nothing here asserts a speed: the report is
+# figures for the README.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${1:-gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
+contexts=${GPU_CHECK_CONTEXTS:-128,2048,8192}
+mkdir -p "$out"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+export CARGO_TERM_COLOR=never
+# kvrun and the tests honour WGPU_ADAPTER_NAME (and WGPU_BACKEND).
+[ -z "${KVRUN_ADAPTER:-}" ] || export WGPU_ADAPTER_NAME="$KVRUN_ADAPTER"
+log() { printf '== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)" | tee -a "$out/gpu-check.log"; }
+
+log "build"
+cargo build --release 2>&1 | tail -n 3
+kvrun=target/release/kvrun
+"$kvrun" info --json >"$out/info.json"
+
+log "kernel tests with this device's variants (and the discrete-GPU family forced where it differs)"
+status=0
+cargo test --release --test kernel_attention --test kernel_attention_kvq --test kernel_linear \
+    --test kernel_elementwise --test kernel_kv_quant --test kernel_bandwidth --test model_tiny \
+    --test model_tiny_gemma3 >"$out/kernel-tests.log" 2>&1 || status=$?
+grep -E "^test result:" "$out/kernel-tests.log" | tee -a "$out/gpu-check.log" || true
+echo "$status" >"$out/kernel-tests.status"
+
+log "bench bandwidth"
+"$kvrun" bench bandwidth --json >"$out/bandwidth.json"
+
+for model in assets/models/SmolLM2-135M-Instruct.Q4_1.gguf assets/models/gemma-3-270m-q4_k_m.gguf; do
+    [ -f "$model" ] || { log "skip $(basename "$model"): not in assets/models/"; continue; }
+    name=$(basename "$model" .gguf)
+    log "bench decode $name at $contexts"
+    "$kvrun" bench decode -m "$model" --context-lengths "$contexts" --per-op --json \
+        >"$out/decode-$name.json"
+    if command -v llama-bench >/dev/null; then
+        log "llama-bench $name"
+        llama-bench -m "$model" -p 512 -n 128 -o json >"$out/llama-bench-$name.json" 2>"$out/llama-bench-$name.err" ||
+            log "llama-bench $name failed (see llama-bench-$name.err)"
+    fi
+done
+
+log "report"
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+load = lambda p: json.load(open(p))
+info, bw = load(f"{out}/info.json"), load(f"{out}/bandwidth.json")
+report = {"info": info, "bandwidth": bw,
+          "kernel_tests_exit_status": int(open(f"{out}/kernel-tests.status").read()),
+          "decode": {}, "llama_bench": {}}
+md = [f"# gpu-check: {bw['adapter']} ({bw['backend']}, {bw['device_type']})", "",
+      f"kernel tests: exit status {report['kernel_tests_exit_status']} (kernel-tests.log)", "",
+      f"bandwidth ({bw['timing']}, {bw['buffer_bytes'] >> 20} MiB): read {bw['read_gb_s']:.1f} GB/s, "
+      f"copy {bw['copy_gb_s']:.1f} GB/s", ""]
+for path in sorted(glob.glob(f"{out}/decode-*.json")):
+    name = os.path.basename(path)[len("decode-"):-len(".json")]
+    d = load(path)
+    report["decode"][name] = d
+    md += [f"## {name}", "", "| context | decode tok/s | GPU ms/token | attention ms | bytes/step | GB/s | of read bw |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in d["points"]:
+        r = p.get("roofline") or {}
+        f = lambda v, fmt: fmt.format(v) if v is not None else "n/a"
+        md.append(f"| {p['context_length']} | {p['decode_tokens_per_s']:.1f} | {f(p['gpu_ms_per_token'], '{:.3f}')} | "
+                  f"{f(p['attention_gpu_ms_per_token'], '{:.3f}')} | {p['step_bytes']['total'] / 2**20:.1f} MiB | "
+                  f"{f(r.get('achieved_gb_s'), '{:.1f}')} | {f(r.get('fraction') and 100 * r['fraction'], '{:.1f} %')} |")
+    lb = f"{out}/llama-bench-{name}.json"
+    if os.path.exists(lb) and os.path.getsize(lb):
+        rows = load(lb)
+        report["llama_bench"][name] = rows
+        md += ["", "llama-bench: " + ", ".join(
+            f"{'pp' if r.get('n_prompt') else 'tg'}{r.get('n_prompt') or r.get('n_gen')} "
+            f"{r.get('avg_ts', 0):.1f} tok/s" for r in rows)]
+    md.append("")
+json.dump(report, open(f"{out}/report.json", "w"), indent=1)
+open(f"{out}/report.md", "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+PY
+log "done: $out/report.md, $out/report.json"
+exit "$status"

@@ -1,0 +1,122 @@
+//! Host half of `shaders/bandwidth/`: the memory-bandwidth probes of `kvrun bench bandwidth`,
+//! the ceiling decode is measured against (decode reads every weight and the KV history once
+//! per token, so its speed limit is bandwidth ÷ bytes per token).
+//!
+//! Both probes walk a buffer of 16-byte words in a grid-stride loop (consecutive invocations
+//! touch consecutive words, so loads coalesce on a GPU): `Read` XOR-folds every word into one
+//! word per invocation (the loads cannot be dropped; the writes are 1/`words_per_invocation` of
+//! the traffic), `Copy` writes every word to a second buffer.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{check_grid, grid_2d, Kernels, PipelineKey};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+
+/// Bytes of one word (a `vec4<u32>`).
+pub const WORD_BYTES: u64 = 16;
+/// Invocations per workgroup (`@workgroup_size` of both shaders).
+pub const WORKGROUP: u32 = 256;
+/// Most invocations a grid has: 4,096 workgroups keep the largest GPUs busy while each
+/// invocation still loops over several words (llvmpipe runs a workgroup per thread).
+pub const MAX_INVOCATIONS: u32 = 4096 * WORKGROUP;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BandwidthProbe {
+    /// Every word read once.
+    Read,
+    /// Every word read once and written once.
+    Copy,
+}
+
+impl BandwidthProbe {
+    pub const ALL: [BandwidthProbe; 2] = [BandwidthProbe::Read, BandwidthProbe::Copy];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BandwidthProbe::Read => "read",
+            BandwidthProbe::Copy => "copy",
+        }
+    }
+
+    /// Bytes a run over `words` words moves: read, plus written for `Copy` (the read probe's
+    /// per-invocation folds, at most 1/8 of a 128 MiB read, are not counted).
+    pub fn bytes_moved(self, words: u32) -> u64 {
+        let read = u64::from(words) * WORD_BYTES;
+        match self {
+            BandwidthProbe::Read => read,
+            BandwidthProbe::Copy => 2 * read,
+        }
+    }
+
+    /// Words of the destination buffer: one fold per invocation, or a full copy.
+    pub fn dst_words(self, words: u32) -> u32 {
+        match self {
+            BandwidthProbe::Read => invocations(words),
+            BandwidthProbe::Copy => words,
+        }
+    }
+}
+
+/// Invocations of the grid over `words` words (its stride): at most [`MAX_INVOCATIONS`].
+pub fn invocations(words: u32) -> u32 {
+    words.clamp(1, MAX_INVOCATIONS)
+}
+
+/// Mirror of WGSL `BandwidthParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct BandwidthParams {
+    pub words: u32,
+    pub invocations: u32,
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(std::mem::size_of::<BandwidthParams>() == 16);
+
+/// Binding order of both probes.
+pub const BINDINGS: [BindingKind; 3] = [
+    BindingKind::Uniform,          // p: BandwidthParams
+    BindingKind::StorageRead,      // src: [words] vec4<u32>
+    BindingKind::StorageReadWrite, // dst: [dst_words] vec4<u32>
+];
+
+pub struct BandwidthOp {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    grid: [u32; 3],
+    wg_limit: u32,
+}
+
+impl BandwidthOp {
+    /// `src` holds `words` words, `dst` at least `probe.dst_words(words)`.
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        probe: BandwidthProbe,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        words: u32,
+    ) -> Self {
+        assert!(words > 0, "a bandwidth probe over 0 words");
+        assert!(src.size() >= u64::from(words) * WORD_BYTES, "src smaller than {words} words");
+        let dst_bytes = u64::from(probe.dst_words(words)) * WORD_BYTES;
+        assert!(dst.size() >= dst_bytes, "dst smaller than {dst_bytes} bytes");
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Bandwidth { probe });
+        let n = invocations(words);
+        let params = BandwidthParams { words, invocations: n, _pad: [0; 2] };
+        let ubuf = gpu.uniform_buffer_init("bandwidth", bytemuck::bytes_of(&params));
+        let bind_group = pipeline.bind_group(gpu, "bandwidth", &[&ubuf, src, dst]);
+        let wg_limit = gpu.limits.max_compute_workgroups_per_dimension;
+        let grid = grid_2d(n.div_ceil(WORKGROUP), wg_limit);
+        BandwidthOp { bind_group, pipeline, grid, wg_limit }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        check_grid(self.grid, self.wg_limit);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.grid[0], self.grid[1], self.grid[2]);
+    }
+}
