@@ -35,7 +35,10 @@ fn qk_score(q_off: u32, kb: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let si = wid.z;
     let seq = seqs[si];
-    let start = wid.x * PART;
+    // Partitions are numbered from the one holding the window's first key (the first one
+    // without a window): the host launches only those the window spans.
+    let part = window_lo(seq.ctx_len - 1u) / PART + wid.x;
+    let start = part * PART;
     let end = min(start + PART, seq.ctx_len);
     if (si >= step.num_decode_seqs || start >= seq.ctx_len) {
         return;
@@ -91,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var u = 0u; u < n_valid; u++) {
             l = l + s_sh[t * PART + u];
         }
-        let ob = ((si * p.num_heads + h0 + t) * p.max_partitions + wid.x) * stride;
+        let ob = ((si * p.num_heads + h0 + t) * p.max_partitions + part) * stride;
         partials[ob] = m_sh[t];
         partials[ob + 1u] = l;
     }
@@ -102,7 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var u = 0u; u < n_valid; u++) {
             o = fma(vec2<f32>(s_sh[h * PART + u]), unpack2x16float(v_pool[base_sh[u] + w]), o);
         }
-        let ob = ((si * p.num_heads + h0 + h) * p.max_partitions + wid.x) * stride + 2u + 2u * w;
+        let ob = ((si * p.num_heads + h0 + h) * p.max_partitions + part) * stride + 2u + 2u * w;
         partials[ob] = o.x;
         partials[ob + 1u] = o.y;
     }

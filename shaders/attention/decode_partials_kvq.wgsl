@@ -67,7 +67,10 @@ fn v_pair(seq: SeqInfo, kvh: u32, pos: u32, hb: u32, quant: bool, w: u32) -> vec
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let si = wid.z;
     let seq = seqs[si];
-    let start = wid.x * PART;
+    // Partitions are numbered from the one holding the window's first key (the first one
+    // without a window): the host launches only those the window spans.
+    let part = window_lo(seq.ctx_len - 1u) / PART + wid.x;
+    let start = part * PART;
     let end = min(start + PART, seq.ctx_len);
     if (si >= step.num_decode_seqs || start >= seq.ctx_len) {
         return;
@@ -124,7 +127,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var u = 0u; u < n_valid; u++) {
             l = l + s_sh[t * PART + u];
         }
-        let ob = ((si * p.num_heads + h0 + t) * p.max_partitions + wid.x) * stride;
+        let ob = ((si * p.num_heads + h0 + t) * p.max_partitions + part) * stride;
         partials[ob] = m_sh[t];
         partials[ob + 1u] = l;
     }
@@ -136,7 +139,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let pos = k0 + u;
             o = fma(vec2<f32>(s_sh[h * PART + u]), v_pair(seq, kvh, pos, hb_sh[u], pos < own, w), o);
         }
-        let ob = ((si * p.num_heads + h0 + h) * p.max_partitions + wid.x) * stride + 2u + 2u * w;
+        let ob = ((si * p.num_heads + h0 + h) * p.max_partitions + part) * stride + 2u + 2u * w;
         partials[ob] = o.x;
         partials[ob + 1u] = o.y;
     }

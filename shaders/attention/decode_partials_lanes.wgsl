@@ -21,7 +21,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     let seq = seqs[si];
-    let start = wid.x * PART;
+    // Partitions are numbered from the one holding the window's first key (the first one
+    // without a window): the host launches only those the window spans.
+    let part = window_lo(seq.ctx_len - 1u) / PART + wid.x;
+    let start = part * PART;
     if (start >= seq.ctx_len) {
         return;
     }
@@ -51,7 +54,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         o = lane_fma(e, v_lane(row), o);
     }
 
-    let base = ((si * p.num_heads + h) * p.max_partitions + wid.x) * (HEAD_DIM + 2u);
+    let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
     if (lane == 0u) {
         partials[base] = m;
         partials[base + 1u] = l;

@@ -23,7 +23,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     let seq = seqs[si];
-    let start = wid.x * PART;
+    // Partitions are numbered from the one holding the window's first key (the first one
+    // without a window): the host launches only those the window spans.
+    let part = window_lo(seq.ctx_len - 1u) / PART + wid.x;
+    let start = part * PART;
     if (start >= seq.ctx_len) {
         return;
     }
@@ -81,7 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         o = lane_fma(e, kv_lane_f16(1u, seq, pos, kvh, lane), o);
     }
 
-    let base = ((si * p.num_heads + h) * p.max_partitions + wid.x) * (HEAD_DIM + 2u);
+    let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
     if (lane == 0u) {
         partials[base] = m;
         partials[base + 1u] = l;

@@ -179,7 +179,7 @@ impl KvQuantBench {
             let d = decode.run(engine, model_name)?;
             let layout = engine.kv_layout();
             let per_block = layout.bytes_per_block();
-            let staging = layout.staging_bytes_per_sequence();
+            let staging = crate::kv::staging_bytes_per_sequence(layout, &engine.config().kv_groups);
             let blocks = self.budget_bytes.saturating_sub(staging) / per_block;
             let spec = setting.0;
             let quantized = spec.format().is_quantized();

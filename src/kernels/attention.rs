@@ -176,13 +176,22 @@ pub struct AttentionOp {
     num_heads: u32,
     decode_y: u32,
     wg_limit: u32,
-    windowed: bool,
+    /// Decode partitions a query's window spans at most (`window_partitions`); `None` for full
+    /// attention.
+    window_partitions: Option<u32>,
+}
+
+/// Partitions the keys (p − W, p] of a window W span at most: ⌈(W − 1) / PART⌉ + 1. The decode
+/// kernels number partitions from the one holding the window's first key, so a sliding layer
+/// launches this many per sequence, not one per `PARTITION` keys of the whole context.
+pub fn window_partitions(window: u32) -> u32 {
+    window.saturating_sub(1).div_ceil(PARTITION) + 1
 }
 
 impl AttentionOp {
     /// Whether the layer attends through a sliding window (timings report it apart).
     pub fn is_windowed(&self) -> bool {
-        self.windowed
+        self.window_partitions.is_some()
     }
 
     /// `window`: the layer's sliding window W (a query at position p attends to keys
@@ -273,13 +282,16 @@ impl AttentionOp {
                 AttentionVariant::Lanes => layout.num_heads,
             },
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
-            windowed: window.is_some(),
+            window_partitions: window.map(|w| window_partitions(w.get())),
         }
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
         if shape.num_decode_seqs > 0 {
-            let grid = [shape.max_decode_partitions, self.decode_y, shape.num_decode_seqs];
+            let parts = self
+                .window_partitions
+                .map_or(shape.max_decode_partitions, |w| w.min(shape.max_decode_partitions));
+            let grid = [parts, self.decode_y, shape.num_decode_seqs];
             check_grid(grid, self.wg_limit);
             pass.set_pipeline(&self.partials_pl.pipeline);
             pass.set_bind_group(0, &self.partials_bg, &[]);
@@ -296,6 +308,24 @@ impl AttentionOp {
             pass.set_pipeline(&self.prefill_pl.pipeline);
             pass.set_bind_group(0, &self.prefill_bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{window_partitions, PARTITION};
+
+    /// The partitions the keys (p − W, p] span, over every query position and window up to a
+    /// few partitions: never more than `window_partitions(W)`, and that many for some p.
+    #[test]
+    fn window_partitions_bound_every_query_exactly() {
+        for w in 1..(4 * PARTITION + 3) {
+            let spans = (0..(8 * PARTITION)).map(|p| {
+                let lo = (p + 1).saturating_sub(w);
+                p / PARTITION - lo / PARTITION + 1
+            });
+            assert_eq!(spans.max(), Some(window_partitions(w)), "window {w}");
         }
     }
 }

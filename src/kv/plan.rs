@@ -125,9 +125,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
     }
     let groups = &input.groups;
     let num_groups = groups.len() as u64;
-    // Staging is per model layer (padding slots have none): one slot's share of the block's.
-    let staging = layout.staging_bytes_per_sequence() / layout.num_layers.max(1) as u64
-        * groups.num_layers() as u64;
+    let staging = staging_bytes_per_sequence(layout, groups);
     let bytes_per_block = layout.bytes_per_block();
     let all_blocks = layout.blocks_for_tokens(input.max_model_len) as u64;
     let step = input.max_num_batched_tokens.min(input.max_model_len);
@@ -182,6 +180,13 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         max_num_seqs: input.max_num_seqs,
         kv_bytes_needed,
     })
+}
+
+/// The f16 staging of one running sequence with quantized KV: per model layer (padding slots
+/// have none), one slot's share of [`KvLayout::staging_bytes_per_sequence`]. 0 for f16.
+pub fn staging_bytes_per_sequence(layout: &KvLayout, groups: &KvGroups) -> u64 {
+    layout.staging_bytes_per_sequence() / layout.num_layers.max(1) as u64
+        * groups.num_layers() as u64
 }
 
 /// Serializes a byte figure as a JSON integer when it is whole, else as a float.
