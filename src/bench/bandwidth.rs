@@ -88,7 +88,7 @@ impl BandwidthBench {
                 None => (0..self.repeats)
                     .map(|_| {
                         let start = std::time::Instant::now();
-                        self.submit_one(gpu, &op)?;
+                        self.submit(gpu, &op, None)?;
                         Ok(start.elapsed().as_secs_f64() * 1e3)
                     })
                     .collect::<Result<_, GpuError>>()?,
@@ -142,10 +142,6 @@ impl BandwidthBench {
         }
         gpu.queue.submit([encoder.finish()]);
         gpu.wait_idle()
-    }
-
-    fn submit_one(&self, gpu: &Gpu, op: &BandwidthOp) -> Result<(), GpuError> {
-        self.submit(gpu, op, None)
     }
 }
 

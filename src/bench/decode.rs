@@ -4,8 +4,8 @@
 //! The roofline: decode is bandwidth-bound, so each point also gives the bytes a decode step
 //! reads (every linear weight once, plus the KV history each group attends to, from the
 //! layout) and the achieved GB/s, as a fraction of the adapter's read bandwidth measured by
-//! [`super::bandwidth`] on the same adapter in the same run — in total and, with `per_op`, for the linear layers
-//! and the attention of each group kind.
+//! [`super::bandwidth`] on the same adapter in the same run — in total and, with `per_op`,
+//! for the linear layers and the attention of each group kind.
 
 use std::collections::BTreeMap;
 
@@ -25,8 +25,8 @@ pub struct DecodeBench {
     pub timed_steps: usize,
     /// Time every kernel kind separately (slower, the wall-clock figures too; for profiling).
     pub per_op: bool,
-    /// The adapter's bandwidth ([`BandwidthBench::run`] on the engine's GPU): the roofline's
-    /// ceiling; `None` leaves the roofline out.
+    /// The adapter's bandwidth ([`super::bandwidth::BandwidthBench::run`] on the engine's
+    /// GPU): the roofline's ceiling; `None` leaves the roofline out.
     pub bandwidth: Option<BandwidthReport>,
 }
 

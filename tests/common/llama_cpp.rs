@@ -116,7 +116,8 @@ pub fn check_greedy(engine: &mut Engine, case: &Value, tol: &Tolerance) -> Agree
         } else {
             assert_eq!(
                 token, top1,
-                "{prompt_text:?} step {step} (margin {margin}): kvrun {:?} ({:?}), llama.cpp {generated:?}",
+                "{prompt_text:?} step {step} (margin {margin}): kvrun {:?} ({:?}), llama.cpp \
+                 {generated:?}",
                 out.tokens, out.text
             );
         }
