@@ -174,6 +174,30 @@ fn sliding_window_model_matches_independent_cpu_forward() {
     }
 }
 
+/// HF `rope_scaling` (assets/tiny-llama/hf-rope-llama3 and hf-rope-linear: the tiny Llama's
+/// weights with Llama 3's frequency-dependent scaling — one frequency kept, one smoothed, six
+/// divided — and with linear position interpolation) against the float64 forward computing the
+/// frequencies as HF's `modeling_rope_utils` does: a prefill and decode steps, both kernel
+/// families. The scaling matters: the unscaled logits differ by up to 4.5.
+#[test]
+fn rope_scaling_models_match_independent_cpu_forward() {
+    let g = golden();
+    for (dir, key) in [("hf-rope-llama3", "hf_rope_llama3"), ("hf-rope-linear", "hf_rope_linear")] {
+        let want = &g.logits[key];
+        for (i, family) in FAMILIES.into_iter().enumerate() {
+            let Some((mut model, _)) = load(dir, 16, family) else { return };
+            let one = run_chunks(&mut model, &g.tokens, &[40], 16, 70 + i as u64);
+            check_logits(&format!("{dir} {family:?} prefill"), &one, want, g.vocab);
+            let mut steps = vec![9];
+            steps.extend(std::iter::repeat_n(1, 31));
+            let decoded = run_chunks(&mut model, &g.tokens, &steps, 16, 80 + i as u64);
+            check_logits(&format!("{dir} {family:?} decodes"), &decoded, want, g.vocab);
+        }
+        let full = &g.logits["hf_f32"];
+        assert!((0..40 * g.vocab).any(|j| (full[j] - want[j]).abs() > 0.5), "{dir}: no effect");
+    }
+}
+
 /// Qwen2's q/k/v biases (assets/tiny-qwen2, HF safetensors) against its own float64 forward
 /// (`make_tiny_qwen2.py`; dropping the biases moves those logits by up to 4.7).
 #[test]

@@ -7,6 +7,8 @@
 Deterministic (seeded). Writes, next to this script:
   hf/config.json, hf/model.safetensors (f32), hf/tokenizer.json, hf/tokenizer_config.json
   hf-window/           the same weights as a Mistral with sliding_window 11 (every layer)
+  hf-rope-llama3/, hf-rope-linear/  the same weights as a Llama with HF rope_scaling (llama3,
+                       linear)
   tiny-llama-f32.gguf  the same weights as GGUF arch llama, all F32, with q/k rows permuted
                        exactly as llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute) does
   tiny-llama-q.gguf    the same, linear weights in a mix of Q8_0, Q4_0, Q4_1 and F16
@@ -56,6 +58,16 @@ HF_LINEAR = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
 # Sliding window of hf-window/: smaller than the 40 golden tokens, not a multiple of any block size
 # the tests use, so windows start mid-block.
 WINDOW = 11
+
+# HF `rope_scaling` of hf-rope-llama3/ and hf-rope-linear/ (the same weights). The llama3 one is
+# sized for these 8 frequencies (wavelengths 6.3 … 19,869): with an original context of 32 the
+# low/high-frequency wavelengths are 32 and 8, so one frequency is kept, one smoothed and six
+# divided by the factor — every branch of HF's `_compute_llama3_parameters`.
+ROPE_SCALINGS = {
+    "hf-rope-llama3": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+    "hf-rope-linear": {"rope_type": "linear", "factor": 2.0},
+}
 
 
 def make_weights(rng):
@@ -120,10 +132,11 @@ def byte_tokens():
     return [table[b] for b in range(256)]
 
 
-def write_hf(w, window=None):
+def write_hf(w, window=None, rope_dir=None):
     """hf/ (Llama), or with `window` hf-window/: the same weights as a Mistral whose every layer
-    attends to the last `window` positions only (HF `sliding_window`)."""
-    hf = os.path.join(OUT, "hf" if window is None else "hf-window")
+    attends to the last `window` positions only (HF `sliding_window`), or with `rope_dir` that
+    folder: a Llama with ROPE_SCALINGS[rope_dir] as its `rope_scaling`."""
+    hf = os.path.join(OUT, rope_dir or ("hf" if window is None else "hf-window"))
     os.makedirs(hf, exist_ok=True)
     arch = ("LlamaForCausalLM", "llama") if window is None else ("MistralForCausalLM", "mistral")
     config = {
@@ -136,6 +149,8 @@ def write_hf(w, window=None):
     }
     if window is not None:
         config["sliding_window"] = window
+    if rope_dir is not None:
+        config["rope_scaling"] = ROPE_SCALINGS[rope_dir]
     with open(os.path.join(hf, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
@@ -246,21 +261,41 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def rope(x, positions):
+def inv_freq(scaling=None):
+    """HF's rotary inverse frequencies (modeling_rope_utils: default, linear, llama3)."""
+    inv = 1.0 / (ROPE_THETA ** (np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM))
+    if scaling is None:
+        return inv
+    factor = scaling["factor"]
+    if scaling["rope_type"] == "linear":
+        return inv / factor
+    assert scaling["rope_type"] == "llama3"
+    old_ctx = scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    low_freq_wavelen, high_freq_wavelen = old_ctx / low, old_ctx / high
+    wavelen = 2 * np.pi / inv
+    scaled = np.where(wavelen > low_freq_wavelen, inv / factor, inv)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(medium, smoothed, scaled)
+
+
+def rope(x, positions, scaling=None):
     """x: [T, heads, head_dim]; HF's rotate_half form (pairs i and i + head_dim/2)."""
-    inv_freq = 1.0 / (ROPE_THETA ** (np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM))
-    freqs = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    inv_freq_ = inv_freq(scaling)
+    freqs = positions[:, None].astype(np.float64) * inv_freq_[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)
     cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
     return x * cos + rotate_half(x) * sin
 
 
-def attention(h, t, i, positions, window=None):
+def attention(h, t, i, positions, window=None, scaling=None):
     n_tokens = h.shape[0]
     q = (h @ t[f"blk.{i}.attn_q.weight"].T).reshape(n_tokens, N_HEADS, HEAD_DIM)
     k = (h @ t[f"blk.{i}.attn_k.weight"].T).reshape(n_tokens, N_KV_HEADS, HEAD_DIM)
     v = (h @ t[f"blk.{i}.attn_v.weight"].T).reshape(n_tokens, N_KV_HEADS, HEAD_DIM)
-    q, k = rope(q, positions), rope(k, positions)
+    q, k = rope(q, positions, scaling), rope(k, positions, scaling)
     n_rep = N_HEADS // N_KV_HEADS  # repeat_kv: kv head j serves query heads j*n_rep .. j*n_rep+n_rep-1
     k, v = np.repeat(k, n_rep, axis=1), np.repeat(v, n_rep, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(HEAD_DIM)
@@ -275,13 +310,13 @@ def attention(h, t, i, positions, window=None):
     return out @ t[f"blk.{i}.attn_output.weight"].T
 
 
-def forward(t, ids, window=None):
+def forward(t, ids, window=None, scaling=None):
     """Logits [len(ids), VOCAB] for tokens at positions 0..len(ids)-1."""
     positions = np.arange(len(ids))
     x = t["token_embd.weight"][ids]
     for i in range(N_LAYERS):
         h = rms_norm(x, t[f"blk.{i}.attn_norm.weight"])
-        x = x + attention(h, t, i, positions, window)
+        x = x + attention(h, t, i, positions, window, scaling)
         h = rms_norm(x, t[f"blk.{i}.ffn_norm.weight"])
         gate = h @ t[f"blk.{i}.ffn_gate.weight"].T
         up = h @ t[f"blk.{i}.ffn_up.weight"].T
@@ -298,6 +333,8 @@ def main():
     w = make_weights(rng)
     write_hf(w)
     write_hf(w, window=WINDOW)
+    for rope_dir in ROPE_SCALINGS:
+        write_hf(w, rope_dir=rope_dir)
     f32_path = os.path.join(OUT, "tiny-llama-f32.gguf")
     q_path = os.path.join(OUT, "tiny-llama-q.gguf")
     write_gguf(f32_path, gguf_tensors(w), quantized=False)
@@ -313,13 +350,17 @@ def main():
         "description": "logits of a float64 numpy forward (HF Llama semantics) at positions "
                        "0..n-1 for token_ids; hf_f32 = hf/ and tiny-llama-f32.gguf, gguf_q = "
                        "tiny-llama-q.gguf as dequantized by gguf-py; hf_window = hf-window/ "
-                       "(sliding window of 11 positions); 6 significant digits",
+                       "(sliding window of 11 positions); hf_rope_llama3 / hf_rope_linear = "
+                       "hf-rope-llama3/ and hf-rope-linear/ (HF rope_scaling); 6 significant "
+                       "digits",
         "token_ids": [int(i) for i in ids],
         "logits_shape": [N_GOLDEN_TOKENS, VOCAB],
         "logits": {
             "hf_f32": sig6(logits_hf),
             "gguf_q": sig6(logits_q),
             "hf_window": sig6(forward(hf, ids, window=WINDOW)),
+            **{d.replace("-", "_"): sig6(forward(hf, ids, scaling=ROPE_SCALINGS[d]))
+               for d in ROPE_SCALINGS},
         },
     }
     with open(os.path.join(OUT, "golden.json"), "w") as f:
