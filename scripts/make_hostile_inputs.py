@@ -157,7 +157,8 @@ def grow_array(path, key, elem_len, extra_elems):
 def entry(cid, file, cls, args, expect_any, why, names="file", accept_success=False,
           reject_any=(), asked_mib=0):
     """asked_mib: memory the flags legitimately ask for (a KV pool the user sized); the RSS bar
-    of the case is raised by it, since on a CPU adapter device memory is host memory."""
+    of the case is raised by it, and the time bar by a second per 256 MiB of it, since on a CPU
+    adapter device memory is host memory that has to be zero-filled."""
     return {"id": cid, "file": file, "class": cls, "args": args, "expect_any": expect_any,
             "reject_any": list(reject_any), "names": names, "accept_success": accept_success,
             "asked_mib": asked_mib, "why": why}

@@ -3,7 +3,9 @@
 //! larger than the embedding, endless chat templates, huge metadata, overlapping tensor data,
 //! truncated files, odd paths) and the flag cases on the real model must end in a one-line
 //! error naming the file or flag, with a word saying what is wrong, in under 10 s and 1 GiB of
-//! RSS, never a panic, a hang or a memory bomb. Controls (unchanged copies) must succeed.
+//! RSS (a legal flag that asks for memory, a KV pool, gets that memory and a second per 256 MiB
+//! of it on top), never a panic, a hang or a memory bomb. Controls (unchanged copies) must
+//! succeed.
 //!
 //! Needs python3 with `gguf` and `numpy` (scripts/setup.sh installs them); skips without them
 //! unless KVRUN_NO_SKIP is set. The flag cases need the real model (scripts/fetch-models.sh).
@@ -79,8 +81,10 @@ fn status_kb(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// Runs kvrun with `args`, polling its peak RSS (VmHWM) until it exits; kills a hang or a
-/// memory bomb (RSS past `RSS_KILL_KB` plus what the flags legitimately ask for, `asked_kb`).
+/// memory bomb (RSS past `RSS_KILL_KB` plus what the flags legitimately ask for, `asked_kb`,
+/// and time past `KILL_AFTER` plus the time to touch it, `asked_time`).
 fn run(args: &[String], scratch: &Path, asked_kb: u64) -> Run {
+    let kill_after = KILL_AFTER + asked_time(asked_kb);
     let (out_path, err_path) = (scratch.join("stdout"), scratch.join("stderr"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvrun"));
     cmd.args(args)
@@ -99,7 +103,7 @@ fn run(args: &[String], scratch: &Path, asked_kb: u64) -> Run {
             break status;
         }
         peak = peak.max(status_kb(child.id(), "VmHWM:").unwrap_or(0));
-        if peak > RSS_KILL_KB + asked_kb || start.elapsed() > KILL_AFTER {
+        if peak > RSS_KILL_KB + asked_kb || start.elapsed() > kill_after {
             killed = Some(if peak > RSS_KILL_KB + asked_kb { "memory bomb" } else { "hang" });
             let _ = child.kill();
             break child.wait().unwrap();
@@ -135,6 +139,13 @@ fn asked_kb(case: &Value) -> u64 {
     case["asked_mib"].as_u64().unwrap_or(0) * 1024
 }
 
+/// Time allowed on top of the bar for memory a flag legitimately asks for: one second per
+/// 256 MiB. On lavapipe a KV pool is zero-filled host memory: the 3.7 GiB case took 4.3 s on an
+/// idle machine and 13.0 s in a CI run right after the build had filled the page cache.
+fn asked_time(asked_kb: u64) -> Duration {
+    Duration::from_secs(asked_kb / (256 * 1024))
+}
+
 /// Why `run` misses the bar for `case` (empty: it meets it).
 fn judge(case: &Value, r: &Run, file: Option<&Path>) -> Vec<String> {
     let mut bad = Vec::new();
@@ -144,7 +155,7 @@ fn judge(case: &Value, r: &Run, file: Option<&Path>) -> Vec<String> {
     if r.stderr.contains("panicked") {
         bad.push("panic".into());
     }
-    if r.wall >= WALL_LIMIT {
+    if r.wall >= WALL_LIMIT + asked_time(asked_kb(case)) {
         bad.push(format!("slow: {:.1} s", r.wall.as_secs_f64()));
     }
     if r.peak_rss_kb >= RSS_LIMIT_KB + asked_kb(case) {
