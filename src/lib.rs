@@ -19,7 +19,7 @@
 //! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`] | tokenizer |
 //! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
 //! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, sched, sample, tokenizer |
-//! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG); `bench serve` over HTTP | engine, kv, loader, model, quant, sched, tokenizer |
+//! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG); `bench serve` over HTTP | engine, gpu, kernels (the bandwidth probes), kv, loader, model, quant, sched, tokenizer |
 //! | [`cli`] | clap subcommands | every room |
 //!
 //! `kv`, `sched`, `output` and `tokenizer` never import wgpu.

@@ -72,6 +72,20 @@ fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
     Run { outputs, preemptions: s.num_preemptions, hit_tokens: s.prefix_hit_tokens }
 }
 
+/// Runs `cfg` on `w` and asserts every output equals `reference`'s (`what`, `name`: the test
+/// and the variant, for messages); returns the run for its preemption and prefix-hit counts.
+fn same_as(reference: &Run, what: &str, name: &str, cfg: &EngineConfig, w: &Workload) -> Run {
+    let got = run(cfg, w);
+    for (i, want) in &reference.outputs {
+        assert_eq!(&got.outputs[i], want, "{what}, {name}: request {i} differs from the reference");
+    }
+    eprintln!(
+        "{what}, {name}: {} preemptions, {} prefix-hit tokens",
+        got.preemptions, got.hit_tokens
+    );
+    got
+}
+
 fn tiny_config(
     block_size: usize,
     blocks: usize,
@@ -118,19 +132,9 @@ fn outputs_identical_across_cache_preemption_block_size_and_batching() {
             ("cache on, block 64", config(64, 8, true, 3, 100)),
         ];
         for (name, cfg) in variants {
-            let got = run(&cfg, &w);
-            for (i, want) in &reference.outputs {
-                assert_eq!(
-                    &got.outputs[i], want,
-                    "{family:?} kernels, {name}: request {i} differs from the reference"
-                );
-            }
+            let got = same_as(&reference, &format!("{family:?} kernels"), name, &cfg, &w);
             preempted |= got.preemptions > 0;
             hits |= got.hit_tokens > 0;
-            eprintln!(
-                "{family:?} kernels, {name}: {} preemptions, {} prefix-hit tokens",
-                got.preemptions, got.hit_tokens
-            );
         }
     }
     assert!(preempted, "no variant preempted: the tiny pools are not tiny enough");
@@ -168,13 +172,9 @@ fn sliding_window_outputs_identical_across_preemption_block_size_and_batching() 
             ("block 64", config(64, 8, false, 3, 100)),
         ];
         for (name, cfg) in variants {
-            let got = run(&cfg, &w);
+            let got = same_as(&reference, &format!("{family:?} kernels, window"), name, &cfg, &w);
             assert_eq!(got.hit_tokens, 0, "{name}: the prefix cache is off for sliding layers");
-            for (i, want) in &reference.outputs {
-                assert_eq!(&got.outputs[i], want, "{family:?} kernels, {name}: request {i}");
-            }
             preempted |= got.preemptions > 0;
-            eprintln!("{family:?} kernels, window, {name}: {} preemptions", got.preemptions);
         }
     }
     assert!(preempted, "no sliding-window variant preempted: the tiny pool is not tiny enough");
@@ -214,19 +214,9 @@ fn hybrid_sliding_model_outputs_identical_across_cache_preemption_and_batching()
             ("cache on, block 64", config(64, 24, true, 3, 100)),
         ];
         for (name, cfg) in variants {
-            let got = run(&cfg, &w);
-            for (i, want) in &reference.outputs {
-                assert_eq!(
-                    &got.outputs[i], want,
-                    "{family:?} kernels, hybrid, {name}: request {i}"
-                );
-            }
+            let got = same_as(&reference, &format!("{family:?} kernels, hybrid"), name, &cfg, &w);
             preempted |= got.preemptions > 0;
             hits |= got.hit_tokens > 0;
-            eprintln!(
-                "{family:?} kernels, hybrid, {name}: {} preemptions, {} prefix-hit tokens",
-                got.preemptions, got.hit_tokens
-            );
         }
     }
     assert!(preempted, "no hybrid variant preempted: the tiny pool is not tiny enough");
@@ -311,10 +301,7 @@ fn quantized_kv_outputs_identical_across_cache_preemption_and_batching() {
         ];
         let (mut preempted, mut hits) = (false, false);
         for (name, r, c) in variants {
-            let got = run(&c, &w);
-            for (i, want) in &reference[r].outputs {
-                assert_eq!(&got.outputs[i], want, "{spec}, {name}: request {i} differs");
-            }
+            let got = same_as(&reference[r], &spec.to_string(), name, &c, &w);
             preempted |= got.preemptions > 0;
             hits |= got.hit_tokens > 0;
         }
@@ -360,10 +347,7 @@ fn hybrid_sliding_model_with_quantized_kv() {
         ];
         let (mut preempted, mut hits) = (false, false);
         for (name, r, c) in variants {
-            let got = run(&c, &w);
-            for (i, want) in &reference[r].outputs {
-                assert_eq!(&got.outputs[i], want, "{spec}, hybrid, {name}: request {i} differs");
-            }
+            let got = same_as(&reference[r], &format!("{spec}, hybrid"), name, &c, &w);
             preempted |= got.preemptions > 0;
             hits |= got.hit_tokens > 0;
         }

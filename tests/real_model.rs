@@ -125,17 +125,7 @@ fn check_greedy(engine: &mut Engine) {
     for case in reference["greedy"]["prompts"].as_array().unwrap() {
         // Raw prompt, no BOS: SmolLM2's GGUF says add_bos_token = false, as llama.cpp honours.
         let a = common::llama_cpp::check_greedy(engine, case, &TOLERANCE);
-        eprintln!(
-            "{:?}: max |Δlogit| {:.4}, |Δmargin| max {:.4} mean {:.4}, {} of {} greedy tokens \
-             compared, {:?}",
-            case["prompt"],
-            a.max_logit_diff,
-            a.max_margin_diff,
-            a.mean_margin_diff,
-            a.compared,
-            a.steps,
-            a.text
-        );
+        a.report(case["prompt"].as_str().unwrap());
     }
 }
 

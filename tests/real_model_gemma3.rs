@@ -137,17 +137,7 @@ fn greedy_tokens_match_llama_cpp() {
     let Some(mut engine) = engine("greedy_tokens_match_llama_cpp") else { return };
     for case in reference()["greedy"]["prompts"].as_array().unwrap() {
         let a = common::llama_cpp::check_greedy(&mut engine, case, &TOLERANCE);
-        eprintln!(
-            "{:?}: max |Δlogit| {:.4}, |Δmargin| max {:.4} mean {:.4}, {} of {} greedy tokens \
-             compared, {:?}",
-            case["prompt"],
-            a.max_logit_diff,
-            a.max_margin_diff,
-            a.mean_margin_diff,
-            a.compared,
-            a.steps,
-            a.text
-        );
+        a.report(case["prompt"].as_str().unwrap());
     }
 }
 

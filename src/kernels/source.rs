@@ -136,12 +136,13 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::Glu { activation: Activation::GeluTanh } => {
             vec![STEP, include_str!("../../shaders/glu/gelu_tanh_mul.wgsl")]
         }
-        PipelineKey::Bandwidth { probe: BandwidthProbe::Read } => {
-            vec![include_str!("../../shaders/bandwidth/read.wgsl")]
-        }
-        PipelineKey::Bandwidth { probe: BandwidthProbe::Copy } => {
-            vec![include_str!("../../shaders/bandwidth/copy.wgsl")]
-        }
+        PipelineKey::Bandwidth { probe } => vec![
+            include_str!("../../shaders/bandwidth/params.wgsl"),
+            match probe {
+                BandwidthProbe::Read => include_str!("../../shaders/bandwidth/read.wgsl"),
+                BandwidthProbe::Copy => include_str!("../../shaders/bandwidth/copy.wgsl"),
+            },
+        ],
         PipelineKey::AttnDecodePartials { variant, kv, .. } => attention_parts(variant, kv, false),
         PipelineKey::AttnDecodeReduce { .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]

@@ -39,6 +39,22 @@ fn argmax(row: &[f32]) -> u32 {
     row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
 }
 
+impl Agreement {
+    /// One line for the test's output: the measured differences and what was compared.
+    pub fn report(&self, prompt: &str) {
+        eprintln!(
+            "{prompt:?}: max |Δlogit| {:.4}, |Δmargin| max {:.4} mean {:.4}, {} of {} greedy \
+             tokens compared, {:?}",
+            self.max_logit_diff,
+            self.max_margin_diff,
+            self.mean_margin_diff,
+            self.compared,
+            self.steps,
+            self.text
+        );
+    }
+}
+
 /// One reference prompt, two ways. Teacher-forced: kvrun reads the prompt followed by
 /// llama.cpp's own generated tokens, so every step is compared at the same context, at the logit
 /// level (top-1 and top-2 logits and the margin within `tol`, kvrun's argmax = llama.cpp's top-1
