@@ -475,3 +475,17 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
         }
     }
 }
+
+/// Gemma 3 270M's shape far into a long context over int8 and int4 pools: a prefill tile over
+/// 2,048 and 8,192 keys, windowed (512) and full. llvmpipe stops a shader invocation's loops after
+/// 65,535 iterations in total; one key (or one word) at a time, a tile failed past ~1,850 keys
+/// at head_dim 256, so the inner loops step 8 at a time (DESIGN.md, "Traps").
+#[test]
+fn long_context_prefill_tiles_at_head_dim_256() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let s = Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16 };
+    let near = [Chunk { start: 2040, len: 16 }, Chunk { start: 2047, len: 1 }];
+    check_window(default(KvFormat::Int8), s, &near, None, 1400);
+    check_window(default(KvFormat::Int4), s, &near, Some(512), 1401);
+    check(default(KvFormat::Int8), s, &[Chunk { start: 8184, len: 8 }], 1402);
+}

@@ -44,22 +44,37 @@ fn kv_pair_f16(part: u32, seq: SeqInfo, kvh: u32, pos: u32, w: u32) -> vec2<f32>
     return f16_round2(vec2<f32>(qkv[r], qkv[r + 1u]));
 }
 
-fn qk_score(q_off: u32, seq: SeqInfo, kvh: u32, pos: u32, hb: u32, quant: bool) -> f32 {
-    var s = 0.0;
+// Inner loops below step 8 at a time (then one at a time for the rest) in the same order of
+// operations as one at a time, as in prefill.wgsl: llvmpipe stops an invocation's loops after
+// 65,535 iterations in total (DESIGN.md, "Traps").
+
+fn qk_pair(q_off: u32, k: vec2<f32>, w: u32, s: f32) -> f32 {
+    return fma(q_sh[q_off + 2u * w + 1u], k.y, fma(q_sh[q_off + 2u * w], k.x, s));
+}
+
+fn k_pair(seq: SeqInfo, kvh: u32, pos: u32, base: u32, quant: bool, w: u32) -> vec2<f32> {
     if (quant) {
-        let base = hb * p.k_head_block_words;
-        let t = pos % p.block_size;
-        for (var w = 0u; w < HEAD_DIM / 2u; w++) {
-            let k = k_pair_q(base, t, w);
-            s = fma(q_sh[q_off + 2u * w], k.x, s);
-            s = fma(q_sh[q_off + 2u * w + 1u], k.y, s);
-        }
-    } else {
-        for (var w = 0u; w < HEAD_DIM / 2u; w++) {
-            let k = kv_pair_f16(0u, seq, kvh, pos, w);
-            s = fma(q_sh[q_off + 2u * w], k.x, s);
-            s = fma(q_sh[q_off + 2u * w + 1u], k.y, s);
-        }
+        return k_pair_q(base, pos % p.block_size, w);
+    }
+    return kv_pair_f16(0u, seq, kvh, pos, w);
+}
+
+fn qk_score(q_off: u32, seq: SeqInfo, kvh: u32, pos: u32, hb: u32, quant: bool) -> f32 {
+    let base = hb * p.k_head_block_words;
+    var s = 0.0;
+    var w = 0u;
+    for (; w + 8u <= HEAD_DIM / 2u; w += 8u) {
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w), w, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 1u), w + 1u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 2u), w + 2u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 3u), w + 3u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 4u), w + 4u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 5u), w + 5u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 6u), w + 6u, s);
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w + 7u), w + 7u, s);
+    }
+    for (; w < HEAD_DIM / 2u; w++) {
+        s = qk_pair(q_off, k_pair(seq, kvh, pos, base, quant, w), w, s);
     }
     return s * p.scale;
 }
@@ -69,6 +84,13 @@ fn v_pair(seq: SeqInfo, kvh: u32, pos: u32, hb: u32, quant: bool, w: u32) -> vec
         return v_pair_q(hb * p.v_head_block_words, pos % p.block_size, w);
     }
     return kv_pair_f16(1u, seq, kvh, pos, w);
+}
+
+// o + e_u · v_u for key u of the partition starting at `start`, for query qi and word w.
+fn pv1(seq: SeqInfo, kvh: u32, start: u32, qi: u32, qblk: u32, u: u32, w: u32, o: vec2<f32>) -> vec2<f32> {
+    let kpos = start + u;
+    let v = v_pair(seq, kvh, kpos, hb_sh[u], kpos / p.block_size < qblk, w);
+    return fma(vec2<f32>(s_sh[qi * PART + u]), v, o);
 }
 
 @compute @workgroup_size(64)
@@ -128,7 +150,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         if (t < nq) {
             var m = NEG_BIG;
-            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
+            var u = ulo_sh[t];
+            for (; u + 8u <= uhi_sh[t]; u += 8u) {
+                let r = t * PART + u;
+                m = max(max(max(max(max(max(max(max(m, s_sh[r]), s_sh[r + 1u]), s_sh[r + 2u]),
+                    s_sh[r + 3u]), s_sh[r + 4u]), s_sh[r + 5u]), s_sh[r + 6u]), s_sh[r + 7u]);
+            }
+            for (; u < uhi_sh[t]; u++) {
                 m = max(m, s_sh[t * PART + u]);
             }
             mp_sh[t] = m;
@@ -143,7 +171,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         if (t < nq && ulo_sh[t] < uhi_sh[t]) {
             var l = 0.0;
-            for (var u = ulo_sh[t]; u < uhi_sh[t]; u++) {
+            var u = ulo_sh[t];
+            for (; u + 8u <= uhi_sh[t]; u += 8u) {
+                let r = t * PART + u;
+                l = l + s_sh[r] + s_sh[r + 1u] + s_sh[r + 2u] + s_sh[r + 3u] + s_sh[r + 4u]
+                    + s_sh[r + 5u] + s_sh[r + 6u] + s_sh[r + 7u];
+            }
+            for (; u < uhi_sh[t]; u++) {
                 l = l + s_sh[t * PART + u];
             }
             let f = merge_factors(m_sh[t], mp_sh[t]);
@@ -160,10 +194,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 let w = e % words;
                 let qblk = (pos0 + qi) / bs;
                 var o = vec2<f32>(0.0);
-                for (var u = ulo_sh[qi]; u < uhi_sh[qi]; u++) {
-                    let kpos = start + u;
-                    let v = v_pair(seq, kvh, kpos, hb_sh[u], kpos / bs < qblk, w);
-                    o = fma(vec2<f32>(s_sh[qi * PART + u]), v, o);
+                var u = ulo_sh[qi];
+                for (; u + 8u <= uhi_sh[qi]; u += 8u) {
+                    o = pv1(seq, kvh, start, qi, qblk, u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 1u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 2u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 3u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 4u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 5u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 6u, w, o);
+                    o = pv1(seq, kvh, start, qi, qblk, u + 7u, w, o);
+                }
+                for (; u < uhi_sh[qi]; u++) {
+                    o = pv1(seq, kvh, start, qi, qblk, u, w, o);
                 }
                 o_acc[j] = fma(o_acc[j], vec2<f32>(a_sh[qi]), o * b_sh[qi]);
             }
