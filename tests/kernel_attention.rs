@@ -111,12 +111,26 @@ fn gpu_attention(
     window: Option<usize>,
     kernels: &Kernels,
 ) -> Vec<f32> {
+    let scale = 1.0 / (s.head_dim as f32).sqrt();
+    gpu_attention_with(s, seqs, d, window, kernels, false, scale)
+}
+
+/// [`gpu_attention`] with the softmax `scale`, and with `values_in_keys` (MLA's latent) the
+/// V pool bound to the K pool (`d.v` is ignored: the values are the keys' first channels).
+fn gpu_attention_with(
+    s: &Shape,
+    seqs: &[Seq],
+    d: &Data,
+    window: Option<usize>,
+    kernels: &Kernels,
+    values_in_keys: bool,
+    scale: f32,
+) -> Vec<f32> {
     let t = gpu().expect("GPU checked by the caller");
     let gpu = &t.gpu;
     let layout = QkvLayout {
-        num_heads: s.num_heads as u32,
-        num_kv_heads: s.num_kv_heads as u32,
-        head_dim: s.head_dim as u32,
+        values_in_keys,
+        ..QkvLayout::new(s.num_heads as u32, s.num_kv_heads as u32, s.head_dim as u32)
     };
     let stride = layout.stride() as usize;
     let num_tokens: usize = seqs.iter().map(|q| q.q_len).sum();
@@ -170,7 +184,7 @@ fn gpu_attention(
     let step = step_uniform(gpu, info);
     let qkv_b = storage_f32(gpu, &qkv);
     let k_b = storage_u32(gpu, &kp);
-    let v_b = storage_u32(gpu, &vp);
+    let v_b = if values_in_keys { k_b.clone() } else { storage_u32(gpu, &vp) };
     let seqs_b = gpu.storage_buffer_init("seqs", bytemuck::cast_slice(&infos));
     let tables_b = storage_u32(gpu, &tables);
     let tiles_b = storage_u32(gpu, &tiles);
@@ -186,6 +200,7 @@ fn gpu_attention(
         s.block_size as u32,
         max_parts,
         window.map(|w| NonZeroU32::new(w as u32).unwrap()),
+        scale,
         AttentionIo {
             step: &step,
             qkv: &qkv_b,
@@ -429,7 +444,7 @@ fn kv_write_scatters_through_slot_mapping() {
     let gpu = &t.gpu;
     for (i, bs) in [1usize, 16, 64].into_iter().enumerate() {
         let s = Shape { num_heads: 6, num_kv_heads: 2, head_dim: 32, block_size: bs };
-        let layout = QkvLayout { num_heads: 6, num_kv_heads: 2, head_dim: 32 };
+        let layout = QkvLayout::new(6, 2, 32);
         let stride = layout.stride() as usize;
         let mut r = rng(500 + i as u64);
         let tokens: usize = 37;
@@ -464,5 +479,110 @@ fn kv_write_scatters_through_slot_mapping() {
         }
         assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, block size {bs}");
         assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, block size {bs}");
+    }
+}
+
+/// MLA's absorbed attention vs the expanded form, on the CPU in f64: the cache holds one latent
+/// row `[c ; k_pe]` (R + dr, f16) per token; head h's key is `[W_UK_h c ; k_pe]`, its value
+/// `W_UV_h c`. The GPU gets the absorbed queries `[q_nope_h W_UK_h ; q_pe_h]` over the latent
+/// pool with the V pool bound to the K pool, and its latent outputs go through `W_UV_h` on the
+/// CPU. Latent widths 64, 128 and 256 (R 48/96/192 + dr 16/32/64), 1, 4 and 16 heads, block
+/// sizes 1 and 16, decodes and prefill chunks after a prefix, shuffled tables, a scale that is
+/// not 1/√(dn + dr), both variant families.
+#[test]
+fn mla_absorbed_attention_matches_the_expanded_form() {
+    let Some(t) = gpu() else { return };
+    let seqs = [
+        Seq { ctx_len: 37, q_len: 1 },
+        Seq { ctx_len: 100, q_len: 1 },
+        Seq { ctx_len: 150, q_len: 33 },
+        Seq { ctx_len: 70, q_len: 70 },
+    ];
+    let shapes = [(48usize, 16usize, 1usize, 1usize), (96, 32, 4, 16), (192, 64, 16, 16)];
+    for (n, (rank, dr, heads, bs)) in shapes.into_iter().enumerate() {
+        let (dn, dv) = (32usize, 24usize);
+        let width = rank + dr;
+        let s = Shape { num_heads: heads, num_kv_heads: 1, head_dim: width, block_size: bs };
+        let mut d = make_data(&s, &seqs, 1200 + n as u64);
+        let mut r = rng(1300 + n as u64);
+        let w_uk = uniform(&mut r, heads * dn * rank, 0.3); // [H, dn, R]
+        let w_uv = uniform(&mut r, heads * dv * rank, 0.3); // [H, dv, R]
+        let q_nope: Vec<Vec<f32>> =
+            seqs.iter().map(|q| uniform(&mut r, q.q_len * heads * dn, 1.0)).collect();
+        // absorbed queries: [q_nope_h · W_UK_h ; q_pe_h] (q_pe as make_data drew it)
+        for (si, q) in seqs.iter().enumerate() {
+            for i in 0..q.q_len {
+                for h in 0..heads {
+                    let row = &mut d.q[si][(i * heads + h) * width..][..width];
+                    for j in 0..rank {
+                        row[j] = (0..dn)
+                            .map(|c| {
+                                q_nope[si][(i * heads + h) * dn + c] * w_uk[(h * dn + c) * rank + j]
+                            })
+                            .sum();
+                    }
+                }
+            }
+        }
+        let scale = 1.3 / ((dn + dr) as f32).sqrt();
+        for (name, kernels) in attention_variants(t) {
+            let got = gpu_attention_with(&s, &seqs, &d, None, &kernels, true, scale);
+            let mut got_v = Vec::new();
+            let mut want = Vec::new();
+            let mut row = 0;
+            for (si, q) in seqs.iter().enumerate() {
+                let lat = &d.k[si]; // [ctx, width] f16-rounded latent rows
+                for i in 0..q.q_len {
+                    let ctx = q.ctx_len - q.q_len + i + 1;
+                    for h in 0..heads {
+                        let o = &got[((row + i) * heads + h) * width..][..rank];
+                        got_v.extend((0..dv).map(|e| {
+                            (0..rank).map(|j| w_uv[(h * dv + e) * rank + j] * o[j]).sum::<f32>()
+                        }));
+                        // expanded: per-head keys and values of every cached token
+                        let key = |pos: usize, c: usize| -> f64 {
+                            let l = &lat[pos * width..][..width];
+                            if c < dn {
+                                (0..rank)
+                                    .map(|j| f64::from(w_uk[(h * dn + c) * rank + j] * l[j]))
+                                    .sum()
+                            } else {
+                                f64::from(l[rank + c - dn])
+                            }
+                        };
+                        let qrow = |c: usize| -> f64 {
+                            if c < dn {
+                                f64::from(q_nope[si][(i * heads + h) * dn + c])
+                            } else {
+                                f64::from(d.q[si][(i * heads + h) * width + rank + c - dn])
+                            }
+                        };
+                        let scores: Vec<f64> = (0..ctx)
+                            .map(|p| {
+                                (0..dn + dr).map(|c| qrow(c) * key(p, c)).sum::<f64>()
+                                    * f64::from(scale)
+                            })
+                            .collect();
+                        let mx = scores.iter().cloned().fold(f64::MIN, f64::max);
+                        let e: Vec<f64> = scores.iter().map(|x| (x - mx).exp()).collect();
+                        let sum: f64 = e.iter().sum();
+                        want.extend((0..dv).map(|c| {
+                            let v = |p: usize| -> f64 {
+                                let l = &lat[p * width..][..rank];
+                                (0..rank)
+                                    .map(|j| f64::from(w_uv[(h * dv + c) * rank + j] * l[j]))
+                                    .sum()
+                            };
+                            ((0..ctx).map(|p| e[p] * v(p)).sum::<f64>() / sum) as f32
+                        }));
+                    }
+                }
+                row += q.q_len;
+            }
+            let what = format!("MLA absorbed ({name}) R {rank} dr {dr} heads {heads} block {bs}");
+            // f32 latent outputs (convex combinations of |c| ≤ 1) through W_UV_h (R terms of
+            // 0.3): a few ulp of the output scale
+            assert_close(&what, &got_v, &want, 1e-4, 1e-4);
+        }
     }
 }

@@ -92,8 +92,7 @@ fn gpu_step(
     let t = gpu().expect("checked by the caller");
     let gpu = &t.gpu;
     let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
-    let layout =
-        QkvLayout { num_heads: s.heads as u32, num_kv_heads: kvh as u32, head_dim: hd as u32 };
+    let layout = QkvLayout::new(s.heads as u32, kvh as u32, hd as u32);
     let stride = layout.stride() as usize;
     let (qd, kvd) = (s.heads * hd, kvh * hd);
     let n = chunks.len();
@@ -245,6 +244,7 @@ fn gpu_step(
         bs as u32,
         max_parts,
         window.map(|w| NonZeroU32::new(w as u32).unwrap()),
+        1.0 / (hd as f32).sqrt(),
         AttentionIo {
             step: &step,
             qkv: &qkv_b,

@@ -8,7 +8,7 @@ use common::*;
 use kvrun::kernels::glu::GluOp;
 use kvrun::kernels::reference;
 use kvrun::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
-use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use kvrun::kernels::rope::{rope_table, QkvLayout, RopeHeads, RopeOp, RopePairs};
 use kvrun::kernels::{StepInfo, StepShape};
 use kvrun::loader::Activation;
 use kvrun::loader::{Rope, RopeScaling};
@@ -152,7 +152,7 @@ fn rope_matches_reference_for_both_pair_layouts() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
     for (i, pairs) in [RopePairs::Interleaved, RopePairs::Neox].into_iter().enumerate() {
-        let layout = QkvLayout { num_heads: 5, num_kv_heads: 3, head_dim: 32 };
+        let layout = QkvLayout::new(5, 3, 32);
         let stride = layout.stride() as usize;
         let mut r = rng(10 + i as u64);
         let positions: Vec<u32> = vec![0, 1, 17, 250, 4095];
@@ -164,7 +164,8 @@ fn rope_matches_reference_for_both_pair_layouts() {
         let qkv_b = storage_f32(gpu, &qkv);
         let pos_b = storage_u32(gpu, &positions);
         let table_b = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
-        let op = RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, layout, pairs);
+        let op =
+            RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, layout.into(), pairs);
         run(gpu, |pass| {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
         });
@@ -179,6 +180,43 @@ fn rope_matches_reference_for_both_pair_layouts() {
         // V heads (the last 3 of each row) must be untouched: the exact comparison covers them.
         assert_close(&format!("rope {pairs:?}"), &got, &want, 2e-6, 2e-6);
     }
+}
+
+/// MLA's RoPE: only the last `rot_dim` channels of each Q head and of the latent K head
+/// (`RopeHeads::tail`), adjacent pairs; every other channel untouched.
+#[test]
+fn rope_rotates_only_the_tail_of_latent_heads() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let (width, rot) = (48usize, 16usize);
+    let layout = QkvLayout { values_in_keys: true, ..QkvLayout::new(3, 1, width as u32) };
+    let stride = layout.stride() as usize;
+    assert_eq!(stride, 4 * width);
+    let mut r = rng(12);
+    let positions: Vec<u32> = vec![0, 5, 300];
+    let tokens = positions.len();
+    let qkv = uniform(&mut r, tokens * stride, 2.0);
+    let theta = 10000.0;
+    let table = rope_table(rot, &Rope { theta, scaling: RopeScaling::None }, 512);
+    let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+    let qkv_b = storage_f32(gpu, &qkv);
+    let pos_b = storage_u32(gpu, &positions);
+    let table_b = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
+    let heads = RopeHeads::tail(layout, rot as u32);
+    let pairs = RopePairs::Interleaved;
+    let op = RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, heads, pairs);
+    run(gpu, |pass| {
+        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+    });
+    let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
+    let mut want = qkv.clone();
+    for (ti, &pos) in positions.iter().enumerate() {
+        for h in 0..4 {
+            let base = ti * stride + h * width + width - rot;
+            reference::rope_head(&mut want[base..base + rot], pos as usize, theta, pairs);
+        }
+    }
+    assert_close("rope tail", &got, &want, 2e-6, 2e-6);
 }
 
 /// Both GLU activations vs their references: SiLU (Llama) and tanh-GELU (Gemma), the gate

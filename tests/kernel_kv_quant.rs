@@ -271,8 +271,7 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
     let t = gpu().expect("checked by the caller");
     let gpu = &t.gpu;
     let (kvh, hd, bs) = (case.kv_heads, case.head_dim, case.block_size);
-    let layout =
-        QkvLayout { num_heads: 2 * kvh as u32, num_kv_heads: kvh as u32, head_dim: hd as u32 };
+    let layout = QkvLayout::new(2 * kvh as u32, kvh as u32, hd as u32);
     let stride = layout.stride() as usize;
     let mut rng = rng(seed);
     let seqs = case.chunks.len();

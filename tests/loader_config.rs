@@ -181,3 +181,56 @@ fn gguf_refusals_name_the_key() {
         .to_string();
     assert!(err.contains("llama.embedding_length is missing"), "{err}");
 }
+
+/// DeepSeek-V2-Lite and V3 (assets/configs): MLA's shape as the KV cache and the kernels see it
+/// (one latent "head" of 512 + 64, RoPE on the 64, adjacent pairs), YaRN with DeepSeek's
+/// softmax scale `1/√(128 + 64) · (0.1 · mscale_all_dim · ln 40 + 1)²`, and the MoE layers
+/// (`first_k_dense_replace` dense ones first). A config without an MLA rank is refused by key.
+#[test]
+fn hf_deepseek_mla_configs() {
+    let read = |name: &str| {
+        let path = format!("{}/assets/configs/{name}/config.json", env!("CARGO_MANIFEST_DIR"));
+        ModelConfig::from_hf_config_json(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    for (name, layers, heads, q_lora, all_dim, moe) in [
+        ("deepseek-v2-lite", 27, 16, None, 0.707, 26),
+        ("deepseek-v3", 61, 128, Some(1536), 1.0, 58),
+    ] {
+        let c = read(name);
+        assert_eq!(c.arch, Architecture::Deepseek2, "{name}");
+        assert_eq!(
+            (c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim),
+            (layers, heads, 1, 576)
+        );
+        let m = c.mla.unwrap();
+        assert_eq!(m.q_lora_rank, q_lora, "{name}");
+        assert_eq!(
+            (m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim),
+            (512, 128, 64, 128)
+        );
+        assert_eq!((c.rope_dim(), c.rope_style, c.moe_layers), (64, RopeStyle::Interleaved, moe));
+        let mscale = 0.1 * all_dim * 40f64.ln() + 1.0;
+        let want = (mscale * mscale / 192f64.sqrt()) as f32;
+        assert!((c.attention_scale - want).abs() < 1e-6, "{name}: {} vs {want}", c.attention_scale);
+        match c.layers[0].rope.scaling {
+            // mscale == mscale_all_dim: cos/sin unscaled
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                attention_factor,
+                ..
+            } => {
+                assert_eq!((factor, original_max_position_embeddings), (40.0, 4096));
+                assert!((attention_factor - 1.0).abs() < 1e-12, "{name}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let lite = std::fs::read_to_string(format!(
+        "{}/assets/configs/deepseek-v2-lite/config.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let broken = lite.replace("\"kv_lora_rank\"", "\"kv_lora_rank_\"");
+    assert!(err_of(&broken).contains("needs 'kv_lora_rank'"), "{}", err_of(&broken));
+}

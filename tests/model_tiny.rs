@@ -316,3 +316,50 @@ fn mixed_batch_equals_sequences_alone() {
         );
     }
 }
+
+/// Multi-head latent attention (assets/tiny-deepseek: a DeepSeek-V2-shaped model with q-LoRA,
+/// without it, and with DeepSeek's YaRN) against the float64 forward of HF's expanded
+/// attention: one prefill, chunks, and decode steps, block sizes 1 and 16, both kernel
+/// families, bit-identical to each other. The KV pool holds one latent row of
+/// kv_lora_rank + qk_rope_head_dim = 128 f16 per token and layer, nothing per head.
+#[test]
+fn mla_models_match_independent_cpu_forward() {
+    let g = golden_of("assets/tiny-deepseek/golden.json");
+    let dirs = [("hf", "hf_qlora"), ("hf-no-qlora", "hf_no_qlora"), ("hf-yarn", "hf_yarn")];
+    for (d, (dir, key)) in dirs.into_iter().enumerate() {
+        let want = &g.logits[key];
+        let cases = FAMILIES.into_iter().flat_map(|f| [1usize, 16].map(|bs| (f, bs)));
+        for (i, (family, bs)) in cases.enumerate() {
+            let rel = PathBuf::from("assets/tiny-deepseek").join(dir);
+            let Some((mut model, _)) = load_from(&rel, bs, family) else { return };
+            let blocks = model.options().num_blocks as u64;
+            assert_eq!(model.kv_pool().bytes, blocks * bs as u64 * 2 * 128 * 2, "{dir}");
+            let seed = (100 + d * 10 + i) as u64;
+            let what = format!("{dir} {family:?} block {bs}");
+            let one = run_chunks(&mut model, &g.tokens, &[40], bs, seed);
+            check_logits(&format!("{what} prefill"), &one, want, g.vocab);
+            let chunked = run_chunks(&mut model, &g.tokens, &[7, 13, 20], bs, seed + 1);
+            check_logits(&format!("{what} chunks"), &chunked, want, g.vocab);
+            let mut steps = vec![9];
+            steps.extend(std::iter::repeat_n(1, 31));
+            let decoded = run_chunks(&mut model, &g.tokens, &steps, bs, seed + 2);
+            check_logits(&format!("{what} decodes"), &decoded, want, g.vocab);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&one) == bits(&chunked) && bits(&one) == bits(&decoded), "{what}");
+        }
+    }
+    // the variants differ: q-LoRA vs q_proj, and YaRN's frequencies and softmax scale
+    let diff = |a: &str, b: &str| {
+        g.logits[a].iter().zip(&g.logits[b]).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    };
+    assert!(diff("hf_qlora", "hf_yarn") > 1.0 && diff("hf_qlora", "hf_no_qlora") > 1.0);
+}
+
+/// A DeepSeek config with mixture-of-experts layers is refused at open, by name.
+#[test]
+fn mla_model_with_moe_layers_is_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-deepseek/hf-moe");
+    let err = ModelFile::open(&path).err().expect("MoE must be refused").to_string();
+    assert!(err.contains("1 of this model's 2 layers are mixture-of-experts"), "{err}");
+    assert!(err.contains("kvrun plan"), "{err}");
+}

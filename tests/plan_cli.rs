@@ -79,6 +79,8 @@ fn every_config_has_the_stable_json_keys() {
         "gemma-3-270m",
         "gemma-3-4b-it",
         "gemma-3-27b-it",
+        "deepseek-v2-lite",
+        "deepseek-v3",
     ];
     for name in names {
         let p = plan_json(&config(name), &[]);
@@ -225,6 +227,34 @@ fn gemma_3_270m_figures() {
     let short = plan_json(&c, &["-c", "512"]);
     assert_eq!(short["kv_groups"].as_array().unwrap().len(), 1);
     assert_eq!(u(&short, "kv_bytes_per_sequence"), 32 * 18 * 16 * 1024);
+}
+
+/// MLA caches one latent (kv_lora_rank 512) and one shared RoPE key (64) per token and layer,
+/// for all heads: DeepSeek-V2-Lite 27 × 576 × 2 = 31,104 bytes per token in f16, DeepSeek-V3
+/// 61 × 576 × 2 = 70,272. Beside it, the same heads as plain per-head K (128 + 64) and V (128):
+/// 27 × 16 × 320 × 2 = 276,480 and 61 × 128 × 320 × 2 = 4,997,120. Both have mixture-of-experts
+/// layers: `plan` sizes them, quantized latent KV is refused by name.
+#[test]
+fn deepseek_mla_figures() {
+    for (name, layers, token, expanded) in
+        [("deepseek-v2-lite", 27u64, 31_104u64, 276_480u64), ("deepseek-v3", 61, 70_272, 4_997_120)]
+    {
+        let p = plan_json(&config(name), &["-c", "4096"]);
+        assert_eq!(u(&p, "kv_bytes_per_token"), token, "{name}");
+        assert_eq!(token, layers * 576 * 2, "{name}");
+        assert_eq!(u(&p, "kv_bytes_per_block"), 16 * token, "{name}");
+        assert_eq!(u(&p, "kv_bytes_per_token_expanded"), expanded, "{name}");
+        assert_eq!(u(&p, "kv_bytes_per_sequence"), 4096 * token, "{name}");
+        assert_eq!(p["kv_groups"].as_array().unwrap().len(), 1, "{name}");
+        let text = kvrun(&["plan", "-m", config(name).to_str().unwrap(), "-c", "4096"]);
+        let out = String::from_utf8_lossy(&text.stdout).to_string();
+        assert!(out.contains("expanded") && out.contains("per token if MLA"), "{out}");
+    }
+    // no expanded figure for other attention
+    assert!(plan_json(&config("llama-3-8b"), &[]).get("kv_bytes_per_token_expanded").is_none());
+    let err =
+        plan_fails(&["-m", config("deepseek-v3").to_str().unwrap(), "--kv-cache-dtype", "int8"]);
+    assert!(err.contains("MLA latent") && err.contains("--kv-cache-dtype f16"), "{err}");
 }
 
 /// Gemma 3 4B (34 layers, 5 global, window 1024, 4 KV heads × 256) and 27B (62 layers, 10

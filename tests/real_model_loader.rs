@@ -45,6 +45,8 @@ fn smollm2_config_and_tensors() {
         attention_scale: 0.125,
         norm_weight_offset: 0.0,
         rope_freq_factors: None,
+        mla: None,
+        moe_layers: 0,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

@@ -10,7 +10,7 @@ struct KvWriteParams {
     qkv_stride: u32,  // floats between token rows of qkv
     k_offset: u32,    // float offset of key head 0 in a row
     v_offset: u32,    // float offset of value head 0 in a row
-    _pad0: u32,
+    write_v: u32,     // 0: the values are the keys' first channels (MLA), v_pool is not written
     _pad1: u32,
 }
 
@@ -36,5 +36,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let dst = ((block * p.num_kv_heads + h) * p.block_size + off) * words + w;
     let src = t * p.qkv_stride + h * p.head_dim + 2u * w;
     k_pool[dst] = pack2x16float(vec2<f32>(qkv[p.k_offset + src], qkv[p.k_offset + src + 1u]));
-    v_pool[dst] = pack2x16float(vec2<f32>(qkv[p.v_offset + src], qkv[p.v_offset + src + 1u]));
+    if (p.write_v != 0u) {
+        v_pool[dst] = pack2x16float(vec2<f32>(qkv[p.v_offset + src], qkv[p.v_offset + src + 1u]));
+    }
 }

@@ -2,17 +2,19 @@
 // Pairs: Interleaved (GGUF llama, whose Q/K rows llama.cpp's converter permuted) rotates
 // (x[2j], x[2j+1]); Neox (HF layout, Qwen2, Gemma) rotates (x[j], x[j + head_dim/2]).
 // cos/sin come from a host-computed table so every adapter rotates by the same angles.
+// A head's rotated channels are head_dim wide and start at q_offset / k_offset + h · head_stride:
+// whole heads (head_stride = head_dim), or MLA's RoPE tail of each latent head.
 // One invocation = one pair of one head of one token.
 
 struct RopeParams {
     num_heads: u32,     // query heads
     num_kv_heads: u32,  // key heads (rotated after the query heads)
-    head_dim: u32,
+    head_dim: u32,      // rotated channels per head
     style: u32,         // 0 interleaved, 1 neox
     qkv_stride: u32,    // floats between token rows of qkv
     q_offset: u32,      // float offset of query head 0 in a row
     k_offset: u32,      // float offset of key head 0 in a row
-    _pad0: u32,
+    head_stride: u32,   // floats between heads
 }
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -33,9 +35,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let j = gid.x % half_dim;
     var base = t * p.qkv_stride;
     if (h < p.num_heads) {
-        base += p.q_offset + h * p.head_dim;
+        base += p.q_offset + h * p.head_stride;
     } else {
-        base += p.k_offset + (h - p.num_heads) * p.head_dim;
+        base += p.k_offset + (h - p.num_heads) * p.head_stride;
     }
     var i0 = base + 2u * j;
     var i1 = i0 + 1u;

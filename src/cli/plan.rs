@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::args::{KvFormatArgs, ModelArgs};
-use crate::engine::{kv_groups, kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
+use crate::engine::{kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
@@ -38,12 +38,30 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
-/// Parameters of a Llama-family config, for the weight bytes of a bare config.json.
+/// Parameters of a config with dense MLPs, for the weight bytes of a bare config.json (an MoE
+/// model's experts are not counted: a lower bound).
 fn parameter_count(c: &ModelConfig) -> u64 {
     let (d, f, v) = (c.hidden_size as u64, c.intermediate_size as u64, c.vocab_size as u64);
-    let q = (c.num_heads * c.head_dim) as u64;
-    let kv = (c.num_kv_heads * c.head_dim) as u64;
-    let per_layer = d * q + 2 * d * kv + q * d + 3 * d * f + 2 * d;
+    let h = c.num_heads as u64;
+    let attention = match c.mla {
+        None => {
+            let q = h * c.head_dim as u64;
+            let kv = (c.num_kv_heads * c.head_dim) as u64;
+            d * q + 2 * d * kv + q * d
+        }
+        Some(m) => {
+            let q_out = h * m.q_head_dim() as u64;
+            let q = match m.q_lora_rank {
+                Some(r) => d * r as u64 + r as u64 + r as u64 * q_out,
+                None => d * q_out,
+            };
+            let (rank, dv) = (m.kv_lora_rank as u64, m.v_head_dim as u64);
+            let kv =
+                d * m.latent_width() as u64 + rank + rank * h * (m.qk_nope_head_dim as u64 + dv);
+            q + kv + h * dv * d
+        }
+    };
+    let per_layer = attention + 3 * d * f + 2 * d;
     let embeddings = if c.tie_word_embeddings { v * d } else { 2 * v * d };
     embeddings + c.num_layers as u64 * per_layer + d
 }
@@ -91,7 +109,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     }
     // The groups and the block the engine would use (engine::ResolvedConfig does the same).
     let groups = kv_groups(&config, max_model_len);
-    let storage = kv_storage(&spec, args.block_size, config.head_dim)?;
+    let storage = model_kv_storage(&spec, args.block_size, &config)?;
     let layout = KvLayout::new(
         groups.slots_per_block(),
         config.num_kv_heads,
@@ -108,6 +126,10 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         max_num_seqs: args.max_num_seqs,
         kv_cache_memory,
         weight_bytes,
+        kv_bytes_per_token_expanded: config.mla.map(|m| {
+            let per_head = (m.q_head_dim() + m.v_head_dim) as u64;
+            config.num_layers as u64 * config.num_heads as u64 * per_head * 2
+        }),
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

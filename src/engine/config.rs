@@ -118,6 +118,38 @@ pub fn kv_storage(
     Ok(KvStorage { dtype_name: spec.format().name(), k: head_block(spec.k), v: head_block(spec.v) })
 }
 
+/// [`kv_storage`] for `model`'s KV cache. MLA's latent keeps its values inside its keys: one
+/// head block per token row (`HeadBlockStorage::NONE`-sized V), quantized with one granularity
+/// for both (the row is read as keys and as values), never rotated. Its f16 staging still has a
+/// K and a V half (`kv_stage` copies the row into both), so V is `staged` like K.
+pub fn model_kv_storage(
+    spec: &KvCacheSpec,
+    block_size: usize,
+    model: &ModelConfig,
+) -> Result<KvStorage, EngineError> {
+    let storage = kv_storage(spec, block_size, model.head_dim)?;
+    if !model.values_in_keys() {
+        return Ok(storage);
+    }
+    if spec.rotate {
+        return Err(EngineError::Config(
+            "this model caches an MLA latent, which --kv-rotate does not support; drop \
+             --kv-rotate"
+                .into(),
+        ));
+    }
+    if spec.k != spec.v {
+        return Err(EngineError::Config(format!(
+            "this model caches an MLA latent, one row read as keys and as values, so K and V \
+             need the same scales; add --kv-k-scale {g} --kv-v-scale {g} (or per-channel for \
+             both)",
+            g = spec.v.scale_name()
+        )));
+    }
+    let v = HeadBlockStorage { bytes: 0, ..storage.v };
+    Ok(KvStorage { v, ..storage })
+}
+
 /// The configuration after looking at the model: every number concrete.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ResolvedConfig {
@@ -192,7 +224,7 @@ impl ResolvedConfig {
                  than the context, and the cache needs one full-attention layer"
             );
         }
-        let storage = kv_storage(&cfg.kv_cache, cfg.block_size, model.head_dim)?;
+        let storage = model_kv_storage(&cfg.kv_cache, cfg.block_size, model)?;
         let layout = KvLayout::new(
             kv_groups.slots_per_block(),
             model.num_kv_heads,

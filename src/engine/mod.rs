@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{
-    kv_groups, kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
-    DEFAULT_MAX_MODEL_LEN_CAP,
+    kv_groups, kv_storage, model_kv_storage, tenant_namespace, EngineConfig, KvQuota,
+    ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
 };
 pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};

@@ -197,8 +197,12 @@ impl AttentionOp {
     /// `window`: the layer's sliding window W (a query at position p attends to keys
     /// (p − W, p], exactly as HF); `None` for full causal attention. The kernels read no block
     /// table entry and no pool block for a position before a query's window, so the KV manager
-    /// may free those blocks (a null table entry) and reuse them.
+    /// may free those blocks (a null table entry) and reuse them. `scale` multiplies the
+    /// scores before the softmax (`ModelConfig::attention_scale`: 1/√head_dim for most models).
+    /// With `layout.values_in_keys` (MLA) pass the K pool as `io.v_pool` too: the values are
+    /// read from the keys' first channels and the output has the keys' width.
     #[track_caller]
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
@@ -206,6 +210,7 @@ impl AttentionOp {
         block_size: u32,
         max_partitions: u32,
         window: Option<NonZeroU32>,
+        scale: f32,
         io: AttentionIo<'_>,
     ) -> Self {
         let hd = layout.head_dim;
@@ -220,6 +225,12 @@ impl AttentionOp {
         let group = layout.num_heads / layout.num_kv_heads;
         let heads_per_wg = heads_per_workgroup(group, hd);
         let q = io.kv_quant.map(|q| q.layout);
+        if let (true, Some(q)) = (layout.values_in_keys, q) {
+            assert!(
+                q.k_head_block_words == q.v_head_block_words && q.k_data_words == q.v_data_words,
+                "values in the keys (MLA) need one quantization for K and V"
+            );
+        }
         if q.is_some() {
             assert!(hd % 8 == 0, "quantized KV needs head_dim a multiple of 8, got {hd}");
         }
@@ -232,7 +243,7 @@ impl AttentionOp {
             out_stride: layout.num_heads * hd,
             heads_per_wg,
             max_partitions,
-            scale: 1.0 / (hd as f32).sqrt(),
+            scale,
             k_offset: layout.k_offset(),
             v_offset: layout.v_offset(),
             stage_slots: q.map_or(0, |q| q.stage_slots),

@@ -190,6 +190,8 @@ pub struct KvQuantizeOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
     num_kv_heads: u32,
+    /// K and V (2), or K only (1) when the values are the keys' first channels (MLA).
+    parts: u32,
     wg_limit: u32,
 }
 
@@ -233,6 +235,7 @@ impl KvQuantizeOp {
             bind_group,
             pipeline,
             num_kv_heads: layout.num_kv_heads,
+            parts: if layout.values_in_keys { 1 } else { 2 },
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }
@@ -241,7 +244,7 @@ impl KvQuantizeOp {
         if shape.num_completed_blocks == 0 {
             return;
         }
-        let grid = [shape.num_completed_blocks, self.num_kv_heads, 2];
+        let grid = [shape.num_completed_blocks, self.num_kv_heads, self.parts];
         check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);

@@ -18,7 +18,9 @@ pub struct KvWriteParams {
     pub qkv_stride: u32,
     pub k_offset: u32,
     pub v_offset: u32,
-    pub _pad: [u32; 2],
+    /// 0 when the values are the keys' first channels (`QkvLayout::values_in_keys`).
+    pub write_v: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<KvWriteParams>() == 32);
 
@@ -29,7 +31,7 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
     BindingKind::StorageRead,      // slot_mapping: [tokens]
     BindingKind::StorageReadWrite, // k_pool: [blocks, kv_heads, block_size, head_dim / 2] f16x2
-    BindingKind::StorageReadWrite, // v_pool: same
+    BindingKind::StorageReadWrite, // v_pool: same (not written when the values are in the keys)
 ];
 
 pub struct KvWriteOp {
@@ -60,7 +62,8 @@ impl KvWriteOp {
             qkv_stride: layout.stride(),
             k_offset: layout.k_offset(),
             v_offset: layout.v_offset(),
-            _pad: [0; 2],
+            write_v: u32::from(!layout.values_in_keys),
+            _pad: 0,
         };
         let ubuf = gpu.uniform_buffer_init("kv_write", bytemuck::bytes_of(&params));
         let bind_group =

@@ -28,7 +28,7 @@ pub struct RopeParams {
     pub qkv_stride: u32,
     pub q_offset: u32,
     pub k_offset: u32,
-    pub _pad: u32,
+    pub head_stride: u32,
 }
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 
@@ -145,18 +145,69 @@ pub struct QkvLayout {
     pub num_heads: u32,
     pub num_kv_heads: u32,
     pub head_dim: u32,
+    /// The values are the first channels of the keys (MLA's latent `[c_kv ; k_pe]`): a row has
+    /// no V heads, the KV pool no V buffer of its own, and `kv_write` writes K only.
+    pub values_in_keys: bool,
 }
 
 impl QkvLayout {
-    /// Floats per token row: Q heads, then K heads, then V heads.
+    /// Q heads on `num_kv_heads` K heads and as many V heads.
+    pub fn new(num_heads: u32, num_kv_heads: u32, head_dim: u32) -> Self {
+        QkvLayout { num_heads, num_kv_heads, head_dim, values_in_keys: false }
+    }
+
+    /// Floats per token row: Q heads, then K heads, then V heads (none when the values live
+    /// in the keys).
     pub fn stride(&self) -> u32 {
-        (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        let v_heads = if self.values_in_keys { 0 } else { self.num_kv_heads };
+        (self.num_heads + self.num_kv_heads + v_heads) * self.head_dim
     }
     pub fn k_offset(&self) -> u32 {
         self.num_heads * self.head_dim
     }
+    /// Where V head 0 starts: K's own place when the values live in the keys.
     pub fn v_offset(&self) -> u32 {
-        (self.num_heads + self.num_kv_heads) * self.head_dim
+        match self.values_in_keys {
+            true => self.k_offset(),
+            false => (self.num_heads + self.num_kv_heads) * self.head_dim,
+        }
+    }
+}
+
+/// Which channels of which heads RoPE rotates, in place in the qkv activation: `rot_dim`
+/// channels starting at `q_offset + h · head_stride` (query head h) and `k_offset + h ·
+/// head_stride` (key head h). Whole heads for most models (`From<QkvLayout>`); MLA rotates the
+/// last `qk_rope_head_dim` channels of each latent head ([`RopeHeads::tail`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RopeHeads {
+    pub num_heads: u32,
+    pub num_kv_heads: u32,
+    pub rot_dim: u32,
+    pub head_stride: u32,
+    pub qkv_stride: u32,
+    pub q_offset: u32,
+    pub k_offset: u32,
+}
+
+impl From<QkvLayout> for RopeHeads {
+    fn from(l: QkvLayout) -> Self {
+        RopeHeads {
+            num_heads: l.num_heads,
+            num_kv_heads: l.num_kv_heads,
+            rot_dim: l.head_dim,
+            head_stride: l.head_dim,
+            qkv_stride: l.stride(),
+            q_offset: 0,
+            k_offset: l.k_offset(),
+        }
+    }
+}
+
+impl RopeHeads {
+    /// The last `rot_dim` channels of every Q and K head of `l`.
+    pub fn tail(l: QkvLayout, rot_dim: u32) -> Self {
+        let skip = l.head_dim - rot_dim;
+        RopeHeads { rot_dim, q_offset: skip, k_offset: l.k_offset() + skip, ..RopeHeads::from(l) }
     }
 }
 
@@ -176,29 +227,29 @@ impl RopeOp {
         qkv: &wgpu::Buffer,
         positions: &wgpu::Buffer,
         table: &wgpu::Buffer,
-        layout: QkvLayout,
+        heads: RopeHeads,
         pairs: RopePairs,
     ) -> Self {
         let pipeline = kernels.pipeline(gpu, PipelineKey::Rope);
         let params = RopeParams {
-            num_heads: layout.num_heads,
-            num_kv_heads: layout.num_kv_heads,
-            head_dim: layout.head_dim,
+            num_heads: heads.num_heads,
+            num_kv_heads: heads.num_kv_heads,
+            head_dim: heads.rot_dim,
             style: match pairs {
                 RopePairs::Interleaved => 0,
                 RopePairs::Neox => 1,
             },
-            qkv_stride: layout.stride(),
-            q_offset: 0,
-            k_offset: layout.k_offset(),
-            _pad: 0,
+            qkv_stride: heads.qkv_stride,
+            q_offset: heads.q_offset,
+            k_offset: heads.k_offset,
+            head_stride: heads.head_stride,
         };
         let ubuf = gpu.uniform_buffer_init("rope", bytemuck::bytes_of(&params));
         let bind_group = pipeline.bind_group(gpu, "rope", &[step, &ubuf, qkv, positions, table]);
         RopeOp {
             bind_group,
             pipeline,
-            pairs_per_token: (layout.num_heads + layout.num_kv_heads) * layout.head_dim / 2,
+            pairs_per_token: (heads.num_heads + heads.num_kv_heads) * heads.rot_dim / 2,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }

@@ -14,6 +14,9 @@
 //! ```
 //! For f16 a head block is `block_size × head_dim × 2` bytes, so bytes_per_token is the familiar
 //! `2 × layers × kv_heads × head_dim × 2`. Budgets use whole blocks and integer bytes only.
+//! MLA caches one latent row per token and layer whose first channels are also the values
+//! (`engine::model_kv_storage`): one "KV head" of `kv_lora_rank + qk_rope_head_dim`
+//! and a V head block of 0 bytes, so `bytes_per_token = layers × latent width × 2`.
 
 use super::error::{KvError, LayoutDim};
 
@@ -49,6 +52,13 @@ impl KvStorage {
             scale_name: "none",
         };
         KvStorage { dtype_name: "f16", k: head_block, v: head_block }
+    }
+
+    /// f16 keys whose first channels are also the values (MLA's latent `[c_kv ; k_pe]`): a
+    /// head block of K only, a V head block of 0 bytes.
+    pub const fn f16_values_in_keys(block_size: usize, head_dim: usize) -> Self {
+        let f16 = Self::f16(block_size, head_dim);
+        KvStorage { v: HeadBlockStorage { bytes: 0, ..f16.v }, ..f16 }
     }
 }
 
@@ -93,7 +103,7 @@ impl KvLayout {
         if !(1..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(KvError::BlockSize { block_size });
         }
-        if storage.k.bytes == 0 || storage.v.bytes == 0 {
+        if storage.k.bytes == 0 {
             return Err(KvError::ZeroDim { dim: LayoutDim::HeadBlockBytes });
         }
         let layout = KvLayout { num_layers, num_kv_heads, head_dim, block_size, storage };
@@ -279,9 +289,20 @@ mod tests {
         let err = KvLayout::f16(usize::MAX, usize::MAX, usize::MAX, 1024).unwrap_err();
         assert_eq!(err, KvError::LayoutTooLarge { block_size: 1024 });
         let mut empty = KvStorage::f16(16, 64);
-        empty.v.bytes = 0;
+        empty.k.bytes = 0;
         let err = KvLayout::new(1, 1, 64, 16, empty).unwrap_err();
         assert_eq!(err, KvError::ZeroDim { dim: LayoutDim::HeadBlockBytes });
+    }
+
+    /// MLA: values inside the keys cost no V bytes; DeepSeek-V3's 61 layers of one 576-wide
+    /// latent are 70,272 bytes a token.
+    #[test]
+    fn values_in_keys_cost_only_the_keys() {
+        let s = KvStorage::f16_values_in_keys(16, 576);
+        assert_eq!((s.k.bytes, s.v.bytes), (16 * 576 * 2, 0));
+        let layout = KvLayout::new(61, 1, 576, 16, s).unwrap();
+        assert_eq!(layout.bytes_per_token(), 70_272.0);
+        assert_eq!(layout.staging_bytes_per_sequence(), 0);
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub struct PlanInput {
     pub kv_cache_memory: Option<u64>,
     /// Bytes of the model weights as stored (reported, not part of the KV budget).
     pub weight_bytes: u64,
+    /// MLA: the KV bytes per token the same heads would cache as plain per-head K and V
+    /// (`layers × heads × (qk_nope + qk_rope + v_head_dim) × element bytes`), for comparison;
+    /// `None` for other attention.
+    pub kv_bytes_per_token_expanded: Option<u64>,
 }
 
 /// One KV-cache group in a [`Plan`].
@@ -105,6 +109,9 @@ pub struct Plan {
     pub max_num_seqs: usize,
     /// KV of `max_num_seqs` full-length sequences.
     pub kv_bytes_needed: u64,
+    /// MLA only: what the same heads would cache per token as per-head K and V.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token_expanded: Option<u64>,
 }
 
 /// Works out the plan. O(1). Byte products saturate at `u64::MAX` (16 EiB) rather than wrap.
@@ -179,6 +186,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         max_model_len: input.max_model_len,
         max_num_seqs: input.max_num_seqs,
         kv_bytes_needed,
+        kv_bytes_per_token_expanded: input.kv_bytes_per_token_expanded,
     })
 }
 
@@ -216,6 +224,13 @@ impl std::fmt::Display for Plan {
             _ => format!("{token_bytes:.2} bytes (block bytes / block_size)"),
         };
         row(f, "per token", token_bytes.round() as u64, token_note)?;
+        if let Some(expanded) = self.kv_bytes_per_token_expanded {
+            let note = format!(
+                "per token if MLA's heads cached their own K and V ({:.1}× the latent)",
+                expanded as f64 / token_bytes.max(1.0)
+            );
+            row(f, "  expanded", expanded, note)?;
+        }
         row(f, "per block", self.kv_bytes_per_block, format!("{} tokens", self.block_size))?;
         let seq_note = format!("-c {} tokens", self.max_model_len);
         row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
@@ -284,6 +299,7 @@ mod tests {
             max_num_seqs: seqs,
             kv_cache_memory: budget,
             weight_bytes: 13_476_839_424,
+            kv_bytes_per_token_expanded: None,
         }
     }
 

@@ -15,6 +15,13 @@ type Dim = (&'static str, usize);
 /// against the file. Layer count first, so a huge `block_count` costs one pass over the names.
 pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     let c = file.config();
+    if c.moe_layers > 0 {
+        return Err(LoadError::config(format!(
+            "{} of this model's {} layers are mixture-of-experts, which kvrun does not run yet \
+             (`kvrun plan` sizes its KV cache); use a model whose layers are all dense",
+            c.moe_layers, c.num_layers
+        )));
+    }
     let layers = layers_present(file.tensor_names().into_iter());
     if layers < c.num_layers {
         return Err(too_few_layers(c.num_layers, layers));
@@ -33,21 +40,75 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     for l in 0..c.num_layers {
         let name = |t: &str| format!("blk.{l}.{t}");
         expect(file, &name("attn_norm.weight"), &[hidden])?;
-        expect(file, &name("attn_q.weight"), &[q_rows, hidden])?;
-        expect(file, &name("attn_k.weight"), &[kv_rows, hidden])?;
-        expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
-        if c.attention_bias {
-            expect(file, &name("attn_q.bias"), &[q_rows])?;
-            expect(file, &name("attn_k.bias"), &[kv_rows])?;
-            expect(file, &name("attn_v.bias"), &[kv_rows])?;
+        if let Some(m) = c.mla {
+            mla_attention(file, l, m, c.num_heads, hidden)?;
+        } else {
+            llama_attention(file, l, c.attention_bias, q_rows, kv_rows, hidden)?;
         }
-        expect(file, &name("attn_output.weight"), &[hidden, q_rows])?;
         expect(file, &name("ffn_norm.weight"), &[hidden])?;
         expect(file, &name("ffn_gate.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_up.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_down.weight"), &[hidden, ffn])?;
     }
     Ok(())
+}
+
+/// Q, K, V (and biases) and the output projection of a Llama-style layer.
+fn llama_attention(
+    file: &ModelFile,
+    l: usize,
+    bias: bool,
+    q_rows: Dim,
+    kv_rows: Dim,
+    hidden: Dim,
+) -> Result<(), LoadError> {
+    let name = |t: &str| format!("blk.{l}.{t}");
+    {
+        expect(file, &name("attn_q.weight"), &[q_rows, hidden])?;
+        expect(file, &name("attn_k.weight"), &[kv_rows, hidden])?;
+        expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
+        if bias {
+            expect(file, &name("attn_q.bias"), &[q_rows])?;
+            expect(file, &name("attn_k.bias"), &[kv_rows])?;
+            expect(file, &name("attn_v.bias"), &[kv_rows])?;
+        }
+        expect(file, &name("attn_output.weight"), &[hidden, q_rows])?;
+    }
+    Ok(())
+}
+
+/// The attention tensors of an MLA layer (HF DeepSeek names mapped by `hf::canonical_name`).
+fn mla_attention(
+    file: &ModelFile,
+    l: usize,
+    m: super::Mla,
+    heads: usize,
+    hidden: Dim,
+) -> Result<(), LoadError> {
+    let name = |t: &str| format!("blk.{l}.{t}");
+    let heads = ("num_attention_heads", heads);
+    let q_rows = product("heads × (qk_nope + qk_rope)", heads, ("q_head_dim", m.q_head_dim()))?;
+    let kv_b_rows = product(
+        "heads × (qk_nope + v_head_dim)",
+        heads,
+        ("qk_nope_head_dim + v_head_dim", m.qk_nope_head_dim + m.v_head_dim),
+    )?;
+    let o_cols = product("heads × v_head_dim", heads, ("v_head_dim", m.v_head_dim))?;
+    match m.q_lora_rank {
+        Some(r) => {
+            let rank = ("q_lora_rank", r);
+            expect(file, &name("attn_q_a.weight"), &[rank, hidden])?;
+            expect(file, &name("attn_q_a_norm.weight"), &[rank])?;
+            expect(file, &name("attn_q_b.weight"), &[q_rows, rank])?;
+        }
+        None => expect(file, &name("attn_q.weight"), &[q_rows, hidden])?,
+    }
+    let latent = ("kv_lora_rank + qk_rope_head_dim", m.latent_width());
+    let rank = ("kv_lora_rank", m.kv_lora_rank);
+    expect(file, &name("attn_kv_a_mqa.weight"), &[latent, hidden])?;
+    expect(file, &name("attn_kv_a_norm.weight"), &[rank])?;
+    expect(file, &name("attn_kv_b.weight"), &[kv_b_rows, rank])?;
+    expect(file, &name("attn_output.weight"), &[hidden, o_cols])
 }
 
 /// How many layers `blk.0 … blk.N-1` have at least one tensor (the leading run without gaps).

@@ -6,7 +6,8 @@ use super::gguf::GgufFile;
 use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
-pub(super) const SUPPORTED: &str = "Llama (incl. Mistral), Qwen2, Gemma 3";
+pub(super) const SUPPORTED: &str =
+    "Llama (incl. Mistral), Qwen2, Gemma 3, DeepSeek-V2/V3 (MLA, dense layers; HF safetensors)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -18,6 +19,40 @@ pub enum Architecture {
     /// Gemma 3 (text): Q/K norms, GELU-tanh MLP, scaled embeddings, post-norms, and
     /// interleaved sliding-window (local) and full (global) layers with their own RoPE.
     Gemma3,
+    /// DeepSeek-V2/V3 (`DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM`): multi-head latent
+    /// attention ([`Mla`]) and SwiGLU MLPs; its mixture-of-experts layers are refused at load.
+    Deepseek2,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): per token and layer the KV cache holds one
+/// compressed latent `c_kv` (`kv_lora_rank`) and one RoPE key `k_pe` (`qk_rope_head_dim`)
+/// shared by all heads. A head's key is `[W_UK_h · c_kv ; k_pe]` and its value `W_UV_h · c_kv`
+/// (`kv_b_proj`); kvrun folds `W_UK_h` into the query and `W_UV_h` into the output (the
+/// absorbed form), so attention itself is one MQA "head" of `kv_lora_rank + qk_rope_head_dim`
+/// channels whose values are the first `kv_lora_rank` of its keys. For such a model
+/// [`ModelConfig::head_dim`] is that latent width and `num_kv_heads` is 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Mla {
+    /// Rank of the query's low-rank path (`q_a_proj → RMSNorm → q_b_proj`); `None`: `q_proj`.
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    /// Per-head query/key channels without RoPE (`W_UK_h` has this many rows).
+    pub qk_nope_head_dim: usize,
+    /// Channels of the RoPE part of each query head and of the shared `k_pe`.
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+impl Mla {
+    /// Channels of one query head: `qk_nope_head_dim + qk_rope_head_dim`.
+    pub fn q_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+
+    /// Channels one token caches per layer: `kv_lora_rank + qk_rope_head_dim`.
+    pub fn latent_width(&self) -> usize {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
 }
 
 /// How a layer's attention sees the past.
@@ -136,6 +171,11 @@ pub struct ModelConfig {
     /// `rope_freqs.weight`, in which llama.cpp's converter precomputes Llama 3.1's `llama3`
     /// scaling (the GGUF carries no scaling keys then). `None`: no divisors.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Multi-head latent attention (DeepSeek); `None` for every other architecture.
+    pub mla: Option<Mla>,
+    /// Layers whose MLP is a mixture of experts, which kvrun does not run: a model with any is
+    /// refused at load (`plan` still sizes its KV).
+    pub moe_layers: usize,
 }
 
 /// What an HF `config.json` says beyond [`ModelConfig`] (for `kvrun plan` on a bare config).
@@ -239,6 +279,7 @@ impl ModelConfig {
                 self.norm_weight_offset, self.embedding_scale
             )));
         }
+        self.validate_mla()?;
         self.validate_layers()
     }
 
@@ -268,7 +309,7 @@ impl ModelConfig {
             })?;
         }
         if let Some(f) = &self.rope_freq_factors {
-            if f.len() != self.head_dim / 2 || f.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            if f.len() != self.rope_dim() / 2 || f.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
                 return Err(LoadError::config(format!(
                     "rope_freqs.weight has {} factors for head_dim = {} (needs head_dim / 2, all \
                      positive); re-convert the model",
@@ -276,6 +317,51 @@ impl ModelConfig {
                     self.head_dim
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Channels RoPE rotates in each Q/K head: `qk_rope_head_dim` with MLA, else `head_dim`.
+    pub fn rope_dim(&self) -> usize {
+        self.mla.map_or(self.head_dim, |m| m.qk_rope_head_dim)
+    }
+
+    /// Whether the values live inside the cached keys (MLA's latent): the KV cache then holds
+    /// one row of `head_dim` per token and layer, not a K and a V row.
+    pub fn values_in_keys(&self) -> bool {
+        self.mla.is_some()
+    }
+
+    /// MLA's shape rules: every rank non-zero, an even RoPE part, and the KV shape it implies
+    /// (one latent "head" of `kv_lora_rank + qk_rope_head_dim`).
+    fn validate_mla(&self) -> Result<(), LoadError> {
+        let Some(m) = self.mla else { return Ok(()) };
+        let dims = [
+            ("kv_lora_rank", m.kv_lora_rank),
+            ("qk_nope_head_dim", m.qk_nope_head_dim),
+            ("qk_rope_head_dim", m.qk_rope_head_dim),
+            ("v_head_dim", m.v_head_dim),
+            ("q_lora_rank", m.q_lora_rank.unwrap_or(1)),
+        ];
+        if let Some((name, _)) = dims.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
+            return Err(LoadError::config(format!(
+                "{name} is 0 or absurdly large; the model's config is broken"
+            )));
+        }
+        if m.qk_rope_head_dim % 2 != 0 {
+            return Err(LoadError::config(format!(
+                "qk_rope_head_dim = {} is odd; RoPE rotates pairs, so it must be even",
+                m.qk_rope_head_dim
+            )));
+        }
+        if self.num_kv_heads != 1 || self.head_dim != m.latent_width() {
+            return Err(LoadError::config(format!(
+                "an MLA model caches one latent of kv_lora_rank + qk_rope_head_dim = {} channels \
+                 per token, not {} heads of {}",
+                m.latent_width(),
+                self.num_kv_heads,
+                self.head_dim
+            )));
         }
         Ok(())
     }

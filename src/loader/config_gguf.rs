@@ -87,6 +87,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         attention_scale: inv_sqrt(head_dim),
         norm_weight_offset: 0.0,
         rope_freq_factors: rope_freq_factors(file)?,
+        mla: None,
+        moe_layers: 0,
     };
     if arch == Architecture::Gemma3 {
         gemma3(&m, &mut config)?;

@@ -4,7 +4,7 @@
 
 use super::config::{
     inv_sqrt, token_id_list, Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec,
-    ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use serde::Deserialize;
@@ -41,6 +41,15 @@ struct HfConfigJson {
     query_pre_attn_scalar: Option<f64>,
     rope_local_base_freq: Option<f64>,
     sliding_window_pattern: Option<usize>,
+    // DeepSeek-V2/V3 (MLA, MoE)
+    q_lora_rank: Option<usize>,
+    kv_lora_rank: Option<usize>,
+    qk_nope_head_dim: Option<usize>,
+    qk_rope_head_dim: Option<usize>,
+    v_head_dim: Option<usize>,
+    n_routed_experts: Option<usize>,
+    first_k_dense_replace: Option<usize>,
+    moe_layer_freq: Option<usize>,
     torch_dtype: Option<String>,
     dtype: Option<String>,
     bos_token_id: Option<u32>,
@@ -79,6 +88,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "LlamaForCausalLM" | "MistralForCausalLM" => Architecture::Llama,
         "Qwen2ForCausalLM" => Architecture::Qwen2,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
+        "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: if other.is_empty() { "(none given)" } else { other }.to_string(),
@@ -104,6 +114,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     super::config::check_num_layers(c.num_hidden_layers, "num_hidden_layers")?;
     let config = match arch {
         Architecture::Gemma3 => gemma3(&c)?,
+        Architecture::Deepseek2 => deepseek2(&c)?,
         _ => llama_like(arch, &c)?,
     };
     config.validate()?;
@@ -154,6 +165,8 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         attention_scale: inv_sqrt(head_dim),
         norm_weight_offset: 0.0,
         rope_freq_factors: None,
+        mla: None,
+        moe_layers: 0,
     }
 }
 
@@ -237,6 +250,59 @@ fn gemma3(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         norm_weight_offset: 1.0,
         max_position_embeddings: max_pos,
         ..base(Architecture::Gemma3, c, layers)
+    })
+}
+
+/// DeepSeek-V2/V3 as `modeling_deepseek.py` defines it: multi-head latent attention ([`Mla`]),
+/// RoPE on the `qk_rope_head_dim` channels only, in adjacent pairs (HF de-interleaves q_pe and
+/// k_pe before `rotate_half`, the same scores as rotating pairs in place), YaRN as configured,
+/// softmax scale `1/sqrt(qk_nope + qk_rope)` times `mscale(factor, mscale_all_dim)²` under
+/// YaRN. Layer `l` is mixture-of-experts when `n_routed_experts` is set, `l ≥
+/// first_k_dense_replace` and `l % moe_layer_freq == 0`.
+fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let need = |key: &str, v: Option<usize>| {
+        v.ok_or_else(|| {
+            LoadError::config(format!(
+                "a DeepSeek config needs '{key}'; pass the model's own config.json"
+            ))
+        })
+    };
+    let mla = Mla {
+        q_lora_rank: c.q_lora_rank,
+        kv_lora_rank: need("kv_lora_rank", c.kv_lora_rank)?,
+        qk_nope_head_dim: need("qk_nope_head_dim", c.qk_nope_head_dim)?,
+        qk_rope_head_dim: need("qk_rope_head_dim", c.qk_rope_head_dim)?,
+        v_head_dim: need("v_head_dim", c.v_head_dim)?,
+    };
+    let max_pos = c.max_position_embeddings.unwrap_or(4096);
+    let (theta, params) = rope_params(c, "full_attention")?;
+    let rope = hf_rope(theta, params, max_pos)?;
+    let mut scale = 1.0 / (mla.q_head_dim().max(1) as f64).sqrt();
+    if let RopeScaling::Yarn { factor, .. } = rope.scaling {
+        let all_dim = params.and_then(|p| p.get("mscale_all_dim")).and_then(Value::as_f64);
+        if let Some(m) = all_dim.filter(|m| *m != 0.0 && m.is_finite()) {
+            let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+            scale *= mscale * mscale;
+        }
+    }
+    let freq = c.moe_layer_freq.unwrap_or(1).max(1);
+    let first_moe = c.first_k_dense_replace.unwrap_or(0);
+    let moe_layers = match c.n_routed_experts {
+        Some(n) if n > 0 => {
+            (0..c.num_hidden_layers).filter(|l| *l >= first_moe && l % freq == 0).count()
+        }
+        _ => 0,
+    };
+    let layers = super::config::full_layers(c.num_hidden_layers, rope);
+    Ok(ModelConfig {
+        num_kv_heads: 1,
+        head_dim: mla.latent_width(),
+        rope_style: RopeStyle::Interleaved,
+        attention_scale: scale as f32,
+        max_position_embeddings: max_pos,
+        mla: Some(mla),
+        moe_layers,
+        ..base(Architecture::Deepseek2, c, layers)
     })
 }
 

@@ -36,7 +36,7 @@ pub struct HfModel {
     tensors: BTreeMap<String, HfTensor>,
 }
 
-/// HF Llama/Qwen2 parameter names → kvrun's canonical (GGUF) names. Names this does not know
+/// HF Llama/Qwen2/Gemma 3/DeepSeek parameter names → kvrun's canonical (GGUF) names. Names this does not know
 /// (e.g. `rotary_emb.inv_freq` in old checkpoints) are kept as they are.
 pub fn canonical_name(hf: &str) -> String {
     match hf {
@@ -65,6 +65,13 @@ pub fn canonical_name(hf: &str) -> String {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
+        // DeepSeek-V2/V3 (MLA), as llama.cpp's deepseek2 names them
+        "self_attn.q_a_proj.weight" => "attn_q_a.weight",
+        "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",
+        "self_attn.q_b_proj.weight" => "attn_q_b.weight",
+        "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
+        "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
+        "self_attn.kv_b_proj.weight" => "attn_kv_b.weight",
         _ => return hf.to_string(),
     };
     format!("blk.{layer}.{mapped}")

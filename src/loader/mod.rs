@@ -19,7 +19,7 @@ mod hf;
 mod mmap;
 
 pub use config::{
-    Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec, ModelConfig, Rope,
+    Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope,
     RopeScaling, RopeStyle,
 };
 pub use error::LoadError;

@@ -115,6 +115,8 @@ pub(super) struct Activations {
     pub sublayer: wgpu::Buffer,
     /// [max_tokens, heads · head_dim]
     pub attn: wgpu::Buffer,
+    /// MLA's intermediate rows (`None` for other models).
+    pub mla: Option<MlaActivations>,
     /// [max_tokens, 2 · ffn] fused gate and up projections
     pub gate_up: wgpu::Buffer,
     /// [max_tokens, ffn]
@@ -132,13 +134,28 @@ pub(super) struct Activations {
     pub rope_tables: Vec<wgpu::Buffer>,
 }
 
+/// MLA's rows besides `qkv` (which holds the absorbed queries and the latent key, `[heads +
+/// 1, kv_lora_rank + qk_rope_head_dim]`) and `attn` (the attention's latent outputs).
+pub(super) struct MlaActivations {
+    /// [max_tokens, q_lora_rank] `q_a_proj` output, then (`q_a_normed`) its RMSNorm
+    pub q_a: wgpu::Buffer,
+    pub q_a_normed: wgpu::Buffer,
+    /// [max_tokens, heads · (qk_nope + qk_rope)] the per-head queries before absorption
+    pub q: wgpu::Buffer,
+    /// [max_tokens, kv_lora_rank] `c_kv` before its RMSNorm
+    pub c_kv: wgpu::Buffer,
+    /// [max_tokens, heads · v_head_dim] per-head values (`W_UV_h` of the latent outputs)
+    pub v: wgpu::Buffer,
+}
+
 impl Activations {
     pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
         let f32s = |label: &str, rows: usize, cols: usize| {
             gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)
         };
         let t = o.max_num_batched_tokens;
-        let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        let v_heads = if c.values_in_keys() { 0 } else { c.num_kv_heads };
+        let qkv = (c.num_heads + c.num_kv_heads + v_heads) * c.head_dim;
         let logits_bytes = (o.max_logit_rows.max(1) * c.vocab_size * 4) as u64;
         Activations {
             hidden: f32s("hidden", t, c.hidden_size),
@@ -153,6 +170,13 @@ impl Activations {
                 false => f32s("no post norms", 1, 1),
             },
             attn: f32s("attention out", t, c.num_heads * c.head_dim),
+            mla: c.mla.map(|m| MlaActivations {
+                q_a: f32s("mla q_a", t, m.q_lora_rank.unwrap_or(1)),
+                q_a_normed: f32s("mla q_a normed", t, m.q_lora_rank.unwrap_or(1)),
+                q: f32s("mla q", t, c.num_heads * m.q_head_dim()),
+                c_kv: f32s("mla c_kv", t, m.kv_lora_rank),
+                v: f32s("mla v", t, c.num_heads * m.v_head_dim),
+            }),
             gate_up: f32s("gate_up", t, 2 * c.intermediate_size),
             ffn: f32s("ffn", t, c.intermediate_size),
             logits_in: f32s("logits in", o.max_logit_rows, c.hidden_size),
@@ -178,7 +202,7 @@ impl Activations {
                 .map(|r| {
                     let factors = c.rope_freq_factors.as_deref();
                     let table =
-                        rope_table_with_freq_factors(c.head_dim, r, factors, o.max_model_len);
+                        rope_table_with_freq_factors(c.rope_dim(), r, factors, o.max_model_len);
                     gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table))
                 })
                 .collect(),
@@ -193,6 +217,7 @@ impl Activations {
 /// running sequences' partial last blocks. Block ids address the same slot range in every layer.
 pub struct KvPool {
     pub k: Vec<wgpu::Buffer>,
+    /// The K buffers themselves when the values live in the keys (MLA's latent).
     pub v: Vec<wgpu::Buffer>,
     /// Quantized KV: staging per model layer (not per slot); empty for f16.
     pub stage: Vec<wgpu::Buffer>,
@@ -216,10 +241,10 @@ impl KvPool {
     ) -> Result<Self, ModelError> {
         // bytes one block takes in one layer's K (V) buffer: [kv_heads] head blocks
         let hb_bytes = |q| head_block_words(q, o.block_size, c.head_dim).bytes();
-        let (k_block, v_block) = (
-            c.num_kv_heads as u64 * hb_bytes(o.kv_cache.k),
-            c.num_kv_heads as u64 * hb_bytes(o.kv_cache.v),
-        );
+        // MLA: the values are the latent keys' first channels; no V buffer of their own
+        let v_heads = if c.values_in_keys() { 0 } else { c.num_kv_heads as u64 };
+        let (k_block, v_block) =
+            (c.num_kv_heads as u64 * hb_bytes(o.kv_cache.k), v_heads * hb_bytes(o.kv_cache.v));
         let blocks = o.num_blocks as u64;
         let (k_layer, v_layer) = (blocks.saturating_mul(k_block), blocks.saturating_mul(v_block));
         if k_layer.max(v_layer) > max_binding {
@@ -252,8 +277,12 @@ impl KvPool {
         // slot `kv_groups.layer_slot(l).1`, at the blocks of its group's table).
         let slots = o.kv_groups.slots_per_block();
         for slot in 0..slots {
-            k.push(gpu.storage_buffer(&format!("kv pool K slot {slot}"), k_layer));
-            v.push(gpu.storage_buffer(&format!("kv pool V slot {slot}"), v_layer));
+            let k_buf = gpu.storage_buffer(&format!("kv pool K slot {slot}"), k_layer);
+            v.push(match c.values_in_keys() {
+                true => k_buf.clone(),
+                false => gpu.storage_buffer(&format!("kv pool V slot {slot}"), v_layer),
+            });
+            k.push(k_buf);
         }
         // Staging is per layer, not per slot: layers of different groups share a slot's pool
         // buffer at different blocks, but a sequence's partial last block has one staging row

@@ -141,6 +141,8 @@ mod tests {
             attention_scale: 0.125,
             norm_weight_offset: 0.0,
             rope_freq_factors: None,
+            mla: None,
+            moe_layers: 0,
         }
     }
 

@@ -258,6 +258,7 @@ impl Model {
             num_heads: self.config.num_heads as u32,
             num_kv_heads: self.config.num_kv_heads as u32,
             head_dim: self.config.head_dim as u32,
+            values_in_keys: self.config.values_in_keys(),
         }
     }
 

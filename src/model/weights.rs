@@ -64,6 +64,54 @@ pub fn matrix(
     Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, rows, cols, t.data, max_binding)?)
 }
 
+/// Rows `rows` of the matrix `name` ([total_rows, cols]) on the GPU, as stored (rows of every
+/// format are independent byte ranges).
+pub fn matrix_rows(
+    gpu: &Gpu,
+    file: &ModelFile,
+    name: &str,
+    [total_rows, cols]: [usize; 2],
+    rows: std::ops::Range<usize>,
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[total_rows, cols])?;
+    assert!(rows.start < rows.end && rows.end <= total_rows, "rows {rows:?} of {total_rows}");
+    let row_bytes = t
+        .dtype
+        .row_bytes(cols)
+        .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
+    let data = &t.data[rows.start * row_bytes..rows.end * row_bytes];
+    let n = rows.len();
+    Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, data, max_binding)?)
+}
+
+/// The matrix `name` ([rows, cols]) dequantized to f32 on the CPU, row-major.
+pub fn matrix_values(
+    file: &ModelFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<f32>, ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[rows, cols])?;
+    t.to_f32().map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))
+}
+
+/// A matrix computed at load ([rows, cols] f32, row-major) on the GPU as F32.
+pub fn matrix_f32(
+    gpu: &Gpu,
+    label: &str,
+    values: &[f32],
+    rows: usize,
+    cols: usize,
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    assert_eq!(values.len(), rows * cols, "{label}: [{rows}, {cols}]");
+    let data = bytemuck::cast_slice(values);
+    Ok(GpuWeight::upload(gpu, label, WeightFormat::F32, rows, cols, data, max_binding)?)
+}
+
 /// One weight of a fused projection (e.g. Q|K|V) and where its rows land in the output row.
 pub struct FusedPart {
     pub weight: GpuWeight,

@@ -12,7 +12,7 @@ use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
-use crate::kernels::rope::{QkvLayout, RopeOp, RopePairs};
+use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
@@ -28,15 +28,15 @@ pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelErr
             c.hidden_size, c.intermediate_size
         ));
     }
+    if c.mla.is_some() && c.head_dim > MAX_HEAD_DIM as usize {
+        return bad(format!(
+            "this model's MLA latent (kv_lora_rank + qk_rope_head_dim = {} channels) is wider \
+             than the attention kernels' {MAX_HEAD_DIM}; DeepSeek-sized latents are not run yet",
+            c.head_dim
+        ));
+    }
     if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
         return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
-    }
-    if (c.attention_scale * (c.head_dim as f32).sqrt() - 1.0).abs() > 1e-5 {
-        return bad(
-            "this model scales attention scores by other than 1/sqrt(head_dim) (Gemma 3 27B), \
-             which the attention kernels do not run yet"
-                .into(),
-        );
     }
     if o.block_size == 0
         || o.max_model_len == 0
@@ -103,6 +103,7 @@ impl Builder<'_> {
             num_heads: self.c.num_heads as u32,
             num_kv_heads: self.c.num_kv_heads as u32,
             head_dim: self.c.head_dim as u32,
+            values_in_keys: self.c.values_in_keys(),
         }
     }
 
@@ -172,6 +173,20 @@ impl Builder<'_> {
             NormRows::Heads(_) => self.c.head_dim,
             NormRows::Step | NormRows::Gather(_) => self.c.hidden_size,
         };
+        self.norm_dim(name, dim, x, out, rows, accumulate)
+    }
+
+    /// [`Builder::norm`] over rows of `dim` elements, whatever the model's head_dim (MLA's
+    /// `q_a_layernorm` and `kv_a_layernorm` over `[heads: 1]` rows of their rank).
+    pub fn norm_dim(
+        &self,
+        name: &str,
+        dim: usize,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        rows: NormRows<'_>,
+        accumulate: bool,
+    ) -> Result<Op, ModelError> {
         let mut w = weights::vector(self.file, name, dim)?;
         w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
         let weight = self.gpu.storage_buffer_init(name, bytemuck::cast_slice(&w));
@@ -221,7 +236,11 @@ impl Builder<'_> {
         let table =
             &self.act.rope_tables[rope.expect("every layer's RoPE is among the distinct ones")];
         let (gpu, k, qkv) = (self.gpu, self.kernels, &self.act.qkv);
-        Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, self.layout(), pairs))
+        let heads = match c.mla {
+            Some(m) => RopeHeads::tail(self.layout(), m.qk_rope_head_dim as u32),
+            None => self.layout().into(),
+        };
+        Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, heads, pairs))
     }
 
     /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
@@ -279,7 +298,8 @@ impl Builder<'_> {
         };
         let parts = partitions(self.o.max_model_len as u32);
         let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
-        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, window, io)));
+        let scale = self.c.attention_scale;
+        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, window, scale, io)));
         if let Some(q) = kv_quant {
             ops.push(Op::KvStage(KvStageOp::new(
                 gpu,

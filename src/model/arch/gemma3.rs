@@ -25,8 +25,8 @@
 //! Quirks, as llama.cpp's `llama_model_gemma3` and HF's `modeling_gemma3.py` decide them: GGUF
 //! norm weights already hold HF's `1 + w` (the converter adds the 1; `norm_weight_offset` is
 //! 0 here); Q/K are not permuted (NEOX RoPE); scores are scaled by `attention_scale` =
-//! `query_pre_attn_scalar^-0.5`, which is `1/sqrt(head_dim)` except for 27B (refused by
-//! `common::validate` until the kernels take a scale).
+//! `query_pre_attn_scalar^-0.5`, which is `1/sqrt(head_dim)` except for 27B (the attention
+//! kernels take the config's scale).
 //!
 //! Sliding-window layers attend through their KV-cache group's window (`kv::KvGroups`: at
 //! -c ≤ 512 every layer is one full group; past it 5 sliding groups roll their blocks).

@@ -6,10 +6,12 @@
 //! | `common.rs` | [`Builder`]: the shared pieces (embedding, norms, fused projections, RoPE with the layer's table, attention with the layer's [`AttentionKind`], rotation, the final norm and LM head) and the checks every architecture needs |
 //! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias) |
 //! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
+//! | `deepseek2.rs` | DeepSeek-V2/V3 with dense layers: multi-head latent attention, absorbed |
 //!
 //! [`AttentionKind`]: crate::loader::AttentionKind
 
 mod common;
+mod deepseek2;
 mod gemma3;
 mod llama;
 
@@ -55,6 +57,7 @@ pub(super) fn load(
     let (ops, weight_bytes) = match c.arch {
         Architecture::Llama | Architecture::Qwen2 => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
+        Architecture::Deepseek2 => b.build(deepseek2::layer)?,
     };
     scope.finish(
         "the weights, activations and KV pool",
