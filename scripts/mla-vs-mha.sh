@@ -3,7 +3,8 @@
 # 96 + 32) vs an MHA model with the same 4 heads (each caching its own K and V of 64 channels,
 # the qk_nope + qk_rope width), at the same contexts, on whatever adapter kvrun picks.
 #
-#   scripts/mla-vs-mha.sh [contexts]      # default 128,1024,4096; writes target/mla-vs-mha/
+#   scripts/mla-vs-mha.sh [contexts] [kernel family]   # default 128,1024,4096 and auto;
+#                                                      # writes target/mla-vs-mha/
 #
 # Both models get max_position_embeddings 8192 (the MLA one is assets/tiny-deepseek/hf with only
 # that changed; the MHA twin has random weights: timing only). Needs python3 with numpy and
@@ -11,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 contexts=${1:-128,1024,4096}
+family=${2:-auto}
 out=target/mla-vs-mha
 mkdir -p "$out/mla" "$out/mha"
 python3 - "$out" <<'PY'
@@ -51,7 +53,7 @@ PY
 for m in mla mha; do
   echo "== $m"
   target/release/kvrun plan -m "$out/$m" -c 4096 | sed -n 2,3p
-  target/release/kvrun bench decode -m "$out/$m" --contexts "$contexts" --json > "$out/$m.json"
+  target/release/kvrun bench decode -m "$out/$m" --context-lengths "$contexts" --kernel-family "$family" --json > "$out/$m.json"
   python3 - "$out/$m.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

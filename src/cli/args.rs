@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use crate::engine::{default_model_path, EngineConfig};
 use crate::gpu::GpuOptions;
+use crate::kernels::KernelFamily;
 use crate::kv::parse_bytes;
 use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
 
@@ -54,6 +55,18 @@ pub struct KvArgs {
     pub no_prefix_cache: bool,
     #[command(flatten)]
     pub format: KvFormatArgs,
+    /// Kernel variants: auto (chosen from the adapter) or gpu (the discrete-GPU variants —
+    /// tiled linear, workgroup attention — forced on any adapter, to compare them).
+    #[arg(long, default_value = "auto", value_parser = parse_family)]
+    pub kernel_family: KernelFamily,
+}
+
+fn parse_family(s: &str) -> Result<KernelFamily, String> {
+    match s {
+        "auto" => Ok(KernelFamily::Auto),
+        "gpu" => Ok(KernelFamily::Gpu),
+        other => Err(format!("unknown kernel family '{other}' (auto, gpu)")),
+    }
 }
 
 /// How K and V are stored.
@@ -100,7 +113,7 @@ impl KvArgs {
             kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
             tenants: Vec::new(),
-            kernel_family: Default::default(),
+            kernel_family: self.kernel_family,
         })
     }
 

@@ -46,6 +46,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,
         format: args.format.clone(),
+        kernel_family: Default::default(),
     };
     let mut cfg = kv.engine_config(args.model.path()?, global.gpu_options(), 1)?;
     cfg.max_logit_rows = Some(args.ctx.min(cfg.max_num_batched_tokens));
