@@ -234,3 +234,63 @@ fn hf_deepseek_mla_configs() {
     let broken = lite.replace("\"kv_lora_rank\"", "\"kv_lora_rank_\"");
     assert!(err_of(&broken).contains("needs 'kv_lora_rank'"), "{}", err_of(&broken));
 }
+
+/// GGUF `deepseek2`, both converter generations: the current one (key_length = latent width,
+/// per-head sizes in `*_mla`) and the older one (per-head sizes in key_length/value_length).
+/// DeepSeek's YaRN as llama.cpp runs it: cos/sin unscaled, scores × (1 + log_mul · ln 40)²;
+/// layers from `leading_dense_block_count` on are MoE when `expert_count` > 0. A key length
+/// not above the RoPE part is refused.
+#[test]
+fn gguf_deepseek2_both_layouts() {
+    let mla = |w: &mut GgufWriter, current: bool| {
+        w.add_u32("deepseek2.attention.kv_lora_rank", 96)
+            .add_u32("deepseek2.rope.dimension_count", 32);
+        if current {
+            w.add_u32("deepseek2.attention.key_length", 128)
+                .add_u32("deepseek2.attention.value_length", 96)
+                .add_u32("deepseek2.attention.key_length_mla", 64)
+                .add_u32("deepseek2.attention.value_length_mla", 32)
+                .add_u32("deepseek2.attention.q_lora_rank", 32);
+        } else {
+            w.add_u32("deepseek2.attention.key_length", 64)
+                .add_u32("deepseek2.attention.value_length", 32);
+        }
+    };
+    for current in [true, false] {
+        let c = gguf_llama("deepseek2", |w| mla(w, current)).unwrap();
+        let m = c.mla.unwrap();
+        assert_eq!(c.arch, Architecture::Deepseek2);
+        assert_eq!((c.num_kv_heads, c.head_dim, c.rope_style), (1, 128, RopeStyle::Interleaved));
+        assert_eq!(
+            (m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim),
+            (96, 32, 32, 32)
+        );
+        assert_eq!(m.q_lora_rank, current.then_some(32));
+        assert_eq!((c.attention_scale, c.moe_layers), (1.0 / 8.0, 0));
+    }
+    let c = gguf_llama("deepseek2", |w| {
+        mla(w, true);
+        w.add_str("deepseek2.rope.scaling.type", "yarn")
+            .add_f32("deepseek2.rope.scaling.factor", 40.0)
+            .add_f32("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707)
+            .add_u32("deepseek2.rope.scaling.original_context_length", 4096)
+            .add_u32("deepseek2.expert_count", 64)
+            .add_u32("deepseek2.leading_dense_block_count", 1);
+    })
+    .unwrap();
+    let mscale = 1.0 + f64::from(0.0707f32) * 40f64.ln();
+    assert!((f64::from(c.attention_scale) - mscale * mscale / 8.0).abs() < 1e-6);
+    assert!(
+        matches!(c.layers[0].rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 1.0)
+    );
+    assert_eq!(c.moe_layers, 1);
+    let err = gguf_llama("deepseek2", |w| {
+        w.add_u32("deepseek2.attention.kv_lora_rank", 96)
+            .add_u32("deepseek2.rope.dimension_count", 32)
+            .add_u32("deepseek2.attention.key_length", 32)
+            .add_u32("deepseek2.attention.value_length", 32);
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must exceed rope.dimension_count"), "{err}");
+}

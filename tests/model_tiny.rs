@@ -355,6 +355,31 @@ fn mla_models_match_independent_cpu_forward() {
     assert!(diff("hf_qlora", "hf_yarn") > 1.0 && diff("hf_qlora", "hf_no_qlora") > 1.0);
 }
 
+/// The tiny DeepSeek as GGUF `deepseek2` (written with gguf-py's names and keys): f32 in the
+/// current converter's layout (`attn_k_b` / `attn_v_b`, head_count_kv 1, key_length = latent
+/// width) against the q-LoRA golden, and Q8_0/F16 in the older layout (`attn_kv_b`, per-head
+/// key_length, no q-LoRA) against the float64 forward on gguf-py's dequantized weights.
+#[test]
+fn mla_gguf_files_match_independent_cpu_forward() {
+    let g = golden_of("assets/tiny-deepseek/golden.json");
+    for (file, key) in [("tiny-deepseek-f32.gguf", "hf_qlora"), ("tiny-deepseek-q.gguf", "gguf_q")]
+    {
+        for (i, family) in FAMILIES.into_iter().enumerate() {
+            let rel = PathBuf::from("assets/tiny-deepseek").join(file);
+            let Some((mut model, f)) = load_from(&rel, 16, family) else { return };
+            let c = f.config();
+            assert_eq!((c.num_kv_heads, c.head_dim, c.rope_dim()), (1, 128, 32), "{file}");
+            let what = format!("{file} {family:?}");
+            let one = run_chunks(&mut model, &g.tokens, &[40], 16, 200 + i as u64);
+            check_logits(&format!("{what} prefill"), &one, &g.logits[key], g.vocab);
+            let mut steps = vec![5];
+            steps.extend(std::iter::repeat_n(1, 35));
+            let decoded = run_chunks(&mut model, &g.tokens, &steps, 16, 210 + i as u64);
+            check_logits(&format!("{what} decodes"), &decoded, &g.logits[key], g.vocab);
+        }
+    }
+}
+
 /// A DeepSeek config with mixture-of-experts layers is refused at open, by name.
 #[test]
 fn mla_model_with_moe_layers_is_refused() {

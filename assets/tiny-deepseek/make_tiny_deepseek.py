@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes kvrun's tiny synthetic DeepSeek-V2 (MLA attention) and the golden logits it is tested against.
 
-    pip install numpy safetensors tokenizers        # tested: numpy 2.4, safetensors 0.8.0,
-    python3 assets/tiny-deepseek/make_tiny_deepseek.py   #   tokenizers 0.23
+    pip install numpy gguf safetensors tokenizers   # tested: numpy 2.4, gguf 0.19.0,
+    python3 assets/tiny-deepseek/make_tiny_deepseek.py   #   safetensors 0.8.0, tokenizers 0.23
 
 Deterministic (seeded). Writes, next to this script:
   hf/config.json, hf/model.safetensors (f32), hf/tokenizer.json, hf/tokenizer_config.json
@@ -15,6 +15,18 @@ Deterministic (seeded). Writes, next to this script:
                        and the softmax-scale factor are exercised)
   hf-moe/config.json   config only, no weights: hf/ with first_k_dense_replace 1, so layer 1 is a
                        mixture-of-experts layer (for the test that kvrun refuses it)
+  tiny-deepseek-f32.gguf  the weights of hf/ as GGUF arch deepseek2, all F32, in llama.cpp's
+                       current convert_hf_to_gguf.py layout for MLA (DeepseekV2Model): MLA as MQA
+                       over the latent — head_count_kv 1, key_length kv_lora_rank + qk_rope (128),
+                       value_length kv_lora_rank (96), the per-head widths under key_length_mla
+                       (64) / value_length_mla (32) — and kv_b_proj split per head into attn_k_b
+                       [H, R, NOPE] (transposed) and attn_v_b [H, V, R]; no attn_kv_b
+  tiny-deepseek-q.gguf the weights of hf-no-qlora/ (attn_q) in the older converter layout (before
+                       llama.cpp's MLA rework): head_count_kv = heads (4), key_length qk_nope +
+                       qk_rope (64), value_length v_head_dim (32), no *_mla keys, attn_kv_b as one
+                       [H*(NOPE+V), R] tensor; linear weights Q8_0 (attn_q, attn_kv_a_mqa,
+                       attn_kv_b, ffn_gate, ffn_up, token_embd, output) and F16 (attn_output,
+                       ffn_down), norms F32
   golden.json          40 token ids and, per variant, logits [40, 256] of a plain numpy forward
 
 The numpy forward below is written from HF's DeepSeek-V2 definition (modeling_deepseek.py of
@@ -23,7 +35,12 @@ kv_a_proj_with_mqa split into the latent and one shared RoPE key, kv_a_layernorm
 per-head k_nope and v; apply_rotary_pos_emb with its de-interleave of q_pe/k_pe before
 rotate_half; DeepseekV2YarnRotaryEmbedding; softmax_scale times mscale(mscale_all_dim)^2; RMSNorm,
 SwiGLU, final norm, lm head) on the HF-layout weights, in float64. It shares no code with kvrun,
-which is the point: it is the independent reference.
+which is the point: it is the independent reference. For "gguf_q" it runs on what
+tiny-deepseek-q.gguf holds, read back with gguf-py and dequantized; tiny-deepseek-f32.gguf is
+asserted to read back (k_b/v_b re-joined into kv_b) bit-identical to hf/, so its expected logits
+are "hf_qlora". Neither GGUF permutes q/k rows: llama.cpp's DeepseekV2Model converter does not,
+its deepseek2 RoPE is the NORM kind (adjacent pairs), the same rotation HF DeepSeek applies after
+de-interleaving.
 
 As a self-check it also runs the *absorbed* form of MLA (what a latent KV cache computes: the
 query's nope part folded through W_UK into the latent space, scores against the normed latent plus
@@ -35,7 +52,9 @@ import json
 import math
 import os
 
+import gguf
 import numpy as np
+from gguf import GGMLQuantizationType as Q
 from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -166,6 +185,188 @@ def write_hf(folder, w, config):
     with open(os.path.join(hf, "tokenizer_config.json"), "w") as f:
         json.dump(tok_config, f, indent=2)
         f.write("\n")
+
+
+# --- GGUF (arch deepseek2, llama.cpp's canonical tensor names) --------------------------------
+
+ARCH = gguf.MODEL_ARCH.DEEPSEEK2
+# canonical GGUF tensor → HF module (".weight" on both sides); kv_b_proj is handled per layout.
+GGUF_LAYER = {
+    gguf.MODEL_TENSOR.ATTN_NORM: "input_layernorm",
+    gguf.MODEL_TENSOR.ATTN_Q: "self_attn.q_proj",
+    gguf.MODEL_TENSOR.ATTN_Q_A: "self_attn.q_a_proj",
+    gguf.MODEL_TENSOR.ATTN_Q_A_NORM: "self_attn.q_a_layernorm",
+    gguf.MODEL_TENSOR.ATTN_Q_B: "self_attn.q_b_proj",
+    gguf.MODEL_TENSOR.ATTN_KV_A_MQA: "self_attn.kv_a_proj_with_mqa",
+    gguf.MODEL_TENSOR.ATTN_KV_A_NORM: "self_attn.kv_a_layernorm",
+    gguf.MODEL_TENSOR.ATTN_KV_B: "self_attn.kv_b_proj",
+    gguf.MODEL_TENSOR.ATTN_OUT: "self_attn.o_proj",
+    gguf.MODEL_TENSOR.FFN_NORM: "post_attention_layernorm",
+    gguf.MODEL_TENSOR.FFN_GATE: "mlp.gate_proj",
+    gguf.MODEL_TENSOR.FFN_UP: "mlp.up_proj",
+    gguf.MODEL_TENSOR.FFN_DOWN: "mlp.down_proj",
+}
+GGUF_GLOBAL = {gguf.MODEL_TENSOR.TOKEN_EMBD: "model.embed_tokens",
+               gguf.MODEL_TENSOR.OUTPUT_NORM: "model.norm",
+               gguf.MODEL_TENSOR.OUTPUT: "lm_head"}
+# Types of the linear weights in tiny-deepseek-q.gguf (everything else, the norms, stays F32).
+Q_TYPES = {gguf.MODEL_TENSOR.ATTN_Q: Q.Q8_0, gguf.MODEL_TENSOR.ATTN_KV_A_MQA: Q.Q8_0,
+           gguf.MODEL_TENSOR.ATTN_KV_B: Q.Q8_0, gguf.MODEL_TENSOR.FFN_GATE: Q.Q8_0,
+           gguf.MODEL_TENSOR.FFN_UP: Q.Q8_0, gguf.MODEL_TENSOR.TOKEN_EMBD: Q.Q8_0,
+           gguf.MODEL_TENSOR.OUTPUT: Q.Q8_0, gguf.MODEL_TENSOR.ATTN_OUT: Q.F16,
+           gguf.MODEL_TENSOR.FFN_DOWN: Q.F16}
+
+
+def tensor_name(kind, i=None):
+    assert kind in gguf.MODEL_TENSORS[ARCH], kind
+    name = gguf.TENSOR_NAMES[kind]
+    return (name if i is None else name.format(bid=i)) + ".weight"
+
+
+def gguf_tensors(w, split_kv_b):
+    """Canonical GGUF name → (MODEL_TENSOR, float32 array in the converter's layout). No q/k row
+    permutation (deepseek2 is not permuted). With split_kv_b, kv_b_proj [H*(NOPE+V), R] becomes
+    llama.cpp's current per-head pair, as DeepseekV2Model.modify_tensors does:
+    attn_k_b = kv_b[:, :NOPE, :].transpose → [H, R, NOPE], attn_v_b = kv_b[:, NOPE:, :] [H, V, R]."""
+    t = {}
+    for kind, hf_name in GGUF_GLOBAL.items():
+        t[tensor_name(kind)] = (kind, w[hf_name + ".weight"])
+    for i in range(N_LAYERS):
+        for kind, hf_name in GGUF_LAYER.items():
+            key = f"model.layers.{i}.{hf_name}.weight"
+            if key not in w:
+                continue
+            if kind == gguf.MODEL_TENSOR.ATTN_KV_B and split_kv_b:
+                kv_b = w[key].reshape(N_HEADS, QK_NOPE_HEAD_DIM + V_HEAD_DIM, KV_LORA_RANK)
+                k_b = np.ascontiguousarray(kv_b[:, :QK_NOPE_HEAD_DIM, :].transpose(0, 2, 1))
+                v_b = np.ascontiguousarray(kv_b[:, QK_NOPE_HEAD_DIM:, :])
+                t[tensor_name(gguf.MODEL_TENSOR.ATTN_K_B, i)] = (gguf.MODEL_TENSOR.ATTN_K_B, k_b)
+                t[tensor_name(gguf.MODEL_TENSOR.ATTN_V_B, i)] = (gguf.MODEL_TENSOR.ATTN_V_B, v_b)
+            else:
+                t[tensor_name(kind, i)] = (kind, w[key])
+    return t
+
+
+def write_gguf(path, w, current_layout, quantized):
+    """current_layout: llama.cpp's converter since its MLA rework (MQA over the latent, split
+    k_b/v_b, *_mla keys); otherwise the older one (per-head K/V widths, attn_kv_b)."""
+    q_lora = any(".q_a_proj." in k for k in w)
+    wr = gguf.GGUFWriter(path, "deepseek2")
+    wr.add_name("kvrun tiny deepseek")
+    wr.add_block_count(N_LAYERS)
+    wr.add_context_length(MAX_POS)
+    wr.add_embedding_length(HIDDEN)
+    wr.add_feed_forward_length(FFN)
+    wr.add_head_count(N_HEADS)
+    wr.add_layer_norm_rms_eps(EPS)
+    wr.add_rope_freq_base(ROPE_THETA)
+    wr.add_rope_dimension_count(QK_ROPE_HEAD_DIM)
+    wr.add_leading_dense_block_count(N_LAYERS)  # every layer dense
+    if q_lora:
+        wr.add_q_lora_rank(Q_LORA_RANK)
+    wr.add_kv_lora_rank(KV_LORA_RANK)
+    if current_layout:
+        wr.add_head_count_kv(1)
+        wr.add_key_length(KV_LORA_RANK + QK_ROPE_HEAD_DIM)
+        wr.add_value_length(KV_LORA_RANK)
+        wr.add_key_length_mla(Q_HEAD_DIM)
+        wr.add_value_length_mla(V_HEAD_DIM)
+    else:
+        wr.add_head_count_kv(N_HEADS)
+        wr.add_key_length(Q_HEAD_DIM)
+        wr.add_value_length(V_HEAD_DIM)
+    wr.add_vocab_size(VOCAB)
+    wr.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantized else gguf.LlamaFileType.ALL_F32)
+    wr.add_tokenizer_model("gpt2")
+    wr.add_tokenizer_pre("gpt-2")
+    wr.add_token_list(byte_tokens())
+    wr.add_token_types([gguf.TokenType.NORMAL] * VOCAB)
+    wr.add_add_bos_token(False)
+    wr.add_chat_template(CHAT_TEMPLATE)
+    for name, (kind, arr) in gguf_tensors(w, split_kv_b=current_layout).items():
+        ty = Q_TYPES.get(kind, Q.F32) if quantized else Q.F32
+        if ty == Q.F32:
+            wr.add_tensor(name, arr)
+        elif ty == Q.F16:
+            wr.add_tensor(name, arr.astype(np.float16))
+        else:
+            assert arr.shape[-1] % 32 == 0, name
+            wr.add_tensor(name, gguf.quants.quantize(arr, ty), raw_dtype=ty)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def gguf_metadata(path):
+    """Scalar metadata of a GGUF (arrays left out), key → value."""
+    out = {}
+    for name, field in gguf.GGUFReader(path).fields.items():
+        if field.types and field.types[0] != gguf.GGUFValueType.ARRAY:
+            out[name] = field.contents()
+    return out
+
+
+def hf_weights_from_gguf(path):
+    """Read a GGUF back with gguf-py, dequantize (float64), map canonical names back to HF names;
+    attn_k_b/attn_v_b are re-joined into kv_b_proj [H*(NOPE+V), R]."""
+    to_hf = {tensor_name(kind): hf for kind, hf in GGUF_GLOBAL.items()}
+    for i in range(N_LAYERS):
+        for kind, hf in GGUF_LAYER.items():
+            to_hf[tensor_name(kind, i)] = f"model.layers.{i}.{hf}"
+    out, k_b, v_b = {}, {}, {}
+    for t in gguf.GGUFReader(path).tensors:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        arr = arr.reshape([int(d) for d in reversed(t.shape)])
+        layer = t.name.split(".")[1] if t.name.startswith("blk.") else None
+        if t.name.endswith(".attn_k_b.weight"):
+            k_b[int(layer)] = arr
+        elif t.name.endswith(".attn_v_b.weight"):
+            v_b[int(layer)] = arr
+        else:
+            out[to_hf[t.name] + ".weight"] = arr
+    assert k_b.keys() == v_b.keys()
+    for i in k_b:
+        assert k_b[i].shape == (N_HEADS, KV_LORA_RANK, QK_NOPE_HEAD_DIM), k_b[i].shape
+        assert v_b[i].shape == (N_HEADS, V_HEAD_DIM, KV_LORA_RANK), v_b[i].shape
+        kv_b = np.concatenate([k_b[i].transpose(0, 2, 1), v_b[i]], axis=1)
+        out[f"model.layers.{i}.self_attn.kv_b_proj.weight"] = kv_b.reshape(-1, KV_LORA_RANK)
+    return out
+
+
+def check_gguf_metadata(path, current_layout, q_lora):
+    arch = "deepseek2"
+    want = {
+        "general.architecture": arch, f"{arch}.block_count": N_LAYERS,
+        f"{arch}.context_length": MAX_POS, f"{arch}.embedding_length": HIDDEN,
+        f"{arch}.feed_forward_length": FFN, f"{arch}.attention.head_count": N_HEADS,
+        f"{arch}.rope.dimension_count": QK_ROPE_HEAD_DIM,
+        f"{arch}.leading_dense_block_count": N_LAYERS,
+        f"{arch}.attention.kv_lora_rank": KV_LORA_RANK, f"{arch}.vocab_size": VOCAB,
+        f"{arch}.rope.freq_base": ROPE_THETA,
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": CHAT_TEMPLATE,
+    }
+    if current_layout:
+        want.update({f"{arch}.attention.head_count_kv": 1,
+                     f"{arch}.attention.key_length": KV_LORA_RANK + QK_ROPE_HEAD_DIM,
+                     f"{arch}.attention.value_length": KV_LORA_RANK,
+                     f"{arch}.attention.key_length_mla": Q_HEAD_DIM,
+                     f"{arch}.attention.value_length_mla": V_HEAD_DIM})
+    else:
+        want.update({f"{arch}.attention.head_count_kv": N_HEADS,
+                     f"{arch}.attention.key_length": Q_HEAD_DIM,
+                     f"{arch}.attention.value_length": V_HEAD_DIM})
+    if q_lora:
+        want[f"{arch}.attention.q_lora_rank"] = Q_LORA_RANK
+    got = gguf_metadata(path)
+    for k, v in want.items():
+        assert k in got and got[k] == v, (path, k, got.get(k), v)
+    absent = [] if q_lora else [f"{arch}.attention.q_lora_rank"]
+    if not current_layout:
+        absent += [f"{arch}.attention.key_length_mla", f"{arch}.attention.value_length_mla"]
+    assert not any(k in got for k in absent), (path, absent)
+    assert abs(got[f"{arch}.attention.layer_norm_rms_epsilon"] - EPS) < 1e-12
 
 
 # --- the reference forward (HF DeepSeek-V2 semantics, float64) ---------------------------------
@@ -346,9 +547,22 @@ def main():
     write_hf("hf-no-qlora", w_noq, hf_config(q_lora=False))
     write_hf("hf-yarn", w, hf_config(rope_scaling=YARN))
     write_config("hf-moe", hf_config(first_k_dense_replace=1))
+    f32_path = os.path.join(OUT, "tiny-deepseek-f32.gguf")
+    q_path = os.path.join(OUT, "tiny-deepseek-q.gguf")
+    write_gguf(f32_path, w, current_layout=True, quantized=False)
+    write_gguf(q_path, w_noq, current_layout=False, quantized=True)
+    check_gguf_metadata(f32_path, current_layout=True, q_lora=True)
+    check_gguf_metadata(q_path, current_layout=False, q_lora=False)
+    f32_back = hf_weights_from_gguf(f32_path)
+    assert sorted(f32_back) == sorted(w), "F32 GGUF holds other tensors than hf/"
+    for k in w:
+        assert np.array_equal(f32_back[k], w[k].astype(np.float64)), f"F32 GGUF: {k} differs"
+    w_gguf_q = hf_weights_from_gguf(q_path)
+    assert sorted(w_gguf_q) == sorted(w_noq), "Q GGUF holds other tensors than hf-no-qlora/"
 
     ids = rng.integers(0, VOCAB, N_GOLDEN_TOKENS)
-    variants = {"hf_qlora": (w, None), "hf_no_qlora": (w_noq, None), "hf_yarn": (w, YARN)}
+    variants = {"hf_qlora": (w, None), "hf_no_qlora": (w_noq, None), "hf_yarn": (w, YARN),
+                "gguf_q": (w_gguf_q, None)}
     logits = {}
     for name, (weights, scaling) in variants.items():
         logits[name], scores = forward(weights, ids, scaling)
@@ -369,13 +583,20 @@ def main():
     d_noq = np.abs(logits["hf_no_qlora"] - logits["hf_qlora"]).max()
     assert d_yarn > 0.1 and d_noq > 0.1, (d_yarn, d_noq)
     print(f"max |hf_yarn - hf_qlora| {d_yarn:.4f}; max |hf_no_qlora - hf_qlora| {d_noq:.4f}")
+    d_q = np.abs(logits["gguf_q"] - logits["hf_no_qlora"]).max()
+    agree = (logits["gguf_q"].argmax(-1) == logits["hf_no_qlora"].argmax(-1)).mean()
+    assert 0 < d_q < 0.5 and agree >= 0.9, (d_q, agree)
+    print(f"max |gguf_q - hf_no_qlora| {d_q:.4f}; argmax agreement gguf_q vs hf_no_qlora "
+          f"{agree:.3f}")
 
     golden = {
         "description": "logits of a float64 numpy forward (HF DeepSeek-V2 semantics, expanded MLA "
                        "attention) at positions 0..n-1 for token_ids; hf_qlora = hf/ (q_lora_rank "
                        "32), hf_no_qlora = hf-no-qlora/ (q_proj), hf_yarn = hf-yarn/ (the weights "
                        "of hf/, DeepSeek YaRN rope_scaling factor 4, mscale 1.0, mscale_all_dim "
-                       "0.8); 6 significant digits",
+                       "0.8), gguf_q = tiny-deepseek-q.gguf (the weights of hf-no-qlora/, Q8_0/"
+                       "F16) as dequantized by gguf-py; tiny-deepseek-f32.gguf holds exactly the "
+                       "weights of hf/, so its logits are hf_qlora; 6 significant digits",
         "token_ids": [int(i) for i in ids],
         "logits_shape": [N_GOLDEN_TOKENS, VOCAB],
         "logits": {name: sig6(l) for name, l in logits.items()},

@@ -107,7 +107,14 @@ fn mla_attention(
     let rank = ("kv_lora_rank", m.kv_lora_rank);
     expect(file, &name("attn_kv_a_mqa.weight"), &[latent, hidden])?;
     expect(file, &name("attn_kv_a_norm.weight"), &[rank])?;
-    expect(file, &name("attn_kv_b.weight"), &[kv_b_rows, rank])?;
+    if file.has_tensor(&name("attn_k_b.weight")) {
+        // GGUF, current converter: kv_b split per head, K's part transposed
+        let (nope, v) = (("qk_nope_head_dim", m.qk_nope_head_dim), ("v_head_dim", m.v_head_dim));
+        expect(file, &name("attn_k_b.weight"), &[heads, rank, nope])?;
+        expect(file, &name("attn_v_b.weight"), &[heads, v, rank])?;
+    } else {
+        expect(file, &name("attn_kv_b.weight"), &[kv_b_rows, rank])?;
+    }
     expect(file, &name("attn_output.weight"), &[hidden, o_cols])
 }
 

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
-    "Llama (incl. Mistral), Qwen2, Gemma 3, DeepSeek-V2/V3 (MLA, dense layers; HF safetensors)";
+    "Llama (incl. Mistral), Qwen2, Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -44,6 +44,24 @@ pub struct Mla {
 }
 
 impl Mla {
+    /// Every rank and head size in `1..=2^20`: what the sums below and every byte count
+    /// downstream need. Parsers call it before using them.
+    pub(super) fn check_dims(&self) -> Result<(), LoadError> {
+        let dims = [
+            ("kv_lora_rank", self.kv_lora_rank),
+            ("qk_nope_head_dim", self.qk_nope_head_dim),
+            ("qk_rope_head_dim", self.qk_rope_head_dim),
+            ("v_head_dim", self.v_head_dim),
+            ("q_lora_rank", self.q_lora_rank.unwrap_or(1)),
+        ];
+        match dims.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
+            Some((name, v)) => Err(LoadError::config(format!(
+                "MLA {name} = {v} is 0 or absurdly large; the model's config is broken"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Channels of one query head: `qk_nope_head_dim + qk_rope_head_dim`.
     pub fn q_head_dim(&self) -> usize {
         self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -336,18 +354,7 @@ impl ModelConfig {
     /// (one latent "head" of `kv_lora_rank + qk_rope_head_dim`).
     fn validate_mla(&self) -> Result<(), LoadError> {
         let Some(m) = self.mla else { return Ok(()) };
-        let dims = [
-            ("kv_lora_rank", m.kv_lora_rank),
-            ("qk_nope_head_dim", m.qk_nope_head_dim),
-            ("qk_rope_head_dim", m.qk_rope_head_dim),
-            ("v_head_dim", m.v_head_dim),
-            ("q_lora_rank", m.q_lora_rank.unwrap_or(1)),
-        ];
-        if let Some((name, _)) = dims.iter().find(|(_, v)| *v == 0 || *v > 1 << 20) {
-            return Err(LoadError::config(format!(
-                "{name} is 0 or absurdly large; the model's config is broken"
-            )));
-        }
+        m.check_dims()?;
         if m.qk_rope_head_dim % 2 != 0 {
             return Err(LoadError::config(format!(
                 "qk_rope_head_dim = {} is odd; RoPE rotates pairs, so it must be even",

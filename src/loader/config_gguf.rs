@@ -2,8 +2,8 @@
 //! them) and the tensor list: Llama, Qwen2, Gemma 3.
 
 use super::config::{
-    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, LayerSpec, ModelConfig, Rope,
-    RopeScaling, RopeStyle, SUPPORTED,
+    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, LayerSpec, Mla, ModelConfig,
+    Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use super::gguf::GgufFile;
@@ -31,6 +31,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         "llama" => (Architecture::Llama, RopeStyle::Interleaved),
         "qwen2" => (Architecture::Qwen2, RopeStyle::Neox),
         "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
+        // not permuted by the converter; RoPE on adjacent pairs (ggml's NORM), as HF DeepSeek
+        "deepseek2" => (Architecture::Deepseek2, RopeStyle::Interleaved),
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: other.to_string(),
@@ -48,7 +50,9 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         )));
     }
     let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads)?;
-    check_rotary_dims(&m, head_dim)?;
+    if arch != Architecture::Deepseek2 {
+        check_rotary_dims(&m, head_dim)?;
+    }
     let vocab_size = match m.opt_usize("vocab_size")? {
         Some(v) => v,
         None => gguf_vocab_len(file)?,
@@ -93,6 +97,9 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     if arch == Architecture::Gemma3 {
         gemma3(&m, &mut config)?;
     }
+    if arch == Architecture::Deepseek2 {
+        deepseek2(&m, &mut config)?;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -124,6 +131,56 @@ fn gemma3(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
     } else {
         inv_sqrt(c.head_dim)
     };
+    Ok(())
+}
+
+/// DeepSeek-V2/V3 (llama.cpp `LLM_ARCH_DEEPSEEK2`). Two converter generations: the current one
+/// writes `key_length` = kv_lora_rank + rope dims (the absorbed MQA head), `value_length` =
+/// kv_lora_rank, the per-head sizes in `key_length_mla` / `value_length_mla`, `head_count_kv` 1
+/// and `attn_k_b` / `attn_v_b`; the older one writes the per-head sizes in `key_length` /
+/// `value_length`, `head_count_kv` = heads and one `attn_kv_b`. Layers from
+/// `leading_dense_block_count` on are mixture-of-experts when `expert_count` > 0. Under YaRN,
+/// llama.cpp leaves cos/sin unscaled for this arch and scales scores by `mscale²` with
+/// `mscale = 1 + yarn_log_multiplier · ln(factor)` (HF: `0.1 · mscale_all_dim`).
+fn deepseek2(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let kv_lora_rank = m.usize("attention.kv_lora_rank")?;
+    let rope_dims = m.usize("rope.dimension_count")?;
+    let (q_head_dim, v_head_dim) = match m.opt_usize("attention.key_length_mla")? {
+        Some(k) => (k, m.usize("attention.value_length_mla")?),
+        None => (m.usize("attention.key_length")?, m.usize("attention.value_length")?),
+    };
+    if rope_dims == 0 || q_head_dim <= rope_dims {
+        return Err(LoadError::config(format!(
+            "{}: key length {q_head_dim} must exceed rope.dimension_count {rope_dims} (a RoPE \
+             part and a part without); re-convert the model",
+            m.arch
+        )));
+    }
+    let mla = Mla {
+        q_lora_rank: m.opt_usize("attention.q_lora_rank")?.filter(|r| *r > 0),
+        kv_lora_rank,
+        qk_nope_head_dim: q_head_dim - rope_dims,
+        qk_rope_head_dim: rope_dims,
+        v_head_dim,
+    };
+    mla.check_dims()?;
+    let mut scale = 1.0 / (q_head_dim as f64).sqrt();
+    for layer in &mut c.layers {
+        if let RopeScaling::Yarn { factor, ref mut attention_factor, .. } = layer.rope.scaling {
+            *attention_factor = 1.0;
+            let log_mul = m.f64_or("rope.scaling.yarn_log_multiplier", 0.0)?;
+            let mscale = if factor > 1.0 { 1.0 + log_mul * factor.ln() } else { 1.0 };
+            scale = mscale * mscale / (q_head_dim as f64).sqrt();
+        }
+    }
+    if m.usize_or("expert_count", 0)? > 0 {
+        let dense = m.usize_or("leading_dense_block_count", 0)?.min(c.num_layers);
+        c.moe_layers = c.num_layers - dense;
+    }
+    c.num_kv_heads = 1;
+    c.head_dim = mla.latent_width();
+    c.attention_scale = scale as f32;
+    c.mla = Some(mla);
     Ok(())
 }
 

@@ -274,6 +274,7 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         qk_rope_head_dim: need("qk_rope_head_dim", c.qk_rope_head_dim)?,
         v_head_dim: need("v_head_dim", c.v_head_dim)?,
     };
+    mla.check_dims()?;
     let max_pos = c.max_position_embeddings.unwrap_or(4096);
     let (theta, params) = rope_params(c, "full_attention")?;
     let rope = hf_rope(theta, params, max_pos)?;

@@ -1,5 +1,6 @@
-//! DeepSeek-V2/V3 with dense MLPs (HF `DeepseekV2ForCausalLM` / `DeepseekV3ForCausalLM`): multi-
-//! head latent attention in the absorbed form, as a flat list of dispatches. `R` =
+//! DeepSeek-V2/V3 with dense MLPs (HF `DeepseekV2ForCausalLM` / `DeepseekV3ForCausalLM`, GGUF
+//! `deepseek2`): multi-head latent attention in the absorbed form, as a flat list of
+//! dispatches. `R` =
 //! kv_lora_rank, `dn`/`dr` = qk_nope/qk_rope head dims, `dv` = v_head_dim, `W_UK_h`/`W_UV_h` =
 //! head h's `[dn, R]` / `[dv, R]` rows of `kv_b_proj`.
 //!
@@ -63,6 +64,40 @@ fn strided(
     ))
 }
 
+/// Layer `l`'s `W_UK_hᵀ` ([H, R, dn]) and `W_UV_h` ([H, dv, R]) as f32, from `attn_k_b` and
+/// `attn_v_b` (GGUF, current converter: already in these shapes) or from `attn_kv_b` ([H · (dn
+/// + dv), R]: HF, older GGUF), split per head and K's part transposed.
+fn absorbed_weights(b: &Builder, l: usize) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+    let (c, file) = (b.c, b.file);
+    let m = c.mla.expect("a DeepSeek config has MLA");
+    let (heads, rank, dn, dv) = (c.num_heads, m.kv_lora_rank, m.qk_nope_head_dim, m.v_head_dim);
+    let name = |t: &str| format!("blk.{l}.{t}");
+    if file.has_tensor(&name("attn_k_b.weight")) {
+        let k_b = file.tensor(&name("attn_k_b.weight"))?;
+        let v_b = file.tensor(&name("attn_v_b.weight"))?;
+        let values = |t: crate::loader::TensorView<'_>, shape: [usize; 3]| {
+            if t.shape != shape {
+                return Err(ModelError::BadShape {
+                    tensor: t.name.clone(),
+                    shape: t.shape.clone(),
+                    expected: shape.to_vec(),
+                });
+            }
+            t.to_f32().map_err(|e| ModelError::Unsupported(format!("tensor '{}': {e}", t.name)))
+        };
+        return Ok((values(k_b, [heads, rank, dn])?, values(v_b, [heads, dv, rank])?));
+    }
+    let kv_b = matrix_values(file, &name("attn_kv_b.weight"), heads * (dn + dv), rank)?;
+    let mut uk_t = Vec::with_capacity(heads * rank * dn);
+    let mut uv = Vec::with_capacity(heads * dv * rank);
+    for h in 0..heads {
+        let head = &kv_b[h * (dn + dv) * rank..][..(dn + dv) * rank];
+        uk_t.extend((0..rank).flat_map(|j| (0..dn).map(move |i| head[i * rank + j])));
+        uv.extend_from_slice(&head[dn * rank..]);
+    }
+    Ok((uk_t, uv))
+}
+
 /// Appends one DeepSeek layer's ops; returns the bytes of its weights.
 pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
     let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
@@ -121,34 +156,17 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     ops.push(strided(b, &q_name, &wq, (q_in, q_cols, 0), (&mla.q, q_rows, 0)));
     push(wq);
     // per head: the RoPE rows of q straight into qkv, and q_nope · W_UK_h (absorbed)
-    let kv_b_name = name("attn_kv_b.weight");
-    let kv_b = matrix_values(file, &kv_b_name, heads * (dn + dv), rank)?;
+    let (uk_t, uv) = absorbed_weights(b, l)?;
     for h in 0..heads {
         let rows = h * qd + dn..(h + 1) * qd;
         let w_pe = matrix_rows(gpu, file, &q_name, [q_rows, q_cols], rows, max)?;
-        ops.push(strided(
-            b,
-            &q_name,
-            &w_pe,
-            (q_in, q_cols, 0),
-            (&act.qkv, stride, h * latent + rank),
-        ));
+        let pe_out = (&act.qkv, stride, h * latent + rank);
+        ops.push(strided(b, &q_name, &w_pe, (q_in, q_cols, 0), pe_out));
         push(w_pe);
-        // W_UK_hᵀ: [R, dn], row j = column j of head h's dn rows of kv_b
-        let base = h * (dn + dv) * rank;
-        let uk_t: Vec<f32> = (0..rank)
-            .flat_map(|j| (0..dn).map(move |i| (i, j)))
-            .map(|(i, j)| kv_b[base + i * rank + j])
-            .collect();
-        let label = format!("{kv_b_name} W_UK head {h}");
-        let w_uk = matrix_f32(gpu, &label, &uk_t, rank, dn, max)?;
-        ops.push(strided(
-            b,
-            &label,
-            &w_uk,
-            (&mla.q, q_rows, h * qd),
-            (&act.qkv, stride, h * latent),
-        ));
+        let label = name(&format!("W_UK head {h}"));
+        let w_uk = matrix_f32(gpu, &label, &uk_t[h * rank * dn..][..rank * dn], rank, dn, max)?;
+        let q_nope = (&mla.q, q_rows, h * qd);
+        ops.push(strided(b, &label, &w_uk, q_nope, (&act.qkv, stride, h * latent)));
         push(w_uk);
     }
     // the latent key: c_kv (normed) and k_pe, into qkv's K row
@@ -179,17 +197,10 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     b.attention(l, ops);
     // per head: v_h = attn_h[0..R] · W_UV_hᵀ
     for h in 0..heads {
-        let start = (h * (dn + dv) + dn) * rank;
-        let label = format!("{kv_b_name} W_UV head {h}");
-        let w_uv = matrix_f32(gpu, &label, &kv_b[start..start + dv * rank], dv, rank, max)?;
-        let attn_stride = heads * latent;
-        ops.push(strided(
-            b,
-            &label,
-            &w_uv,
-            (&act.attn, attn_stride, h * latent),
-            (&mla.v, heads * dv, h * dv),
-        ));
+        let label = name(&format!("W_UV head {h}"));
+        let w_uv = matrix_f32(gpu, &label, &uv[h * dv * rank..][..dv * rank], dv, rank, max)?;
+        let attn = (&act.attn, heads * latent, h * latent);
+        ops.push(strided(b, &label, &w_uv, attn, (&mla.v, heads * dv, h * dv)));
         push(w_uv);
     }
     let o_name = name("attn_output.weight");
