@@ -1,9 +1,11 @@
 // Paged decode attention, split-K part, for CPU adapters: one subgroup of 8 lanes per
-// (partition of PART keys, query head, decode sequence); lane j holds channels
-// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) (common/attention_lanes.wgsl). Two passes over the
-// partition's keys: the max score, then exp / sum / weighted V. Writes (m_p, l_p, o_p) like
-// decode_partials.wgsl, so decode_reduce.wgsl merges them.
-// GQA/MQA by index broadcast: query head h reads KV head h / (num_heads / num_kv_heads).
+// (partition of PART keys, slice of up to LANE_HEADS query heads of one KV head, decode
+// sequence); lane j holds channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8)
+// (common/attention_lanes.wgsl). Each key and value row is loaded and unpacked once for the
+// slice's heads (GQA/MQA, and MLA's one latent head). Two passes over the partition's keys:
+// the max score, then exp / sum / weighted V. Per head the arithmetic is the one-head kernel's,
+// so the bits do not depend on the slicing. Writes (m_p, l_p, o_p) like decode_partials.wgsl,
+// so decode_reduce.wgsl merges them.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
@@ -35,37 +37,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     if (k0 >= end) {
         return;
     }
-    let h = wid.y;
-    let kvh = h / (p.num_heads / p.num_kv_heads);
-    let q = q_lane(seq.q_start, h, lane);
+    // query heads [h0, h0 + nh) of KV head kvh (p.heads_per_wg ≤ LANE_HEADS per slice)
+    let group = p.num_heads / p.num_kv_heads;
+    let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
+    let kvh = wid.y / slices;
+    let h0 = kvh * group + (wid.y % slices) * p.heads_per_wg;
+    let nh = min(p.heads_per_wg, kvh * group + group - h0);
+    var q: array<Lane16, LANE_HEADS>;
+    var m: array<f32, LANE_HEADS>;
+    var l: array<f32, LANE_HEADS>;
+    var o: array<Lane16, LANE_HEADS>;
+    for (var i = 0u; i < LANE_HEADS; i++) {
+        q[i] = q_lane(seq.q_start, h0 + min(i, nh - 1u), lane);
+        m[i] = NEG_BIG;
+        l[i] = 0.0;
+        o[i] = lane_zero();
+    }
     let table = seq.table_start;
 
-    var m = NEG_BIG;
     for (var pos = k0; pos < end; pos++) {
-        let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
-        m = max(m, lanes_sum(lane_dot(q, k_lane(row))) * p.scale);
+        let k = k_lane(pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane));
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            if (i < nh) {
+                m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+            }
+        }
     }
-    var l = 0.0;
-    var o = lane_zero();
     for (var pos = k0; pos < end; pos++) {
         let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
-        let e = exp(lanes_sum(lane_dot(q, k_lane(row))) * p.scale - m);
-        l = l + e;
-        o = lane_fma(e, v_lane(row), o);
+        let k = k_lane(row);
+        let v = v_lane(row);
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            if (i < nh) {
+                let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
+                l[i] = l[i] + e;
+                o[i] = lane_fma(e, v, o[i]);
+            }
+        }
     }
 
-    let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
-    if (lane == 0u) {
-        partials[base] = m;
-        partials[base + 1u] = l;
-    }
-    let c = base + 2u + lane * 8u * WPL;
-    for (var i = 0u; i < 4u; i++) {
-        partials[c + i] = o.a[i];
-        partials[c + 4u + i] = o.b[i];
-        if (WPL > 1u) {
-            partials[c + 8u + i] = o.c[i];
-            partials[c + 12u + i] = o.d[i];
-        }
+    for (var i = 0u; i < nh; i++) {
+        write_partial(si, h0 + i, part, lane, m[i], l[i], o[i]);
     }
 }

@@ -1,6 +1,7 @@
 // Paged decode attention over a quantized KV pool, split-K part, for CPU adapters: one subgroup
-// of 8 lanes per (partition of PART keys, query head, decode sequence), as
-// decode_partials_lanes.wgsl, with the dequantization fused into the key and value loads
+// of 8 lanes per (partition of PART keys, slice of up to LANE_HEADS query heads of one KV head,
+// decode sequence), as decode_partials_lanes.wgsl (each key and value row dequantized once for
+// the slice's heads), with the dequantization fused into the key and value loads
 // (common/kv_quant_lanes.wgsl). Keys before the query's own block come from their quantized
 // head blocks (per-channel scales loaded once per block); the own block's keys are f16, from the
 // staging slot or this step's qkv row. The arithmetic per key is the f16 kernel's, and
@@ -37,15 +38,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     if (k0 >= end) {
         return;
     }
-    let h = wid.y;
-    let kvh = h / (p.num_heads / p.num_kv_heads);
-    let q = q_lane(seq.q_start, h, lane);
+    // query heads [h0, h0 + nh) of KV head kvh (p.heads_per_wg ≤ LANE_HEADS per slice)
+    let group = p.num_heads / p.num_kv_heads;
+    let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
+    let kvh = wid.y / slices;
+    let h0 = kvh * group + (wid.y % slices) * p.heads_per_wg;
+    let nh = min(p.heads_per_wg, kvh * group + group - h0);
+    var q: array<Lane16, LANE_HEADS>;
+    var m: array<f32, LANE_HEADS>;
+    var l: array<f32, LANE_HEADS>;
+    var o: array<Lane16, LANE_HEADS>;
+    for (var i = 0u; i < LANE_HEADS; i++) {
+        q[i] = q_lane(seq.q_start, h0 + min(i, nh - 1u), lane);
+        m[i] = NEG_BIG;
+        l[i] = 0.0;
+        o[i] = lane_zero();
+    }
     let table = seq.table_start;
     let bs = p.block_size;
     let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
     let q_end = min(end, own);               // keys [k0, q_end) are quantized
 
-    var m = NEG_BIG;
     var pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
@@ -53,15 +66,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let ks = k_lane_scales(kb, lane);
         let seg = min(q_end, (blk + 1u) * bs);
         for (; pos < seg; pos++) {
-            m = max(m, lanes_sum(lane_dot(q, k_lane_q(kb, pos % bs, lane, ks))) * p.scale);
+            let k = k_lane_q(kb, pos % bs, lane, ks);
+            for (var i = 0u; i < LANE_HEADS; i++) {
+                if (i < nh) {
+                    m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+                }
+            }
         }
     }
     for (pos = max(k0, own); pos < end; pos++) {
-        m = max(m, lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale);
+        let k = kv_lane_f16(0u, seq, pos, kvh, lane);
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            if (i < nh) {
+                m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+            }
+        }
     }
 
-    var l = 0.0;
-    var o = lane_zero();
     pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
@@ -73,29 +94,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let seg = min(q_end, (blk + 1u) * bs);
         for (; pos < seg; pos++) {
             let t = pos % bs;
-            let e = exp(lanes_sum(lane_dot(q, k_lane_q(kb, t, lane, ks))) * p.scale - m);
-            l = l + e;
-            o = lane_fma(e, v_lane_q(vb, t, lane, vs), o);
+            let k = k_lane_q(kb, t, lane, ks);
+            let v = v_lane_q(vb, t, lane, vs);
+            for (var i = 0u; i < LANE_HEADS; i++) {
+                if (i < nh) {
+                    let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
+                    l[i] = l[i] + e;
+                    o[i] = lane_fma(e, v, o[i]);
+                }
+            }
         }
     }
     for (pos = max(k0, own); pos < end; pos++) {
-        let e = exp(lanes_sum(lane_dot(q, kv_lane_f16(0u, seq, pos, kvh, lane))) * p.scale - m);
-        l = l + e;
-        o = lane_fma(e, kv_lane_f16(1u, seq, pos, kvh, lane), o);
+        let k = kv_lane_f16(0u, seq, pos, kvh, lane);
+        let v = kv_lane_f16(1u, seq, pos, kvh, lane);
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            if (i < nh) {
+                let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
+                l[i] = l[i] + e;
+                o[i] = lane_fma(e, v, o[i]);
+            }
+        }
     }
 
-    let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
-    if (lane == 0u) {
-        partials[base] = m;
-        partials[base + 1u] = l;
-    }
-    let c = base + 2u + lane * 8u * WPL;
-    for (var i = 0u; i < 4u; i++) {
-        partials[c + i] = o.a[i];
-        partials[c + 4u + i] = o.b[i];
-        if (WPL > 1u) {
-            partials[c + 8u + i] = o.c[i];
-            partials[c + 12u + i] = o.d[i];
-        }
+    for (var i = 0u; i < nh; i++) {
+        write_partial(si, h0 + i, part, lane, m[i], l[i], o[i]);
     }
 }

@@ -118,10 +118,18 @@ pub fn query_tile(variant: AttentionVariant, head_dim: u32) -> u32 {
     }
 }
 
-/// Query heads of one KV group handled by one decode workgroup.
-pub fn heads_per_workgroup(group: u32, head_dim: u32) -> u32 {
-    group.min(16).min(2048 / head_dim).max(1)
+/// Query heads of one KV group handled by one decode workgroup: the workgroup variant fills
+/// 2048 floats of workgroup memory with their queries; the lanes variant keeps at most
+/// `LANE_HEADS` (4, `shaders/common/decode_lanes.wgsl`) in registers.
+pub fn heads_per_workgroup(variant: AttentionVariant, group: u32, head_dim: u32) -> u32 {
+    match variant {
+        AttentionVariant::Workgroup => group.min(16).min(2048 / head_dim).max(1),
+        AttentionVariant::Lanes => group.clamp(1, LANE_HEADS),
+    }
 }
+
+/// Most query heads one lanes-variant decode subgroup serves (WGSL `LANE_HEADS`).
+pub const LANE_HEADS: u32 = 4;
 
 /// Partitions needed for `ctx_len` keys.
 pub fn partitions(ctx_len: u32) -> u32 {
@@ -223,7 +231,8 @@ impl AttentionOp {
             "query heads must be a multiple of KV heads"
         );
         let group = layout.num_heads / layout.num_kv_heads;
-        let heads_per_wg = heads_per_workgroup(group, hd);
+        let variant = kernels.config.attention(hd);
+        let heads_per_wg = heads_per_workgroup(variant, group, hd);
         let q = io.kv_quant.map(|q| q.layout);
         if let (true, Some(q)) = (layout.values_in_keys, q) {
             assert!(
@@ -255,7 +264,6 @@ impl AttentionOp {
             ..Default::default()
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
-        let variant = kernels.config.attention(hd);
         let kv = q.map(|q| q.key);
         let partials_pl =
             kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv });
@@ -287,11 +295,8 @@ impl AttentionOp {
             reduce_pl,
             prefill_pl,
             num_heads: layout.num_heads,
-            // workgroup variant: slices of one KV group's query heads; lanes: one query head
-            decode_y: match variant {
-                AttentionVariant::Workgroup => layout.num_kv_heads * group.div_ceil(heads_per_wg),
-                AttentionVariant::Lanes => layout.num_heads,
-            },
+            // slices of one KV group's query heads, one read of each key per slice
+            decode_y: layout.num_kv_heads * group.div_ceil(heads_per_wg),
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
             window_partitions: window.map(|w| window_partitions(w.get())),
         }
@@ -325,7 +330,15 @@ impl AttentionOp {
 
 #[cfg(test)]
 mod tests {
-    use super::{window_partitions, PARTITION};
+    use super::{window_partitions, LANE_HEADS, PARTITION};
+
+    /// The lanes decode kernels size their per-head registers with WGSL's `LANE_HEADS`; the
+    /// host slices query heads by this crate's.
+    #[test]
+    fn lane_heads_match_the_shader() {
+        let wgsl = include_str!("../../shaders/common/decode_lanes.wgsl");
+        assert!(wgsl.contains(&format!("const LANE_HEADS: u32 = {LANE_HEADS}u;")));
+    }
 
     /// The partitions the keys (p − W, p] span, over every query position and window up to a
     /// few partitions: never more than `window_partitions(W)`, and that many for some p.

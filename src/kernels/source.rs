@@ -14,6 +14,7 @@ pub const WEIGHTS: &str = include_str!("../../shaders/common/weights.wgsl");
 pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
+pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
@@ -71,6 +72,9 @@ fn attention_parts(
                 parts.push(KV_QUANT_LANES);
             }
         }
+    }
+    if variant == AttentionVariant::Lanes && !prefill {
+        parts.push(DECODE_LANES);
     }
     parts.push(if prefill { pre } else { decode });
     parts

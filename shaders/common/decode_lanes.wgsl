@@ -1,0 +1,24 @@
+// Shared by the lane-parallel decode kernels (decode_partials_lanes, decode_partials_lanes_kvq):
+// a subgroup serves a slice of up to LANE_HEADS query heads of one KV head, so each key and
+// value row is loaded once for all of them, and writes each head's partition result.
+
+const LANE_HEADS: u32 = 4u;  // most query heads per subgroup (AttnParams.heads_per_wg)
+
+// (m_p, l_p, o_p) of query head h, partition `part` into the partials buffer
+// ([decode_seqs, num_heads, max_partitions, HEAD_DIM + 2], as decode_partials.wgsl).
+fn write_partial(si: u32, h: u32, part: u32, lane: u32, m: f32, l: f32, o: Lane16) {
+    let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
+    if (lane == 0u) {
+        partials[base] = m;
+        partials[base + 1u] = l;
+    }
+    let c = base + 2u + lane * 8u * WPL;
+    for (var i = 0u; i < 4u; i++) {
+        partials[c + i] = o.a[i];
+        partials[c + 4u + i] = o.b[i];
+        if (WPL > 1u) {
+            partials[c + 8u + i] = o.c[i];
+            partials[c + 12u + i] = o.d[i];
+        }
+    }
+}
