@@ -24,7 +24,9 @@ pub fn gpu() -> Option<&'static TestGpu> {
     GPU.get_or_init(|| match Gpu::open(&GpuOptions::default()) {
         Ok(gpu) => {
             let kernels = Kernels::new(&gpu);
-            eprintln!("testing on {} ({:?})", gpu.info.name, gpu.info.backend);
+            let sub = gpu.caps.subgroup_min_size;
+            eprintln!("testing on {} ({:?}), subgroups of {sub}", gpu.info.name, gpu.info.backend);
+            check_vector_width(&gpu.info.name, sub);
             Some(TestGpu { gpu: std::sync::Arc::new(gpu), kernels })
         }
         Err(e) => {
@@ -34,6 +36,21 @@ pub fn gpu() -> Option<&'static TestGpu> {
         }
     })
     .as_ref()
+}
+
+/// `.ci/run` reruns the kernel and tiny-model tests with `LP_NATIVE_VECTOR_WIDTH` 512 and 128:
+/// on lavapipe that makes subgroups of 16 and 4 lanes (the default 256 makes 8), so the variant
+/// choice and the subgroup kernels are tested at more than one subgroup size. A run that asked
+/// for a width must get it.
+fn check_vector_width(adapter: &str, subgroup: u32) {
+    let Some(bits) =
+        std::env::var("LP_NATIVE_VECTOR_WIDTH").ok().and_then(|v| v.parse::<u32>().ok())
+    else {
+        return;
+    };
+    if adapter.contains("llvmpipe") {
+        assert_eq!(subgroup, bits / 32, "LP_NATIVE_VECTOR_WIDTH={bits} on {adapter}");
+    }
 }
 
 /// `KVRUN_NO_SKIP=1` (set by `.ci/run`) turns "no GPU" and "no real model" from a skip into a
