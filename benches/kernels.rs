@@ -1,0 +1,255 @@
+//! Kernel benches: `cargo bench --bench kernels` (add `-- linear` etc. to filter). Each kernel
+//! family at SmolLM2-135M and Llama-3-8B shapes, one decode token (the bandwidth-bound case),
+//! with the variants this adapter selects (`auto`) and the discrete-GPU variants forced (`gpu`).
+//!
+//! Time is GPU time from timestamp queries, through criterion's `iter_custom`: every iteration
+//! is its own timed compute pass, so submission and host overhead are not counted. Throughput is
+//! the bytes a dispatch must read (weights, or the KV history), so criterion's "thrpt" is the
+//! achieved bandwidth: compare it with `kvrun bench bandwidth` on the same adapter. An adapter
+//! without timestamp queries skips the benches with a message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kvrun::gpu::{Gpu, GpuOptions, GpuTimer};
+use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
+use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use kvrun::kernels::rms_norm::{NormIo, NormRows, RmsNormOp};
+use kvrun::kernels::rope::QkvLayout;
+use kvrun::kernels::{
+    GpuWeight, KernelConfig, KernelFamily, Kernels, SeqInfo, StepInfo, StepShape, WeightFormat,
+};
+use kvrun::quant::{quantize_row, GgmlType};
+
+/// Timed passes per submission.
+const PASSES: u64 = 64;
+
+struct Bench {
+    gpu: Arc<Gpu>,
+    families: Vec<(&'static str, Kernels)>,
+}
+
+fn open() -> Option<Bench> {
+    let gpu = match Gpu::open(&GpuOptions::default()) {
+        Ok(g) if g.caps.timestamps => Arc::new(g),
+        Ok(g) => {
+            eprintln!("{} has no timestamp queries: kernel benches skipped", g.info.name);
+            return None;
+        }
+        Err(e) => {
+            eprintln!("no GPU ({e}): kernel benches skipped");
+            return None;
+        }
+    };
+    eprintln!("kernel benches on {} ({:?})", gpu.info.name, gpu.info.backend);
+    let families = [("auto", KernelFamily::Auto), ("gpu", KernelFamily::Gpu)]
+        .map(|(name, f)| (name, Kernels::with_config(KernelConfig::choose_family(&gpu.caps, f))))
+        .into();
+    Some(Bench { gpu, families })
+}
+
+/// GPU time of `iters` runs of `record`, each its own timed pass.
+fn gpu_time(gpu: &Gpu, iters: u64, record: &dyn Fn(&mut wgpu::ComputePass<'_>)) -> Duration {
+    let mut timer = GpuTimer::new(gpu, PASSES as u32).expect("timestamps checked at open");
+    let mut total_ms = 0.0;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(PASSES);
+        timer.reset();
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        for _ in 0..n {
+            let timestamp_writes = timer.next_pass();
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
+            record(&mut pass);
+        }
+        timer.resolve(&mut encoder);
+        gpu.queue.submit([encoder.finish()]);
+        total_ms += timer.read_ms(gpu).expect("timestamps").iter().sum::<f64>();
+        left -= n;
+    }
+    Duration::from_secs_f64(total_ms / 1e3)
+}
+
+fn f32_buffer(gpu: &Gpu, n: usize, seed: u32) -> wgpu::Buffer {
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i as u32 ^ seed).wrapping_mul(2_654_435_761) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    gpu.storage_buffer_init("bench f32", bytemuck::cast_slice(&v))
+}
+
+/// Linear: out = W·x for one token; the weight is read once.
+fn linear(c: &mut Criterion) {
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let shapes = [
+        ("smollm2 gate_up", 3072usize, 576usize),
+        ("llama8b q", 4096, 4096),
+        ("llama8b down", 4096, 14336),
+    ];
+    let mut group = c.benchmark_group("linear");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (ty, format) in [(GgmlType::Q4_1, WeightFormat::Q4_1), (GgmlType::Q8_0, WeightFormat::Q8_0)]
+    {
+        for (shape, rows, cols) in shapes {
+            let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let q = quantize_row(ty, &row).expect("quantizable row");
+            let bytes: Vec<u8> = (0..rows).flat_map(|_| q.iter().copied()).collect();
+            let max = gpu.limits.max_storage_buffer_binding_size;
+            let w = GpuWeight::upload(gpu, shape, format, rows, cols, &bytes, max).expect("weight");
+            let weight_bytes: u64 = w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum();
+            let step = gpu.uniform_buffer_init(
+                "step",
+                bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
+            );
+            let x = f32_buffer(gpu, cols, 1);
+            let out = gpu.storage_buffer("out", (rows * 4) as u64);
+            group.throughput(Throughput::Bytes(weight_bytes));
+            for (family, kernels) in &b.families {
+                let io = LinearIo {
+                    step: &step,
+                    x: &x,
+                    x_stride: cols as u32,
+                    x_offset: 0,
+                    out: &out,
+                    out_stride: rows as u32,
+                    out_offset: 0,
+                    bias: None,
+                    accumulate: false,
+                    rows: TokenRows::Step,
+                };
+                let op = LinearOp::new(gpu, kernels, shape, &w, io);
+                let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
+                let id = BenchmarkId::new(format!("{ty:?} {shape} {rows}x{cols}"), family);
+                group.bench_function(id, |bench| {
+                    bench.iter_custom(|iters| {
+                        gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1))
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+/// Decode attention (split-K partials + reduce) for one sequence over an f16 paged KV history.
+fn attention_decode(c: &mut Criterion) {
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let mut group = c.benchmark_group("attention_decode");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let shapes = [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128)];
+    for (shape, heads, kv_heads, hd) in shapes {
+        for ctx in [512u32, 4096] {
+            let layout = QkvLayout::new(heads, kv_heads, hd);
+            let bs = 16u32;
+            let blocks = ctx.div_ceil(bs);
+            let pool_words = (blocks * kv_heads * bs * hd / 2) as usize;
+            let pool: Vec<u32> = (0..pool_words as u32)
+                .map(|i| 0x3800_3400 ^ (i.wrapping_mul(2_654_435_761) & 0x03FF_03FF))
+                .collect();
+            let k = gpu.storage_buffer_init("k", bytemuck::cast_slice(&pool));
+            let v = gpu.storage_buffer_init("v", bytemuck::cast_slice(&pool));
+            let table: Vec<u32> = (0..blocks).rev().collect();
+            let tables = gpu.storage_buffer_init("tables", bytemuck::cast_slice(&table));
+            let seq = SeqInfo {
+                q_start: 0,
+                q_len: 1,
+                ctx_len: ctx,
+                table_start: 0,
+                ..Default::default()
+            };
+            let seqs = gpu.storage_buffer_init("seqs", bytemuck::bytes_of(&seq));
+            let tiles = gpu.storage_buffer_init("tiles", bytemuck::cast_slice(&[0u32, 0]));
+            let info =
+                StepInfo { num_tokens: 1, num_seqs: 1, num_decode_seqs: 1, ..Default::default() };
+            let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
+            let qkv = f32_buffer(gpu, layout.stride() as usize, 2);
+            let parts = partitions(ctx);
+            let partials = gpu.storage_buffer("partials", partials_bytes(1, heads, parts, hd));
+            let out = gpu.storage_buffer("out", u64::from(heads * hd * 4));
+            let kv_bytes = 2 * u64::from(ctx * kv_heads * hd * 2);
+            group.throughput(Throughput::Bytes(kv_bytes));
+            for (family, kernels) in &b.families {
+                let io = AttentionIo {
+                    step: &step,
+                    qkv: &qkv,
+                    k_pool: &k,
+                    v_pool: &v,
+                    seqs: &seqs,
+                    block_tables: &tables,
+                    prefill_tiles: &tiles,
+                    partials: &partials,
+                    out: &out,
+                    kv_quant: None,
+                };
+                let scale = 1.0 / (hd as f32).sqrt();
+                let op = AttentionOp::new(gpu, kernels, layout, bs, parts, None, scale, io);
+                let shape_1 = StepShape {
+                    num_tokens: 1,
+                    num_decode_seqs: 1,
+                    max_decode_partitions: parts,
+                    ..Default::default()
+                };
+                let id =
+                    BenchmarkId::new(format!("{shape} {heads}/{kv_heads}x{hd} ctx {ctx}"), family);
+                group.bench_function(id, |bench| {
+                    bench.iter_custom(|iters| {
+                        gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1))
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+/// RMSNorm of one hidden row.
+fn rms_norm(c: &mut Criterion) {
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let mut group = c.benchmark_group("rms_norm");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    for (shape, dim) in [("smollm2", 576u32), ("llama8b", 4096)] {
+        let step = gpu.uniform_buffer_init(
+            "step",
+            bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
+        );
+        let x = f32_buffer(gpu, dim as usize, 3);
+        let w = f32_buffer(gpu, dim as usize, 4);
+        let out = gpu.storage_buffer("out", u64::from(dim * 4));
+        group.throughput(Throughput::Bytes(u64::from(3 * dim * 4)));
+        let (family, kernels) = &b.families[0];
+        let io = NormIo {
+            step: &step,
+            x: &x,
+            weight: &w,
+            out: &out,
+            rows: NormRows::Step,
+            accumulate: false,
+        };
+        let op = RmsNormOp::new(gpu, kernels, shape, dim, 1e-5, io);
+        let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
+        group.bench_function(BenchmarkId::new(format!("{shape} {dim}"), family), |bench| {
+            bench.iter_custom(|iters| gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = linear, attention_decode, rms_norm
+}
+criterion_main!(benches);
