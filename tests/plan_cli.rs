@@ -252,9 +252,15 @@ fn deepseek_mla_figures() {
     }
     // no expanded figure for other attention
     assert!(plan_json(&config("llama-3-8b"), &[]).get("kv_bytes_per_token_expanded").is_none());
-    let err =
-        plan_fails(&["-m", config("deepseek-v3").to_str().unwrap(), "--kv-cache-dtype", "int8"]);
-    assert!(err.contains("MLA latent") && err.contains("--kv-cache-dtype f16"), "{err}");
+    // A quantized latent is one code read as keys and as values: one granularity for both.
+    let v3 = config("deepseek-v3");
+    let err = plan_fails(&["-m", v3.to_str().unwrap(), "--kv-cache-dtype", "int8"]);
+    assert!(err.contains("MLA latent") && err.contains("--kv-k-scale per-token"), "{err}");
+    let int8 = ["-c", "4096", "--kv-cache-dtype", "int8", "--kv-k-scale", "per-token"];
+    let p = plan_json(&v3, &[&int8[..], &["--kv-v-scale", "per-token"]].concat());
+    // per layer a block is 16 × 576 int8 codes + 16 f16 scales (8 words): 9,248 bytes
+    assert_eq!(u(&p, "kv_bytes_per_block"), 61 * 9_248);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 61 * 578);
 }
 
 /// Gemma 3 4B (34 layers, 5 global, window 1024, 4 KV heads × 256) and 27B (62 layers, 10

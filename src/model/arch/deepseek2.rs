@@ -1,8 +1,7 @@
 //! DeepSeek-V2/V3 with dense MLPs (HF `DeepseekV2ForCausalLM` / `DeepseekV3ForCausalLM`, GGUF
 //! `deepseek2`): multi-head latent attention in the absorbed form, as a flat list of
-//! dispatches. `R` =
-//! kv_lora_rank, `dn`/`dr` = qk_nope/qk_rope head dims, `dv` = v_head_dim, `W_UK_h`/`W_UV_h` =
-//! head h's `[dn, R]` / `[dv, R]` rows of `kv_b_proj`.
+//! dispatches. `R` = kv_lora_rank, `dn`/`dr` = qk_nope/qk_rope head dims, `dv` = v_head_dim,
+//! `W_UK_h`/`W_UV_h` = head h's `[dn, R]` / `[dv, R]` rows of `kv_b_proj`.
 //!
 //! ```text
 //! per layer:  normed = rms_norm(hidden)              · attn_norm
@@ -24,9 +23,12 @@
 //! Why the absorbed form for prefill too: it reads the latent cache as it is (one MQA head of
 //! R + dr channels), so prefill, decode and prefix reuse share one kernel and one cache layout;
 //! the expanded form would materialise per-head K and V of every cached token for every
-//! prefill chunk. `tests/kernel_attention_mla.rs` checks the absorbed GPU path against the
-//! expanded CPU attention. Per layer this costs 3 + 3H linear dispatches (the per-head ones
-//! are small); a grouped-row linear would make them 3.
+//! prefill chunk. On lavapipe, which is compute-bound, an MHA model with the same heads (a lower
+//! bound for the expanded form) prefills 4096 tokens faster (`scripts/mla-vs-mha.sh`: 3,181 vs
+//! 2,191 tok/s): the trade-off is left for a GPU measurement. `tests/kernel_attention.rs`
+//! (`mla_absorbed_attention_matches_the_expanded_form`) checks the absorbed GPU path against
+//! the expanded attention on the CPU. Per layer this costs 3 + 3H linear dispatches (the
+//! per-head ones are small); a grouped-row linear would make them 3.
 
 use super::common::Builder;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
@@ -111,10 +113,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let stride = layout.stride() as usize;
     let k_off = layout.k_offset() as usize;
     let mut weights: Vec<GpuWeight> = Vec::new();
-    let mut push = |w: GpuWeight| -> usize {
-        weights.push(w);
-        weights.len() - 1
-    };
+    let mut push = |w: GpuWeight| weights.push(w);
 
     // the query input: normed, or q-LoRA's normed q_a
     ops.push(b.input_norm(l, "attn_norm")?);
