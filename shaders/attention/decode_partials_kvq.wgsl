@@ -82,11 +82,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         return;
     }
     let n_valid = end - k0;
-    let group = p.num_heads / p.num_kv_heads;
-    let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
-    let kvh = wid.y / slices;
-    let h0 = kvh * group + (wid.y % slices) * p.heads_per_wg;
-    let nh = min(p.heads_per_wg, kvh * group + group - h0);
+    let hs = head_slice(wid.y);
+    let kvh = hs.kvh;
+    let h0 = hs.h0;
+    let nh = hs.nh;
     let words = HEAD_DIM / 2u;
     let t = lid.x;
     let own = (seq.ctx_len - 1u) / p.block_size * p.block_size;  // keys before: quantized

@@ -39,17 +39,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     // query heads [h0, h0 + nh) of KV head kvh (p.heads_per_wg ≤ LANE_HEADS per slice)
-    let group = p.num_heads / p.num_kv_heads;
-    let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
-    let kvh = wid.y / slices;
-    let h0 = kvh * group + (wid.y % slices) * p.heads_per_wg;
-    let nh = min(p.heads_per_wg, kvh * group + group - h0);
+    let hs = head_slice(wid.y);
+    let kvh = hs.kvh;
+    let nh = hs.nh;
     var q: array<Lane16, LANE_HEADS>;
     var m: array<f32, LANE_HEADS>;
     var l: array<f32, LANE_HEADS>;
     var o: array<Lane16, LANE_HEADS>;
     for (var i = 0u; i < LANE_HEADS; i++) {
-        q[i] = q_lane(seq.q_start, h0 + min(i, nh - 1u), lane);
+        q[i] = q_lane(seq.q_start, hs.h0 + min(i, nh - 1u), lane);
         m[i] = NEG_BIG;
         l[i] = 0.0;
         o[i] = lane_zero();
@@ -118,6 +116,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     }
 
     for (var i = 0u; i < nh; i++) {
-        write_partial(si, h0 + i, part, lane, m[i], l[i], o[i]);
+        write_partial(si, hs.h0 + i, part, lane, m[i], l[i], o[i]);
     }
 }

@@ -56,6 +56,23 @@ fn window_lo(pos: u32) -> u32 {
     return pos + 1u - p.window;
 }
 
+// Decode: the query heads workgroup row `y` serves, [h0, h0 + nh) of KV head kvh — a slice of
+// at most p.heads_per_wg heads of one KV group (kernels::attention::heads_per_workgroup), so
+// each key and value row is read once for all of them.
+struct HeadSlice {
+    kvh: u32,
+    h0: u32,
+    nh: u32,
+}
+
+fn head_slice(y: u32) -> HeadSlice {
+    let group = p.num_heads / p.num_kv_heads;
+    let slices = (group + p.heads_per_wg - 1u) / p.heads_per_wg;
+    let kvh = y / slices;
+    let h0 = kvh * group + (y % slices) * p.heads_per_wg;
+    return HeadSlice(kvh, h0, min(p.heads_per_wg, kvh * group + group - h0));
+}
+
 // Merge factors for folding partition (m_p) into running max m_run: (a, b, m_new) such that
 // L' = fma(L, a, l_p * b) and O' = fma(O, a, o_p * b).
 fn merge_factors(m_run: f32, m_p: f32) -> vec3<f32> {
