@@ -118,10 +118,10 @@ pub fn kv_storage(
     Ok(KvStorage { dtype_name: spec.format().name(), k: head_block(spec.k), v: head_block(spec.v) })
 }
 
-/// [`kv_storage`] for `model`'s KV cache. MLA's latent keeps its values inside its keys: one
-/// head block per token row (`HeadBlockStorage::NONE`-sized V), quantized with one granularity
+/// [`kv_storage`] for `model`'s KV cache. MLA's latent keeps its values inside its keys
+/// ([`KvStorage::values_in_keys`]: a V head block of 0 bytes), quantized with one granularity
 /// for both (the row is read as keys and as values), never rotated. Its f16 staging still has a
-/// K and a V half (`kv_stage` copies the row into both), so V is `staged` like K.
+/// K and a V half (`kv_stage` copies the row into both), so V stays `staged` like K.
 pub fn model_kv_storage(
     spec: &KvCacheSpec,
     block_size: usize,
@@ -146,8 +146,7 @@ pub fn model_kv_storage(
             g = spec.v.scale_name()
         )));
     }
-    let v = HeadBlockStorage { bytes: 0, ..storage.v };
-    Ok(KvStorage { v, ..storage })
+    Ok(storage.values_in_keys())
 }
 
 /// The configuration after looking at the model: every number concrete.

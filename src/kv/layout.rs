@@ -54,11 +54,11 @@ impl KvStorage {
         KvStorage { dtype_name: "f16", k: head_block, v: head_block }
     }
 
-    /// f16 keys whose first channels are also the values (MLA's latent `[c_kv ; k_pe]`): a
-    /// head block of K only, a V head block of 0 bytes.
-    pub const fn f16_values_in_keys(block_size: usize, head_dim: usize) -> Self {
-        let f16 = Self::f16(block_size, head_dim);
-        KvStorage { v: HeadBlockStorage { bytes: 0, ..f16.v }, ..f16 }
+    /// This storage for keys whose first channels are also the values (MLA's latent
+    /// `[c_kv ; k_pe]`): the same K head block, a V head block of 0 bytes (its staging, scale
+    /// name and dtype kept: the staged f16 rows still have a V half).
+    pub const fn values_in_keys(self) -> Self {
+        KvStorage { v: HeadBlockStorage { bytes: 0, ..self.v }, ..self }
     }
 }
 
@@ -298,7 +298,7 @@ mod tests {
     /// latent are 70,272 bytes a token.
     #[test]
     fn values_in_keys_cost_only_the_keys() {
-        let s = KvStorage::f16_values_in_keys(16, 576);
+        let s = KvStorage::f16(16, 576).values_in_keys();
         assert_eq!((s.k.bytes, s.v.bytes), (16 * 576 * 2, 0));
         let layout = KvLayout::new(61, 1, 576, 16, s).unwrap();
         assert_eq!(layout.bytes_per_token(), 70_272.0);

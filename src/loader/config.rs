@@ -446,6 +446,16 @@ pub(super) fn full_layers(num_layers: usize, rope: Rope) -> Vec<LayerSpec> {
     vec![LayerSpec { attention: AttentionKind::Full, rope }; num_layers]
 }
 
+/// YaRN's magnitude correction `0.1 · m · ln(scale) + 1` (1 for `scale ≤ 1`), as HF's
+/// `get_mscale` / DeepSeek's `yarn_get_mscale` compute it.
+pub(crate) fn yarn_mscale(scale: f64, m: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * m * scale.ln() + 1.0
+    }
+}
+
 /// `1/sqrt(head_dim)`: the softmax scale of every architecture but Gemma 3 27B.
 pub(crate) fn inv_sqrt(head_dim: usize) -> f32 {
     (1.0 / (head_dim.max(1) as f64).sqrt()) as f32

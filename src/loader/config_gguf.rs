@@ -169,7 +169,8 @@ fn deepseek2(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
         if let RopeScaling::Yarn { factor, ref mut attention_factor, .. } = layer.rope.scaling {
             *attention_factor = 1.0;
             let log_mul = m.f64_or("rope.scaling.yarn_log_multiplier", 0.0)?;
-            let mscale = if factor > 1.0 { 1.0 + log_mul * factor.ln() } else { 1.0 };
+            // llama.cpp's yarn_log_multiplier is HF's 0.1 · mscale_all_dim
+            let mscale = super::config::yarn_mscale(factor, 10.0 * log_mul);
             scale = mscale * mscale / (q_head_dim as f64).sqrt();
         }
     }
@@ -222,7 +223,7 @@ fn scaling(m: &GgufKeys<'_>, max_pos: usize) -> Result<RopeScaling, LoadError> {
         Some("linear") => Ok(RopeScaling::Linear { factor: factor()? }),
         Some("yarn") => {
             let factor = factor()?;
-            let mscale = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+            let mscale = super::config::yarn_mscale(factor, 1.0);
             Ok(RopeScaling::Yarn {
                 factor,
                 original_max_position_embeddings: m

@@ -3,8 +3,8 @@
 //! `text_config`), each layer's attention kind and RoPE as `transformers` derives them.
 
 use super::config::{
-    inv_sqrt, token_id_list, Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec,
-    Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    inv_sqrt, token_id_list, yarn_mscale, Activation, Architecture, AttentionKind, HfConfigExtras,
+    LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use serde::Deserialize;
@@ -282,7 +282,7 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
     if let RopeScaling::Yarn { factor, .. } = rope.scaling {
         let all_dim = params.and_then(|p| p.get("mscale_all_dim")).and_then(Value::as_f64);
         if let Some(m) = all_dim.filter(|m| *m != 0.0 && m.is_finite()) {
-            let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+            let mscale = yarn_mscale(factor, m);
             scale *= mscale * mscale;
         }
     }
@@ -435,18 +435,11 @@ pub(super) fn hf_rope(
                 ));
             }
             let factor = need("factor")?;
-            let mscale = |scale: f64, m: f64| {
-                if scale <= 1.0 {
-                    1.0
-                } else {
-                    0.1 * m * scale.ln() + 1.0
-                }
-            };
             let attention_factor =
                 match (num("attention_factor")?, num("mscale")?, num("mscale_all_dim")?) {
                     (Some(a), _, _) => a,
-                    (None, Some(m), Some(all)) => mscale(factor, m) / mscale(factor, all),
-                    _ => mscale(factor, 1.0),
+                    (None, Some(m), Some(all)) => yarn_mscale(factor, m) / yarn_mscale(factor, all),
+                    _ => yarn_mscale(factor, 1.0),
                 };
             RopeScaling::Yarn {
                 factor,
