@@ -140,17 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
         workgroupBarrier();
         if (t < nq) {
-            var m = NEG_BIG;
-            var u = ulo_sh[t];
-            for (; u + 8u <= uhi_sh[t]; u += 8u) {
-                let r = t * PART + u;
-                m = max(max(max(max(max(max(max(max(m, s_sh[r]), s_sh[r + 1u]), s_sh[r + 2u]),
-                    s_sh[r + 3u]), s_sh[r + 4u]), s_sh[r + 5u]), s_sh[r + 6u]), s_sh[r + 7u]);
-            }
-            for (; u < uhi_sh[t]; u++) {
-                m = max(m, s_sh[t * PART + u]);
-            }
-            mp_sh[t] = m;
+            mp_sh[t] = partition_max(t);
         }
         workgroupBarrier();
         for (var i = t; i < nq * PART; i += WG) {
@@ -161,16 +151,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
         workgroupBarrier();
         if (t < nq && ulo_sh[t] < uhi_sh[t]) {
-            var l = 0.0;
-            var u = ulo_sh[t];
-            for (; u + 8u <= uhi_sh[t]; u += 8u) {
-                let r = t * PART + u;
-                l = l + s_sh[r] + s_sh[r + 1u] + s_sh[r + 2u] + s_sh[r + 3u] + s_sh[r + 4u]
-                    + s_sh[r + 5u] + s_sh[r + 6u] + s_sh[r + 7u];
-            }
-            for (; u < uhi_sh[t]; u++) {
-                l = l + s_sh[t * PART + u];
-            }
+            let l = partition_sum(t);
             let f = merge_factors(m_sh[t], mp_sh[t]);
             l_sh[t] = fma(l_sh[t], f.x, l * f.y);
             m_sh[t] = f.z;

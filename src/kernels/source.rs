@@ -15,6 +15,7 @@ pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
 pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
+pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
@@ -73,8 +74,10 @@ fn attention_parts(
             }
         }
     }
-    if variant == AttentionVariant::Lanes && !prefill {
-        parts.push(DECODE_LANES);
+    match (variant, prefill) {
+        (AttentionVariant::Lanes, false) => parts.push(DECODE_LANES),
+        (AttentionVariant::Workgroup, true) => parts.push(PREFILL_TILE),
+        _ => {}
     }
     parts.push(if prefill { pre } else { decode });
     parts
