@@ -218,11 +218,15 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
     assert_sentinels(&name, &sentinels);
 }
 
+/// Odd and even row counts (the subgroup variant loads even ones two rows at a time), counts
+/// that are not a multiple of its 4 rows per lane, and decode- and prefill-sized tiles.
 #[test]
 fn linear_every_format_matches_reference() {
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in
-            [(37, 96usize, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17)].iter().enumerate()
+            [(37, 96usize, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17), (70, 96, 2), (128, 64, 1)]
+                .iter()
+                .enumerate()
         {
             let case = Case {
                 format,

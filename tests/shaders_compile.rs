@@ -19,6 +19,9 @@ fn compile(key: PipelineKey) -> Result<(), String> {
     if subgroup {
         caps |= naga::valid::Capabilities::SUBGROUP;
     }
+    if matches!(key, PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }) {
+        caps |= naga::valid::Capabilities::SHADER_INT64;
+    }
     let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
     if subgroup {
         validator

@@ -13,8 +13,10 @@ fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
     return WRaw(wq[i], wq[i + 1u], ws[b * rows + n]);
 }
 
+// Shifts, not unpack4xI8: llvmpipe runs this ~1.4x faster in the linear kernel (same values).
 fn i8x4(w: u32) -> vec4<f32> {
-    return vec4<f32>(unpack4xI8(w));
+    let v = bitcast<vec4<i32>>(vec4<u32>(w << 24u, w << 16u, w << 8u, w));
+    return vec4<f32>(v >> vec4<u32>(24u));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,9 +1,13 @@
 // Linear layer, subgroup variant for CPU adapters (lavapipe, WARP): the same sums as
 // linear.wgsl (see common/weights.wgsl), loaded differently. On a CPU adapter every lane does
-// its own memory access, so loads are what cost: here the 8 vec4 of a 32-input block are
-// loaded by 8 lanes, one each, and handed to every lane with subgroupBroadcast; each lane
-// computes 2 weight rows (sharing those inputs) for TT (1 or 8) tokens and reads its weights as whole
-// vec4 blocks. Needs a subgroup size of at least 8 (kernels::KernelConfig::choose checks).
+// its own memory access, one component at a time, so load instructions are what cost:
+// - the 8 vec4 of a 32-input block are loaded by 8 lanes, one each, and handed to every lane
+//   with subgroupBroadcast;
+// - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1 or 8)
+//   tokens, and reads two rows' blocks with one load through the u64 views of the weight
+//   buffers (pairs/common.wgsl; a weight part of odd row count takes the u32 loads instead:
+//   PAIRS, a pipeline constant, so each pipeline holds one of the two paths).
+// Needs subgroups of at least 8 lanes and 64-bit integers (kernels::KernelConfig::choose).
 
 struct LinearParams {
     k: u32,           // input features (multiple of 32)
@@ -21,7 +25,8 @@ const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
 const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
-override TT: u32 = 8u;            // tokens per invocation: 1 or 8 (two vec4 accumulators)
+override TT: u32 = 8u;            // tokens per invocation: 1 or 8
+override PAIRS: bool = true;      // this weight part has an even row count: load rows in pairs
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
@@ -30,6 +35,8 @@ override TT: u32 = 8u;            // tokens per invocation: 1 or 8 (two vec4 acc
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
+@group(0) @binding(7) var<storage, read> wq2: array<vec4<u64>>; // wq's buffer, two rows per pair
+@group(0) @binding(8) var<storage, read> ws2: array<u64>;       // ws's buffer
 
 fn token_count() -> u32 {
     return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
@@ -55,25 +62,6 @@ fn finish(n: u32, t: u32, sum: f32) {
     out[idx] = r;
 }
 
-// Writes row n's results for tokens t0.. of the tile.
-fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
-    if (n >= p.rows || t0 >= count) {
-        return;
-    }
-    finish(n, t0, acc.x);
-    if (TT > 1u) {
-        if (t0 + 1u < count) {
-            finish(n, t0 + 1u, acc.y);
-        }
-        if (t0 + 2u < count) {
-            finish(n, t0 + 2u, acc.z);
-        }
-        if (t0 + 3u < count) {
-            finish(n, t0 + 3u, acc.w);
-        }
-    }
-}
-
 // The 32 inputs of block b of the token row starting at vec4 `row`, one vec4 loaded per lane.
 fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
     let mine = x[row + 8u * b + (lane & 7u)];
@@ -83,26 +71,75 @@ fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
                       subgroupBroadcast(mine, 6u), subgroupBroadcast(mine, 7u)));
 }
 
-// Block b's contribution to both rows for the token whose input row starts at vec4 `row`.
-fn token_dots(wa: WFloat, wb: WFloat, row: u32, b: u32, lane: u32) -> vec2<f32> {
-    let xb = x_block_shared(row, b, lane);
-    return vec2<f32>(w_dot(wa, xb), w_dot(wb, xb));
+// Block b of 4 neighbouring rows, decoded.
+struct Quad {
+    r0: WFloat,
+    r1: WFloat,
+    r2: WFloat,
+    r3: WFloat,
 }
 
-// Partial sums of two rows (a, b) for up to 8 tokens: lo = tokens 0..3, hi = 4..7.
+// Block b of rows n0 .. n0 + 3 (n0 a multiple of 4; rows past the end read a copy of the
+// last row or pair, computed but never written).
+fn load_quad(n0: u32, b: u32) -> Quad {
+    if (PAIRS) {
+        let last_pair = p.rows / 2u - 1u;
+        let pa = w_load_pair(min(n0 / 2u, last_pair), b, p.rows);
+        let pb = w_load_pair(min(n0 / 2u + 1u, last_pair), b, p.rows);
+        return Quad(w_decode(pa.a), w_decode(pa.b), w_decode(pb.a), w_decode(pb.b));
+    }
+    let last = p.rows - 1u;
+    return Quad(w_decode(w_load(min(n0, last), b, p.rows)),
+                w_decode(w_load(min(n0 + 1u, last), b, p.rows)),
+                w_decode(w_load(min(n0 + 2u, last), b, p.rows)),
+                w_decode(w_load(min(n0 + 3u, last), b, p.rows)));
+}
+
+// Block b's contribution to the 4 rows for the token whose input row starts at vec4 `row`.
+fn token_dots(w: Quad, row: u32, b: u32, lane: u32) -> vec4<f32> {
+    let xb = x_block_shared(row, b, lane);
+    return vec4<f32>(w_dot(w.r0, xb), w_dot(w.r1, xb), w_dot(w.r2, xb), w_dot(w.r3, xb));
+}
+
+// Partial sums of the 4 rows (vector components) for up to 8 tokens.
 struct Sums {
-    a_lo: vec4<f32>,
-    a_hi: vec4<f32>,
-    b_lo: vec4<f32>,
-    b_hi: vec4<f32>,
+    t0: vec4<f32>,
+    t1: vec4<f32>,
+    t2: vec4<f32>,
+    t3: vec4<f32>,
+    t4: vec4<f32>,
+    t5: vec4<f32>,
+    t6: vec4<f32>,
+    t7: vec4<f32>,
 }
 
 fn sums_zero() -> Sums {
-    return Sums(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let z = vec4<f32>(0.0);
+    return Sums(z, z, z, z, z, z, z, z);
 }
 
 fn sums_add(s: Sums, t: Sums) -> Sums {
-    return Sums(s.a_lo + t.a_lo, s.a_hi + t.a_hi, s.b_lo + t.b_lo, s.b_hi + t.b_hi);
+    return Sums(s.t0 + t.t0, s.t1 + t.t1, s.t2 + t.t2, s.t3 + t.t3,
+                s.t4 + t.t4, s.t5 + t.t5, s.t6 + t.t6, s.t7 + t.t7);
+}
+
+// Writes the 4 rows' results for token t (if it is in the step).
+fn finish_token(n0: u32, t: u32, count: u32, acc: vec4<f32>) {
+    if (t >= count) {
+        return;
+    }
+    if (n0 < p.rows) {
+        finish(n0, t, acc.x);
+    }
+    if (n0 + 1u < p.rows) {
+        finish(n0 + 1u, t, acc.y);
+    }
+    if (n0 + 2u < p.rows) {
+        finish(n0 + 2u, t, acc.z);
+    }
+    if (n0 + 3u < p.rows) {
+        finish(n0 + 3u, t, acc.w);
+    }
 }
 
 @compute @workgroup_size(16)
@@ -113,9 +150,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if (t0 >= count) {
         return;
     }
-    let n0 = 2u * gid.x;
-    let na = min(n0, p.rows - 1u);
-    let nb = min(n0 + 1u, p.rows - 1u);
+    let n0 = 4u * gid.x;
     var rows: array<u32, 8>;
     for (var i = 0u; i < 8u; i++) {
         rows[i] = x_row(t0 + i, count);
@@ -125,31 +160,28 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
         var cs = sums_zero();
         for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
-            let wa = w_decode(w_load(na, b, p.rows));
-            let wb = w_decode(w_load(nb, b, p.rows));
-            let d0 = token_dots(wa, wb, rows[0], b, lane);
-            cs.a_lo.x += d0.x;
-            cs.b_lo.x += d0.y;
+            let w = load_quad(n0, b);
+            cs.t0 += token_dots(w, rows[0], b, lane);
             if (TT > 1u) {
-                let d1 = token_dots(wa, wb, rows[1], b, lane);
-                let d2 = token_dots(wa, wb, rows[2], b, lane);
-                let d3 = token_dots(wa, wb, rows[3], b, lane);
-                let d4 = token_dots(wa, wb, rows[4], b, lane);
-                let d5 = token_dots(wa, wb, rows[5], b, lane);
-                let d6 = token_dots(wa, wb, rows[6], b, lane);
-                let d7 = token_dots(wa, wb, rows[7], b, lane);
-                cs.a_lo += vec4<f32>(0.0, d1.x, d2.x, d3.x);
-                cs.b_lo += vec4<f32>(0.0, d1.y, d2.y, d3.y);
-                cs.a_hi += vec4<f32>(d4.x, d5.x, d6.x, d7.x);
-                cs.b_hi += vec4<f32>(d4.y, d5.y, d6.y, d7.y);
+                cs.t1 += token_dots(w, rows[1], b, lane);
+                cs.t2 += token_dots(w, rows[2], b, lane);
+                cs.t3 += token_dots(w, rows[3], b, lane);
+                cs.t4 += token_dots(w, rows[4], b, lane);
+                cs.t5 += token_dots(w, rows[5], b, lane);
+                cs.t6 += token_dots(w, rows[6], b, lane);
+                cs.t7 += token_dots(w, rows[7], b, lane);
             }
         }
         acc = sums_add(acc, cs);
     }
-    finish_tile(n0, t0, count, acc.a_lo);
-    finish_tile(n0 + 1u, t0, count, acc.b_lo);
-    if (TT > 4u) {
-        finish_tile(n0, t0 + 4u, count, acc.a_hi);
-        finish_tile(n0 + 1u, t0 + 4u, count, acc.b_hi);
+    finish_token(n0, t0, count, acc.t0);
+    if (TT > 1u) {
+        finish_token(n0, t0 + 1u, count, acc.t1);
+        finish_token(n0, t0 + 2u, count, acc.t2);
+        finish_token(n0, t0 + 3u, count, acc.t3);
+        finish_token(n0, t0 + 4u, count, acc.t4);
+        finish_token(n0, t0 + 5u, count, acc.t5);
+        finish_token(n0, t0 + 6u, count, acc.t6);
+        finish_token(n0, t0 + 7u, count, acc.t7);
     }
 }

@@ -21,6 +21,8 @@ pub struct Capabilities {
     pub subgroups: bool,
     pub subgroup_min_size: u32,
     pub subgroup_max_size: u32,
+    /// 64-bit integers in shaders (the CPU linear kernel loads two rows' words at once).
+    pub shader_int64: bool,
     pub timestamps: bool,
     /// CPU adapters (lavapipe, WARP, SwiftShader) prefer kernels without workgroup barriers.
     pub is_cpu: bool,
@@ -101,7 +103,10 @@ impl fmt::Debug for Gpu {
 
 /// Features we use when the adapter has them; none is required.
 fn wanted_features() -> wgpu::Features {
-    wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY
+    wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP
+        | wgpu::Features::TIMESTAMP_QUERY
+        | wgpu::Features::SHADER_INT64
 }
 
 impl Gpu {
@@ -226,6 +231,7 @@ impl Capabilities {
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             subgroup_min_size: info.subgroup_min_size,
             subgroup_max_size: info.subgroup_max_size,
+            shader_int64: features.contains(wgpu::Features::SHADER_INT64),
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,

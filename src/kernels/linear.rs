@@ -39,6 +39,19 @@ pub const BINDINGS: [BindingKind; 7] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
+/// Storage buffers of the subgroup variant: the u32 bindings plus the u64 views of the weight.
+pub const SUBGROUP_STORAGE_BUFFERS: u32 = 7;
+
+/// Binding order of a variant: [`BINDINGS`], then for the subgroup variant the weight's words
+/// and scales again as its u64 views (`wq2`, `ws2`).
+pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {
+    let mut b = BINDINGS.to_vec();
+    if variant == LinearVariant::Subgroup {
+        b.extend([BindingKind::StorageRead, BindingKind::StorageRead]);
+    }
+    b
+}
+
 /// Which count of the step the token rows follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenRows {
@@ -63,11 +76,24 @@ pub struct LinearIo<'a> {
     pub rows: TokenRows,
 }
 
-/// One linear layer ready to record: a bind group per weight part.
-pub struct LinearOp {
-    parts: Vec<(wgpu::BindGroup, u32)>,
+/// Whether a weight part of `rows` rows takes the subgroup variant's two-rows-per-load path
+/// (block b of rows 2p and 2p + 1 is then one aligned 32-byte run of its words).
+pub fn loads_pairs(variant: LinearVariant, rows: usize) -> bool {
+    variant == LinearVariant::Subgroup && rows % 2 == 0
+}
+
+/// One weight part ready to record: its bind group, rows and pipelines (one token per
+/// invocation, or a tile of tokens).
+struct Part {
+    bind_group: wgpu::BindGroup,
+    rows: u32,
     one: Arc<Pipeline>,
     many: Arc<Pipeline>,
+}
+
+/// One linear layer ready to record: a bind group per weight part.
+pub struct LinearOp {
+    parts: Vec<Part>,
     variant: LinearVariant,
     rows: TokenRows,
     wg_limit: u32,
@@ -83,9 +109,10 @@ impl LinearOp {
         );
         assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
         let variant = kernels.config.linear;
-        let key = |tile| PipelineKey::Linear { format: w.format, variant, tile };
-        let one = kernels.pipeline(gpu, key(TokenTile::One));
-        let many = kernels.pipeline(gpu, key(TokenTile::Many));
+        let pipeline = |tile, rows| {
+            let pairs = loads_pairs(variant, rows);
+            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, variant, tile, pairs })
+        };
         let mut flags = 0;
         if io.bias.is_some() {
             flags |= FLAG_BIAS;
@@ -119,18 +146,19 @@ impl LinearOp {
                     out_offset: io.out_offset,
                 };
                 let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
-                let bg = one.bind_group(
-                    gpu,
-                    label,
-                    &[io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out],
-                );
-                (bg, part.rows as u32)
+                let mut buffers =
+                    vec![io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out];
+                if variant == LinearVariant::Subgroup {
+                    buffers.extend([&part.words, &part.scales]);
+                }
+                let one = pipeline(TokenTile::One, part.rows);
+                let many = pipeline(TokenTile::Many, part.rows);
+                let bind_group = one.bind_group(gpu, label, &buffers);
+                Part { bind_group, rows: part.rows as u32, one, many }
             })
             .collect();
         LinearOp {
             parts,
-            one,
-            many,
             variant,
             rows: io.rows,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
@@ -153,17 +181,18 @@ impl LinearOp {
             return;
         }
         let tile = TokenTile::for_count(count);
-        let pipeline = if tile == TokenTile::One { &self.one } else { &self.many };
-        // rows per workgroup: 64 invocations × 1 row, or 16 lanes × 2 rows
+        // rows per workgroup: 64 invocations × 1 row, or 16 lanes × 4 rows
         let rows_per_group = match self.variant {
             LinearVariant::Gpu => 64,
-            LinearVariant::Subgroup => 32,
+            LinearVariant::Subgroup => 64,
         };
-        pass.set_pipeline(&pipeline.pipeline);
-        for (bg, rows) in &self.parts {
-            let grid = [groups(*rows, rows_per_group), groups(count, tile.tokens(self.variant)), 1];
+        for part in &self.parts {
+            let pipeline = if tile == TokenTile::One { &part.one } else { &part.many };
+            let grid =
+                [groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)), 1];
             check_grid(grid, self.wg_limit);
-            pass.set_bind_group(0, bg, &[]);
+            pass.set_pipeline(&pipeline.pipeline);
+            pass.set_bind_group(0, &part.bind_group, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
     }

@@ -86,8 +86,9 @@ pub struct StepShape {
 pub enum LinearVariant {
     /// One row per invocation, inputs read by every invocation (a cache broadcast on GPUs).
     Gpu,
-    /// CPU adapters: inputs loaded once per 8 lanes and shared with subgroupBroadcast, two rows
-    /// per lane. Needs subgroups of at least 8 lanes.
+    /// CPU adapters: inputs loaded once per 8 lanes and shared with subgroupBroadcast, four rows
+    /// per lane, two rows' weights per load (64-bit views). Needs subgroups of at least 8 lanes
+    /// and 64-bit shader integers.
     Subgroup,
 }
 
@@ -138,6 +139,9 @@ pub enum PipelineKey {
         format: WeightFormat,
         variant: LinearVariant,
         tile: TokenTile,
+        /// The subgroup variant's two-rows-per-load path: a weight part of even row count
+        /// ([`linear::loads_pairs`]). Always false for the other variant.
+        pairs: bool,
     },
     Embedding {
         format: WeightFormat,
@@ -223,7 +227,11 @@ impl KernelConfig {
 
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
-        let subgroup_linear = caps.is_cpu && caps.subgroups && caps.subgroup_min_size >= 8;
+        let subgroup_linear = caps.is_cpu
+            && caps.subgroups
+            && caps.subgroup_min_size >= 8
+            && caps.shader_int64
+            && caps.max_storage_buffers_per_shader_stage >= linear::SUBGROUP_STORAGE_BUFFERS;
         let lanes_attention = caps.is_cpu
             && caps.subgroups
             && caps.subgroup_min_size == 8

@@ -99,18 +99,39 @@ pub fn weight_snippet(format: WeightFormat) -> &'static str {
     }
 }
 
+/// The subgroup linear kernel's two-row loader of one weight format (`w_load_pair`).
+fn pair_snippet(format: WeightFormat) -> &'static str {
+    match format {
+        WeightFormat::F32 => include_str!("../../shaders/linear/pairs/f32.wgsl"),
+        WeightFormat::F16 => include_str!("../../shaders/linear/pairs/f16.wgsl"),
+        WeightFormat::Bf16 => include_str!("../../shaders/linear/pairs/bf16.wgsl"),
+        WeightFormat::Q8_0 => include_str!("../../shaders/linear/pairs/q8_0.wgsl"),
+        WeightFormat::Q4_0 => include_str!("../../shaders/linear/pairs/q4_0.wgsl"),
+        WeightFormat::Q4_1 => include_str!("../../shaders/linear/pairs/q4_1.wgsl"),
+        WeightFormat::Q5_0 => include_str!("../../shaders/linear/pairs/q5_0.wgsl"),
+        WeightFormat::Q4_K => include_str!("../../shaders/linear/pairs/q4_k.wgsl"),
+        WeightFormat::Q5_K => include_str!("../../shaders/linear/pairs/q5_k.wgsl"),
+        WeightFormat::Q6_K => include_str!("../../shaders/linear/pairs/q6_k.wgsl"),
+    }
+}
+
 /// Complete WGSL of a kernel variant (snippets first, kernel last).
 pub fn wgsl(key: PipelineKey) -> String {
     let parts: Vec<&str> = match key {
-        PipelineKey::Linear { format, variant, .. } => {
-            let kernel = match variant {
-                LinearVariant::Gpu => include_str!("../../shaders/linear/linear.wgsl"),
-                LinearVariant::Subgroup => {
-                    include_str!("../../shaders/linear/linear_subgroup.wgsl")
-                }
-            };
-            vec![STEP, WEIGHTS, weight_snippet(format), kernel]
-        }
+        PipelineKey::Linear { format, variant: LinearVariant::Gpu, .. } => vec![
+            STEP,
+            WEIGHTS,
+            weight_snippet(format),
+            include_str!("../../shaders/linear/linear.wgsl"),
+        ],
+        PipelineKey::Linear { format, variant: LinearVariant::Subgroup, .. } => vec![
+            STEP,
+            WEIGHTS,
+            weight_snippet(format),
+            include_str!("../../shaders/linear/pairs/common.wgsl"),
+            pair_snippet(format),
+            include_str!("../../shaders/linear/linear_subgroup.wgsl"),
+        ],
         PipelineKey::Embedding { format } => vec![
             STEP,
             WEIGHTS,
@@ -163,7 +184,13 @@ pub fn wgsl(key: PipelineKey) -> String {
 pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
     let quant = |kv: Option<KvQuantKey>| kv.map(KvQuantKey::constants).into_iter().flatten();
     match key {
-        PipelineKey::Linear { tile, variant, .. } => vec![("TT", f64::from(tile.tokens(variant)))],
+        PipelineKey::Linear { tile, variant: LinearVariant::Gpu, .. } => {
+            vec![("TT", f64::from(tile.tokens(LinearVariant::Gpu)))]
+        }
+        PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, pairs, .. } => vec![
+            ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
+            ("PAIRS", f64::from(u8::from(pairs))),
+        ],
         PipelineKey::AttnDecodePartials { head_dim, kv, .. }
         | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
             let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
@@ -191,7 +218,7 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
 /// Everything the pipeline cache needs to build `key`.
 pub fn spec(key: PipelineKey) -> PipelineSpec {
     let bindings = match key {
-        PipelineKey::Linear { .. } => linear::BINDINGS.to_vec(),
+        PipelineKey::Linear { variant, .. } => linear::bindings(variant),
         PipelineKey::Embedding { .. } => embedding::BINDINGS.to_vec(),
         PipelineKey::RmsNorm => rms_norm::BINDINGS.to_vec(),
         PipelineKey::Rope => rope::BINDINGS.to_vec(),
@@ -226,7 +253,12 @@ pub fn all_keys() -> Vec<PipelineKey> {
     for format in WeightFormat::ALL {
         for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
             for tile in [TokenTile::One, TokenTile::Many] {
-                keys.push(PipelineKey::Linear { format, variant, tile });
+                for pairs in [false, true] {
+                    if pairs && variant == LinearVariant::Gpu {
+                        continue;
+                    }
+                    keys.push(PipelineKey::Linear { format, variant, tile, pairs });
+                }
             }
         }
         keys.push(PipelineKey::Embedding { format });

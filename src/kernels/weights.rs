@@ -431,11 +431,20 @@ impl GpuWeight {
             parts.push(WeightPart {
                 row_offset,
                 rows: n,
-                words: gpu.storage_buffer_init(&label, bytemuck::cast_slice(&packed.words)),
-                scales: gpu.storage_buffer_init(&label, bytemuck::cast_slice(&packed.scales)),
+                words: gpu.storage_buffer_init(&label, &padded_to_32(&packed.words)),
+                scales: gpu.storage_buffer_init(&label, &padded_to_32(&packed.scales)),
             });
             row_offset += n;
         }
         Ok(GpuWeight { format, rows, cols, parts })
     }
+}
+
+/// `words` as bytes, zero-padded to a whole number of 32 bytes (at least 32): the CPU linear
+/// kernel binds weight buffers also as arrays of `vec4<u64>` and `u64`, whose last element must
+/// be whole.
+fn padded_to_32(words: &[u32]) -> Vec<u8> {
+    let mut bytes = bytemuck::cast_slice::<u32, u8>(words).to_vec();
+    bytes.resize(bytes.len().div_ceil(32).max(1) * 32, 0);
+    bytes
 }

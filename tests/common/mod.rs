@@ -110,8 +110,10 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
     let mut out = Vec::new();
     for v in [LinearVariant::Gpu, LinearVariant::Subgroup] {
         let caps = &t.gpu.caps;
-        if v == LinearVariant::Subgroup && !(caps.subgroups && caps.subgroup_min_size >= 8) {
-            eprintln!("adapter lacks subgroups of 8+ lanes: subgroup linear variant not tested");
+        if v == LinearVariant::Subgroup
+            && !(caps.subgroups && caps.subgroup_min_size >= 8 && caps.shader_int64)
+        {
+            eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
             continue;
         }
         let config = kvrun::kernels::KernelConfig { linear: v, ..t.kernels.config.clone() };

@@ -1,0 +1,16 @@
+// F32 w_load_pair: eight vec4 per block, no side words (see pairs/common.wgsl).
+fn f32_row(j: u32) -> WRaw {
+    let u0 = wq2[j];
+    let u1 = wq2[j + 1u];
+    let u2 = wq2[j + 2u];
+    let u3 = wq2[j + 3u];
+    return WRaw(V8(bitcast<vec4<f32>>(words_lo(u0)), bitcast<vec4<f32>>(words_hi(u0)),
+                   bitcast<vec4<f32>>(words_lo(u1)), bitcast<vec4<f32>>(words_hi(u1)),
+                   bitcast<vec4<f32>>(words_lo(u2)), bitcast<vec4<f32>>(words_hi(u2)),
+                   bitcast<vec4<f32>>(words_lo(u3)), bitcast<vec4<f32>>(words_hi(u3))));
+}
+
+fn w_load_pair(pair: u32, b: u32, rows: u32) -> WPair {
+    let j = 4u * (b * rows + 2u * pair);  // the first row's words are vec4<u64> j .. j + 3
+    return WPair(f32_row(j), f32_row(j + 4u));
+}

@@ -1,0 +1,8 @@
+// Q8_0 w_load_pair: two vec4 and one scale word per block (see pairs/common.wgsl).
+fn w_load_pair(pair: u32, b: u32, rows: u32) -> WPair {
+    let i = b * rows + 2u * pair;  // the first row's block index (even)
+    let qa = wq2[i];
+    let qb = wq2[i + 1u];
+    let s = ws2[i / 2u];
+    return WPair(WRaw(words_lo(qa), words_hi(qa), lo32(s)), WRaw(words_lo(qb), words_hi(qb), hi32(s)));
+}
