@@ -127,7 +127,9 @@ fn linear(c: &mut Criterion) {
                 let id = BenchmarkId::new(format!("{ty:?} {shape} {rows}x{cols}"), family);
                 group.bench_function(id, |bench| {
                     bench.iter_custom(|iters| {
-                        gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1))
+                        gpu_time(gpu, iters, &|pass| {
+                            op.record(pass, &shape_1);
+                        })
                     })
                 });
             }
@@ -202,7 +204,9 @@ fn attention_decode(c: &mut Criterion) {
                     BenchmarkId::new(format!("{shape} {heads}/{kv_heads}x{hd} ctx {ctx}"), family);
                 group.bench_function(id, |bench| {
                     bench.iter_custom(|iters| {
-                        gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1))
+                        gpu_time(gpu, iters, &|pass| {
+                            op.record(pass, &shape_1);
+                        })
                     })
                 });
             }
@@ -241,7 +245,11 @@ fn rms_norm(c: &mut Criterion) {
         let op = RmsNormOp::new(gpu, kernels, shape, dim, 1e-5, io);
         let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
         group.bench_function(BenchmarkId::new(format!("{shape} {dim}"), family), |bench| {
-            bench.iter_custom(|iters| gpu_time(gpu, iters, &|pass| op.record(pass, &shape_1)))
+            bench.iter_custom(|iters| {
+                gpu_time(gpu, iters, &|pass| {
+                    op.record(pass, &shape_1);
+                })
+            })
         });
     }
     group.finish();

@@ -221,7 +221,9 @@ fn gpu_attention_with(
         num_prefill_tiles: info.num_prefill_tiles,
         ..Default::default()
     };
-    run(gpu, |pass| op.record(pass, &shape));
+    run(gpu, |pass| {
+        op.record(pass, &shape);
+    });
     let got = gpu.read_f32(&out_b, 0, (num_tokens + 1) * out_stride).unwrap();
     assert_sentinels("attention output row past the last token", &got[num_tokens * out_stride..]);
     got[..num_tokens * out_stride].to_vec()
@@ -463,7 +465,7 @@ fn kv_write_scatters_through_slot_mapping() {
         let op =
             KvWriteOp::new(gpu, &t.kernels, &step, &qkv_b, &slots_b, &k_b, &v_b, layout, bs as u32);
         run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
         for (ti, &slot) in slots.iter().enumerate() {

@@ -121,7 +121,7 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
         };
         let op = RmsNormOp::new(gpu, &t.kernels, "qk norm", dim as u32, 1e-6, io);
         run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
         let heads_in: Vec<f32> = x
@@ -167,7 +167,7 @@ fn rope_matches_reference_for_both_pair_layouts() {
         let op =
             RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, layout.into(), pairs);
         run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
         let mut want = qkv.clone();
@@ -206,7 +206,7 @@ fn rope_rotates_only_the_tail_of_latent_heads() {
     let pairs = RopePairs::Interleaved;
     let op = RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, heads, pairs);
     run(gpu, |pass| {
-        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
     });
     let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
     let mut want = qkv.clone();
@@ -236,7 +236,7 @@ fn glu_matches_reference_for_both_activations() {
         let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * ffn]);
         let op = GluOp::new(gpu, &t.kernels, activation, &step, &gb, &out, ffn as u32);
         run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let got = gpu.read_f32(&out, 0, (tokens + 1) * ffn).unwrap();
         let mut want = Vec::new();
@@ -279,7 +279,7 @@ fn rotate_matches_fwht_bit_for_bit() {
         };
         let op = RotateOp::new(gpu, &t.kernels, "test rotate", &step, &buf, rows);
         run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() })
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let got = gpu.read_f32(&buf, 0, x.len()).unwrap();
         let mut want = x.clone();

@@ -184,7 +184,9 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
         },
     );
     let shape = StepShape { num_tokens: c.tokens as u32, ..Default::default() };
-    run(gpu, |pass| op.record(pass, &shape));
+    run(gpu, |pass| {
+        op.record(pass, &shape);
+    });
     let got_full = gpu.read_f32(&ob, 0, out_init.len()).unwrap();
 
     let mut want = reference::linear(&w, &x, c.rows, c.cols, c.bias.then_some(&bias[..]));
@@ -306,7 +308,9 @@ fn embedding_gathers_rows_across_parts() {
         let op =
             EmbeddingOp::new(gpu, &t.kernels, &weight, &step, &idb, &ob, out_stride as u32, 0.5);
         let shape = StepShape { num_tokens: ids.len() as u32, ..Default::default() };
-        run(gpu, |pass| op.record(pass, &shape));
+        run(gpu, |pass| {
+            op.record(pass, &shape);
+        });
         let got = gpu.read_f32(&ob, 0, (ids.len() + 1) * out_stride).unwrap();
         for (ti, &id) in ids.iter().enumerate() {
             let want: Vec<f32> = w[id as usize * hidden..(id as usize + 1) * hidden]
@@ -352,7 +356,9 @@ fn gemma_sized_tied_embedding_and_lm_head_across_parts() {
     let shape = StepShape { num_tokens: ids.len() as u32, num_logits: 3, ..Default::default() };
     let (idb, eb) = (storage_u32(gpu, &ids), storage_f32(gpu, &vec![SENTINEL; ids.len() * hidden]));
     let op = EmbeddingOp::new(gpu, &t.kernels, &weight, &step, &idb, &eb, hidden as u32, scale);
-    run(gpu, |pass| op.record(pass, &shape));
+    run(gpu, |pass| {
+        op.record(pass, &shape);
+    });
     let got = gpu.read_f32(&eb, 0, ids.len() * hidden).unwrap();
     for (ti, &id) in ids.iter().enumerate() {
         let want: Vec<f32> =
@@ -385,7 +391,9 @@ fn gemma_sized_tied_embedding_and_lm_head_across_parts() {
             rows: TokenRows::Logits,
         };
         let head = LinearOp::new(gpu, &kernels, "lm_head", &weight, io);
-        run(gpu, |pass| head.record(pass, &shape));
+        run(gpu, |pass| {
+            head.record(pass, &shape);
+        });
         let got = gpu.read_f32(&ob, 0, 4 * vocab).unwrap();
         assert_within(&format!("lm head {variant:?}"), &got[..3 * vocab], &want, &bound);
         assert_sentinels(&format!("lm head {variant:?}: the 4th row"), &got[3 * vocab..]);

@@ -302,7 +302,8 @@ impl AttentionOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
+        let mut dispatches = 0;
         if shape.num_decode_seqs > 0 {
             let parts = self
                 .window_partitions
@@ -317,6 +318,7 @@ impl AttentionOp {
             pass.set_pipeline(&self.reduce_pl.pipeline);
             pass.set_bind_group(0, &self.reduce_bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+            dispatches += 2;
         }
         if shape.num_prefill_tiles > 0 {
             let grid = [shape.num_prefill_tiles, self.num_heads, 1];
@@ -324,7 +326,9 @@ impl AttentionOp {
             pass.set_pipeline(&self.prefill_pl.pipeline);
             pass.set_bind_group(0, &self.prefill_bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+            dispatches += 1;
         }
+        dispatches
     }
 }
 

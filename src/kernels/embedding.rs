@@ -78,9 +78,9 @@ impl EmbeddingOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         if shape.num_tokens == 0 {
-            return;
+            return 0;
         }
         pass.set_pipeline(&self.pipeline.pipeline);
         let grid = [self.groups_x, shape.num_tokens, 1];
@@ -89,5 +89,6 @@ impl EmbeddingOp {
             pass.set_bind_group(0, bg, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
+        self.parts.len() as u32
     }
 }

@@ -59,14 +59,15 @@ impl GluOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         if shape.num_tokens == 0 {
-            return;
+            return 0;
         }
         let grid = [groups(self.ffn, 64), shape.num_tokens, 1];
         check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
     }
 }

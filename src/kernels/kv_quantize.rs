@@ -240,15 +240,16 @@ impl KvQuantizeOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         if shape.num_completed_blocks == 0 {
-            return;
+            return 0;
         }
         let grid = [shape.num_completed_blocks, self.num_kv_heads, self.parts];
         check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
     }
 }
 
@@ -319,15 +320,16 @@ impl KvStageOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         if shape.num_stage_rows == 0 {
-            return;
+            return 0;
         }
         let grid = [groups(self.words_per_row, 64), shape.num_stage_rows, 1];
         check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
     }
 }
 

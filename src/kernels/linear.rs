@@ -172,13 +172,13 @@ impl LinearOp {
     }
 
     /// Records the dispatches of this layer for a step of `shape`.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         let count = match self.rows {
             TokenRows::Step => shape.num_tokens,
             TokenRows::Logits => shape.num_logits,
         };
         if count == 0 {
-            return;
+            return 0;
         }
         let tile = TokenTile::for_count(count);
         // rows per workgroup: 64 invocations × 1 row, or 16 lanes × 4 rows
@@ -195,5 +195,6 @@ impl LinearOp {
             pass.set_bind_group(0, &part.bind_group, &[]);
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
+        self.parts.len() as u32
     }
 }

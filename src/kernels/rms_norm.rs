@@ -138,10 +138,10 @@ impl RmsNormOp {
         }
     }
 
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         let count = if self.gather { shape.num_logits } else { shape.num_tokens };
         if count == 0 {
-            return;
+            return 0;
         }
         // one workgroup per (row, head): tokens × heads can pass the per-dimension limit
         let grid = grid_2d(count * self.heads, self.wg_limit);
@@ -149,5 +149,6 @@ impl RmsNormOp {
         pass.set_pipeline(&self.pipeline.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
     }
 }

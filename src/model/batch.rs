@@ -243,6 +243,8 @@ pub struct StepTiming {
     pub total_ms: f64,
     /// Milliseconds by kernel kind (`Timing::PerOp` only).
     pub by_kind: std::collections::BTreeMap<&'static str, f64>,
+    /// Compute dispatches recorded (summed over the steps added).
+    pub dispatches: u64,
 }
 
 impl StepTiming {
@@ -250,6 +252,7 @@ impl StepTiming {
     pub fn add(&mut self, other: &StepTiming) {
         self.attention_ms += other.attention_ms;
         self.total_ms += other.total_ms;
+        self.dispatches += other.dispatches;
         for (k, v) in &other.by_kind {
             *self.by_kind.entry(k).or_default() += v;
         }

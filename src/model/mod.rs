@@ -167,7 +167,8 @@ impl Op {
         }
     }
 
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) {
+    /// Records the op; returns how many dispatches it made.
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         match self {
             Op::Embedding(op) => op.record(pass, shape),
             Op::RmsNorm(op) => op.record(pass, shape),
@@ -278,20 +279,18 @@ impl Model {
             .gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
-        match self.timer.as_mut() {
+        let dispatches: u32 = match self.timer.as_mut() {
             None => {
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("forward"),
                     timestamp_writes: None,
                 });
-                for op in &self.ops {
-                    op.record(&mut pass, &shape);
-                }
+                self.ops.iter().map(|op| op.record(&mut pass, &shape)).sum()
             }
             Some(timer) => {
                 record_timed(&self.ops, self.timing == Timing::PerOp, timer, &mut encoder, &shape)
             }
-        }
+        };
         let rows = batch.logit_rows.len();
         let vocab = self.config.vocab_size;
         let bytes = (rows * vocab * 4) as u64;
@@ -311,11 +310,10 @@ impl Model {
         // a validation error in this step's commands means the logits are not to be trusted
         self.gpu.check_errors()?;
         let timing = match &self.timer {
-            Some(timer) => Some(split_timing(
-                &self.ops,
-                self.timing == Timing::PerOp,
-                &timer.read_ms(&self.gpu)?,
-            )),
+            Some(timer) => Some(StepTiming {
+                dispatches: u64::from(dispatches),
+                ..split_timing(&self.ops, self.timing == Timing::PerOp, &timer.read_ms(&self.gpu)?)
+            }),
             None => None,
         };
         Ok(Logits { vocab, data, chunks: batch.logit_chunks.clone(), timing })
@@ -386,24 +384,27 @@ fn timed_segments(ops: &[Op], per_op: bool) -> Vec<(std::ops::Range<usize>, bool
     segments
 }
 
-/// Records every segment of `timed_segments` as its own pass with timestamps.
+/// Records every segment of `timed_segments` as its own pass with timestamps; returns the
+/// dispatches made.
 fn record_timed(
     ops: &[Op],
     per_op: bool,
     timer: &mut GpuTimer,
     encoder: &mut wgpu::CommandEncoder,
     shape: &StepShape,
-) {
+) -> u32 {
     timer.reset();
+    let mut dispatches = 0;
     for (range, attention) in timed_segments(ops, per_op) {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some(if attention { "attention" } else { "forward" }),
             timestamp_writes: timer.next_pass(),
         });
         for op in &ops[range] {
-            op.record(&mut pass, shape);
+            dispatches += op.record(&mut pass, shape);
         }
     }
+    dispatches
 }
 
 /// Sums the passes of `record_timed` into attention time, total time and (per op) time by kind.
