@@ -118,6 +118,8 @@ impl Drop for Admission {
     }
 }
 
+pub use routes::MAX_BODY_BYTES;
+
 /// The routes over `state` (tests serve this on their own listener).
 pub fn router(state: Arc<AppState>) -> axum::Router {
     routes::router(state)
