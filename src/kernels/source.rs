@@ -99,19 +99,24 @@ pub fn weight_snippet(format: WeightFormat) -> &'static str {
     }
 }
 
-/// The subgroup linear kernel's two-row loader of one weight format (`w_load_pair`).
+/// The subgroup linear kernel's two-row loader (`w_load_pair`) for a format's block shape: its
+/// vec4 of words and side words per 32-element block (the format's `WRaw` fields, in order).
 fn pair_snippet(format: WeightFormat) -> &'static str {
     match format {
-        WeightFormat::F32 => include_str!("../../shaders/linear/pairs/f32.wgsl"),
-        WeightFormat::F16 => include_str!("../../shaders/linear/pairs/f16.wgsl"),
-        WeightFormat::Bf16 => include_str!("../../shaders/linear/pairs/bf16.wgsl"),
-        WeightFormat::Q8_0 => include_str!("../../shaders/linear/pairs/q8_0.wgsl"),
-        WeightFormat::Q4_0 => include_str!("../../shaders/linear/pairs/q4_0.wgsl"),
-        WeightFormat::Q4_1 => include_str!("../../shaders/linear/pairs/q4_1.wgsl"),
-        WeightFormat::Q5_0 => include_str!("../../shaders/linear/pairs/q5_0.wgsl"),
-        WeightFormat::Q4_K => include_str!("../../shaders/linear/pairs/q4_k.wgsl"),
-        WeightFormat::Q5_K => include_str!("../../shaders/linear/pairs/q5_k.wgsl"),
-        WeightFormat::Q6_K => include_str!("../../shaders/linear/pairs/q6_k.wgsl"),
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+            include_str!("../../shaders/linear/pairs/vec4_1word.wgsl")
+        }
+        WeightFormat::Q4_K | WeightFormat::Q5_0 => {
+            include_str!("../../shaders/linear/pairs/vec4_2words.wgsl")
+        }
+        WeightFormat::Q5_K | WeightFormat::Q6_K => {
+            include_str!("../../shaders/linear/pairs/vec4_3words.wgsl")
+        }
+        WeightFormat::Q8_0 => include_str!("../../shaders/linear/pairs/vec4x2_1word.wgsl"),
+        WeightFormat::F16 | WeightFormat::Bf16 => {
+            include_str!("../../shaders/linear/pairs/vec4x4.wgsl")
+        }
+        WeightFormat::F32 => include_str!("../../shaders/linear/pairs/vec4x8.wgsl"),
     }
 }
 

@@ -1,4 +1,4 @@
-// F32 w_load_pair: eight vec4 per block, no side words (see pairs/common.wgsl).
+// w_load_pair for a format of eight vec4 of f32 per block, no side words (see pairs/common.wgsl).
 fn f32_row(j: u32) -> WRaw {
     let u0 = wq2[j];
     let u1 = wq2[j + 1u];

@@ -1,4 +1,4 @@
-// Q8_0 w_load_pair: two vec4 and one scale word per block (see pairs/common.wgsl).
+// w_load_pair for a format of two vec4 and one side word per block (see pairs/common.wgsl).
 fn w_load_pair(pair: u32, b: u32, rows: u32) -> WPair {
     let i = b * rows + 2u * pair;  // the first row's block index (even)
     let qa = wq2[i];
