@@ -13,14 +13,15 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kvrun::gpu::{Gpu, GpuOptions, GpuTimer};
-use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
+use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp, KvQuantIo};
 use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use kvrun::kernels::rms_norm::{NormIo, NormRows, RmsNormOp};
 use kvrun::kernels::rope::QkvLayout;
 use kvrun::kernels::{
-    GpuWeight, KernelConfig, KernelFamily, Kernels, SeqInfo, StepInfo, StepShape, WeightFormat,
+    GpuWeight, KernelConfig, KernelFamily, Kernels, KvQuantLayout, SeqInfo, StepInfo, StepShape,
+    WeightFormat,
 };
-use kvrun::quant::{quantize_row, GgmlType};
+use kvrun::quant::{quantize_row, GgmlType, KvCacheSpec, KvFormat};
 
 /// Timed passes per submission.
 const PASSES: u64 = 64;
@@ -138,7 +139,9 @@ fn linear(c: &mut Criterion) {
     group.finish();
 }
 
-/// Decode attention (split-K partials + reduce) for one sequence over an f16 paged KV history.
+/// Decode attention (split-K partials + reduce) for one sequence over a paged KV history: f16,
+/// and int8 / int4 with their default scales (K per channel, V per token), whose bytes read are
+/// the codes and scales of the history.
 fn attention_decode(c: &mut Criterion) {
     let Some(b) = open() else { return };
     let gpu = &b.gpu;
@@ -148,67 +151,95 @@ fn attention_decode(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     let shapes = [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128)];
+    let formats = [("f16", KvFormat::F16), ("int8", KvFormat::Int8), ("int4", KvFormat::Int4)];
     for (shape, heads, kv_heads, hd) in shapes {
         for ctx in [512u32, 4096] {
-            let layout = QkvLayout::new(heads, kv_heads, hd);
-            let bs = 16u32;
-            let blocks = ctx.div_ceil(bs);
-            let pool_words = (blocks * kv_heads * bs * hd / 2) as usize;
-            let pool: Vec<u32> = (0..pool_words as u32)
-                .map(|i| 0x3800_3400 ^ (i.wrapping_mul(2_654_435_761) & 0x03FF_03FF))
-                .collect();
-            let k = gpu.storage_buffer_init("k", bytemuck::cast_slice(&pool));
-            let v = gpu.storage_buffer_init("v", bytemuck::cast_slice(&pool));
-            let table: Vec<u32> = (0..blocks).rev().collect();
-            let tables = gpu.storage_buffer_init("tables", bytemuck::cast_slice(&table));
-            let seq = SeqInfo {
-                q_start: 0,
-                q_len: 1,
-                ctx_len: ctx,
-                table_start: 0,
-                ..Default::default()
-            };
-            let seqs = gpu.storage_buffer_init("seqs", bytemuck::bytes_of(&seq));
-            let tiles = gpu.storage_buffer_init("tiles", bytemuck::cast_slice(&[0u32, 0]));
-            let info =
-                StepInfo { num_tokens: 1, num_seqs: 1, num_decode_seqs: 1, ..Default::default() };
-            let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
-            let qkv = f32_buffer(gpu, layout.stride() as usize, 2);
-            let parts = partitions(ctx);
-            let partials = gpu.storage_buffer("partials", partials_bytes(1, heads, parts, hd));
-            let out = gpu.storage_buffer("out", u64::from(heads * hd * 4));
-            let kv_bytes = 2 * u64::from(ctx * kv_heads * hd * 2);
-            group.throughput(Throughput::Bytes(kv_bytes));
-            for (family, kernels) in &b.families {
-                let io = AttentionIo {
-                    step: &step,
-                    qkv: &qkv,
-                    k_pool: &k,
-                    v_pool: &v,
-                    seqs: &seqs,
-                    block_tables: &tables,
-                    prefill_tiles: &tiles,
-                    partials: &partials,
-                    out: &out,
-                    kv_quant: None,
+            for (kv_name, format) in formats {
+                let spec = KvCacheSpec::new(format, None, None, false).expect("default scales");
+                let layout = QkvLayout::new(heads, kv_heads, hd);
+                let bs = 16u32;
+                let blocks = ctx.div_ceil(bs);
+                let ql = KvQuantLayout::new(&spec, bs as usize, hd as usize, 1);
+                // Words of one KV head block of K and of V (f16: the rows themselves).
+                let (k_words, v_words) = ql.as_ref().map_or((bs * hd / 2, bs * hd / 2), |q| {
+                    (q.k_head_block_words, q.v_head_block_words)
+                });
+                // Halves in [0.25, 1): finite f16 rows, and codes and f16 scales of the same
+                // magnitude for the quantized pools.
+                let words = |n: u32| -> Vec<u32> {
+                    (0..n)
+                        .map(|i| 0x3800_3400 ^ (i.wrapping_mul(2_654_435_761) & 0x03FF_03FF))
+                        .collect()
                 };
-                let scale = 1.0 / (hd as f32).sqrt();
-                let op = AttentionOp::new(gpu, kernels, layout, bs, parts, None, scale, io);
-                let shape_1 = StepShape {
-                    num_tokens: 1,
-                    num_decode_seqs: 1,
-                    max_decode_partitions: parts,
+                let k = gpu.storage_buffer_init(
+                    "k",
+                    bytemuck::cast_slice(&words(blocks * kv_heads * k_words)),
+                );
+                let v = gpu.storage_buffer_init(
+                    "v",
+                    bytemuck::cast_slice(&words(blocks * kv_heads * v_words)),
+                );
+                let stage = gpu.storage_buffer_init(
+                    "stage",
+                    bytemuck::cast_slice(&words(2 * kv_heads * bs * hd / 2)),
+                );
+                let table: Vec<u32> = (0..blocks).rev().collect();
+                let tables = gpu.storage_buffer_init("tables", bytemuck::cast_slice(&table));
+                let seq = SeqInfo {
+                    q_start: 0,
+                    q_len: 1,
+                    ctx_len: ctx,
+                    table_start: 0,
                     ..Default::default()
                 };
-                let id =
-                    BenchmarkId::new(format!("{shape} {heads}/{kv_heads}x{hd} ctx {ctx}"), family);
-                group.bench_function(id, |bench| {
-                    bench.iter_custom(|iters| {
-                        gpu_time(gpu, iters, &|pass| {
-                            op.record(pass, &shape_1);
+                let seqs = gpu.storage_buffer_init("seqs", bytemuck::bytes_of(&seq));
+                let tiles = gpu.storage_buffer_init("tiles", bytemuck::cast_slice(&[0u32, 0]));
+                let info = StepInfo {
+                    num_tokens: 1,
+                    num_seqs: 1,
+                    num_decode_seqs: 1,
+                    ..Default::default()
+                };
+                let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
+                let qkv = f32_buffer(gpu, layout.stride() as usize, 2);
+                let parts = partitions(ctx);
+                let partials = gpu.storage_buffer("partials", partials_bytes(1, heads, parts, hd));
+                let out = gpu.storage_buffer("out", u64::from(heads * hd * 4));
+                let kv_bytes = u64::from(blocks * kv_heads * (k_words + v_words) * 4);
+                group.throughput(Throughput::Bytes(kv_bytes));
+                for (family, kernels) in &b.families {
+                    let io = AttentionIo {
+                        step: &step,
+                        qkv: &qkv,
+                        k_pool: &k,
+                        v_pool: &v,
+                        seqs: &seqs,
+                        block_tables: &tables,
+                        prefill_tiles: &tiles,
+                        partials: &partials,
+                        out: &out,
+                        kv_quant: ql.map(|layout| KvQuantIo { layout, stage: &stage }),
+                    };
+                    let scale = 1.0 / (hd as f32).sqrt();
+                    let op = AttentionOp::new(gpu, kernels, layout, bs, parts, None, scale, io);
+                    let shape_1 = StepShape {
+                        num_tokens: 1,
+                        num_decode_seqs: 1,
+                        max_decode_partitions: parts,
+                        ..Default::default()
+                    };
+                    let id = BenchmarkId::new(
+                        format!("{shape} {heads}/{kv_heads}x{hd} ctx {ctx} {kv_name}"),
+                        family,
+                    );
+                    group.bench_function(id, |bench| {
+                        bench.iter_custom(|iters| {
+                            gpu_time(gpu, iters, &|pass| {
+                                op.record(pass, &shape_1);
+                            })
                         })
-                    })
-                });
+                    });
+                }
             }
         }
     }
