@@ -39,9 +39,6 @@ pub const BINDINGS: [BindingKind; 7] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
-/// Storage buffers of the subgroup variant: the u32 bindings plus the u64 views of the weight.
-pub const SUBGROUP_STORAGE_BUFFERS: u32 = 7;
-
 /// Binding order of a variant: [`BINDINGS`], then for the subgroup variant the weight's words
 /// and scales again as its u64 views (`wq2`, `ws2`).
 pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {

@@ -225,13 +225,22 @@ impl KernelConfig {
         }
     }
 
-    /// The one place where kernel variants are chosen from device capabilities.
-    pub fn choose(caps: &Capabilities) -> Self {
-        let subgroup_linear = caps.is_cpu
-            && caps.subgroups
+    /// Whether the device can run `LinearVariant::Subgroup`: subgroups of at least 8 lanes,
+    /// 64-bit shader integers and as many storage buffers as its bindings.
+    pub fn can_run_subgroup_linear(caps: &Capabilities) -> bool {
+        let storage = linear::bindings(LinearVariant::Subgroup)
+            .iter()
+            .filter(|b| !matches!(b, crate::gpu::BindingKind::Uniform))
+            .count() as u32;
+        caps.subgroups
             && caps.subgroup_min_size >= 8
             && caps.shader_int64
-            && caps.max_storage_buffers_per_shader_stage >= linear::SUBGROUP_STORAGE_BUFFERS;
+            && caps.max_storage_buffers_per_shader_stage >= storage
+    }
+
+    /// The one place where kernel variants are chosen from device capabilities.
+    pub fn choose(caps: &Capabilities) -> Self {
+        let subgroup_linear = caps.is_cpu && Self::can_run_subgroup_linear(caps);
         let lanes_attention = caps.is_cpu
             && caps.subgroups
             && caps.subgroup_min_size == 8

@@ -103,16 +103,21 @@ pub fn storage_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
     gpu.storage_buffer_init("test u32", bytemuck::cast_slice(data))
 }
 
-/// Kernel sets for every linear variant this adapter can run (the subgroup variant needs
-/// subgroups of at least 8 lanes).
+/// Kernel sets for every linear variant this adapter can run
+/// (`KernelConfig::can_run_subgroup_linear`).
 pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kernels)> {
     use kvrun::kernels::LinearVariant;
     let mut out = Vec::new();
     for v in [LinearVariant::Gpu, LinearVariant::Subgroup] {
         let caps = &t.gpu.caps;
         if v == LinearVariant::Subgroup
-            && !(caps.subgroups && caps.subgroup_min_size >= 8 && caps.shader_int64)
+            && !kvrun::kernels::KernelConfig::can_run_subgroup_linear(caps)
         {
+            // A CPU adapter runs this variant in production: it must be testable there.
+            assert!(
+                !(no_skip() && caps.is_cpu),
+                "CPU adapter cannot run the subgroup linear variant and KVRUN_NO_SKIP is set"
+            );
             eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
             continue;
         }
