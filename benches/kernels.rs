@@ -73,6 +73,16 @@ fn gpu_time(gpu: &Gpu, iters: u64, record: &dyn Fn(&mut wgpu::ComputePass<'_>)) 
     Duration::from_secs_f64(total_ms / 1e3)
 }
 
+/// One benchmark of `record`, timed on the GPU.
+fn bench_gpu(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    gpu: &Gpu,
+    record: &dyn Fn(&mut wgpu::ComputePass<'_>),
+) {
+    group.bench_function(id, |bench| bench.iter_custom(|iters| gpu_time(gpu, iters, record)));
+}
+
 fn f32_buffer(gpu: &Gpu, n: usize, seed: u32) -> wgpu::Buffer {
     let v: Vec<f32> = (0..n)
         .map(|i| ((i as u32 ^ seed).wrapping_mul(2_654_435_761) % 2001) as f32 / 1000.0 - 1.0)
@@ -126,12 +136,8 @@ fn linear(c: &mut Criterion) {
                 let op = LinearOp::new(gpu, kernels, shape, &w, io);
                 let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
                 let id = BenchmarkId::new(format!("{ty:?} {shape} {rows}x{cols}"), family);
-                group.bench_function(id, |bench| {
-                    bench.iter_custom(|iters| {
-                        gpu_time(gpu, iters, &|pass| {
-                            op.record(pass, &shape_1);
-                        })
-                    })
+                bench_gpu(&mut group, id, gpu, &|pass| {
+                    op.record(pass, &shape_1);
                 });
             }
         }
@@ -232,12 +238,8 @@ fn attention_decode(c: &mut Criterion) {
                         format!("{shape} {heads}/{kv_heads}x{hd} ctx {ctx} {kv_name}"),
                         family,
                     );
-                    group.bench_function(id, |bench| {
-                        bench.iter_custom(|iters| {
-                            gpu_time(gpu, iters, &|pass| {
-                                op.record(pass, &shape_1);
-                            })
-                        })
+                    bench_gpu(&mut group, id, gpu, &|pass| {
+                        op.record(pass, &shape_1);
                     });
                 }
             }
@@ -275,12 +277,9 @@ fn rms_norm(c: &mut Criterion) {
         };
         let op = RmsNormOp::new(gpu, kernels, shape, dim, 1e-5, io);
         let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
-        group.bench_function(BenchmarkId::new(format!("{shape} {dim}"), family), |bench| {
-            bench.iter_custom(|iters| {
-                gpu_time(gpu, iters, &|pass| {
-                    op.record(pass, &shape_1);
-                })
-            })
+        let id = BenchmarkId::new(format!("{shape} {dim}"), family);
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            op.record(pass, &shape_1);
         });
     }
     group.finish();
