@@ -113,11 +113,8 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
         if v == LinearVariant::Subgroup
             && !kvrun::kernels::KernelConfig::can_run_subgroup_linear(caps)
         {
-            // A CPU adapter runs this variant in production: it must be testable there.
-            assert!(
-                !(no_skip() && caps.is_cpu),
-                "CPU adapter cannot run the subgroup linear variant and KVRUN_NO_SKIP is set"
-            );
+            // Not a missing resource: such an adapter runs the Gpu variant in production too
+            // (CI's subgroups-of-4 stage is one).
             eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
             continue;
         }
