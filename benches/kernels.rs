@@ -132,6 +132,7 @@ fn linear(c: &mut Criterion) {
                     bias: None,
                     accumulate: false,
                     rows: TokenRows::Step,
+                    glu: None,
                 };
                 let op = LinearOp::new(gpu, kernels, shape, &w, io);
                 let shape_1 = StepShape { num_tokens: 1, ..Default::default() };

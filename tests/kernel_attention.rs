@@ -12,8 +12,10 @@ mod common;
 use common::*;
 use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp};
 use kvrun::kernels::kv_write::KvWriteOp;
-use kvrun::kernels::rope::QkvLayout;
+use kvrun::kernels::rope::{rope_table, QkvLayout, RopePairs};
+use kvrun::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
 use kvrun::kernels::{attention, reference, Kernels, SeqInfo, StepInfo, StepShape};
+use kvrun::loader::{Rope, RopeScaling};
 use rand::seq::SliceRandom;
 use std::num::NonZeroU32;
 
@@ -481,6 +483,85 @@ fn kv_write_scatters_through_slot_mapping() {
         }
         assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, block size {bs}");
         assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, block size {bs}");
+    }
+}
+
+/// RoPE and the KV write in one dispatch vs the reference: Q and K heads of qkv rotated in place
+/// (within 2e-6 of `reference::rope_head`, V untouched), every K word of the pool the f16 pair of
+/// the rotated qkv bit for bit, every V word that of qkv's V, sentinels everywhere else; both
+/// pair layouts, head sizes 12 (units that straddle words), 32 and 256, block sizes 1 and 16,
+/// shuffled slots and positions.
+#[test]
+fn rope_kv_write_matches_rope_then_kv_write() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let cases = [(6, 2, 32, 16), (5, 1, 12, 1), (4, 1, 256, 16), (3, 3, 32, 1)];
+    for (i, &(heads, kv_heads, hd, bs)) in cases.iter().enumerate() {
+        for pairs in [RopePairs::Interleaved, RopePairs::Neox] {
+            let s =
+                Shape { num_heads: heads, num_kv_heads: kv_heads, head_dim: hd, block_size: bs };
+            let layout = QkvLayout::new(heads as u32, kv_heads as u32, hd as u32);
+            assert!(rope_kv_write::fits(layout));
+            let stride = layout.stride() as usize;
+            let mut r = rng(900 + i as u64);
+            let tokens: usize = 37;
+            let num_blocks = tokens.div_ceil(bs) + 4;
+            let mut slots: Vec<u32> = (0..(num_blocks * bs) as u32).collect();
+            slots.shuffle(&mut r);
+            slots.truncate(tokens);
+            let mut positions: Vec<u32> = (0..4096).collect();
+            positions.shuffle(&mut r);
+            positions.truncate(tokens);
+            let qkv = uniform(&mut r, tokens * stride, 2.0);
+            let theta = 10000.0;
+            let table = rope_table(hd, &Rope { theta, scaling: RopeScaling::None }, 4096);
+            let words = num_blocks * kv_heads * bs * hd / 2;
+            let sentinel = 0xDEAD_BEEFu32;
+            let k_b = storage_u32(gpu, &vec![sentinel; words]);
+            let v_b = storage_u32(gpu, &vec![sentinel; words]);
+            let info = StepInfo { num_tokens: tokens as u32, ..Default::default() };
+            let step = step_uniform(gpu, info);
+            let qkv_b = storage_f32(gpu, &qkv);
+            let (slots_b, pos_b) = (storage_u32(gpu, &slots), storage_u32(gpu, &positions));
+            let table_b = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
+            let io = RopeKvIo {
+                step: &step,
+                qkv: &qkv_b,
+                positions: &pos_b,
+                table: &table_b,
+                slot_mapping: &slots_b,
+                k_pool: &k_b,
+                v_pool: &v_b,
+            };
+            let op = RopeKvWriteOp::new(gpu, &t.kernels, layout, pairs, bs as u32, io);
+            run(gpu, |pass| {
+                op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
+            });
+            let what = format!("rope_kv_write {pairs:?} {heads}/{kv_heads} heads of {hd}, bs {bs}");
+            let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
+            let mut want = qkv.clone();
+            for (ti, &pos) in positions.iter().enumerate() {
+                for h in 0..heads + kv_heads {
+                    let base = ti * stride + h * hd;
+                    reference::rope_head(&mut want[base..base + hd], pos as usize, theta, pairs);
+                }
+            }
+            assert_close(&what, &got, &want, 2e-6, 2e-6);
+            let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
+            for (ti, &slot) in slots.iter().enumerate() {
+                let (block, off) = (slot as usize / bs, slot as usize % bs);
+                for h in 0..kv_heads {
+                    for w in 0..hd / 2 {
+                        let k = ti * stride + layout.k_offset() as usize + h * hd + 2 * w;
+                        let v = ti * stride + layout.v_offset() as usize + h * hd + 2 * w;
+                        want_k[word_index(&s, block, h, off, w)] = pack_f16(got[k], got[k + 1]);
+                        want_v[word_index(&s, block, h, off, w)] = pack_f16(qkv[v], qkv[v + 1]);
+                    }
+                }
+            }
+            assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool: {what}");
+            assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool: {what}");
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use kvrun::kernels::embedding::EmbeddingOp;
 use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
+use kvrun::loader::Activation;
 use kvrun::quant::{dequantize_row, GgmlType};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -181,6 +182,7 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
             bias: c.bias.then_some(&bb),
             accumulate: c.accumulate,
             rows: TokenRows::Step,
+            glu: None,
         },
     );
     let shape = StepShape { num_tokens: c.tokens as u32, ..Default::default() };
@@ -279,6 +281,111 @@ fn linear_split_parts_bias_and_residual() {
     }
 }
 
+/// The GLU epilogue: gate and up rows interleaved as `model::weights::gate_up` lays them out,
+/// out[t, i] = act(gate_i · x_t) · (up_i · x_t), for both activations and every linear variant;
+/// odd FFN widths, partial token tiles, and parts forced to an odd row count (which the upload
+/// rounds to an even one, so no part splits a pair). Sentinels around every output.
+#[test]
+fn linear_glu_epilogue_matches_reference() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let cases = [
+        (WeightFormat::Q4_1, 37, 96, 1, None, Activation::Silu),
+        (WeightFormat::Q8_0, 70, 64, 9, Some(33), Activation::Silu),
+        (WeightFormat::F32, 33, 64, 3, None, Activation::GeluTanh),
+        (WeightFormat::Q4_K, 64, 256, 2, Some(65), Activation::GeluTanh),
+        (WeightFormat::Q6_K, 19, 256, 17, None, Activation::Silu),
+        (WeightFormat::F16, 96, 64, 8, Some(40), Activation::GeluTanh),
+    ];
+    for (i, &(format, ffn, cols, tokens, rows_per_part, activation)) in cases.iter().enumerate() {
+        let mut rng = rng(700 + i as u64);
+        let (gate_bytes, gate) = random_weight(&mut rng, format, ffn, cols);
+        let (up_bytes, up) = random_weight(&mut rng, format, ffn, cols);
+        let row_bytes = format.file_row_bytes(cols);
+        let bytes: Vec<u8> = gate_bytes
+            .chunks(row_bytes)
+            .zip(up_bytes.chunks(row_bytes))
+            .flat_map(|(g, u)| g.iter().chain(u).copied())
+            .collect();
+        let max_binding = match rows_per_part {
+            Some(r) => r as u64 * (cols / 32 * format.words_per_block() * 4) as u64,
+            None => u64::MAX,
+        };
+        let weight =
+            GpuWeight::upload(gpu, "gate_up", format, 2 * ffn, cols, &bytes, max_binding).unwrap();
+        if let Some(r) = rows_per_part {
+            assert_eq!(weight.parts.len(), (2 * ffn).div_ceil(r & !1), "parts of {r} rows");
+        }
+        let x_stride = cols + 8;
+        let x_full = uniform(&mut rng, tokens * x_stride, 1.0);
+        let x: Vec<f32> = (0..tokens)
+            .flat_map(|ti| x_full[ti * x_stride + 4..ti * x_stride + 4 + cols].to_vec())
+            .collect();
+        let g = reference::linear(&gate, &x, ffn, cols, None);
+        let u = reference::linear(&up, &x, ffn, cols, None);
+        let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+        let g_err: Vec<f32> = reference::linear(&abs(&gate), &abs(&x), ffn, cols, None)
+            .iter()
+            .map(|s| 1e-5 * s + 1e-6)
+            .collect();
+        let u_err: Vec<f32> = reference::linear(&abs(&up), &abs(&x), ffn, cols, None)
+            .iter()
+            .map(|s| 1e-5 * s + 1e-6)
+            .collect();
+        let act_mul = match activation {
+            Activation::Silu => reference::silu_mul,
+            Activation::GeluTanh => reference::gelu_tanh_mul,
+        };
+        let want = act_mul(&g, &u);
+        let act_g = act_mul(&g, &vec![1.0; g.len()]);
+        // the sums' rounding carried through: |act'| < 1.2 for both activations, plus the
+        // activation's own f32 rounding
+        let bound: Vec<f32> = (0..want.len())
+            .map(|j| 1.2 * u[j].abs() * g_err[j] + act_g[j].abs() * u_err[j] + 1e-5 * want[j].abs())
+            .collect();
+
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let xb = storage_f32(gpu, &x_full);
+        let out_stride = ffn + 8;
+        let out_len = (tokens + 2) * out_stride;
+        for (variant, kernels) in linear_variants(t) {
+            let ob = storage_f32(gpu, &vec![SENTINEL; out_len]);
+            let io = LinearIo {
+                step: &step,
+                x: &xb,
+                x_stride: x_stride as u32,
+                x_offset: 4,
+                out: &ob,
+                out_stride: out_stride as u32,
+                out_offset: 4,
+                bias: None,
+                accumulate: false,
+                rows: TokenRows::Step,
+                glu: Some(activation),
+            };
+            let op = LinearOp::new(gpu, &kernels, "gate_up", &weight, io);
+            let shape = StepShape { num_tokens: tokens as u32, ..Default::default() };
+            run(gpu, |pass| {
+                op.record(pass, &shape);
+            });
+            let got_full = gpu.read_f32(&ob, 0, out_len).unwrap();
+            let (mut got, mut sentinels) = (Vec::new(), Vec::new());
+            for (ti, row) in got_full.chunks(out_stride).enumerate() {
+                if ti < tokens {
+                    got.extend(&row[4..4 + ffn]);
+                    sentinels.extend(row[..4].iter().chain(&row[4 + ffn..]));
+                } else {
+                    sentinels.extend(row);
+                }
+            }
+            let what =
+                format!("GLU {activation:?} {variant:?} {format:?} ffn {ffn} x {cols} T={tokens}");
+            assert_within(&what, &got, &want, &bound);
+            assert_sentinels(&what, &sentinels);
+        }
+    }
+}
+
 #[test]
 fn embedding_gathers_rows_across_parts() {
     let Some(t) = gpu() else { return };
@@ -332,7 +439,7 @@ fn embedding_gathers_rows_across_parts() {
 }
 
 /// Gemma 3's tied 262,144 × 640 Q8_0 embedding at the adapter's real binding limit: on lavapipe
-/// (128 MiB) its 640-byte packed rows split into two parts at row 209,715. The gather reads
+/// (128 MiB) its 640-byte packed rows split into two parts at row 209,714 (parts hold even rows). The gather reads
 /// ids on both sides of the split and the last row, scaled by sqrt(640) as Gemma's embedding;
 /// the LM head (`TokenRows::Logits`) produces every one of the 262,144 logits of three rows,
 /// with every linear variant, vs the reference.
@@ -389,6 +496,7 @@ fn gemma_sized_tied_embedding_and_lm_head_across_parts() {
             bias: None,
             accumulate: false,
             rows: TokenRows::Logits,
+            glu: None,
         };
         let head = LinearOp::new(gpu, &kernels, "lm_head", &weight, io);
         run(gpu, |pass| {

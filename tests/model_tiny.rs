@@ -8,8 +8,9 @@ mod common;
 
 use common::*;
 use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
-use kvrun::loader::ModelFile;
+use kvrun::loader::{GgufFile, GgufWriter, ModelFile};
 use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
+use kvrun::quant::{dequantize_row, GgmlType};
 use rand::seq::SliceRandom;
 use std::path::PathBuf;
 
@@ -137,6 +138,47 @@ fn gpu_logits_match_independent_cpu_forward_for_all_three_files() {
                 g.vocab,
             );
         }
+    }
+}
+
+/// Gate and up of different formats take the stacked path (two matmul parts into `gate_up`
+/// and a SiLU·mul dispatch) instead of the GLU epilogue: the quantized tiny GGUF with layer 1's
+/// Q4_0 `ffn_up` rewritten as F32 of the same values must give the same logits as the float64
+/// forward of that file.
+#[test]
+fn mixed_format_gate_up_matches_independent_cpu_forward() {
+    let g = golden();
+    let src_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf");
+    let src = GgufFile::open(&src_path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.add(k, v.clone());
+    }
+    let up = "blk.1.ffn_up.weight";
+    for t in src.tensors() {
+        let data = src.tensor_data(t);
+        if t.name == up {
+            assert_eq!(t.ggml_type, GgmlType::Q4_0, "the fixture's {up} changed type");
+            let mut values = vec![0f32; t.dims.iter().product()];
+            for (row, out) in data.chunks(data.len() / t.dims[1]).zip(values.chunks_mut(t.dims[0]))
+            {
+                dequantize_row(t.ggml_type, row, out).unwrap();
+            }
+            w.add_f32_tensor(&t.name, &t.dims, &values).unwrap();
+        } else {
+            w.add_tensor(&t.name, t.ggml_type, &t.dims, data.to_vec()).unwrap();
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("kvrun-mixed-gate-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny-llama-mixed-gate-up.gguf");
+    w.write(&path).unwrap();
+    for family in FAMILIES {
+        let Some((mut model, _)) = load_from(&path, 16, family) else { return };
+        let got = run_chunks(&mut model, &g.tokens, &[32, 8], 16, 2);
+        let what = format!("{family:?} kernels, F32 up beside Q4_0 gate");
+        check_logits(&what, &got, &g.logits["gguf_q"], g.vocab);
     }
 }
 

@@ -1,7 +1,6 @@
-// Scatter this step's K and V rows into the paged pool through the slot mapping, as f16.
-// Pool layout (one buffer per layer for K, one for V):
-//   [num_blocks, num_kv_heads, block_size, head_dim / 2] u32, each word two f16 (low = even dim)
-// slot = block_id * block_size + offset. One invocation = one word of K and V of one token.
+// Scatter this step's K and V rows into the paged pool (common/kv_pool.wgsl) through the slot
+// mapping, as f16. One invocation = one word of K and V of one token. (With an f16 pool and
+// nothing between RoPE and this write, rope_kv_write.wgsl does both in one dispatch instead.)
 
 struct KvWriteParams {
     num_kv_heads: u32,
@@ -30,10 +29,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let h = gid.x / words;
     let w = gid.x % words;
-    let slot = slot_mapping[t];
-    let block = slot / p.block_size;
-    let off = slot % p.block_size;
-    let dst = ((block * p.num_kv_heads + h) * p.block_size + off) * words + w;
+    let dst = kv_pool_row(slot_mapping[t], h, p.num_kv_heads, p.block_size, words) + w;
     let src = t * p.qkv_stride + h * p.head_dim + 2u * w;
     k_pool[dst] = pack2x16float(vec2<f32>(qkv[p.k_offset + src], qkv[p.k_offset + src + 1u]));
     if (p.write_v != 0u) {

@@ -21,6 +21,9 @@ struct LinearParams {
 const FLAG_BIAS: u32 = 1u;        // add bias[row_offset + n]
 const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
 const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
+const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (common/glu.wgsl,
+                                  // 0 = none): rows 2i, 2i + 1 are gate row i and up row i, and
+                                  // out column i gets act(gate) · up (no bias, no residual)
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
@@ -41,6 +44,16 @@ fn token_count() -> u32 {
 // copies that are never written).
 fn x_row(t: u32, count: u32) -> u32 {
     return (min(t, count - 1u) * p.x_stride + p.x_offset) / 4u;
+}
+
+fn glu_kind() -> u32 {
+    return (p.flags >> FLAG_GLU_SHIFT) & 3u;
+}
+
+// GLU epilogue: writes act(gate) · up of the pair at row n (even; n + 1 its up row) for token
+// t, at output column (row_offset + n) / 2.
+fn finish_glu(n: u32, t: u32, gate: f32, up: f32) {
+    out[t * p.out_stride + p.out_offset + (p.row_offset + n) / 2u] = glu(glu_kind(), gate, up);
 }
 
 // Writes one output: the sum, then bias, then the residual.
@@ -76,6 +89,28 @@ fn finish_tile(n: u32, t0: u32, count: u32, acc: vec4<f32>) {
     }
 }
 
+// GLU epilogue: row n (even) is a gate row, `up` holds the sums of its up row n + 1.
+fn finish_glu_tile(n: u32, t0: u32, count: u32, gate: vec4<f32>, up: vec4<f32>) {
+    if (n >= p.rows || t0 >= count) {
+        return;
+    }
+    finish_glu(n, t0, gate.x, up.x);
+    if (TT > 1u) {
+        if (t0 + 1u < count) {
+            finish_glu(n, t0 + 1u, gate.y, up.y);
+        }
+        if (t0 + 2u < count) {
+            finish_glu(n, t0 + 2u, gate.z, up.z);
+        }
+        if (t0 + 3u < count) {
+            finish_glu(n, t0 + 3u, gate.w, up.w);
+        }
+    }
+}
+
+// GLU epilogue: each invocation's sums, so the gate row's invocation reads its up row's.
+var<workgroup> glu_sums: array<vec4<f32>, 64>;
+
 // The 32 inputs of block b of the token row starting at vec4 `row`.
 fn x_block_at(row: u32, b: u32) -> XBlock {
     let i = row + 8u * b;
@@ -83,7 +118,8 @@ fn x_block_at(row: u32, b: u32) -> XBlock {
 }
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
     let count = token_count();
     let t0 = wid.y * TT;
     if (t0 >= count) {
@@ -109,6 +145,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             }
         }
         acc += cs;
+    }
+    if (glu_kind() != 0u) {
+        // a workgroup's 64 rows are 32 whole gate/up pairs (n and lid have the same parity)
+        glu_sums[lid] = acc;
+        workgroupBarrier();
+        if ((lid & 1u) == 0u) {
+            finish_glu_tile(n, t0, count, acc, glu_sums[lid + 1u]);
+        }
+        return;
     }
     finish_tile(n, t0, count, acc);
 }

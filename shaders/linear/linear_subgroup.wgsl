@@ -23,6 +23,9 @@ struct LinearParams {
 const FLAG_BIAS: u32 = 1u;        // add bias[row_offset + n]
 const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (residual connection)
 const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of step.num_tokens
+const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (common/glu.wgsl,
+                                  // 0 = none): rows 2i, 2i + 1 are gate row i and up row i, and
+                                  // out column i gets act(gate) · up (no bias, no residual)
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 8u;            // tokens per invocation: 1 or 8
@@ -46,6 +49,16 @@ fn token_count() -> u32 {
 // copies that are never written).
 fn x_row(t: u32, count: u32) -> u32 {
     return (min(t, count - 1u) * p.x_stride + p.x_offset) / 4u;
+}
+
+fn glu_kind() -> u32 {
+    return (p.flags >> FLAG_GLU_SHIFT) & 3u;
+}
+
+// GLU epilogue: writes act(gate) · up of the pair at row n (even; n + 1 its up row) for token
+// t, at output column (row_offset + n) / 2.
+fn finish_glu(n: u32, t: u32, gate: f32, up: f32) {
+    out[t * p.out_stride + p.out_offset + (p.row_offset + n) / 2u] = glu(glu_kind(), gate, up);
 }
 
 // Writes one output: the sum, then bias, then the residual.
@@ -126,6 +139,16 @@ fn sums_add(s: Sums, t: Sums) -> Sums {
 // Writes the 4 rows' results for token t (if it is in the step).
 fn finish_token(n0: u32, t: u32, count: u32, acc: vec4<f32>) {
     if (t >= count) {
+        return;
+    }
+    if (glu_kind() != 0u) {
+        // rows n0, n0 + 1 and n0 + 2, n0 + 3 are two gate/up pairs (the row count is even)
+        if (n0 < p.rows) {
+            finish_glu(n0, t, acc.x, acc.y);
+        }
+        if (n0 + 2u < p.rows) {
+            finish_glu(n0 + 2u, t, acc.z, acc.w);
+        }
         return;
     }
     if (n0 < p.rows) {

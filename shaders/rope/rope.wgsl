@@ -45,9 +45,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         i0 = base + j;
         i1 = base + j + half_dim;
     }
-    let cs = table[positions[t] * half_dim + j];
-    let a = qkv[i0];
-    let b = qkv[i1];
-    qkv[i0] = a * cs.x - b * cs.y;
-    qkv[i1] = a * cs.y + b * cs.x;
+    let r = rope_rotate(qkv[i0], qkv[i1], table[positions[t] * half_dim + j]);
+    qkv[i0] = r.x;
+    qkv[i1] = r.y;
 }

@@ -1,6 +1,11 @@
-//! Host half of `shaders/glu/`: the gated MLP activation out = act(gate) · up, one shader per
-//! activation with the same params, bindings and grid: `silu_mul.wgsl` (SwiGLU: Llama, Qwen2)
-//! and `gelu_tanh_mul.wgsl` (GeGLU with tanh-approximated GELU: Gemma).
+//! Host half of `shaders/glu/glu.wgsl`: the gated MLP activation out = act(gate) · up, the
+//! activation (`shaders/common/glu.wgsl`: SwiGLU for Llama and Qwen2, GeGLU with
+//! tanh-approximated GELU for Gemma) a pipeline constant.
+//!
+//! The same activation also runs as the epilogue of the gate/up linear layer when gate and up
+//! share a weight format (`linear::LinearIo::glu`, rows interleaved by
+//! `model::weights::gate_up`): then no GLU dispatch runs at all. This op is what runs when
+//! their formats differ.
 
 use std::sync::Arc;
 
@@ -20,7 +25,15 @@ pub struct GluParams {
 }
 const _: () = assert!(std::mem::size_of::<GluParams>() == 16);
 
-/// Binding order of both GLU kernels.
+/// The WGSL code of an activation (`GLU_SILU`, `GLU_GELU_TANH` in `shaders/common/glu.wgsl`).
+pub fn kind(activation: Activation) -> u32 {
+    match activation {
+        Activation::Silu => 1,
+        Activation::GeluTanh => 2,
+    }
+}
+
+/// Binding order of the GLU kernel.
 pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: GluParams

@@ -1,13 +1,16 @@
-//! Host half of `shaders/linear/linear.wgsl`: out[t, n] (+)= Σ_k W[n, k] · x[t, k] (+ bias).
+//! Host half of `shaders/linear/linear.wgsl`: out[t, n] (+)= Σ_k W[n, k] · x[t, k] (+ bias),
+//! or with the GLU epilogue out[t, i] = act(Σ_k W[2i, k] · x[t, k]) · Σ_k W[2i + 1, k] · x[t, k].
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::glu;
 use super::{
     check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile,
 };
 use crate::gpu::{BindingKind, Gpu, Pipeline};
+use crate::loader::Activation;
 
 /// Mirror of WGSL `LinearParams`.
 #[repr(C)]
@@ -27,6 +30,8 @@ const _: () = assert!(std::mem::size_of::<LinearParams>() == 32);
 pub const FLAG_BIAS: u32 = 1;
 pub const FLAG_ACCUMULATE: u32 = 2;
 pub const FLAG_LOGIT_ROWS: u32 = 4;
+/// Bits 3–4 of the flags: the GLU epilogue's activation (`glu::kind`; 0 = none).
+pub const FLAG_GLU_SHIFT: u32 = 3;
 
 /// Binding order of the linear kernel.
 pub const BINDINGS: [BindingKind; 7] = [
@@ -71,6 +76,10 @@ pub struct LinearIo<'a> {
     /// Add the result to what `out` holds (a residual connection).
     pub accumulate: bool,
     pub rows: TokenRows,
+    /// The GLU epilogue: the weight's rows 2i and 2i + 1 are gate row i and up row i
+    /// (`model::weights::gate_up`), and output column i gets act(gate) · up instead of the
+    /// two sums. Needs no bias, no accumulation, and parts of even rows at even offsets.
+    pub glu: Option<Activation>,
 }
 
 /// Whether a weight part of `rows` rows takes the subgroup variant's two-rows-per-load path
@@ -119,6 +128,18 @@ impl LinearOp {
         }
         if io.rows == TokenRows::Logits {
             flags |= FLAG_LOGIT_ROWS;
+        }
+        if let Some(activation) = io.glu {
+            assert!(
+                io.bias.is_none() && !io.accumulate,
+                "{label}: GLU epilogue with bias or residual"
+            );
+            let even = |n: usize| n % 2 == 0;
+            assert!(
+                w.parts.iter().all(|p| even(p.rows) && even(p.row_offset)),
+                "{label}: GLU epilogue over a weight part that splits a gate/up pair"
+            );
+            flags |= glu::kind(activation) << FLAG_GLU_SHIFT;
         }
         let placeholder;
         let bias = match io.bias {

@@ -15,6 +15,7 @@ pub mod linear;
 pub mod reference;
 pub mod rms_norm;
 pub mod rope;
+pub mod rope_kv_write;
 pub mod rotate;
 pub mod source;
 pub mod weights;
@@ -149,6 +150,8 @@ pub enum PipelineKey {
     RmsNorm,
     Rope,
     KvWrite,
+    /// RoPE and the f16 KV write in one dispatch.
+    RopeKvWrite,
     /// Quantized KV: quantize the head blocks completed in a step.
     KvQuantize {
         kv: KvQuantKey,

@@ -17,6 +17,16 @@ pub enum RopePairs {
     Neox,
 }
 
+impl RopePairs {
+    /// The kernels' `style` parameter.
+    pub fn style(self) -> u32 {
+        match self {
+            RopePairs::Interleaved => 0,
+            RopePairs::Neox => 1,
+        }
+    }
+}
+
 /// Mirror of WGSL `RopeParams`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
@@ -235,10 +245,7 @@ impl RopeOp {
             num_heads: heads.num_heads,
             num_kv_heads: heads.num_kv_heads,
             head_dim: heads.rot_dim,
-            style: match pairs {
-                RopePairs::Interleaved => 0,
-                RopePairs::Neox => 1,
-            },
+            style: pairs.style(),
             qkv_stride: heads.qkv_stride,
             q_offset: heads.q_offset,
             k_offset: heads.k_offset,

@@ -2,7 +2,8 @@
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
 use super::bandwidth::{self, BandwidthProbe};
-use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rotate};
+use super::rotate;
+use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
 use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
@@ -16,6 +17,9 @@ pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_l
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
 pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
 pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.wgsl");
+pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
+pub const KV_POOL: &str = include_str!("../../shaders/common/kv_pool.wgsl");
+pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
@@ -125,12 +129,14 @@ pub fn wgsl(key: PipelineKey) -> String {
     let parts: Vec<&str> = match key {
         PipelineKey::Linear { format, variant: LinearVariant::Gpu, .. } => vec![
             STEP,
+            GLU,
             WEIGHTS,
             weight_snippet(format),
             include_str!("../../shaders/linear/linear.wgsl"),
         ],
         PipelineKey::Linear { format, variant: LinearVariant::Subgroup, .. } => vec![
             STEP,
+            GLU,
             WEIGHTS,
             weight_snippet(format),
             include_str!("../../shaders/linear/pairs/common.wgsl"),
@@ -144,8 +150,13 @@ pub fn wgsl(key: PipelineKey) -> String {
             include_str!("../../shaders/embedding/embedding.wgsl"),
         ],
         PipelineKey::RmsNorm => vec![STEP, include_str!("../../shaders/norm/rms_norm.wgsl")],
-        PipelineKey::Rope => vec![STEP, include_str!("../../shaders/rope/rope.wgsl")],
-        PipelineKey::KvWrite => vec![STEP, include_str!("../../shaders/kv_write/kv_write.wgsl")],
+        PipelineKey::Rope => vec![STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")],
+        PipelineKey::KvWrite => {
+            vec![STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")]
+        }
+        PipelineKey::RopeKvWrite => {
+            vec![STEP, ROPE_PAIR, KV_POOL, include_str!("../../shaders/rope/rope_kv_write.wgsl")]
+        }
         PipelineKey::KvQuantize { kv } => vec![
             STEP,
             KV_CODEC,
@@ -163,12 +174,7 @@ pub fn wgsl(key: PipelineKey) -> String {
         PipelineKey::Rotate { .. } => {
             vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
         }
-        PipelineKey::Glu { activation: Activation::Silu } => {
-            vec![STEP, include_str!("../../shaders/glu/silu_mul.wgsl")]
-        }
-        PipelineKey::Glu { activation: Activation::GeluTanh } => {
-            vec![STEP, include_str!("../../shaders/glu/gelu_tanh_mul.wgsl")]
-        }
+        PipelineKey::Glu { .. } => vec![STEP, GLU, include_str!("../../shaders/glu/glu.wgsl")],
         PipelineKey::Bandwidth { probe } => vec![
             include_str!("../../shaders/bandwidth/params.wgsl"),
             match probe {
@@ -216,6 +222,7 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             c
         }
         PipelineKey::KvQuantize { kv } => kv.constants().to_vec(),
+        PipelineKey::Glu { activation } => vec![("GLU", f64::from(glu::kind(activation)))],
         _ => Vec::new(),
     }
 }
@@ -228,6 +235,7 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
         PipelineKey::RmsNorm => rms_norm::BINDINGS.to_vec(),
         PipelineKey::Rope => rope::BINDINGS.to_vec(),
         PipelineKey::KvWrite => kv_write::BINDINGS.to_vec(),
+        PipelineKey::RopeKvWrite => rope_kv_write::BINDINGS.to_vec(),
         PipelineKey::KvQuantize { .. } => kv_quantize::QUANTIZE_BINDINGS.to_vec(),
         PipelineKey::KvStage => kv_quantize::STAGE_BINDINGS.to_vec(),
         PipelineKey::KvCodecTest { .. } => kv_quantize::CODEC_TEST_BINDINGS.to_vec(),
@@ -272,6 +280,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::RmsNorm,
         PipelineKey::Rope,
         PipelineKey::KvWrite,
+        PipelineKey::RopeKvWrite,
         PipelineKey::KvStage,
         PipelineKey::Glu { activation: Activation::Silu },
         PipelineKey::Glu { activation: Activation::GeluTanh },

@@ -404,7 +404,12 @@ impl GpuWeight {
     ) -> Result<Self, WeightError> {
         check_columns(name, format, cols)?;
         let word_row = PackedWeight::word_bytes_per_row(format, cols);
-        let rows_per_part = (max_binding_bytes / word_row.max(1)) as usize;
+        // even (when it can be): no part splits a row pair, which the subgroup linear kernel
+        // loads together and the GLU epilogue reads as gate and up
+        let rows_per_part = match (max_binding_bytes / word_row.max(1)) as usize {
+            n if n > 1 => n & !1,
+            n => n,
+        };
         if rows_per_part == 0 {
             return Err(WeightError::RowTooLarge {
                 name: name.into(),

@@ -22,6 +22,7 @@ use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::{QkvLayout, RopeOp};
+use crate::kernels::rope_kv_write::RopeKvWriteOp;
 use crate::kernels::rotate::RotateOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
@@ -141,6 +142,7 @@ enum Op {
     RmsNorm(RmsNormOp),
     Linear(LinearOp),
     Rope(RopeOp),
+    RopeKvWrite(RopeKvWriteOp),
     Rotate(RotateOp),
     KvWrite(KvWriteOp),
     KvQuantize(KvQuantizeOp),
@@ -157,6 +159,7 @@ impl Op {
             Op::RmsNorm(_) => "rms_norm",
             Op::Linear(_) => "linear",
             Op::Rope(_) => "rope",
+            Op::RopeKvWrite(_) => "rope_kv_write",
             Op::Rotate(_) => "rotate",
             Op::KvWrite(_) => "kv_write",
             Op::KvQuantize(_) => "kv_quantize",
@@ -174,6 +177,7 @@ impl Op {
             Op::RmsNorm(op) => op.record(pass, shape),
             Op::Linear(op) => op.record(pass, shape),
             Op::Rope(op) => op.record(pass, shape),
+            Op::RopeKvWrite(op) => op.record(pass, shape),
             Op::Rotate(op) => op.record(pass, shape),
             Op::KvWrite(op) => op.record(pass, shape),
             Op::KvQuantize(op) => op.record(pass, shape),

@@ -2,7 +2,7 @@
 
 use super::ModelError;
 use crate::gpu::Gpu;
-use crate::kernels::{GpuWeight, WeightFormat};
+use crate::kernels::{GpuWeight, PackedWeight, WeightFormat};
 use crate::loader::{ModelFile, TensorView};
 use crate::quant::{dequantize_row, GgmlType};
 
@@ -164,6 +164,55 @@ pub fn fused(
         i = j;
     }
     Ok(parts)
+}
+
+/// The gate and up projections of a gated MLP, as the linear layer reads them.
+pub enum GateUp {
+    /// Gate and up share a format: one weight whose rows 2i and 2i + 1 are gate row i and up
+    /// row i, for the linear kernel's GLU epilogue (one dispatch, act(gate) · up written
+    /// directly). `GpuWeight::upload` keeps every part's rows even, so no part splits a pair.
+    Interleaved(GpuWeight),
+    /// Their formats differ: gate rows then up rows as stacked parts (see [`fused`]) into
+    /// `gate_up`, and a GLU op after.
+    Stacked(Vec<FusedPart>),
+}
+
+impl GateUp {
+    /// The weights it uploaded.
+    pub fn weights(&self) -> Vec<&GpuWeight> {
+        match self {
+            GateUp::Interleaved(w) => vec![w],
+            GateUp::Stacked(parts) => parts.iter().map(|p| &p.weight).collect(),
+        }
+    }
+}
+
+/// `gate` and `up` ([rows, cols] each) for the gated MLP: interleaved when their formats agree.
+pub fn gate_up(
+    gpu: &Gpu,
+    file: &ModelFile,
+    label: &str,
+    [gate, up]: [&str; 2],
+    [rows, cols]: [usize; 2],
+    max_binding: u64,
+) -> Result<GateUp, ModelError> {
+    let (g, u) = (file.tensor(gate)?, file.tensor(up)?);
+    check_shape(&g, &[rows, cols])?;
+    check_shape(&u, &[rows, cols])?;
+    let format = weight_format(&g)?;
+    let pair_fits = 2 * PackedWeight::word_bytes_per_row(format, cols) <= max_binding;
+    if weight_format(&u)? != format || !pair_fits {
+        let tensors = [(gate.to_string(), rows, None), (up.to_string(), rows, None)];
+        return Ok(GateUp::Stacked(fused(gpu, file, label, &tensors, cols, max_binding)?));
+    }
+    let row_bytes = format.file_row_bytes(cols);
+    let mut data = Vec::with_capacity(2 * rows * row_bytes);
+    for (g_row, u_row) in g.data.chunks_exact(row_bytes).zip(u.data.chunks_exact(row_bytes)) {
+        data.extend_from_slice(g_row);
+        data.extend_from_slice(u_row);
+    }
+    let weight = GpuWeight::upload(gpu, label, format, 2 * rows, cols, &data, max_binding)?;
+    Ok(GateUp::Interleaved(weight))
 }
 
 /// Bytes a weight occupies on the GPU.

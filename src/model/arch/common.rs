@@ -2,7 +2,7 @@
 //! and appends ops; [`validate`] checks what every kernel needs.
 
 use super::super::buffers::{Activations, KvPool, StepBuffers};
-use super::super::weights::{self, matrix, FusedPart};
+use super::super::weights::{self, matrix, FusedPart, GateUp};
 use super::super::{ModelError, ModelOptions, Op};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, KvQuantIo, MAX_HEAD_DIM};
@@ -13,6 +13,7 @@ use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
+use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
@@ -225,9 +226,9 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// RoPE on the Q and K heads of `qkv` with layer `l`'s table (its own base and scaling).
-    pub fn rope(&self, l: usize) -> Op {
-        let (c, s) = (self.c, self.step);
+    /// Layer `l`'s RoPE table (its own base and scaling) and pair style.
+    fn rope_table(&self, l: usize) -> (&wgpu::Buffer, RopePairs) {
+        let c = self.c;
         let pairs = match c.rope_style {
             RopeStyle::Interleaved => RopePairs::Interleaved,
             RopeStyle::Neox => RopePairs::Neox,
@@ -235,12 +236,51 @@ impl Builder<'_> {
         let rope = c.distinct_ropes().iter().position(|r| *r == c.layers[l].rope);
         let table =
             &self.act.rope_tables[rope.expect("every layer's RoPE is among the distinct ones")];
+        (table, pairs)
+    }
+
+    /// RoPE on the Q and K heads of `qkv` with layer `l`'s table (its own base and scaling).
+    pub fn rope(&self, l: usize) -> Op {
+        let (c, s) = (self.c, self.step);
+        let (table, pairs) = self.rope_table(l);
         let (gpu, k, qkv) = (self.gpu, self.kernels, &self.act.qkv);
         let heads = match c.mla {
             Some(m) => RopeHeads::tail(self.layout(), m.qk_rope_head_dim as u32),
             None => self.layout().into(),
         };
         Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, heads, pairs))
+    }
+
+    /// The attention block of a layer with whole Q/K/V heads in `qkv`: RoPE, [`--kv-rotate`],
+    /// this step's K and V into the pool, attention, [the inverse rotation]. RoPE and the KV
+    /// write are one dispatch (`rope_kv_write`) when nothing runs between them — an f16 pool
+    /// and no rotation — and the heads fit its 4-channel units; otherwise each op runs alone.
+    pub fn rope_attention(&self, l: usize, ops: &mut Vec<Op>) {
+        let layout = self.layout();
+        let fused =
+            self.kv.quant.is_none() && !self.o.kv_cache.rotate && rope_kv_write::fits(layout);
+        if !fused {
+            ops.push(self.rope(l));
+            self.kv_rotate(true, ops);
+            self.attention(l, ops);
+            self.kv_rotate(false, ops);
+            return;
+        }
+        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let (table, pairs) = self.rope_table(l);
+        let io = RopeKvIo {
+            step: &self.step.step,
+            qkv: &self.act.qkv,
+            positions: &self.step.positions,
+            table,
+            slot_mapping: &self.step.slot_mapping[group],
+            k_pool: &self.kv.k[slot],
+            v_pool: &self.kv.v[slot],
+        };
+        let bs = self.o.block_size as u32;
+        let op = RopeKvWriteOp::new(self.gpu, self.kernels, layout, pairs, bs, io);
+        ops.push(Op::RopeKvWrite(op));
+        self.attend(l, ops);
     }
 
     /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
@@ -284,6 +324,18 @@ impl Builder<'_> {
                 },
             ))),
         }
+        self.attend(l, ops);
+    }
+
+    /// Attention over layer `l`'s pool once this step's K and V are in it, and for a quantized
+    /// pool the `kv_stage` of the rows of partial blocks after it.
+    fn attend(&self, l: usize, ops: &mut Vec<Op>) {
+        let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
+        let layout = self.layout();
+        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
+        let bs = self.o.block_size as u32;
+        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
         let io = AttentionIo {
             step: &s.step,
             qkv: &act.qkv,
@@ -332,12 +384,40 @@ impl Builder<'_> {
         ops.push(Op::Rotate(op));
     }
 
-    /// `ffn = act(gate) · up` from the fused `gate_up`.
-    pub fn glu(&self, activation: Activation) -> Op {
+    /// The gated MLP's first half for layer `l`: `ffn = act(normed · Wgateᵀ) · (normed · Wupᵀ)`.
+    /// Gate and up of one format: one linear over their interleaved rows with the GLU epilogue;
+    /// otherwise their stacked parts into `gate_up` and a GLU op. Returns the weights' bytes.
+    pub fn gated_mlp_in(
+        &self,
+        l: usize,
+        activation: Activation,
+        ops: &mut Vec<Op>,
+    ) -> Result<u64, ModelError> {
         let (s, act) = (self.step, self.act);
-        let ffn = self.c.intermediate_size as u32;
-        let k = self.kernels;
-        Op::Glu(GluOp::new(self.gpu, k, activation, &s.step, &act.gate_up, &act.ffn, ffn))
+        let ffn = self.c.intermediate_size;
+        let label = format!("blk.{l}.ffn_gate_up");
+        let names = [format!("blk.{l}.ffn_gate.weight"), format!("blk.{l}.ffn_up.weight")];
+        let names = [names[0].as_str(), names[1].as_str()];
+        let shape = [ffn, self.c.hidden_size];
+        let w = weights::gate_up(self.gpu, self.file, &label, names, shape, self.max_binding)?;
+        match &w {
+            GateUp::Interleaved(weight) => {
+                let io = LinearIo {
+                    out_stride: ffn as u32,
+                    glu: Some(activation),
+                    ..self.dense_io(weight, &act.normed, &act.ffn, false, TokenRows::Step)
+                };
+                ops.push(Op::Linear(LinearOp::new(self.gpu, self.kernels, &label, weight, io)));
+            }
+            GateUp::Stacked(parts) => {
+                self.fused_ops(&label, parts, &act.gate_up, 2 * ffn as u32, 0, ops);
+                let k = self.kernels;
+                let (gu, out) = (&act.gate_up, &act.ffn);
+                let op = GluOp::new(self.gpu, k, activation, &s.step, gu, out, ffn as u32);
+                ops.push(Op::Glu(op));
+            }
+        }
+        Ok(w.weights().into_iter().map(weights::gpu_bytes).sum())
     }
 
     /// One linear op per part of a fused projection from `normed` into `out`: a part's rows land
@@ -368,6 +448,7 @@ impl Builder<'_> {
                     bias: p.bias.as_ref(),
                     accumulate: false,
                     rows: TokenRows::Step,
+                    glu: None,
                 },
             );
             ops.push(Op::Linear(op));
@@ -384,23 +465,31 @@ impl Builder<'_> {
         accumulate: bool,
         rows: TokenRows,
     ) -> LinearOp {
-        LinearOp::new(
-            self.gpu,
-            self.kernels,
-            label,
-            w,
-            LinearIo {
-                step: &self.step.step,
-                x,
-                x_stride: w.cols as u32,
-                x_offset: 0,
-                out,
-                out_stride: w.rows as u32,
-                out_offset: 0,
-                bias: None,
-                accumulate,
-                rows,
-            },
-        )
+        let io = self.dense_io(w, x, out, accumulate, rows);
+        LinearOp::new(self.gpu, self.kernels, label, w, io)
+    }
+
+    /// Where [`Self::linear`] reads and writes.
+    fn dense_io<'a>(
+        &'a self,
+        w: &GpuWeight,
+        x: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        accumulate: bool,
+        rows: TokenRows,
+    ) -> LinearIo<'a> {
+        LinearIo {
+            step: &self.step.step,
+            x,
+            x_stride: w.cols as u32,
+            x_offset: 0,
+            out,
+            out_stride: w.rows as u32,
+            out_offset: 0,
+            bias: None,
+            accumulate,
+            rows,
+            glu: None,
+        }
     }
 }

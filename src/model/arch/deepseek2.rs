@@ -35,7 +35,7 @@ use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{HeadRows, NormRows};
 use crate::kernels::GpuWeight;
 use crate::loader::Activation;
-use crate::model::weights::{fused, gpu_bytes, matrix, matrix_f32, matrix_rows, matrix_values};
+use crate::model::weights::{gpu_bytes, matrix, matrix_f32, matrix_rows, matrix_values};
 use crate::model::{ModelError, Op};
 
 /// `out[t, out_offset..] = x[t, x_offset..] · wᵀ` over rows of the given strides.
@@ -62,6 +62,7 @@ fn strided(
             bias: None,
             accumulate: false,
             rows: TokenRows::Step,
+            glu: None,
         },
     ))
 }
@@ -208,15 +209,11 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     push(o);
 
     let ffn = c.intermediate_size;
-    let gate_up_tensors =
-        [(name("ffn_gate.weight"), ffn, None), (name("ffn_up.weight"), ffn, None)];
-    let gate_up = fused(gpu, file, &name("ffn_gate_up"), &gate_up_tensors, hidden, max)?;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
     ops.push(b.input_norm(l, "ffn_norm")?);
-    b.fused_ops(&name("gate_up"), &gate_up, &act.gate_up, 2 * ffn as u32, 0, ops);
-    ops.push(b.glu(Activation::Silu));
+    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, ops)?;
     let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
     ops.push(Op::Linear(down_op));
-    let bytes = weights.iter().chain(gate_up.iter().map(|p| &p.weight)).chain([&down]);
-    Ok(bytes.map(gpu_bytes).sum())
+    let bytes: u64 = weights.iter().chain([&down]).map(gpu_bytes).sum();
+    Ok(bytes + gate_up_bytes)
 }

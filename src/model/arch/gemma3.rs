@@ -9,13 +9,14 @@
 //!             rope(q, k)                              NEOX pairs, the layer's own table
 //!                                                     (sliding layers base 10k, global 1e6)
 //!             [rotate(q, k, v)]                       --kv-rotate
+//!             kv_write(k, v → pool[layer])            f16: with rope, one dispatch (see llama.rs)
 //!             attn   = attention(q, pool[layer])      the layer's AttentionKind (see below)
 //!             [rotate(attn)]
 //!             sublayer = attn · Woᵀ
 //!             hidden += rms_norm(sublayer)         · post_attention_norm
 //!             normed = rms_norm(hidden)            · ffn_norm
-//!             gate_up = normed · [Wgate|Wup]ᵀ
-//!             ffn    = gelu_tanh(gate) · up
+//!             ffn    = gelu_tanh(normed · Wgateᵀ) · (normed · Wupᵀ)
+//!                                                 one linear (GLU epilogue) when the types agree
 //!             sublayer = ffn · Wdownᵀ
 //!             hidden += rms_norm(sublayer)         · post_ffw_norm
 //! logits_in = rms_norm(hidden[logit_rows]) · output_norm
@@ -52,28 +53,21 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let o_name = name("attn_output.weight");
     let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
     let ffn = c.intermediate_size;
-    let gate_up_tensors =
-        [(name("ffn_gate.weight"), ffn, None), (name("ffn_up.weight"), ffn, None)];
-    let gate_up = fused(gpu, file, &name("ffn_gate_up"), &gate_up_tensors, hidden, max)?;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
-    let parts = qk.iter().chain(&v).chain(&gate_up).map(|p| &p.weight);
-    let bytes = parts.chain([&o, &down]).map(gpu_bytes).sum();
+    let parts = qk.iter().chain(&v).map(|p| &p.weight);
+    let bytes: u64 = parts.chain([&o, &down]).map(gpu_bytes).sum();
 
     ops.push(b.input_norm(l, "attn_norm")?);
     let qk_width = (q_rows + kv_rows) as u32;
     b.fused_ops(&name("qk"), &qk, &act.qk, qk_width, 0, ops);
     b.fused_ops(&name("v"), &v, &act.qkv, layout.stride(), qk_width, ops);
     b.qk_norms(l, ops)?;
-    ops.push(b.rope(l));
-    b.kv_rotate(true, ops);
-    b.attention(l, ops);
-    b.kv_rotate(false, ops);
+    b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.sublayer, false, TokenRows::Step)));
     let post_attn = name("post_attention_norm.weight");
     ops.push(b.norm(&post_attn, &act.sublayer, &act.hidden, NormRows::Step, true)?);
     ops.push(b.input_norm(l, "ffn_norm")?);
-    b.fused_ops(&name("gate_up"), &gate_up, &act.gate_up, 2 * ffn as u32, 0, ops);
-    ops.push(b.glu(c.activation));
+    let gate_up_bytes = b.gated_mlp_in(l, c.activation, ops)?;
     let down_name = name("ffn_down.weight");
     ops.push(Op::Linear(b.linear(
         &down_name,
@@ -85,5 +79,5 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     )));
     let post_ffw = name("post_ffw_norm.weight");
     ops.push(b.norm(&post_ffw, &act.sublayer, &act.hidden, NormRows::Step, true)?);
-    Ok(bytes)
+    Ok(bytes + gate_up_bytes)
 }

@@ -8,6 +8,7 @@
 //!             rope(q, k)                              pairs per ModelConfig::rope_style
 //!             [rotate(q, k, v)]                       --kv-rotate: Hadamard per head
 //!             f16 KV:       kv_write(k, v → pool[layer])            through the slot mapping
+//!                           (one rope_kv_write dispatch with rope, without --kv-rotate)
 //!                           attn = paged_attention(q, pool[layer])
 //!             quantized KV: kv_quantize(blocks completed this step → pool[layer])
 //!                           attn = paged_attention_kvq(q, pool[layer], staging, own rows)
@@ -15,8 +16,8 @@
 //!             [rotate(attn)]                          undoes V's rotation
 //!             hidden += attn · Woᵀ
 //!             normed = rms_norm(hidden)            · ffn_norm
-//!             gate_up = normed · [Wgate|Wup]ᵀ
-//!             ffn    = silu(gate) · up
+//!             ffn    = silu(normed · Wgateᵀ) · (normed · Wupᵀ)
+//!                                                 one linear (GLU epilogue) when the types agree
 //!             hidden += ffn · Wdownᵀ
 //! logits_in = rms_norm(hidden[logit_rows]) · output_norm
 //! logits    = logits_in · Woutᵀ                       Wout = token_embd when tied (no output.weight)
@@ -60,24 +61,16 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let o_name = name("attn_output.weight");
     let o = matrix(gpu, file, &o_name, hidden, c.num_heads * c.head_dim, max)?;
     let ffn = c.intermediate_size;
-    let gate_up_tensors =
-        [(name("ffn_gate.weight"), ffn, None), (name("ffn_up.weight"), ffn, None)];
-    let gate_up = fused(gpu, file, &name("ffn_gate_up"), &gate_up_tensors, hidden, max)?;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
-    let bytes = qkv.iter().chain(&gate_up).map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes);
-    let bytes = bytes.sum();
+    let bytes: u64 = qkv.iter().map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes).sum();
 
     ops.push(b.input_norm(l, "attn_norm")?);
     b.fused_ops(&name("qkv"), &qkv, &act.qkv, layout.stride(), 0, ops);
-    ops.push(b.rope(l));
-    b.kv_rotate(true, ops);
-    b.attention(l, ops);
-    b.kv_rotate(false, ops);
+    b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
     ops.push(b.input_norm(l, "ffn_norm")?);
-    b.fused_ops(&name("gate_up"), &gate_up, &act.gate_up, 2 * ffn as u32, 0, ops);
-    ops.push(b.glu(Activation::Silu));
+    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, ops)?;
     let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
     ops.push(Op::Linear(down_op));
-    Ok(bytes)
+    Ok(bytes + gate_up_bytes)
 }
