@@ -1,5 +1,6 @@
 //! Kernel benches: `cargo bench --bench kernels` (add `-- linear` etc. to filter). Each kernel
-//! family at SmolLM2-135M and Llama-3-8B shapes, one decode token (the bandwidth-bound case),
+//! family at SmolLM2-135M and Llama-3-8B shapes (and each fused dispatch against the pair it
+//! replaces), one decode token (the bandwidth-bound case),
 //! with the variants this adapter selects (`auto`) and the discrete-GPU variants forced (`gpu`).
 //!
 //! Time is GPU time from timestamp queries, through criterion's `iter_custom`: every iteration
@@ -14,13 +15,17 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kvrun::gpu::{Gpu, GpuOptions, GpuTimer};
 use kvrun::kernels::attention::{partials_bytes, partitions, AttentionIo, AttentionOp, KvQuantIo};
+use kvrun::kernels::glu::GluOp;
+use kvrun::kernels::kv_write::KvWriteOp;
 use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use kvrun::kernels::rms_norm::{NormIo, NormRows, RmsNormOp};
-use kvrun::kernels::rope::QkvLayout;
+use kvrun::kernels::rope::{rope_table, QkvLayout, RopeOp, RopePairs};
+use kvrun::kernels::rope_kv_write::{RopeKvIo, RopeKvWriteOp};
 use kvrun::kernels::{
     GpuWeight, KernelConfig, KernelFamily, Kernels, KvQuantLayout, SeqInfo, StepInfo, StepShape,
     WeightFormat,
 };
+use kvrun::loader::{Activation, Rope, RopeScaling};
 use kvrun::quant::{quantize_row, GgmlType, KvCacheSpec, KvFormat};
 
 /// Timed passes per submission.
@@ -286,9 +291,101 @@ fn rms_norm(c: &mut Criterion) {
     group.finish();
 }
 
+/// The fused dispatches against the pairs they replace, one decode token, `auto` kernels:
+/// RoPE + KV write (`rope_kv_write` vs `rope` then `kv_write`) and the gate/up linear with its
+/// GLU epilogue (vs the stacked gate/up linear then the SiLU·mul kernel), Q4_1 weights.
+fn fusions(c: &mut Criterion) {
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let (_, kernels) = &b.families[0];
+    let mut group = c.benchmark_group("fusions");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    let step = gpu.uniform_buffer_init(
+        "step",
+        bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
+    );
+    let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
+    for (shape, heads, kv_heads, head_dim) in
+        [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128)]
+    {
+        let layout = QkvLayout::new(heads, kv_heads, head_dim);
+        let bs = 16u32;
+        let qkv = f32_buffer(gpu, layout.stride() as usize, 5);
+        let positions = gpu.storage_buffer_init("positions", bytemuck::cast_slice(&[100u32]));
+        let slots = gpu.storage_buffer_init("slots", bytemuck::cast_slice(&[37u32]));
+        let rope = Rope { theta: 10000.0, scaling: RopeScaling::None };
+        let table = rope_table(head_dim as usize, &rope, 128);
+        let table = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
+        let pool_bytes = u64::from(4 * kv_heads * bs * head_dim * 2);
+        let (kp, vp) = (gpu.storage_buffer("k", pool_bytes), gpu.storage_buffer("v", pool_bytes));
+        let pairs = RopePairs::Interleaved;
+        let io = RopeKvIo {
+            step: &step,
+            qkv: &qkv,
+            positions: &positions,
+            table: &table,
+            slot_mapping: &slots,
+            k_pool: &kp,
+            v_pool: &vp,
+        };
+        let fused = RopeKvWriteOp::new(gpu, kernels, layout, pairs, bs, io);
+        let rope = RopeOp::new(gpu, kernels, &step, &qkv, &positions, &table, layout.into(), pairs);
+        let write = KvWriteOp::new(gpu, kernels, &step, &qkv, &slots, &kp, &vp, layout, bs);
+        let id = BenchmarkId::new(format!("rope+kv_write {shape}"), "fused");
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            fused.record(pass, &shape_1);
+        });
+        let id = BenchmarkId::new(format!("rope+kv_write {shape}"), "separate");
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            rope.record(pass, &shape_1);
+            write.record(pass, &shape_1);
+        });
+    }
+    for (shape, ffn, hidden) in [("smollm2", 1536usize, 576usize), ("llama8b", 14336, 4096)] {
+        let row: Vec<f32> = (0..hidden).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let q = quantize_row(GgmlType::Q4_1, &row).expect("quantizable row");
+        let bytes: Vec<u8> = (0..2 * ffn).flat_map(|_| q.iter().copied()).collect();
+        let max = gpu.limits.max_storage_buffer_binding_size;
+        let w = GpuWeight::upload(gpu, shape, WeightFormat::Q4_1, 2 * ffn, hidden, &bytes, max)
+            .expect("weight");
+        let x = f32_buffer(gpu, hidden, 6);
+        let gate_up = gpu.storage_buffer("gate_up", (2 * ffn * 4) as u64);
+        let out = gpu.storage_buffer("ffn", (ffn * 4) as u64);
+        let io = |out, out_stride: usize, glu| LinearIo {
+            step: &step,
+            x: &x,
+            x_stride: hidden as u32,
+            x_offset: 0,
+            out,
+            out_stride: out_stride as u32,
+            out_offset: 0,
+            bias: None,
+            accumulate: false,
+            rows: TokenRows::Step,
+            glu,
+        };
+        let fused = LinearOp::new(gpu, kernels, shape, &w, io(&out, ffn, Some(Activation::Silu)));
+        let stacked = LinearOp::new(gpu, kernels, shape, &w, io(&gate_up, 2 * ffn, None));
+        let silu = GluOp::new(gpu, kernels, Activation::Silu, &step, &gate_up, &out, ffn as u32);
+        let id = BenchmarkId::new(format!("gate_up+silu {shape} Q4_1 {ffn}x{hidden}"), "fused");
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            fused.record(pass, &shape_1);
+        });
+        let id = BenchmarkId::new(format!("gate_up+silu {shape} Q4_1 {ffn}x{hidden}"), "separate");
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            stacked.record(pass, &shape_1);
+            silu.record(pass, &shape_1);
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = linear, attention_decode, rms_norm
+    targets = linear, attention_decode, rms_norm, fusions
 }
 criterion_main!(benches);
