@@ -86,21 +86,24 @@ fn rms_norm_matches_reference_plain_and_gathered() {
 }
 
 /// Per-head RMSNorm (Gemma 3's Q/K norms): `heads` slices of `dim` from `x_offset` of each
-/// strided token row, into another strided buffer; the floats around the heads and the rows
-/// past the step stay sentinels. `tokens × heads` of 66,000 passes lavapipe's 65,535
-/// workgroups per dimension, which the 2-D grid must cover.
+/// strided token row, into another strided buffer, heads from `split` on with the weight's
+/// second row (Q and K heads in one dispatch); the floats around the heads and the rows past
+/// the step stay sentinels. `tokens × heads` of 66,000 passes lavapipe's 65,535 workgroups per
+/// dimension, which the 2-D grid must cover.
 #[test]
 fn rms_norm_per_head_strided_and_past_the_grid_limit() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    for (i, (tokens, heads, dim)) in
-        [(9usize, 5usize, 256usize), (3, 1, 40), (16_500, 4, 8)].into_iter().enumerate()
+    for (i, (tokens, heads, dim, split)) in
+        [(9usize, 5usize, 256usize, 3usize), (3, 1, 40, 1), (16_500, 4, 8, 1), (7, 6, 16, 4)]
+            .into_iter()
+            .enumerate()
     {
         let mut r = rng(40 + i as u64);
         let (x_offset, x_stride) = (3 * dim + 4, 3 * dim + 4 + heads * dim + 8);
         let (out_offset, out_stride) = (5, 5 + heads * dim + 3);
         let x = uniform(&mut r, (tokens + 1) * x_stride, 3.0);
-        let w = uniform(&mut r, dim, 1.5);
+        let w = uniform(&mut r, 2 * dim, 1.5);
         let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
         let (xb, wb) = (storage_f32(gpu, &x), storage_f32(gpu, &w));
         let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * out_stride]);
@@ -110,6 +113,7 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
             x_offset: x_offset as u32,
             out_stride: out_stride as u32,
             out_offset: out_offset as u32,
+            split: split as u32,
         };
         let io = NormIo {
             step: &step,
@@ -124,13 +128,20 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
-        let heads_in: Vec<f32> = x
+        let w_rows = [&w[..dim], &w[dim..]];
+        let want: Vec<f32> = x
             .chunks(x_stride)
             .take(tokens)
-            .flat_map(|row| row[x_offset..x_offset + heads * dim].to_vec())
+            .flat_map(|row| {
+                (0..heads).flat_map(move |h| {
+                    let head = &row[x_offset + h * dim..x_offset + (h + 1) * dim];
+                    reference::rms_norm(head, w_rows[usize::from(h >= split)], 1e-6)
+                })
+            })
             .collect();
-        let want = reference::rms_norm(&heads_in, &w, 1e-6);
-        let what = format!("rms_norm per head: {tokens} tokens × {heads} heads of {dim}");
+        let what = format!(
+            "rms_norm per head: {tokens} tokens × {heads} heads of {dim}, second weight from {split}"
+        );
         for (ti, row) in got.chunks(out_stride).enumerate().take(tokens) {
             let normed = &row[out_offset..out_offset + heads * dim];
             assert_close(

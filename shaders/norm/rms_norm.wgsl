@@ -1,7 +1,8 @@
 // RMSNorm: out[r, h, i] (+)= x[src, h, i] / sqrt(mean_j x[src, h, j]^2 + eps) * w[i]
 // where src = rows[r] when gathering (final norm of the rows that get logits), else r, and h
 // runs over the `heads` slices of `dim` floats per row (1 for whole rows; Gemma 3's Q/K norms
-// norm each head). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
+// norm each head; heads from `split` on take the weight's second row w[dim .. 2 dim], so Q and
+// K heads, each with their own norm weight, are one dispatch). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
 // (a 2-D grid when tokens × heads passes the per-dimension limit); the sum of squares has a fixed order (per-invocation strided sums,
 // then a fixed tree), so a row's result does not depend on the other rows of the step.
 
@@ -14,6 +15,10 @@ struct RmsNormParams {
     heads: u32,       // slices of dim floats normed per row
     x_offset: u32,    // float offset of head 0 within a row of x
     out_offset: u32,  // float offset of head 0 within a row of out
+    split: u32,       // first head normed with w's second row (heads: none)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const FLAG_GATHER: u32 = 1u;      // row r reads x row rows[r]; the row count is step.num_logits
@@ -23,7 +28,7 @@ const WG: u32 = 64u;
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: RmsNormParams;
 @group(0) @binding(2) var<storage, read> x: array<f32>;          // [tokens, x_stride]
-@group(0) @binding(3) var<storage, read> w: array<f32>;          // [dim]
+@group(0) @binding(3) var<storage, read> w: array<f32>;          // [dim], or [2, dim] with a split
 @group(0) @binding(4) var<storage, read> rows: array<u32>;       // [num_logits] (gather only)
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;  // [rows, out_stride]
 
@@ -60,8 +65,9 @@ fn main(
     }
     let inv = inverseSqrt(partial[0] / f32(p.dim) + p.eps);
     let ob = r * p.out_stride + p.out_offset + h * p.dim;
+    let wb = select(0u, p.dim, h >= p.split);
     for (var i = lid.x; i < p.dim; i += WG) {
-        let v = (x[xb + i] * inv) * w[i];
+        let v = (x[xb + i] * inv) * w[wb + i];
         if ((p.flags & FLAG_ACCUMULATE) != 0u) {
             out[ob + i] = out[ob + i] + v;
         } else {

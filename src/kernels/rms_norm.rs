@@ -1,6 +1,7 @@
 //! Host half of `shaders/norm/rms_norm.wgsl`: out[r] (+)= x[src(r)] / rms(x[src(r)]) * w, over
 //! whole token rows (the sub-layer norms), gathered rows (the final norm of the logit rows), or
-//! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token); with
+//! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token, Q and K
+//! heads with their own weights in one dispatch); with
 //! `accumulate` the result is added to `out` (Gemma's post-norms before the residual add).
 
 use std::sync::Arc;
@@ -23,8 +24,10 @@ pub struct RmsNormParams {
     pub heads: u32,
     pub x_offset: u32,
     pub out_offset: u32,
+    pub split: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 32);
+const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 48);
 
 pub const FLAG_GATHER: u32 = 1;
 pub const FLAG_ACCUMULATE: u32 = 2;
@@ -34,7 +37,7 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: RmsNormParams
     BindingKind::StorageRead,      // x: [tokens, x_stride]; a row's heads from x_offset
-    BindingKind::StorageRead,      // w: [dim]
+    BindingKind::StorageRead,      // w: [dim], or [2, dim] for heads with a split
     BindingKind::StorageRead,      // rows: [num_logits] (gather only)
     BindingKind::StorageReadWrite, // out: [rows, out_stride]; a row's heads from out_offset
 ];
@@ -59,6 +62,9 @@ pub struct HeadRows {
     pub x_offset: u32,
     pub out_stride: u32,
     pub out_offset: u32,
+    /// Heads from this one on take the weight's second row (`weight` is then [2, dim]): Q and
+    /// K heads with their own norm weights in one dispatch. `heads` for one weight.
+    pub split: u32,
 }
 
 /// What a norm reads and writes.
@@ -99,7 +105,8 @@ impl RmsNormOp {
         let heads = match rows {
             NormRows::Heads(h) => h,
             NormRows::Step | NormRows::Gather(_) => {
-                HeadRows { heads: 1, x_stride: dim, x_offset: 0, out_stride: dim, out_offset: 0 }
+                let (x_stride, out_stride) = (dim, dim);
+                HeadRows { heads: 1, x_stride, x_offset: 0, out_stride, out_offset: 0, split: 1 }
             }
         };
         assert!(
@@ -107,6 +114,11 @@ impl RmsNormOp {
                 && heads.x_offset + heads.heads * dim <= heads.x_stride
                 && heads.out_offset + heads.heads * dim <= heads.out_stride,
             "{label}: {heads:?} of {dim} floats do not fit their rows"
+        );
+        let weight_rows = if heads.split < heads.heads { 2 } else { 1 };
+        assert!(
+            weight.size() >= u64::from(weight_rows * dim) * 4,
+            "{label}: the weight holds fewer than {weight_rows} rows of {dim}"
         );
         let params = RmsNormParams {
             dim,
@@ -118,6 +130,8 @@ impl RmsNormOp {
             heads: heads.heads,
             x_offset: heads.x_offset,
             out_offset: heads.out_offset,
+            split: heads.split,
+            _pad: [0; 3],
         };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
         let placeholder;

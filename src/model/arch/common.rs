@@ -204,26 +204,36 @@ impl Builder<'_> {
 
     /// Per-head RMSNorms of Q and K (`blk.l.attn_q_norm`, `attn_k_norm`, [head_dim]) from `qk`
     /// (`[tokens, (heads + kv_heads) · head_dim]`, Q heads then K heads) into their places in
-    /// `qkv`.
-    pub fn qk_norms(&self, l: usize, ops: &mut Vec<Op>) -> Result<(), ModelError> {
+    /// `qkv` (Q then K heads too): one dispatch, the K heads on the weight's second row.
+    pub fn qk_norms(&self, l: usize) -> Result<Op, ModelError> {
         let layout = self.layout();
-        let (hd, act) = (layout.head_dim, self.act);
-        let qk_stride = (layout.num_heads + layout.num_kv_heads) * hd;
-        let q_width = layout.num_heads * hd;
-        for (which, heads, offset) in
-            [("attn_q_norm", layout.num_heads, 0), ("attn_k_norm", layout.num_kv_heads, q_width)]
-        {
-            let rows = HeadRows {
-                heads,
-                x_stride: qk_stride,
-                x_offset: offset,
-                out_stride: layout.stride(),
-                out_offset: offset,
-            };
-            let name = format!("blk.{l}.{which}.weight");
-            ops.push(self.norm(&name, &act.qk, &act.qkv, NormRows::Heads(rows), false)?);
+        let (hd, act) = (layout.head_dim as usize, self.act);
+        let mut w = Vec::with_capacity(2 * hd);
+        for which in ["attn_q_norm", "attn_k_norm"] {
+            w.extend(weights::vector(self.file, &format!("blk.{l}.{which}.weight"), hd)?);
         }
-        Ok(())
+        w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
+        let name = format!("blk.{l}.attn_qk_norms");
+        let weight = self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&w));
+        let heads = layout.num_heads + layout.num_kv_heads;
+        let rows = HeadRows {
+            heads,
+            x_stride: heads * layout.head_dim,
+            x_offset: 0,
+            out_stride: layout.stride(),
+            out_offset: 0,
+            split: layout.num_heads,
+        };
+        let io = NormIo {
+            step: &self.step.step,
+            x: &act.qk,
+            weight: &weight,
+            out: &act.qkv,
+            rows: NormRows::Heads(rows),
+            accumulate: false,
+        };
+        let (eps, dim) = (self.c.rms_norm_eps, layout.head_dim);
+        Ok(Op::RmsNorm(RmsNormOp::new(self.gpu, self.kernels, &name, dim, eps, io)))
     }
 
     /// Layer `l`'s RoPE table (its own base and scaling) and pair style.

@@ -137,6 +137,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
                 x_offset: 0,
                 out_stride: r as u32,
                 out_offset: 0,
+                split: 1,
             };
             let norm = name("attn_q_a_norm.weight");
             ops.push(b.norm_dim(
@@ -180,6 +181,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
         x_offset: 0,
         out_stride: stride as u32,
         out_offset: k_off as u32,
+        split: 1,
     };
     let kv_norm = name("attn_kv_a_norm.weight");
     ops.push(b.norm_dim(&kv_norm, rank, &mla.c_kv, &act.qkv, NormRows::Heads(rows), false)?);

@@ -5,6 +5,7 @@
 //! per layer:  normed = rms_norm(hidden)            · attn_norm
 //!             qk     = normed · [Wq|Wk]ᵀ                into the qk scratch, then per head:
 //!             q, k   = rms_norm(q_h) · attn_q_norm, rms_norm(k_h) · attn_k_norm  → qkv
+//!                                                     (one dispatch over all Q and K heads)
 //!             v      = normed · Wvᵀ                     straight into qkv
 //!             rope(q, k)                              NEOX pairs, the layer's own table
 //!                                                     (sliding layers base 10k, global 1e6)
@@ -61,7 +62,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let qk_width = (q_rows + kv_rows) as u32;
     b.fused_ops(&name("qk"), &qk, &act.qk, qk_width, 0, ops);
     b.fused_ops(&name("v"), &v, &act.qkv, layout.stride(), qk_width, ops);
-    b.qk_norms(l, ops)?;
+    ops.push(b.qk_norms(l)?);
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.sublayer, false, TokenRows::Step)));
     let post_attn = name("post_attention_norm.weight");
