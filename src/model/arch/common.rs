@@ -20,6 +20,17 @@ use std::num::NonZeroU32;
 
 use crate::loader::{Activation, ModelConfig, ModelFile, RopeStyle};
 
+/// Layer `l`'s place in the KV cache ([`Builder::layer_kv`]).
+struct LayerKv<'b> {
+    /// Its KV-cache group: which block table and slot mapping it reads.
+    group: usize,
+    /// Its slot's pool buffers.
+    k: &'b wgpu::Buffer,
+    v: &'b wgpu::Buffer,
+    /// A quantized pool's layout and the layer's f16 staging.
+    quant: Option<KvQuantIo<'b>>,
+}
+
 /// The shape rules of the kernels and the options, whatever the architecture.
 pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::Unsupported(m));
@@ -276,16 +287,16 @@ impl Builder<'_> {
             self.kv_rotate(false, ops);
             return;
         }
-        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let kv = self.layer_kv(l);
         let (table, pairs) = self.rope_table(l);
         let io = RopeKvIo {
             step: &self.step.step,
             qkv: &self.act.qkv,
             positions: &self.step.positions,
             table,
-            slot_mapping: &self.step.slot_mapping[group],
-            k_pool: &self.kv.k[slot],
-            v_pool: &self.kv.v[slot],
+            slot_mapping: &self.step.slot_mapping[kv.group],
+            k_pool: kv.k,
+            v_pool: kv.v,
         };
         let bs = self.o.block_size as u32;
         let op = RopeKvWriteOp::new(self.gpu, self.kernels, layout, pairs, bs, io);
@@ -293,20 +304,26 @@ impl Builder<'_> {
         self.attend(l, ops);
     }
 
+    /// Where layer `l`'s K and V live: the layer's KV-cache group (`ModelOptions::kv_groups`,
+    /// checked against the config's `AttentionKind`s by `Model::load`) picks the pool buffers
+    /// of its slot and the group's block table and slot mapping.
+    fn layer_kv(&self, l: usize) -> LayerKv<'_> {
+        let (group, slot) = self.o.kv_groups.layer_slot(l);
+        let quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
+        LayerKv { group, k: &self.kv.k[slot], v: &self.kv.v[slot], quant }
+    }
+
     /// Writes this step's K and V into layer `l`'s pool and attends: `kv_write` + attention
     /// for f16, `kv_quantize` + attention + `kv_stage` for a quantized pool.
     ///
-    /// The layer's KV-cache group (`ModelOptions::kv_groups`, checked against the config's
-    /// `AttentionKind`s by `Model::load`) decides where its K and V live — the pool buffer of
-    /// its slot, at the blocks of its group's table — and its sliding window, if any.
+    /// The layer's KV-cache group ([`Self::layer_kv`]) decides where its K and V live — the
+    /// pool buffer of its slot, at the blocks of its group's table — and its sliding window.
     pub fn attention(&self, l: usize, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout();
-        let (group, slot) = self.o.kv_groups.layer_slot(l);
-        let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
+        let LayerKv { group, k: kp, v: vp, quant } = self.layer_kv(l);
         let bs = self.o.block_size as u32;
-        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
-        match kv_quant {
+        match quant {
             None => ops.push(Op::KvWrite(KvWriteOp::new(
                 gpu,
                 k,
@@ -342,10 +359,8 @@ impl Builder<'_> {
     fn attend(&self, l: usize, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout();
-        let (group, slot) = self.o.kv_groups.layer_slot(l);
-        let (kp, vp) = (&self.kv.k[slot], &self.kv.v[slot]);
+        let LayerKv { group, k: kp, v: vp, quant: kv_quant } = self.layer_kv(l);
         let bs = self.o.block_size as u32;
-        let kv_quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
         let io = AttentionIo {
             step: &s.step,
             qkv: &act.qkv,
