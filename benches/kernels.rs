@@ -151,6 +151,56 @@ fn linear(c: &mut Criterion) {
     group.finish();
 }
 
+/// Linear over a prefill chunk of 64 tokens (the token-tile path, compute-bound): Q4_1 at
+/// SmolLM2's gate/up and Llama-8B's Q shapes. Throughput is the multiply-adds' elements
+/// (rows × cols × tokens), so criterion's "thrpt" reads as multiply-adds per second.
+fn linear_prefill(c: &mut Criterion) {
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let tokens = 64usize;
+    let mut group = c.benchmark_group("linear_prefill");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (shape, rows, cols) in [("smollm2 gate_up", 3072usize, 576usize), ("llama8b q", 4096, 4096)]
+    {
+        let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let q = quantize_row(GgmlType::Q4_1, &row).expect("quantizable row");
+        let bytes: Vec<u8> = (0..rows).flat_map(|_| q.iter().copied()).collect();
+        let max = gpu.limits.max_storage_buffer_binding_size;
+        let w = GpuWeight::upload(gpu, shape, WeightFormat::Q4_1, rows, cols, &bytes, max)
+            .expect("weight");
+        let info = StepInfo { num_tokens: tokens as u32, ..Default::default() };
+        let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
+        let x = f32_buffer(gpu, tokens * cols, 2);
+        let out = gpu.storage_buffer("out", (tokens * rows * 4) as u64);
+        group.throughput(Throughput::Elements((rows * cols * tokens) as u64));
+        for (family, kernels) in &b.families {
+            let io = LinearIo {
+                step: &step,
+                x: &x,
+                x_stride: cols as u32,
+                x_offset: 0,
+                out: &out,
+                out_stride: rows as u32,
+                out_offset: 0,
+                bias: None,
+                accumulate: false,
+                rows: TokenRows::Step,
+                glu: None,
+            };
+            let op = LinearOp::new(gpu, kernels, shape, &w, io);
+            let chunk = StepShape { num_tokens: tokens as u32, ..Default::default() };
+            let id = BenchmarkId::new(format!("Q4_1 {shape} {rows}x{cols} T={tokens}"), family);
+            bench_gpu(&mut group, id, gpu, &|pass| {
+                op.record(pass, &chunk);
+            });
+        }
+    }
+    group.finish();
+}
+
 /// Decode attention (split-K partials + reduce) for one sequence over a paged KV history: f16,
 /// and int8 / int4 with their default scales (K per channel, V per token), whose bytes read are
 /// the codes and scales of the history.
@@ -386,6 +436,6 @@ fn fusions(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = linear, attention_decode, rms_norm, fusions
+    targets = linear, linear_prefill, attention_decode, rms_norm, fusions
 }
 criterion_main!(benches);
