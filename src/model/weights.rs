@@ -2,6 +2,7 @@
 
 use super::ModelError;
 use crate::gpu::Gpu;
+use crate::kernels::weights::check_columns;
 use crate::kernels::{GpuWeight, PackedWeight, WeightFormat};
 use crate::loader::{ModelFile, TensorView};
 use crate::quant::{dequantize_row, GgmlType};
@@ -200,15 +201,13 @@ pub fn gate_up(
     check_shape(&g, &[rows, cols])?;
     check_shape(&u, &[rows, cols])?;
     let format = weight_format(&g)?;
+    check_columns(gate, format, cols)?;
     let pair_fits = 2 * PackedWeight::word_bytes_per_row(format, cols) <= max_binding;
-    let row_bytes = format.file_row_bytes(cols);
-    // whole rows of the format: anything else takes the stacked path, whose upload names the
-    // problem
-    let whole_rows = cols % format.column_multiple() == 0 && row_bytes > 0;
-    if weight_format(&u)? != format || !pair_fits || !whole_rows {
+    if weight_format(&u)? != format || !pair_fits {
         let tensors = [(gate.to_string(), rows, None), (up.to_string(), rows, None)];
         return Ok(GateUp::Stacked(fused(gpu, file, label, &tensors, cols, max_binding)?));
     }
+    let row_bytes = format.file_row_bytes(cols);
     let mut data = Vec::with_capacity(2 * rows * row_bytes);
     for (g_row, u_row) in g.data.chunks_exact(row_bytes).zip(u.data.chunks_exact(row_bytes)) {
         data.extend_from_slice(g_row);
