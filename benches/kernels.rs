@@ -95,6 +95,49 @@ fn f32_buffer(gpu: &Gpu, n: usize, seed: u32) -> wgpu::Buffer {
     gpu.storage_buffer_init("bench f32", bytemuck::cast_slice(&v))
 }
 
+/// The step uniform of a step of `tokens` tokens (nothing else set).
+fn step_buffer(gpu: &Gpu, tokens: usize) -> wgpu::Buffer {
+    let info = StepInfo { num_tokens: tokens as u32, ..Default::default() };
+    gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info))
+}
+
+/// A `rows` × `cols` weight of `ty` on the GPU, every row the same quantized ramp.
+fn bench_weight(gpu: &Gpu, label: &str, ty: GgmlType, rows: usize, cols: usize) -> GpuWeight {
+    let format = match ty {
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q8_0 => WeightFormat::Q8_0,
+        other => unimplemented!("bench weights of {other:?}"),
+    };
+    let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+    let q = quantize_row(ty, &row).expect("quantizable row");
+    let bytes: Vec<u8> = (0..rows).flat_map(|_| q.iter().copied()).collect();
+    let max = gpu.limits.max_storage_buffer_binding_size;
+    GpuWeight::upload(gpu, label, format, rows, cols, &bytes, max).expect("weight")
+}
+
+/// `out = x · wᵀ` over dense rows (`x`: [tokens, cols], `out`: [tokens, out_stride]).
+fn dense_io<'a>(
+    step: &'a wgpu::Buffer,
+    x: &'a wgpu::Buffer,
+    cols: usize,
+    out: &'a wgpu::Buffer,
+    out_stride: usize,
+) -> LinearIo<'a> {
+    LinearIo {
+        step,
+        x,
+        x_stride: cols as u32,
+        x_offset: 0,
+        out,
+        out_stride: out_stride as u32,
+        out_offset: 0,
+        bias: None,
+        accumulate: false,
+        rows: TokenRows::Step,
+        glu: None,
+    }
+}
+
 /// Linear: out = W·x for one token; the weight is read once.
 fn linear(c: &mut Criterion) {
     let Some(b) = open() else { return };
@@ -109,37 +152,17 @@ fn linear(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    for (ty, format) in [(GgmlType::Q4_1, WeightFormat::Q4_1), (GgmlType::Q8_0, WeightFormat::Q8_0)]
-    {
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         for (shape, rows, cols) in shapes {
-            let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
-            let q = quantize_row(ty, &row).expect("quantizable row");
-            let bytes: Vec<u8> = (0..rows).flat_map(|_| q.iter().copied()).collect();
-            let max = gpu.limits.max_storage_buffer_binding_size;
-            let w = GpuWeight::upload(gpu, shape, format, rows, cols, &bytes, max).expect("weight");
+            let w = bench_weight(gpu, shape, ty, rows, cols);
             let weight_bytes: u64 = w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum();
-            let step = gpu.uniform_buffer_init(
-                "step",
-                bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
-            );
+            let step = step_buffer(gpu, 1);
             let x = f32_buffer(gpu, cols, 1);
             let out = gpu.storage_buffer("out", (rows * 4) as u64);
             group.throughput(Throughput::Bytes(weight_bytes));
             for (family, kernels) in &b.families {
-                let io = LinearIo {
-                    step: &step,
-                    x: &x,
-                    x_stride: cols as u32,
-                    x_offset: 0,
-                    out: &out,
-                    out_stride: rows as u32,
-                    out_offset: 0,
-                    bias: None,
-                    accumulate: false,
-                    rows: TokenRows::Step,
-                    glu: None,
-                };
-                let op = LinearOp::new(gpu, kernels, shape, &w, io);
+                let op =
+                    LinearOp::new(gpu, kernels, shape, &w, dense_io(&step, &x, cols, &out, rows));
                 let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
                 let id = BenchmarkId::new(format!("{ty:?} {shape} {rows}x{cols}"), family);
                 bench_gpu(&mut group, id, gpu, &|pass| {
@@ -165,31 +188,13 @@ fn linear_prefill(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3));
     for (shape, rows, cols) in [("smollm2 gate_up", 3072usize, 576usize), ("llama8b q", 4096, 4096)]
     {
-        let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
-        let q = quantize_row(GgmlType::Q4_1, &row).expect("quantizable row");
-        let bytes: Vec<u8> = (0..rows).flat_map(|_| q.iter().copied()).collect();
-        let max = gpu.limits.max_storage_buffer_binding_size;
-        let w = GpuWeight::upload(gpu, shape, WeightFormat::Q4_1, rows, cols, &bytes, max)
-            .expect("weight");
-        let info = StepInfo { num_tokens: tokens as u32, ..Default::default() };
-        let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
+        let w = bench_weight(gpu, shape, GgmlType::Q4_1, rows, cols);
+        let step = step_buffer(gpu, tokens);
         let x = f32_buffer(gpu, tokens * cols, 2);
         let out = gpu.storage_buffer("out", (tokens * rows * 4) as u64);
         group.throughput(Throughput::Elements((rows * cols * tokens) as u64));
         for (family, kernels) in &b.families {
-            let io = LinearIo {
-                step: &step,
-                x: &x,
-                x_stride: cols as u32,
-                x_offset: 0,
-                out: &out,
-                out_stride: rows as u32,
-                out_offset: 0,
-                bias: None,
-                accumulate: false,
-                rows: TokenRows::Step,
-                glu: None,
-            };
+            let io = dense_io(&step, &x, cols, &out, rows);
             let op = LinearOp::new(gpu, kernels, shape, &w, io);
             let chunk = StepShape { num_tokens: tokens as u32, ..Default::default() };
             let id = BenchmarkId::new(format!("Q4_1 {shape} {rows}x{cols} T={tokens}"), family);
@@ -314,10 +319,7 @@ fn rms_norm(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
     for (shape, dim) in [("smollm2", 576u32), ("llama8b", 4096)] {
-        let step = gpu.uniform_buffer_init(
-            "step",
-            bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
-        );
+        let step = step_buffer(gpu, 1);
         let x = f32_buffer(gpu, dim as usize, 3);
         let w = f32_buffer(gpu, dim as usize, 4);
         let out = gpu.storage_buffer("out", u64::from(dim * 4));
@@ -353,10 +355,7 @@ fn fusions(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    let step = gpu.uniform_buffer_init(
-        "step",
-        bytemuck::bytes_of(&StepInfo { num_tokens: 1, ..Default::default() }),
-    );
+    let step = step_buffer(gpu, 1);
     let shape_1 = StepShape { num_tokens: 1, ..Default::default() };
     for (shape, heads, kv_heads, head_dim) in
         [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128)]
@@ -395,30 +394,15 @@ fn fusions(c: &mut Criterion) {
         });
     }
     for (shape, ffn, hidden) in [("smollm2", 1536usize, 576usize), ("llama8b", 14336, 4096)] {
-        let row: Vec<f32> = (0..hidden).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
-        let q = quantize_row(GgmlType::Q4_1, &row).expect("quantizable row");
-        let bytes: Vec<u8> = (0..2 * ffn).flat_map(|_| q.iter().copied()).collect();
-        let max = gpu.limits.max_storage_buffer_binding_size;
-        let w = GpuWeight::upload(gpu, shape, WeightFormat::Q4_1, 2 * ffn, hidden, &bytes, max)
-            .expect("weight");
+        let w = bench_weight(gpu, shape, GgmlType::Q4_1, 2 * ffn, hidden);
         let x = f32_buffer(gpu, hidden, 6);
         let gate_up = gpu.storage_buffer("gate_up", (2 * ffn * 4) as u64);
         let out = gpu.storage_buffer("ffn", (ffn * 4) as u64);
-        let io = |out, out_stride: usize, glu| LinearIo {
-            step: &step,
-            x: &x,
-            x_stride: hidden as u32,
-            x_offset: 0,
-            out,
-            out_stride: out_stride as u32,
-            out_offset: 0,
-            bias: None,
-            accumulate: false,
-            rows: TokenRows::Step,
-            glu,
-        };
-        let fused = LinearOp::new(gpu, kernels, shape, &w, io(&out, ffn, Some(Activation::Silu)));
-        let stacked = LinearOp::new(gpu, kernels, shape, &w, io(&gate_up, 2 * ffn, None));
+        let glu_io =
+            LinearIo { glu: Some(Activation::Silu), ..dense_io(&step, &x, hidden, &out, ffn) };
+        let fused = LinearOp::new(gpu, kernels, shape, &w, glu_io);
+        let stacked_io = dense_io(&step, &x, hidden, &gate_up, 2 * ffn);
+        let stacked = LinearOp::new(gpu, kernels, shape, &w, stacked_io);
         let silu = GluOp::new(gpu, kernels, Activation::Silu, &step, &gate_up, &out, ffn as u32);
         let id = BenchmarkId::new(format!("gate_up+silu {shape} Q4_1 {ffn}x{hidden}"), "fused");
         bench_gpu(&mut group, id, gpu, &|pass| {
