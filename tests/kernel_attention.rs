@@ -38,6 +38,41 @@ fn word_index(s: &Shape, block: usize, h: usize, off: usize, w: usize) -> usize 
     ((block * s.num_kv_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
 }
 
+/// `tokens` distinct slots of a pool with room for them plus 4 spare blocks, shuffled; and the
+/// pool's block count.
+fn shuffled_slots(r: &mut rand::rngs::StdRng, tokens: usize, bs: usize) -> (Vec<u32>, usize) {
+    let num_blocks = tokens.div_ceil(bs) + 4;
+    let mut slots: Vec<u32> = (0..(num_blocks * bs) as u32).collect();
+    slots.shuffle(r);
+    slots.truncate(tokens);
+    (slots, num_blocks)
+}
+
+/// The K and V pool words after writing token t's K heads from `k_rows` and V heads from
+/// `v_rows` (both [tokens, layout.stride()]) at `slots[t]`, `sentinel` everywhere else.
+fn expected_pools(
+    s: &Shape,
+    layout: QkvLayout,
+    slots: &[u32],
+    (k_rows, v_rows): (&[f32], &[f32]),
+    (words, sentinel): (usize, u32),
+) -> (Vec<u32>, Vec<u32>) {
+    let (stride, hd, bs) = (layout.stride() as usize, s.head_dim, s.block_size);
+    let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
+    for (ti, &slot) in slots.iter().enumerate() {
+        let (block, off) = (slot as usize / bs, slot as usize % bs);
+        for h in 0..s.num_kv_heads {
+            for w in 0..hd / 2 {
+                let k = ti * stride + layout.k_offset() as usize + h * hd + 2 * w;
+                let v = ti * stride + layout.v_offset() as usize + h * hd + 2 * w;
+                want_k[word_index(s, block, h, off, w)] = pack_f16(k_rows[k], k_rows[k + 1]);
+                want_v[word_index(s, block, h, off, w)] = pack_f16(v_rows[v], v_rows[v + 1]);
+            }
+        }
+    }
+    (want_k, want_v)
+}
+
 struct Data {
     /// per sequence: [ctx, kv_heads, head_dim] (f16-rounded)
     k: Vec<Vec<f32>>,
@@ -452,10 +487,7 @@ fn kv_write_scatters_through_slot_mapping() {
         let stride = layout.stride() as usize;
         let mut r = rng(500 + i as u64);
         let tokens: usize = 37;
-        let num_blocks = tokens.div_ceil(bs) + 4;
-        let mut slots: Vec<u32> = (0..(num_blocks * bs) as u32).collect();
-        slots.shuffle(&mut r);
-        slots.truncate(tokens);
+        let (slots, num_blocks) = shuffled_slots(&mut r, tokens, bs);
         let qkv = uniform(&mut r, tokens * stride, 2.0);
         let words = num_blocks * 2 * bs * 16;
         let sentinel = 0xDEAD_BEEFu32;
@@ -469,18 +501,7 @@ fn kv_write_scatters_through_slot_mapping() {
         run(gpu, |pass| {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
-        let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
-        for (ti, &slot) in slots.iter().enumerate() {
-            let (block, off) = (slot as usize / bs, slot as usize % bs);
-            for h in 0..2 {
-                for w in 0..16 {
-                    let k = ti * stride + layout.k_offset() as usize + h * 32 + 2 * w;
-                    let v = ti * stride + layout.v_offset() as usize + h * 32 + 2 * w;
-                    want_k[word_index(&s, block, h, off, w)] = pack_f16(qkv[k], qkv[k + 1]);
-                    want_v[word_index(&s, block, h, off, w)] = pack_f16(qkv[v], qkv[v + 1]);
-                }
-            }
-        }
+        let (want_k, want_v) = expected_pools(&s, layout, &slots, (&qkv, &qkv), (words, sentinel));
         assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, block size {bs}");
         assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, block size {bs}");
     }
@@ -505,10 +526,7 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             let stride = layout.stride() as usize;
             let mut r = rng(900 + i as u64);
             let tokens: usize = 37;
-            let num_blocks = tokens.div_ceil(bs) + 4;
-            let mut slots: Vec<u32> = (0..(num_blocks * bs) as u32).collect();
-            slots.shuffle(&mut r);
-            slots.truncate(tokens);
+            let (slots, num_blocks) = shuffled_slots(&mut r, tokens, bs);
             let mut positions: Vec<u32> = (0..4096).collect();
             positions.shuffle(&mut r);
             positions.truncate(tokens);
@@ -547,18 +565,9 @@ fn rope_kv_write_matches_rope_then_kv_write() {
                 }
             }
             assert_close(&what, &got, &want, 2e-6, 2e-6);
-            let (mut want_k, mut want_v) = (vec![sentinel; words], vec![sentinel; words]);
-            for (ti, &slot) in slots.iter().enumerate() {
-                let (block, off) = (slot as usize / bs, slot as usize % bs);
-                for h in 0..kv_heads {
-                    for w in 0..hd / 2 {
-                        let k = ti * stride + layout.k_offset() as usize + h * hd + 2 * w;
-                        let v = ti * stride + layout.v_offset() as usize + h * hd + 2 * w;
-                        want_k[word_index(&s, block, h, off, w)] = pack_f16(got[k], got[k + 1]);
-                        want_v[word_index(&s, block, h, off, w)] = pack_f16(qkv[v], qkv[v + 1]);
-                    }
-                }
-            }
+            // K: the f16 pairs of the rotated qkv the kernel wrote; V: of the input
+            let (want_k, want_v) =
+                expected_pools(&s, layout, &slots, (&got, &qkv), (words, sentinel));
             assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool: {what}");
             assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool: {what}");
         }

@@ -113,6 +113,28 @@ fn random_5_6_bit_row(rng: &mut StdRng, format: WeightFormat, cols: usize) -> (V
     (bytes, values)
 }
 
+/// Where the tests' linear ops read and write: x and out rows strided, their data from float
+/// 4 of each row (the floats around it are sentinels or unused input).
+fn strided_io<'a>(
+    step: &'a wgpu::Buffer,
+    (x, x_stride): (&'a wgpu::Buffer, usize),
+    (out, out_stride): (&'a wgpu::Buffer, usize),
+) -> LinearIo<'a> {
+    LinearIo {
+        step,
+        x,
+        x_stride: x_stride as u32,
+        x_offset: 4,
+        out,
+        out_stride: out_stride as u32,
+        out_offset: 4,
+        bias: None,
+        accumulate: false,
+        rows: TokenRows::Step,
+        glu: None,
+    }
+}
+
 struct Case {
     format: WeightFormat,
     rows: usize,
@@ -172,17 +194,9 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
         "test linear",
         &weight,
         LinearIo {
-            step: &step,
-            x: &xb,
-            x_stride: x_stride as u32,
-            x_offset: 4,
-            out: &ob,
-            out_stride: out_stride as u32,
-            out_offset: 4,
             bias: c.bias.then_some(&bb),
             accumulate: c.accumulate,
-            rows: TokenRows::Step,
-            glu: None,
+            ..strided_io(&step, (&xb, x_stride), (&ob, out_stride))
         },
     );
     let shape = StepShape { num_tokens: c.tokens as u32, ..Default::default() };
@@ -351,17 +365,8 @@ fn linear_glu_epilogue_matches_reference() {
         for (variant, kernels) in linear_variants(t) {
             let ob = storage_f32(gpu, &vec![SENTINEL; out_len]);
             let io = LinearIo {
-                step: &step,
-                x: &xb,
-                x_stride: x_stride as u32,
-                x_offset: 4,
-                out: &ob,
-                out_stride: out_stride as u32,
-                out_offset: 4,
-                bias: None,
-                accumulate: false,
-                rows: TokenRows::Step,
                 glu: Some(activation),
+                ..strided_io(&step, (&xb, x_stride), (&ob, out_stride))
             };
             let op = LinearOp::new(gpu, &kernels, "gate_up", &weight, io);
             let shape = StepShape { num_tokens: tokens as u32, ..Default::default() };
