@@ -309,3 +309,25 @@ pub fn check_grid(grid: [u32; 3], limit: u32) {
         "dispatch grid {grid:?} exceeds the device limit of {limit} workgroups per dimension"
     );
 }
+
+/// Records one dispatch of `pipeline` with 64-wide workgroups over `per_token` invocations
+/// (x) for each token of the step (y), the grid of the elementwise kernels (RoPE, KV write,
+/// GLU, rotation); nothing for a step without tokens. Returns the dispatches made.
+pub fn record_per_token(
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &Pipeline,
+    bind_group: &wgpu::BindGroup,
+    per_token: u32,
+    shape: &StepShape,
+    wg_limit: u32,
+) -> u32 {
+    if shape.num_tokens == 0 {
+        return 0;
+    }
+    let grid = [groups(per_token, 64), shape.num_tokens, 1];
+    check_grid(grid, wg_limit);
+    pass.set_pipeline(&pipeline.pipeline);
+    pass.set_bind_group(0, bind_group, &[]);
+    pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+    1
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
+use super::{record_per_token, Kernels, PipelineKey, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::{Rope, RopeScaling};
 
@@ -262,14 +262,7 @@ impl RopeOp {
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
-        if shape.num_tokens == 0 {
-            return 0;
-        }
-        let grid = [groups(self.pairs_per_token, 64), shape.num_tokens, 1];
-        check_grid(grid, self.wg_limit);
-        pass.set_pipeline(&self.pipeline.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        1
+        let (pipeline, group) = (&self.pipeline, &self.bind_group);
+        record_per_token(pass, pipeline, group, self.pairs_per_token, shape, self.wg_limit)
     }
 }
