@@ -1,5 +1,6 @@
 //! Host half of every WGSL kernel: the `#[repr(C)]` params struct, the binding order, the
-//! dispatch size and the preconditions. Each submodule pairs with a folder of `shaders/`.
+//! dispatch size and the preconditions. Each submodule pairs with a folder of `shaders/`
+//! (`rope_kv_write` with one file of `shaders/rope/`, the fused RoPE + KV write).
 //! [`reference`] holds the plain f32 CPU version of each kernel, the oracle of the tests.
 //!
 //! Pipelines are cached by [`PipelineKey`], an enum of kernel × variant; variants are chosen at
