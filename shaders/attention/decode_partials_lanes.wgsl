@@ -52,29 +52,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         o[i] = lane_zero();
     }
     let table = seq.table_start;
+    let bs = p.block_size;
 
-    for (var pos = k0; pos < end; pos++) {
-        let k = k_lane(pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane));
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            if (i < nh) {
-                m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+    // Block by block, the row index stepped per key: no division per key.
+    var pos = k0;
+    while (pos < end) {
+        let blk = pos / bs;
+        let seg = min(end, (blk + 1u) * bs);
+        var row = pool_row(block_tables[table + blk], pos, kvh, lane);
+        for (; pos < seg; pos++) {
+            let k = k_lane(row);
+            row += HEAD_DIM / 8u;
+            for (var i = 0u; i < LANE_HEADS; i++) {
+                if (i < nh) {
+                    m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+                }
             }
         }
     }
-    for (var pos = k0; pos < end; pos++) {
-        let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
-        let k = k_lane(row);
-        let v = v_lane(row);
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            if (i < nh) {
-                let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
-                l[i] = l[i] + e;
-                o[i] = lane_fma(e, v, o[i]);
+    pos = k0;
+    while (pos < end) {
+        let blk = pos / bs;
+        let seg = min(end, (blk + 1u) * bs);
+        var row = pool_row(block_tables[table + blk], pos, kvh, lane);
+        for (; pos < seg; pos++) {
+            let k = k_lane(row);
+            let v = v_lane(row);
+            row += HEAD_DIM / 8u;
+            for (var i = 0u; i < LANE_HEADS; i++) {
+                if (i < nh) {
+                    let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
+                    l[i] = l[i] + e;
+                    o[i] = lane_fma(e, v, o[i]);
+                }
             }
         }
     }
 
-    for (var i = 0u; i < nh; i++) {
-        write_partial(si, hs.h0 + i, part, lane, m[i], l[i], o[i]);
-    }
+    write_partials(si, hs, part, lane, m, l, o);
 }

@@ -40,6 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let tile_lo = window_lo(pos0);  // no query of the tile sees a key before this
     let first_tok = seq.q_start + tile.y;
     let table = seq.table_start;
+    let bs = p.block_size;
     var q: array<Lane16, 8>;
     for (var i = 0u; i < QT; i++) {
         q[i] = q_lane(first_tok + min(i, nq - 1u), h, lane);
@@ -58,24 +59,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
         var m = NEG_BIG;
-        for (var pos = first; pos < end; pos++) {
-            let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
-            let s = scores(q, k_lane(row), lane);
-            m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
+        // block by block, the row index stepped per key: no division per key
+        var pos = first;
+        while (pos < end) {
+            let blk = pos / bs;
+            let seg = min(end, (blk + 1u) * bs);
+            var row = pool_row(block_tables[table + blk], pos, kvh, lane);
+            for (; pos < seg; pos++) {
+                let s = scores(q, k_lane(row), lane);
+                row += HEAD_DIM / 8u;
+                m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
+            }
         }
         var l = 0.0;
         var op: array<Lane16, 8>;
         for (var i = 0u; i < QT; i++) {
             op[i] = lane_zero();
         }
-        for (var pos = first; pos < end; pos++) {
-            let row = pool_row(block_tables[table + pos / p.block_size], pos, kvh, lane);
-            let s = scores(q, k_lane(row), lane);
-            let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
-            l = l + e;
-            let v = v_lane(row);
-            for (var i = 0u; i < QT; i++) {
-                op[i] = lane_fma(subgroupShuffle(e, i), v, op[i]);
+        pos = first;
+        while (pos < end) {
+            let blk = pos / bs;
+            let seg = min(end, (blk + 1u) * bs);
+            var row = pool_row(block_tables[table + blk], pos, kvh, lane);
+            for (; pos < seg; pos++) {
+                let s = scores(q, k_lane(row), lane);
+                let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
+                l = l + e;
+                let v = v_lane(row);
+                row += HEAD_DIM / 8u;
+                for (var i = 0u; i < QT; i++) {
+                    op[i] = lane_fma(subgroupShuffle(e, i), v, op[i]);
+                }
             }
         }
         // fold this partition into the running state (queries with no key here keep theirs)
