@@ -439,7 +439,9 @@ fn sliding_window_every_format() {
 
 /// The same query tokens computed as one prefill chunk and as one-token decode chunks give
 /// bit-identical outputs over a quantized pool, with and without a sliding window (windows
-/// whose first key crosses a block, a partition boundary within the chunk, or neither).
+/// whose first key crosses a block, a partition boundary within the chunk, or neither). Every
+/// format with its default scales, and the other granularities (the lane kernels apply each
+/// one's scales at a different point: per block, per score, at the partition's end).
 #[test]
 fn prefill_and_decode_are_bit_identical_with_a_window() {
     let Some(t) = gpu() else { return };
@@ -447,13 +449,23 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
     let (start, n) = (110usize, 24usize);
     let qd = s.heads * s.head_dim;
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    use ScaleGranularity::*;
+    let all_windows = [None, Some(3), Some(50), Some(80)];
+    let mut cases: Vec<(KvCacheSpec, &[Option<usize>])> = Vec::new();
+    for format in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4] {
+        cases.push((default(format), &all_windows));
+    }
+    for (format, k, v) in [
+        (KvFormat::Int4, PerToken, PerChannel),
+        (KvFormat::Int8, PerToken, PerChannel),
+        (KvFormat::Int4, PerHead, PerHead),
+        (KvFormat::Fp8E4m3, PerTensor, PerTensor),
+    ] {
+        cases.push((spec(format, k, v), &all_windows[2..3]));
+    }
     for (name, kernels) in attention_variants(t) {
-        for (i, format) in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4]
-            .into_iter()
-            .enumerate()
-        {
-            let spec = default(format);
-            for (j, window) in [None, Some(3), Some(50), Some(80)].into_iter().enumerate() {
+        for (i, &(spec, windows)) in cases.iter().enumerate() {
+            for (j, &window) in windows.iter().enumerate() {
                 let what = format!("{spec} ({name}) window {window:?}");
                 let mut r = rng((1300 + i * 10 + j) as u64);
                 let prefill = [Chunk { start, len: n }];

@@ -8,7 +8,8 @@ fn compile(key: PipelineKey) -> Result<(), String> {
     let wgsl = source::wgsl(key);
     let module = naga::front::wgsl::parse_str(&wgsl).map_err(|e| e.emit_to_string(&wgsl))?;
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
-    // it); the subgroup variant also needs subgroups, which it is only chosen with.
+    // it); the subgroup linear and lane attention variants also need subgroups and 64-bit
+    // integers, which they are only chosen with (KernelConfig::choose).
     let subgroup = matches!(
         key,
         PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
@@ -17,10 +18,7 @@ fn compile(key: PipelineKey) -> Result<(), String> {
     );
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
-        caps |= naga::valid::Capabilities::SUBGROUP;
-    }
-    if matches!(key, PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }) {
-        caps |= naga::valid::Capabilities::SHADER_INT64;
+        caps |= naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_INT64;
     }
     let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
     if subgroup {

@@ -1,17 +1,17 @@
 // Paged decode attention over a quantized KV pool, split-K part, for CPU adapters: one subgroup
 // of 8 lanes per (partition of PART keys, slice of up to LANE_HEADS query heads of one KV head,
-// decode sequence), as decode_partials_lanes.wgsl (each key and value row dequantized once for
-// the slice's heads), with the dequantization fused into the key and value loads
-// (common/kv_quant_lanes.wgsl). Keys before the query's own block come from their quantized
-// head blocks (per-channel scales loaded once per block); the own block's keys are f16, from the
-// staging slot or this step's qkv row. The arithmetic per key is the f16 kernel's, and
-// prefill_lanes_kvq.wgsl repeats it, so a token's output is the same bits in both.
+// decode sequence), as decode_partials_lanes.wgsl (each key and value row loaded once for the
+// slice's heads). Keys before the query's own block come from their quantized head blocks: the
+// codes are read per key, the scales applied per block or per score where the algebra allows
+// (common/kv_quant_lanes.wgsl, k_fold and below); the own block's keys are f16, from the
+// staging slot or this step's qkv row. prefill_lanes_kvq.wgsl repeats this arithmetic in the
+// same order, so a token's output is the same bits in both.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
 @group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;       // [tokens, qkv_stride / 4]
-@group(0) @binding(3) var<storage, read> k_pool: array<u32>;          // [blocks, kv_heads, k_head_block_words]
-@group(0) @binding(4) var<storage, read> v_pool: array<u32>;          // [blocks, kv_heads, v_head_block_words]
+@group(0) @binding(3) var<storage, read> k_pool: array<u64>;          // [blocks, kv_heads, k_head_block_words / 2]
+@group(0) @binding(4) var<storage, read> v_pool: array<u64>;          // [blocks, kv_heads, v_head_block_words / 2]
 @group(0) @binding(5) var<storage, read> stage: array<u32>;           // [2, stage_slots, kv_heads, block_size, HEAD_DIM/2] f16x2
 @group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;        // [num_seqs]; decode ones first
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;    // concatenated tables
@@ -43,14 +43,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let kvh = hs.kvh;
     let nh = hs.nh;
     var q: array<Lane16, LANE_HEADS>;
+    var qsum: array<f32, LANE_HEADS>;  // Σ of each query's channels (k_score)
     var m: array<f32, LANE_HEADS>;
     var l: array<f32, LANE_HEADS>;
     var o: array<Lane16, LANE_HEADS>;
+    var mv: array<f32, LANE_HEADS>;    // Σ e × V's minimums (v_min_acc)
     for (var i = 0u; i < LANE_HEADS; i++) {
         q[i] = q_lane(seq.q_start, hs.h0 + min(i, nh - 1u), lane);
+        qsum[i] = lanes_sum(lane_total(q[i]));
         m[i] = NEG_BIG;
         l[i] = 0.0;
         o[i] = lane_zero();
+        mv[i] = 0.0;
     }
     let table = seq.table_start;
     let bs = p.block_size;
@@ -62,12 +66,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let blk = pos / bs;
         let kb = (block_tables[table + blk] * p.num_kv_heads + kvh) * p.k_head_block_words;
         let ks = k_lane_scales(kb, lane);
+        var kq: array<KQuery, LANE_HEADS>;
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            kq[i] = k_fold(q[i], ks);
+        }
         let seg = min(q_end, (blk + 1u) * bs);
-        for (; pos < seg; pos++) {
-            let k = k_lane_q(kb, pos % bs, lane, ks);
+        for (var t = pos % bs; pos < seg; pos++) {
+            let raw = k_lane_raw(kb, t, lane);
+            let sm = k_token_sm(kb, t);
+            t++;
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
-                    m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+                    m[i] = max(m[i], k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale);
                 }
             }
         }
@@ -89,16 +99,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let vb = hb * p.v_head_block_words;
         let ks = k_lane_scales(kb, lane);
         let vs = v_lane_scales(vb, lane);
+        var kq: array<KQuery, LANE_HEADS>;
+        for (var i = 0u; i < LANE_HEADS; i++) {
+            kq[i] = k_fold(q[i], ks);
+        }
         let seg = min(q_end, (blk + 1u) * bs);
-        for (; pos < seg; pos++) {
-            let t = pos % bs;
-            let k = k_lane_q(kb, t, lane, ks);
-            let v = v_lane_q(vb, t, lane, vs);
+        for (var t = pos % bs; pos < seg; pos++) {
+            let raw = k_lane_raw(kb, t, lane);
+            let sm = k_token_sm(kb, t);
+            let v = v_lane_load(vb, t, lane, vs);
+            let vsm = v_token_sm(vb, t);
+            t++;
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
-                    let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
+                    let e = exp(k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale - m[i]);
                     l[i] = l[i] + e;
-                    o[i] = lane_fma(e, v, o[i]);
+                    o[i] = lane_fma(v_weight(e, vsm), v, o[i]);
+                    mv[i] = v_min_acc(e, vsm, mv[i]);
                 }
             }
         }
@@ -114,8 +131,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             }
         }
     }
-
-    for (var i = 0u; i < nh; i++) {
-        write_partial(si, hs.h0 + i, part, lane, m[i], l[i], o[i]);
+    for (var i = 0u; i < LANE_HEADS; i++) {
+        o[i] = v_min_apply(o[i], mv[i]);
     }
+
+    write_partials(si, hs, part, lane, m, l, o);
 }

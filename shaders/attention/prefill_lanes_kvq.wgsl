@@ -1,5 +1,5 @@
-// Paged prefill attention over a quantized KV pool for CPU adapters: prefill_lanes.wgsl with the
-// dequantization fused into the loads (common/kv_quant_lanes.wgsl). One subgroup of 8 lanes per
+// Paged prefill attention over a quantized KV pool for CPU adapters: prefill_lanes.wgsl reading
+// the codes and applying the scales per block or per score (common/kv_quant_lanes.wgsl). One subgroup of 8 lanes per
 // (tile of up to 8 query tokens, query head); lane j owns query j's softmax state.
 // Which copy of a key each query reads follows common/kv_quant.wgsl: a key in an earlier block
 // than the query's is dequantized, a key in the query's own block is f16. Keys in the blocks the
@@ -11,8 +11,8 @@
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
 @group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;        // [tokens, qkv_stride / 4]
-@group(0) @binding(3) var<storage, read> k_pool: array<u32>;           // [blocks, kv_heads, k_head_block_words]
-@group(0) @binding(4) var<storage, read> v_pool: array<u32>;           // [blocks, kv_heads, v_head_block_words]
+@group(0) @binding(3) var<storage, read> k_pool: array<u64>;           // [blocks, kv_heads, k_head_block_words / 2]
+@group(0) @binding(4) var<storage, read> v_pool: array<u64>;           // [blocks, kv_heads, v_head_block_words / 2]
 @group(0) @binding(5) var<storage, read> stage: array<u32>;            // [2, stage_slots, kv_heads, block_size, HEAD_DIM/2] f16x2
 @group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;         // [num_seqs]
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;     // concatenated tables
@@ -21,11 +21,19 @@
 
 const QT: u32 = 8u;  // queries per tile = lanes
 
-// The 8 queries' scores for one key; lane j gets query j's.
+// The 8 queries' scores for one f16 key; lane j gets query j's.
 fn scores(q: array<Lane16, 8>, k: Lane16, lane: u32) -> f32 {
     let lo = vec4<f32>(lane_dot(q[0], k), lane_dot(q[1], k), lane_dot(q[2], k), lane_dot(q[3], k));
     let hi = vec4<f32>(lane_dot(q[4], k), lane_dot(q[5], k), lane_dot(q[6], k), lane_dot(q[7], k));
     return lanes_sum_scatter(lo, hi, lane) * p.scale;
+}
+
+// The 8 queries' scores for one quantized key (its raw codes and k_token_sm; kq: the queries
+// folded for its block; qsum: lane j's query's Σ); lane j gets query j's.
+fn quant_scores(kq: array<KQuery, 8>, raw: Lane16, sm: vec2<f32>, qsum: f32, lane: u32) -> f32 {
+    let lo = vec4<f32>(k_lane_dot(kq[0], raw), k_lane_dot(kq[1], raw), k_lane_dot(kq[2], raw), k_lane_dot(kq[3], raw));
+    let hi = vec4<f32>(k_lane_dot(kq[4], raw), k_lane_dot(kq[5], raw), k_lane_dot(kq[6], raw), k_lane_dot(kq[7], raw));
+    return k_score(lanes_sum_scatter(lo, hi, lane), sm, qsum) * p.scale;
 }
 
 @compute @workgroup_size(8)
@@ -50,6 +58,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var i = 0u; i < QT; i++) {
         q[i] = q_lane(first_tok + min(i, nq - 1u), h, lane);
     }
+    // lane j: Σ of query j's channels (k_score), the same tree as decode's lanes_sum
+    let my_qsum = lanes_sum_scatter(
+        vec4<f32>(lane_total(q[0]), lane_total(q[1]), lane_total(q[2]), lane_total(q[3])),
+        vec4<f32>(lane_total(q[4]), lane_total(q[5]), lane_total(q[6]), lane_total(q[7])),
+        lane,
+    );
     let mine = lane < nq;       // this lane's query exists
     let my_pos = pos0 + lane;   // and sits at this position
     let my_lo = window_lo(my_pos);  // and sees keys [my_lo, my_pos]
@@ -73,23 +87,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let f16 = pos >= own0;       // some query of the tile is in this block
             let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
             let kb = hb * p.k_head_block_words;
-            var ks: LaneScales;
+            var kq: array<KQuery, 8>;
             if (quant) {
-                ks = k_lane_scales(kb, lane);
+                let ks = k_lane_scales(kb, lane);
+                for (var i = 0u; i < QT; i++) {
+                    kq[i] = k_fold(q[i], ks);
+                }
             }
-            for (; pos < seg; pos++) {
+            for (var t = pos % bs; pos < seg; pos++) {
                 var s = 0.0;
                 if (quant) {
-                    s = scores(q, k_lane_q(kb, pos % bs, lane, ks), lane);
+                    s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
                 }
                 if (f16) {
                     let sf = scores(q, kv_lane_f16(0u, seq, pos, kvh, lane), lane);
                     s = select(s, sf, my_blk == blk);
                 }
                 m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
+                t++;
             }
         }
         var l = 0.0;
+        var mv = 0.0;  // Σ e × V's minimums of this lane's query (v_min_acc)
         var op: array<Lane16, 8>;
         for (var i = 0u; i < QT; i++) {
             op[i] = lane_zero();
@@ -103,20 +122,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
             let kb = hb * p.k_head_block_words;
             let vb = hb * p.v_head_block_words;
-            var ks: LaneScales;
+            var kq: array<KQuery, 8>;
             var vs: LaneScales;
             if (quant) {
-                ks = k_lane_scales(kb, lane);
+                let ks = k_lane_scales(kb, lane);
+                for (var i = 0u; i < QT; i++) {
+                    kq[i] = k_fold(q[i], ks);
+                }
                 vs = v_lane_scales(vb, lane);
             }
-            for (; pos < seg; pos++) {
-                let t = pos % bs;
+            for (var t = pos % bs; pos < seg; pos++) {
                 var s = 0.0;
+                // a block no query reads quantized may not be quantized yet: zeros, not its words
                 var vq = lane_zero();
+                var vsm = vec2<f32>(0.0);
                 var vf = lane_zero();
                 if (quant) {
-                    s = scores(q, k_lane_q(kb, t, lane, ks), lane);
-                    vq = v_lane_q(vb, t, lane, vs);
+                    s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
+                    vq = v_lane_load(vb, t, lane, vs);
+                    vsm = v_token_sm(vb, t);
                 }
                 if (f16) {
                     let sf = scores(q, kv_lane_f16(0u, seq, pos, kvh, lane), lane);
@@ -125,11 +149,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 }
                 let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
                 l = l + e;
+                mv = select(v_min_acc(e, vsm, mv), mv, f16 && my_blk == blk);
                 for (var i = 0u; i < QT; i++) {
-                    let v = lane_pick(vq, vf, f16 && (pos0 + i) / bs == blk);
-                    op[i] = lane_fma(subgroupShuffle(e, i), v, op[i]);
+                    let e_i = subgroupShuffle(e, i);
+                    let f16_i = f16 && (pos0 + i) / bs == blk;
+                    op[i] = lane_fma(select(v_weight(e_i, vsm), e_i, f16_i), lane_pick(vq, vf, f16_i), op[i]);
                 }
+                t++;
             }
+        }
+        for (var i = 0u; i < QT; i++) {
+            op[i] = v_min_apply(op[i], subgroupShuffle(mv, i));
         }
         // fold this partition into the running state (queries with no key here keep theirs)
         let has = mine && start <= my_pos && my_lo < start + PART;

@@ -7,6 +7,8 @@
 //   (quant/kv.rs). Block b, KV head h: word base (b · num_kv_heads + h) · head_block_words.
 // Staging: [2 (K, V), stage_slots, kv_heads, block_size, HEAD_DIM / 2] f16x2 — each running
 //   sequence's partial last block (kv_stage writes it, kv_quantize reads it once the block fills).
+// Word i of a pool is k_word(i) / v_word(i): kv_quant_u32.wgsl over array<u32> bindings (the
+//   workgroup kernels), kv_quant_lanes.wgsl over array<u64> ones (head blocks are whole u64s).
 //
 // Which copy of key position k a query at position P reads — a function of (P, k) only, so a
 // token's output is the same bits whether it was prefilled or decoded:
@@ -34,11 +36,11 @@ fn stage_row(part: u32, slot: u32, kvh: u32, off: u32) -> u32 {
 
 // f16 value i of the scale region of the K head block at word `base`.
 fn k_half(base: u32, i: u32) -> f32 {
-    return unpack2x16float(k_pool[base + p.k_data_words + i / 2u])[i & 1u];
+    return unpack2x16float(k_word(base + p.k_data_words + i / 2u))[i & 1u];
 }
 
 fn v_half(base: u32, i: u32) -> f32 {
-    return unpack2x16float(v_pool[base + p.v_data_words + i / 2u])[i & 1u];
+    return unpack2x16float(v_word(base + p.v_data_words + i / 2u))[i & 1u];
 }
 
 // (s, m) of token t of a K head block, for every granularity but per-channel.
@@ -70,12 +72,12 @@ fn v_token_sm(base: u32, t: u32) -> vec2<f32> {
 fn k_pair_q(base: u32, t: u32, w: u32) -> vec2<f32> {
     let e = t * HEAD_DIM + 2u * w;
     let per = 32u / KVQ_BITS;
-    let raw = kvq_raw2(k_pool[base + e / per], (e % per) / 2u);
+    let raw = kvq_raw2(k_word(base + e / per), (e % per) / 2u);
     if (K_GRAN == GRAN_CHANNEL) {
-        let s = unpack2x16float(k_pool[base + p.k_data_words + w]);
+        let s = unpack2x16float(k_word(base + p.k_data_words + w));
         var m = vec2<f32>(0.0);
         if (KVQ_HAS_MIN) {
-            m = unpack2x16float(k_pool[base + p.k_data_words + HEAD_DIM / 2u + w]);
+            m = unpack2x16float(k_word(base + p.k_data_words + HEAD_DIM / 2u + w));
         }
         return raw * s + m;
     }
@@ -86,12 +88,12 @@ fn k_pair_q(base: u32, t: u32, w: u32) -> vec2<f32> {
 fn v_pair_q(base: u32, t: u32, w: u32) -> vec2<f32> {
     let e = t * HEAD_DIM + 2u * w;
     let per = 32u / KVQ_BITS;
-    let raw = kvq_raw2(v_pool[base + e / per], (e % per) / 2u);
+    let raw = kvq_raw2(v_word(base + e / per), (e % per) / 2u);
     if (V_GRAN == GRAN_CHANNEL) {
-        let s = unpack2x16float(v_pool[base + p.v_data_words + w]);
+        let s = unpack2x16float(v_word(base + p.v_data_words + w));
         var m = vec2<f32>(0.0);
         if (KVQ_HAS_MIN) {
-            m = unpack2x16float(v_pool[base + p.v_data_words + HEAD_DIM / 2u + w]);
+            m = unpack2x16float(v_word(base + p.v_data_words + HEAD_DIM / 2u + w));
         }
         return raw * s + m;
     }

@@ -1,7 +1,27 @@
 // The lane-parallel attention kernels' view of a quantized KV pool (common/kv_quant.wgsl for
-// the layout and the which-copy rule): lane j dequantizes its channels
-// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane16, exactly the values the
-// workgroup kernels get pair by pair (same raw × s + m per element).
+// the layout and the which-copy rule): lane j reads the codes of its channels
+// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane16, and the scales are
+// applied where they cost least (k_fold and below).
+//
+// The pools are bound as array<u64>: llvmpipe loads each lane's components one at a time, so a
+// lane's 8 int8 / fp8 codes (or 16 int4 ones) cost one load, not two. Head blocks are whole u64s
+// (quant/kv.rs pads the scale region), and for the head sizes these kernels serve (64, 128) a
+// lane's codes and per-channel scales start at even words.
+
+fn k_word(i: u32) -> u32 {
+    let d = k_pool[i / 2u];
+    return select(lo32(d), hi32(d), (i & 1u) == 1u);
+}
+
+fn v_word(i: u32) -> u32 {
+    let d = v_pool[i / 2u];
+    return select(lo32(d), hi32(d), (i & 1u) == 1u);
+}
+
+// Four f16 values from the u64 at even word i.
+fn f16x4_u64(d: u64) -> vec4<f32> {
+    return f16x4(lo32(d), hi32(d));
+}
 
 // Per-channel scales and minimums of this lane's channels, loaded once per head block.
 struct LaneScales {
@@ -9,12 +29,13 @@ struct LaneScales {
     m: Lane16,
 }
 
+// Four f16 values at even word i.
 fn f16x4_at_k(i: u32) -> vec4<f32> {
-    return f16x4(k_pool[i], k_pool[i + 1u]);
+    return f16x4_u64(k_pool[i / 2u]);
 }
 
 fn f16x4_at_v(i: u32) -> vec4<f32> {
-    return f16x4(v_pool[i], v_pool[i + 1u]);
+    return f16x4_u64(v_pool[i / 2u]);
 }
 
 // This lane's per-channel K scales (and int4 minimums) of the head block at word `base`; unused
@@ -69,73 +90,162 @@ fn v_lane_scales(base: u32, lane: u32) -> LaneScales {
     return r;
 }
 
-// raw × s + m, element by element (per-channel) or with one (s, m) for the whole row.
+// raw × s + m, element by element (per-channel V; + m only for formats with minimums).
 fn lane_affine(r: Lane16, s: Lane16, m: Lane16) -> Lane16 {
+    if (!KVQ_HAS_MIN) {
+        return Lane16(r.a * s.a, r.b * s.b, r.c * s.c, r.d * s.d);
+    }
     return Lane16(r.a * s.a + m.a, r.b * s.b + m.b, r.c * s.c + m.c, r.d * s.d + m.d);
 }
 
-fn lane_affine1(r: Lane16, sm: vec2<f32>) -> Lane16 {
-    return Lane16(r.a * sm.x + sm.y, r.b * sm.x + sm.y, r.c * sm.x + sm.y, r.d * sm.x + sm.y);
-}
-
-// This lane's raw codes of token t of the K head block at word `base`.
+// This lane's raw codes of token t of the K head block at word `base`: 8 (WPL 1) or 16 codes,
+// one u64 a lane for int8 / fp8 (two for 16 codes) and for 16 int4 codes; 8 int4 codes are
+// one word.
 fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
     let i = base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
-    var w1 = 0u;
-    if (KVQ_WORDS8 > 1u) {
-        w1 = k_pool[i + 1u];
-    }
-    let r0 = kvq_raw8(k_pool[i], w1);
-    var r = Lane16(r0.lo, r0.hi, vec4<f32>(0.0), vec4<f32>(0.0));
-    if (WPL > 1u) {
-        let j = i + KVQ_WORDS8;
-        var w3 = 0u;
-        if (KVQ_WORDS8 > 1u) {
-            w3 = k_pool[j + 1u];
+    var r = lane_zero();
+    if (KVQ_WORDS8 == 2u) {
+        let d0 = k_pool[i / 2u];
+        let r0 = kvq_raw8(lo32(d0), hi32(d0));
+        r.a = r0.lo;
+        r.b = r0.hi;
+        if (WPL > 1u) {
+            let d1 = k_pool[i / 2u + 1u];
+            let r1 = kvq_raw8(lo32(d1), hi32(d1));
+            r.c = r1.lo;
+            r.d = r1.hi;
         }
-        let r1 = kvq_raw8(k_pool[j], w3);
-        r.c = r1.lo;
-        r.d = r1.hi;
+    } else if (WPL > 1u) {
+        let d = k_pool[i / 2u];
+        let r0 = kvq_raw8(lo32(d), 0u);
+        let r1 = kvq_raw8(hi32(d), 0u);
+        r = Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
+    } else {
+        let r0 = kvq_raw8(k_word(i), 0u);
+        r.a = r0.lo;
+        r.b = r0.hi;
     }
     return r;
 }
 
 fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
     let i = base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
-    var w1 = 0u;
-    if (KVQ_WORDS8 > 1u) {
-        w1 = v_pool[i + 1u];
-    }
-    let r0 = kvq_raw8(v_pool[i], w1);
-    var r = Lane16(r0.lo, r0.hi, vec4<f32>(0.0), vec4<f32>(0.0));
-    if (WPL > 1u) {
-        let j = i + KVQ_WORDS8;
-        var w3 = 0u;
-        if (KVQ_WORDS8 > 1u) {
-            w3 = v_pool[j + 1u];
+    var r = lane_zero();
+    if (KVQ_WORDS8 == 2u) {
+        let d0 = v_pool[i / 2u];
+        let r0 = kvq_raw8(lo32(d0), hi32(d0));
+        r.a = r0.lo;
+        r.b = r0.hi;
+        if (WPL > 1u) {
+            let d1 = v_pool[i / 2u + 1u];
+            let r1 = kvq_raw8(lo32(d1), hi32(d1));
+            r.c = r1.lo;
+            r.d = r1.hi;
         }
-        let r1 = kvq_raw8(v_pool[j], w3);
-        r.c = r1.lo;
-        r.d = r1.hi;
+    } else if (WPL > 1u) {
+        let d = v_pool[i / 2u];
+        let r0 = kvq_raw8(lo32(d), 0u);
+        let r1 = kvq_raw8(hi32(d), 0u);
+        r = Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
+    } else {
+        let r0 = kvq_raw8(v_word(i), 0u);
+        r.a = r0.lo;
+        r.b = r0.hi;
     }
     return r;
 }
 
-// Token t of the K head block at word `base`, dequantized (`cs`: from k_lane_scales).
-fn k_lane_q(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane16 {
-    let raw = k_lane_raw(base, t, lane);
-    if (K_GRAN == GRAN_CHANNEL) {
-        return lane_affine(raw, cs.s, cs.m);
-    }
-    return lane_affine1(raw, k_token_sm(base, t));
+// Quantized keys and values are never dequantized per key where the algebra lets the scales
+// move out of the per-key work (on llvmpipe the per-element affine cost as much as the loads):
+//   q · (raw ∘ s + m)     = (q ∘ s) · raw + q · m        per-channel K: folded into q per block
+//   q · (raw × s_t + m_t) = (q · raw) × s_t + m_t × Σq   per-token / per-head K: on the score
+//   Σ_t e_t (raw_t × s_t + m_t) = Σ_t (e_t s_t) raw_t + Σ_t e_t m_t   V but per-channel: the
+//                                  weight carries s_t, the minimums' sum is added once at the end
+// Per-channel V is dequantized per key (raw ∘ s + m): its scales change from block to block
+// inside a partition. Decode and prefill (lanes) use these in the same order, so a token's
+// output is the same bits in both; the workgroup kernels dequantize per element and round
+// differently (both are checked against the CPU reference).
+
+// A query as the keys of one head block see it: q ∘ s for per-channel K (else q), and this
+// lane's part of q · m (per-channel int4: the minimums' term of every score in the block).
+struct KQuery {
+    q: Lane16,
+    b: f32,
 }
 
-fn v_lane_q(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane16 {
+fn k_fold(q: Lane16, ks: LaneScales) -> KQuery {
+    if (K_GRAN != GRAN_CHANNEL) {
+        return KQuery(q, 0.0);
+    }
+    let qs = Lane16(q.a * ks.s.a, q.b * ks.s.b, q.c * ks.s.c, q.d * ks.s.d);
+    if (KVQ_HAS_MIN) {
+        return KQuery(qs, lane_dot(q, ks.m));
+    }
+    return KQuery(qs, 0.0);
+}
+
+// This lane's part of a score against the raw codes of a key (summed over lanes by the caller).
+fn k_lane_dot(kq: KQuery, raw: Lane16) -> f32 {
+    let d = lane_dot(kq.q, raw);
+    if (K_GRAN == GRAN_CHANNEL && KVQ_HAS_MIN) {
+        return d + kq.b;
+    }
+    return d;
+}
+
+// The score from the lanes' sum `d` of k_lane_dot: × the key's scale, + its minimum × Σq
+// (`sm`: k_token_sm; `qsum`: lanes' sum of lane_total(q)). Per-channel and per-tensor K: d.
+fn k_score(d: f32, sm: vec2<f32>, qsum: f32) -> f32 {
+    if (K_GRAN == GRAN_CHANNEL || K_GRAN == GRAN_TENSOR) {
+        return d;
+    }
+    if (KVQ_HAS_MIN) {
+        return fma(d, sm.x, sm.y * qsum);
+    }
+    return d * sm.x;
+}
+
+// Σ of this lane's channels of q, in lane_dot's order.
+fn lane_total(q: Lane16) -> f32 {
+    var s = (q.a.x + q.a.y) + (q.a.z + q.a.w) + ((q.b.x + q.b.y) + (q.b.z + q.b.w));
+    if (WPL > 1u) {
+        s = s + ((q.c.x + q.c.y) + (q.c.z + q.c.w) + ((q.d.x + q.d.y) + (q.d.z + q.d.w)));
+    }
+    return s;
+}
+
+// Token t of the V head block at `base` as the accumulation takes it: per-channel V
+// dequantized (`cs`: v_lane_scales), else the raw codes (v_weight carries the scale).
+fn v_lane_load(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane16 {
     let raw = v_lane_raw(base, t, lane);
     if (V_GRAN == GRAN_CHANNEL) {
         return lane_affine(raw, cs.s, cs.m);
     }
-    return lane_affine1(raw, v_token_sm(base, t));
+    return raw;
+}
+
+// The weight of v_lane_load's row in o: e × s_t (`sm`: v_token_sm), or e.
+fn v_weight(e: f32, sm: vec2<f32>) -> f32 {
+    if (V_GRAN == GRAN_CHANNEL || V_GRAN == GRAN_TENSOR) {
+        return e;
+    }
+    return e * sm.x;
+}
+
+// The running Σ e × m_t of the minimums (int4 V but per-channel), and o with it added.
+fn v_min_acc(e: f32, sm: vec2<f32>, acc: f32) -> f32 {
+    if (KVQ_HAS_MIN && V_GRAN != GRAN_CHANNEL) {
+        return fma(e, sm.y, acc);
+    }
+    return acc;
+}
+
+fn v_min_apply(o: Lane16, acc: f32) -> Lane16 {
+    if (KVQ_HAS_MIN && V_GRAN != GRAN_CHANNEL) {
+        let a = vec4<f32>(acc);
+        return Lane16(o.a + a, o.b + a, o.c + a, o.d + a);
+    }
+    return o;
 }
 
 fn f16_round4(v: vec4<f32>) -> vec4<f32> {

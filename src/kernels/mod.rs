@@ -201,8 +201,8 @@ pub struct KernelConfig {
     pub workgroup_memory: u32,
     /// How linear layers load their inputs.
     pub linear: LinearVariant,
-    /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes on a
-    /// CPU adapter); they are used for head sizes 64 and 128.
+    /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
+    /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64 and 128.
     pub lanes_attention: bool,
 }
 
@@ -248,7 +248,8 @@ impl KernelConfig {
         let lanes_attention = caps.is_cpu
             && caps.subgroups
             && caps.subgroup_min_size == 8
-            && caps.subgroup_max_size == 8;
+            && caps.subgroup_max_size == 8
+            && caps.shader_int64;
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,

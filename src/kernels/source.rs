@@ -23,6 +23,8 @@ pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
+pub const KV_QUANT_U32: &str = include_str!("../../shaders/common/kv_quant_u32.wgsl");
+pub const U64: &str = include_str!("../../shaders/common/u64.wgsl");
 
 /// The snippet of one KV code format (defines `KVQ_*`, `kvq_group_scale`, `kvq_encode`,
 /// `kvq_raw8`, `kvq_raw2`).
@@ -74,7 +76,9 @@ fn attention_parts(
         Some(kv) => {
             parts.extend([KV_CODEC, kv_snippet(kv.format), KV_QUANT]);
             if variant == AttentionVariant::Lanes {
-                parts.push(KV_QUANT_LANES);
+                parts.extend([U64, KV_QUANT_LANES]);
+            } else {
+                parts.push(KV_QUANT_U32);
             }
         }
     }
@@ -139,6 +143,7 @@ pub fn wgsl(key: PipelineKey) -> String {
             GLU,
             WEIGHTS,
             weight_snippet(format),
+            U64,
             include_str!("../../shaders/linear/pairs/common.wgsl"),
             pair_snippet(format),
             include_str!("../../shaders/linear/linear_subgroup.wgsl"),

@@ -13,13 +13,16 @@
 //!          fp8, int8  4 a word, byte i  = element 4w+i (int8 as two's complement)
 //!          int4       8 a word, nibble i = element 8w+i (low nibble first)
 //! scales f16 values, 2 a word (low half first): n scales, then for int4 n minimums
-//!          (f16 index n + g), the region rounded up to whole words (a padding half is 0);
+//!          (f16 index n + g), the region rounded up to whole words (a padding half is 0)
+//!          and then to an even total: the lane attention kernels read the pool as u64;
 //!          n = block_size (per-token) | head_dim (per-channel) | 1 (per-head) | 0 (per-tensor)
 //!
 //! data_words  = block_size × head_dim × bits / 32     bits = 16 | 8 | 8 | 8 | 4
-//! scale_words = ceil(n × (2 if int4 else 1) / 2)
+//! scale_words = 0 if n = 0, else
+//!               even(data_words + ceil(n × (2 if int4 else 1) / 2)) − data_words
 //! total_words = data_words + scale_words
 //! ```
+//! (even(x): x rounded up to a multiple of 2. Padding words are never written or read.)
 //! Token `t` starts at data word `t × head_dim × bits / 32`, so `head_dim` must fill whole words:
 //! even for f16, a multiple of 8 for the quantized formats ([`KvCacheSpec::check_head_dim`]).
 
@@ -209,7 +212,8 @@ impl KvQuant {
 pub struct HeadBlockLayout {
     /// u32 words of packed elements: `block_size × head_dim × bits / 32` (rounded up).
     pub data_words: usize,
-    /// u32 words of f16 scales (and int4 minimums): `ceil(scale_values / 2)`.
+    /// u32 words of f16 scales (and int4 minimums): `ceil(scale_values / 2)`, plus one when
+    /// that leaves the head block an odd number of words (module docs).
     pub scale_words: usize,
     /// `data_words + scale_words`.
     pub total_words: usize,
@@ -226,7 +230,13 @@ impl HeadBlockLayout {
 /// (otherwise the data region is rounded up to whole words). O(1).
 pub const fn head_block_words(q: KvQuant, block_size: usize, head_dim: usize) -> HeadBlockLayout {
     let data_words = (block_size * head_dim * q.format.bits_per_element()).div_ceil(32);
-    let scale_words = q.scale_values(block_size, head_dim).div_ceil(2);
+    let scale_values = q.scale_values(block_size, head_dim);
+    // Padded so the head block is whole u64s (the lane kernels read the pool as u64).
+    let scale_words = if scale_values == 0 {
+        0
+    } else {
+        (data_words + scale_values.div_ceil(2)).next_multiple_of(2) - data_words
+    };
     HeadBlockLayout { data_words, scale_words, total_words: data_words + scale_words }
 }
 

@@ -104,23 +104,24 @@ fn staging() {
 
 /// Bytes of a head block: (format, granularity, bytes at block 16 × head_dim 64 (SmolLM2),
 /// words at block 3 × head_dim 8). Hand-computed: data bytes = 16·64·bits/8 = 2048 | 1024 | 512;
-/// scales 2 B each (int4: + 2 B min each), rounded up to whole words.
+/// scales 2 B each (int4: + 2 B min each), rounded up to whole words, then the block to an even
+/// number of words (+ 1 word where marked "pad"; f16 and per-tensor store no scales, no pad).
 const LAYOUTS: [(KvFormat, ScaleGranularity, u64, usize); 15] = [
     (F16, PerTensor, 2048, 12),
     (Fp8E4m3, PerTensor, 1024, 6),
     (Fp8E4m3, PerToken, 1024 + 16 * 2, 6 + 2),
     (Fp8E4m3, PerChannel, 1024 + 64 * 2, 6 + 4),
-    (Fp8E4m3, PerHead, 1024 + 4, 6 + 1),
+    (Fp8E4m3, PerHead, 1024 + 4 + 4, 6 + 1 + 1), // pad
     (Fp8E5m2, PerTensor, 1024, 6),
     (Fp8E5m2, PerToken, 1024 + 32, 6 + 2),
     (Fp8E5m2, PerChannel, 1024 + 128, 6 + 4),
-    (Fp8E5m2, PerHead, 1024 + 4, 6 + 1),
+    (Fp8E5m2, PerHead, 1024 + 4 + 4, 6 + 1 + 1), // pad
     (Int8, PerToken, 1024 + 32, 6 + 2),
     (Int8, PerChannel, 1024 + 128, 6 + 4),
-    (Int8, PerHead, 1024 + 4, 6 + 1),
+    (Int8, PerHead, 1024 + 4 + 4, 6 + 1 + 1), // pad
     (Int4, PerToken, 512 + 16 * 4, 3 + 3),
-    (Int4, PerChannel, 512 + 64 * 4, 3 + 8),
-    (Int4, PerHead, 512 + 4, 3 + 1),
+    (Int4, PerChannel, 512 + 64 * 4, 3 + 8 + 1), // pad at 3 × 8
+    (Int4, PerHead, 512 + 4 + 4, 3 + 1),         // pad at 16 × 64
 ];
 
 #[test]
@@ -158,7 +159,7 @@ fn golden(qq: KvQuant, values: [f32; 8]) -> Vec<u32> {
 fn golden_int8() {
     // amax 127 → s = 1.0 (0x3C00); ties round to even: 0.5 → 0, 63.5 → 64, 64.5 → 64.
     let words = golden(q(Int8, PerToken), [1.0, -2.0, 0.5, 127.0, 0.0, -127.0, 63.5, 64.5]);
-    assert_eq!(words, [0x7F00_FE01, 0x4040_8100, 0x0000_3C00]);
+    assert_eq!(words, [0x7F00_FE01, 0x4040_8100, 0x0000_3C00, 0]); // + a padding word
     let back = dequantize_head_block(q(Int8, PerToken), 1, 8, &words, 1);
     assert_eq!(back, [1.0, -2.0, 0.0, 127.0, 0.0, -127.0, 64.0, 64.0]);
 }
@@ -177,8 +178,8 @@ fn golden_fp8() {
     // amax 448 → s = 1. 0.001 → smallest subnormal (0x01); 100 is a tie between 96 and 104 → 96.
     let values = [448.0, -448.0, 1.0, 0.0, 0.001, 2.0, -3.0, 100.0];
     let words = golden(q(Fp8E4m3, PerHead), values);
-    assert_eq!(words, [0x0038_FE7E, 0x6CC4_4001, 0x0000_3C00]);
-    // Per-tensor: scale 1, nothing stored; 65504 saturates to 448.
+    assert_eq!(words, [0x0038_FE7E, 0x6CC4_4001, 0x0000_3C00, 0]); // + a padding word
+                                                                   // Per-tensor: scale 1, nothing stored; 65504 saturates to 448.
     let words = golden(q(Fp8E4m3, PerTensor), [65504.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0]);
     assert_eq!(words, [0x0000_387E, 0xB800_0000]);
     // e5m2 per-channel: every channel its own scale. Channel 0: 57344 = max → s = 1. Channel 1:
@@ -215,11 +216,20 @@ fn token_writes_touch_only_their_slots() {
         for t in [3, 0, 4, 1, 2] {
             quantize_token(qq, bs, hd, t, &values[t * hd..(t + 1) * hd], &mut block);
         }
-        let pad = (qq.scale_values(bs, hd) % 2 == 1) as usize;
-        let checked = layout.total_words - pad;
-        assert_eq!(block[..checked], whole[..checked], "{qq:?}");
-        if pad == 1 {
-            assert_eq!(block[checked] >> 16, 0xDEAD, "{qq:?}: padding half was written");
+        // Written: the data and the scale values' words; then possibly a padding half and a
+        // padding word (the even total), never written.
+        let written = layout.data_words + qq.scale_values(bs, hd) / 2;
+        assert_eq!(block[..written], whole[..written], "{qq:?}");
+        if qq.scale_values(bs, hd) % 2 == 1 {
+            assert_eq!(block[written] >> 16, 0xDEAD, "{qq:?}: padding half was written");
+        }
+        let pad_words =
+            layout.total_words - layout.data_words - qq.scale_values(bs, hd).div_ceil(2);
+        for w in &block[layout.total_words - pad_words..] {
+            assert_eq!(*w, 0xDEAD_BEEF, "{qq:?}: padding word was written");
+        }
+        if qq.scale_values(bs, hd) > 0 {
+            assert_eq!(layout.total_words % 2, 0, "{qq:?}: not whole u64s");
         }
         // A partially filled block reads back its first tokens.
         let first_two = dequantize_head_block(qq, bs, hd, &block, 2);

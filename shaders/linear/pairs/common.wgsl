@@ -12,14 +12,6 @@ struct WPair {
     b: WRaw,  // row 2 · pair + 1
 }
 
-fn lo32(v: u64) -> u32 {
-    return u32(v & 0xFFFFFFFFlu);
-}
-
-fn hi32(v: u64) -> u32 {
-    return u32(v >> 32u);
-}
-
 // Words 0..3 and 4..7 of 32 bytes read as a vec4<u64>.
 fn words_lo(v: vec4<u64>) -> vec4<u32> {
     return vec4<u32>(lo32(v.x), hi32(v.x), lo32(v.y), hi32(v.y));
