@@ -131,6 +131,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 }
                 vs = v_lane_scales(vb, lane);
             }
+            if (!f16) {
+                // Every query of the tile reads this block's quantized copy: the loop below
+                // without its per-query choice of copy (the same operations and bits).
+                for (var t = pos % bs; pos < seg; pos++) {
+                    let s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
+                    let v = v_lane_load(vb, t, lane, vs);
+                    let vsm = v_token_sm(vb, t);
+                    let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
+                    l = l + e;
+                    mv = v_min_acc(e, vsm, mv);
+                    let w = v_weight(e, vsm);
+                    for (var i = 0u; i < QT; i++) {
+                        op[i] = lane_fma(subgroupShuffle(w, i), v, op[i]);
+                    }
+                    t++;
+                }
+                continue;
+            }
             for (var t = pos % bs; pos < seg; pos++) {
                 var s = 0.0;
                 // a block no query reads quantized may not be quantized yet: zeros, not its words
