@@ -501,3 +501,28 @@ fn long_context_prefill_tiles_at_head_dim_256() {
     check_window(default(KvFormat::Int4), s, &near, Some(512), 1401);
     check(default(KvFormat::Int8), s, &[Chunk { start: 8184, len: 8 }], 1402);
 }
+
+/// The same at head_dim 128, which the lane kernels serve on CPU adapters: a 16-query chunk
+/// (two prefill tiles) at the end of 8,192 keys, int8 and int4. The lanes prefill walks one key
+/// at a time (two passes per partition) with the 8 queries' work unrolled; a loop that did not
+/// unroll would count 8 iterations per key and stop past the cap.
+#[test]
+fn long_context_lane_prefill_at_head_dim_128() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let s = Shape { heads: 4, kv_heads: 1, head_dim: 128, block_size: 16 };
+    check(default(KvFormat::Int8), s, &[Chunk { start: 8176, len: 16 }], 1403);
+    check(default(KvFormat::Int4), s, &[Chunk { start: 8176, len: 16 }], 1404);
+}
+
+/// A 128-token prefill from an empty cache (SmolLM2's shape): 16 tiles, each reading the
+/// blocks before its own quantized and its own in f16, partitions mixing both (the lane
+/// prefill's all-quantized block loop and its mixed one). Every format with its default
+/// scales.
+#[test]
+fn prefill_from_empty_over_many_tiles() {
+    let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
+    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 };
+    for (i, format) in [KvFormat::Fp8E4m3, KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
+        check(default(format), s, &[Chunk { start: 0, len: 128 }], 1500 + i as u64);
+    }
+}
