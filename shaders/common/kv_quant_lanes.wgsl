@@ -18,7 +18,7 @@ fn v_word(i: u32) -> u32 {
     return select(lo32(d), hi32(d), (i & 1u) == 1u);
 }
 
-// Four f16 values from the u64 at even word i.
+// The four f16 values of one u64 (low word first).
 fn f16x4_u64(d: u64) -> vec4<f32> {
     return f16x4(lo32(d), hi32(d));
 }
