@@ -98,61 +98,62 @@ fn lane_affine(r: Lane16, s: Lane16, m: Lane16) -> Lane16 {
     return Lane16(r.a * s.a + m.a, r.b * s.b + m.b, r.c * s.c + m.c, r.d * s.d + m.d);
 }
 
+// Raw codes of a lane from its u64s: int8 / fp8 (KVQ_WORDS8 2) 8 codes a u64 (d1: the next 8
+// when WPL is 2); int4 16 codes in d0 (WPL 2).
+fn lane_raw64(d0: u64, d1: u64) -> Lane16 {
+    var r = lane_zero();
+    if (KVQ_WORDS8 == 2u) {
+        let r0 = kvq_raw8(lo32(d0), hi32(d0));
+        r.a = r0.lo;
+        r.b = r0.hi;
+        if (WPL > 1u) {
+            let r1 = kvq_raw8(lo32(d1), hi32(d1));
+            r.c = r1.lo;
+            r.d = r1.hi;
+        }
+        return r;
+    }
+    let r0 = kvq_raw8(lo32(d0), 0u);
+    let r1 = kvq_raw8(hi32(d0), 0u);
+    return Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
+}
+
+// 8 int4 codes of one word (WPL 1).
+fn lane_raw32(w: u32) -> Lane16 {
+    let r0 = kvq_raw8(w, 0u);
+    return Lane16(r0.lo, r0.hi, vec4<f32>(0.0), vec4<f32>(0.0));
+}
+
+// Word of this lane's first code of token t in the head block at word `base`.
+fn lane_code_word(base: u32, t: u32, lane: u32) -> u32 {
+    return base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
+}
+
 // This lane's raw codes of token t of the K head block at word `base`: 8 (WPL 1) or 16 codes,
 // one u64 a lane for int8 / fp8 (two for 16 codes) and for 16 int4 codes; 8 int4 codes are
 // one word.
 fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
-    let i = base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
-    var r = lane_zero();
-    if (KVQ_WORDS8 == 2u) {
-        let d0 = k_pool[i / 2u];
-        let r0 = kvq_raw8(lo32(d0), hi32(d0));
-        r.a = r0.lo;
-        r.b = r0.hi;
-        if (WPL > 1u) {
-            let d1 = k_pool[i / 2u + 1u];
-            let r1 = kvq_raw8(lo32(d1), hi32(d1));
-            r.c = r1.lo;
-            r.d = r1.hi;
-        }
-    } else if (WPL > 1u) {
-        let d = k_pool[i / 2u];
-        let r0 = kvq_raw8(lo32(d), 0u);
-        let r1 = kvq_raw8(hi32(d), 0u);
-        r = Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
-    } else {
-        let r0 = kvq_raw8(k_word(i), 0u);
-        r.a = r0.lo;
-        r.b = r0.hi;
+    let i = lane_code_word(base, t, lane);
+    if (KVQ_WORDS8 == 1u && WPL == 1u) {
+        return lane_raw32(k_word(i));
     }
-    return r;
+    var d1 = 0lu;
+    if (KVQ_WORDS8 == 2u && WPL > 1u) {
+        d1 = k_pool[i / 2u + 1u];
+    }
+    return lane_raw64(k_pool[i / 2u], d1);
 }
 
 fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
-    let i = base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
-    var r = lane_zero();
-    if (KVQ_WORDS8 == 2u) {
-        let d0 = v_pool[i / 2u];
-        let r0 = kvq_raw8(lo32(d0), hi32(d0));
-        r.a = r0.lo;
-        r.b = r0.hi;
-        if (WPL > 1u) {
-            let d1 = v_pool[i / 2u + 1u];
-            let r1 = kvq_raw8(lo32(d1), hi32(d1));
-            r.c = r1.lo;
-            r.d = r1.hi;
-        }
-    } else if (WPL > 1u) {
-        let d = v_pool[i / 2u];
-        let r0 = kvq_raw8(lo32(d), 0u);
-        let r1 = kvq_raw8(hi32(d), 0u);
-        r = Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
-    } else {
-        let r0 = kvq_raw8(v_word(i), 0u);
-        r.a = r0.lo;
-        r.b = r0.hi;
+    let i = lane_code_word(base, t, lane);
+    if (KVQ_WORDS8 == 1u && WPL == 1u) {
+        return lane_raw32(v_word(i));
     }
-    return r;
+    var d1 = 0lu;
+    if (KVQ_WORDS8 == 2u && WPL > 1u) {
+        d1 = v_pool[i / 2u + 1u];
+    }
+    return lane_raw64(v_pool[i / 2u], d1);
 }
 
 // Quantized keys and values are never dequantized per key where the algebra lets the scales
