@@ -135,6 +135,7 @@ fn dense_io<'a>(
         accumulate: false,
         rows: TokenRows::Step,
         glu: None,
+        norm: None,
     }
 }
 

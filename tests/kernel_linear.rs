@@ -7,7 +7,8 @@ mod common;
 use common::*;
 use half::{bf16, f16};
 use kvrun::kernels::embedding::EmbeddingOp;
-use kvrun::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use kvrun::kernels::linear::{norms_on_load, InputNorm, LinearIo, LinearOp, TokenRows};
+use kvrun::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
 use kvrun::loader::Activation;
 use kvrun::quant::{dequantize_row, GgmlType};
@@ -132,6 +133,7 @@ fn strided_io<'a>(
         accumulate: false,
         rows: TokenRows::Step,
         glu: None,
+        norm: None,
     }
 }
 
@@ -391,6 +393,170 @@ fn linear_glu_epilogue_matches_reference() {
     }
 }
 
+/// RMSNorm on load (the GPU linear variant; `linear::norms_on_load`): a projection reading the
+/// un-normed rows gives the same bits as the rms_norm kernel followed by the plain linear (it
+/// repeats that kernel's sums in its order), for k that are and are not multiples of its 64
+/// partial sums, one- and four-token tiles with partial ones, split parts, bias + residual and
+/// the GLU epilogue; and the CPU reference (rms_norm then linear) within the linear's bound.
+#[test]
+fn linear_norm_on_load_is_rms_norm_then_linear() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let cases = [
+        (WeightFormat::Q4_1, 37, 96, 1, None, false, None),
+        (WeightFormat::Q8_0, 70, 576, 5, Some(33), true, None),
+        (WeightFormat::F32, 34, 64, 3, None, false, Some(Activation::Silu)),
+        (WeightFormat::Q4_K, 64, 256, 17, Some(40), false, Some(Activation::GeluTanh)),
+        (WeightFormat::F16, 96, 160, 8, None, true, None),
+    ];
+    let mut tested = 0;
+    for (variant, kernels) in linear_variants(t) {
+        if !norms_on_load(variant) {
+            continue;
+        }
+        tested += 1;
+        for (i, &(format, rows, cols, tokens, rows_per_part, residual, glu)) in
+            cases.iter().enumerate()
+        {
+            let mut rng = rng(900 + i as u64);
+            let (bytes, w) = random_weight(&mut rng, format, rows, cols);
+            let max_binding = match rows_per_part {
+                Some(r) => r as u64 * (cols / 32 * format.words_per_block() * 4) as u64,
+                None => u64::MAX,
+            };
+            let weight =
+                GpuWeight::upload(gpu, "w", format, rows, cols, &bytes, max_binding).unwrap();
+            let x_stride = cols + 8;
+            let x_full = uniform(&mut rng, tokens * x_stride, 2.0);
+            let x: Vec<f32> = (0..tokens)
+                .flat_map(|ti| x_full[ti * x_stride + 4..ti * x_stride + 4 + cols].to_vec())
+                .collect();
+            let gamma: Vec<f32> = uniform(&mut rng, cols, 0.5).iter().map(|g| 1.0 + g).collect();
+            let eps = 1e-5;
+            let out_cols = if glu.is_some() { rows / 2 } else { rows };
+            let out_stride = out_cols + 8;
+            let out_len = (tokens + 2) * out_stride;
+            let mut out_init = vec![SENTINEL; out_len];
+            let old = uniform(&mut rng, tokens * out_cols, 1.0);
+            for ti in 0..tokens {
+                for n in 0..out_cols {
+                    out_init[ti * out_stride + 4 + n] =
+                        if residual { old[ti * out_cols + n] } else { 0.0 };
+                }
+            }
+            let bias = uniform(&mut rng, rows, 0.5);
+            let step =
+                step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+            let (xb, gb, bb) =
+                (storage_f32(gpu, &x_full), storage_f32(gpu, &gamma), storage_f32(gpu, &bias));
+            let normed = storage_f32(gpu, &vec![0.0; x_full.len()]);
+            let io = |x, out, norm| LinearIo {
+                bias: (residual && glu.is_none()).then_some(&bb),
+                accumulate: residual && glu.is_none(),
+                glu,
+                norm,
+                ..strided_io(&step, (x, x_stride), (out, out_stride))
+            };
+            let shape = StepShape { num_tokens: tokens as u32, ..Default::default() };
+
+            // rms_norm (the norm's rows at the same strided places) then the plain linear
+            let rows_at = HeadRows {
+                heads: 1,
+                x_stride: x_stride as u32,
+                x_offset: 4,
+                out_stride: x_stride as u32,
+                out_offset: 4,
+                split: 1,
+            };
+            let norm_io = NormIo {
+                step: &step,
+                x: &xb,
+                weight: &gb,
+                out: &normed,
+                rows: NormRows::Heads(rows_at),
+                accumulate: false,
+            };
+            let norm = RmsNormOp::new(gpu, &kernels, "norm", cols as u32, eps, norm_io);
+            let two = storage_f32(gpu, &out_init);
+            let plain = LinearOp::new(gpu, &kernels, "plain", &weight, io(&normed, &two, None));
+            run(gpu, |pass| {
+                norm.record(pass, &shape);
+                plain.record(pass, &shape);
+            });
+            let want_bits = gpu.read_f32(&two, 0, out_len).unwrap();
+
+            let one = storage_f32(gpu, &out_init);
+            let on_load = InputNorm { weight: &gb, eps };
+            let fused =
+                LinearOp::new(gpu, &kernels, "fused", &weight, io(&xb, &one, Some(on_load)));
+            run(gpu, |pass| {
+                fused.record(pass, &shape);
+            });
+            let got_full = gpu.read_f32(&one, 0, out_len).unwrap();
+            let what = format!("norm on load {variant:?} {format:?} {rows}x{cols} T={tokens}");
+            let differ =
+                got_full.iter().zip(&want_bits).filter(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ.count(), 0, "{what}: not the bits of rms_norm then linear");
+
+            let (mut got, mut sentinels) = (Vec::new(), Vec::new());
+            for (ti, row) in got_full.chunks(out_stride).enumerate() {
+                if ti < tokens {
+                    got.extend(&row[4..4 + out_cols]);
+                    sentinels.extend(row[..4].iter().chain(&row[4 + out_cols..]));
+                } else {
+                    sentinels.extend(row);
+                }
+            }
+            assert_sentinels(&what, &sentinels);
+            let xn = reference::rms_norm(&x, &gamma, eps);
+            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+            let sums = reference::linear(&w, &xn, rows, cols, None);
+            let err: Vec<f32> = reference::linear(&abs(&w), &abs(&xn), rows, cols, None)
+                .iter()
+                .map(|s| 1e-5 * s + 1e-6)
+                .collect();
+            let (want, bound): (Vec<f32>, Vec<f32>) = match glu {
+                None => {
+                    let mut want = sums.clone();
+                    if residual {
+                        for (j, v) in want.iter_mut().enumerate() {
+                            *v += bias[j % rows] + old[j];
+                        }
+                    }
+                    let bound = err.iter().zip(&want).map(|(e, v)| e + 1e-6 * v.abs()).collect();
+                    (want, bound)
+                }
+                Some(activation) => {
+                    // rows 2i, 2i + 1 are gate and up row i
+                    let pick = |v: &[f32], odd: usize| -> Vec<f32> {
+                        v.chunks(rows)
+                            .flat_map(|r| r.iter().skip(odd).step_by(2).copied())
+                            .collect()
+                    };
+                    let (g, u) = (pick(&sums, 0), pick(&sums, 1));
+                    let (g_err, u_err) = (pick(&err, 0), pick(&err, 1));
+                    let act_mul = match activation {
+                        Activation::Silu => reference::silu_mul,
+                        Activation::GeluTanh => reference::gelu_tanh_mul,
+                    };
+                    let want = act_mul(&g, &u);
+                    let act_g = act_mul(&g, &vec![1.0; g.len()]);
+                    let bound = (0..want.len())
+                        .map(|j| {
+                            1.2 * u[j].abs() * g_err[j]
+                                + act_g[j].abs() * u_err[j]
+                                + 1e-5 * want[j].abs()
+                        })
+                        .collect();
+                    (want, bound)
+                }
+            };
+            assert_within(&what, &got, &want, &bound);
+        }
+    }
+    assert_eq!(tested, 1, "the GPU linear variant runs on every adapter");
+}
+
 #[test]
 fn embedding_gathers_rows_across_parts() {
     let Some(t) = gpu() else { return };
@@ -502,6 +668,7 @@ fn gemma_sized_tied_embedding_and_lm_head_across_parts() {
             accumulate: false,
             rows: TokenRows::Logits,
             glu: None,
+            norm: None,
         };
         let head = LinearOp::new(gpu, &kernels, "lm_head", &weight, io);
         run(gpu, |pass| {

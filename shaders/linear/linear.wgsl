@@ -6,6 +6,13 @@
 // Reduction order (see common/weights.wgsl): w_dot per 32-element block, blocks summed left
 // to right in chunks of CHUNK_BLOCKS, chunk sums added left to right; then bias, then the
 // residual. linear_subgroup.wgsl computes exactly the same sums.
+//
+// RMSNorm on load (FLAG_NORM, this variant only: kernels::linear::norms_on_load): a projection
+// whose input is a sub-layer's RMSNorm reads the un-normed rows and norms them as it loads
+// them, instead of a separate rms_norm dispatch writing them first. row_inv_rms computes a
+// token row's 1 / rms with rms_norm.wgsl's sums in rms_norm.wgsl's order (64 strided partial
+// sums, then its fixed tree) and x_block_at applies it as that kernel does, (x · inv) · w per
+// element, so the dot products see the bits rms_norm.wgsl would have written.
 
 struct LinearParams {
     k: u32,           // input features (multiple of 32)
@@ -16,6 +23,10 @@ struct LinearParams {
     x_offset: u32,    // float offset of the input columns within a row of x (multiple of 4)
     out_stride: u32,  // floats between token rows of out
     out_offset: u32,  // float offset of column 0 within a row of out
+    norm_eps: f32,    // FLAG_NORM: the norm's epsilon
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const FLAG_BIAS: u32 = 1u;        // add bias[row_offset + n]
@@ -24,6 +35,7 @@ const FLAG_LOGIT_ROWS: u32 = 4u;  // token count is step.num_logits instead of s
 const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (common/glu.wgsl,
                                   // 0 = none): rows 2i, 2i + 1 are gate row i and up row i, and
                                   // out column i gets act(gate) · up (no bias, no residual)
+const FLAG_NORM: u32 = 32u;       // x is RMSNorm'd on load with norm_w (see the top)
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
@@ -35,6 +47,7 @@ override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a v
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
+@group(0) @binding(7) var<storage, read> norm_w: array<vec4<f32>>; // [k / 4] (FLAG_NORM)
 
 fn token_count() -> u32 {
     return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
@@ -111,10 +124,56 @@ fn finish_glu_tile(n: u32, t0: u32, count: u32, gate: vec4<f32>, up: vec4<f32>) 
 // GLU epilogue: each invocation's sums, so the gate row's invocation reads its up row's.
 var<workgroup> glu_sums: array<vec4<f32>, 64>;
 
-// The 32 inputs of block b of the token row starting at vec4 `row`.
-fn x_block_at(row: u32, b: u32) -> XBlock {
+fn norm_on() -> bool {
+    return (p.flags & FLAG_NORM) != 0u;
+}
+
+// inverseSqrt(Σ x² / k + eps) from the total of the squares, as rms_norm.wgsl.
+fn inv_rms(total: f32) -> f32 {
+    return inverseSqrt(total / f32(p.k) + p.norm_eps);
+}
+
+// vec4 j of a row's inputs, normed: (x · inv) · w.
+fn x_normed(v: vec4<f32>, j: u32, inv: f32) -> vec4<f32> {
+    return (v * inv) * norm_w[j];
+}
+
+// rms_norm.wgsl's partial sums, one per invocation.
+var<workgroup> norm_part: array<f32, 64>;
+
+// 1 / rms of the token row starting at vec4 `row`: rms_norm.wgsl's strided sums and tree with
+// this workgroup's 64 invocations. Called by the whole workgroup.
+fn row_inv_rms(row: u32, lid: u32) -> f32 {
+    var s = 0.0;
+    for (var i = lid; i < p.k; i += 64u) {
+        let v = x[row + i / 4u][i % 4u];
+        s = fma(v, v, s);
+    }
+    norm_part[lid] = s;
+    workgroupBarrier();
+    for (var half = 32u; half > 0u; half >>= 1u) {
+        if (lid < half) {
+            norm_part[lid] = norm_part[lid] + norm_part[lid + half];
+        }
+        workgroupBarrier();
+    }
+    let inv = inv_rms(norm_part[0]);
+    workgroupBarrier();  // the next token's sums reuse norm_part
+    return inv;
+}
+
+// The 32 inputs of block b of the token row starting at vec4 `row` (normed with `inv` under
+// FLAG_NORM).
+fn x_block_at(row: u32, b: u32, inv: f32) -> XBlock {
     let i = row + 8u * b;
-    return x_block(V8(x[i], x[i + 1u], x[i + 2u], x[i + 3u], x[i + 4u], x[i + 5u], x[i + 6u], x[i + 7u]));
+    var v = V8(x[i], x[i + 1u], x[i + 2u], x[i + 3u], x[i + 4u], x[i + 5u], x[i + 6u], x[i + 7u]);
+    if (norm_on()) {
+        let j = 8u * b;
+        v = V8(x_normed(v.v0, j, inv), x_normed(v.v1, j + 1u, inv), x_normed(v.v2, j + 2u, inv),
+               x_normed(v.v3, j + 3u, inv), x_normed(v.v4, j + 4u, inv), x_normed(v.v5, j + 5u, inv),
+               x_normed(v.v6, j + 6u, inv), x_normed(v.v7, j + 7u, inv));
+    }
+    return x_block(v);
 }
 
 @compute @workgroup_size(64)
@@ -131,17 +190,26 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let r1 = x_row(t0 + 1u, count);
     let r2 = x_row(t0 + 2u, count);
     let r3 = x_row(t0 + 3u, count);
+    var inv = vec4<f32>(1.0);
+    if (norm_on()) {
+        inv.x = row_inv_rms(r0, lid);
+        if (TT > 1u) {
+            inv.y = row_inv_rms(r1, lid);
+            inv.z = row_inv_rms(r2, lid);
+            inv.w = row_inv_rms(r3, lid);
+        }
+    }
     var acc = vec4<f32>(0.0);
     let blocks = p.k / 32u;
     for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
         var cs = vec4<f32>(0.0);
         for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
             let w = w_decode(w_load(nn, b, p.rows));
-            cs.x += w_dot(w, x_block_at(r0, b));
+            cs.x += w_dot(w, x_block_at(r0, b, inv.x));
             if (TT > 1u) {
-                cs.y += w_dot(w, x_block_at(r1, b));
-                cs.z += w_dot(w, x_block_at(r2, b));
-                cs.w += w_dot(w, x_block_at(r3, b));
+                cs.y += w_dot(w, x_block_at(r1, b, inv.y));
+                cs.z += w_dot(w, x_block_at(r2, b, inv.z));
+                cs.w += w_dot(w, x_block_at(r3, b, inv.w));
             }
         }
         acc += cs;

@@ -5,6 +5,7 @@
 // K heads, each with their own norm weight, are one dispatch). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
 // (a 2-D grid when tokens × heads passes the per-dimension limit); the sum of squares has a fixed order (per-invocation strided sums,
 // then a fixed tree), so a row's result does not depend on the other rows of the step.
+// linear/linear.wgsl's RMSNorm on load repeats these sums in this order: change both or neither.
 
 struct RmsNormParams {
     dim: u32,

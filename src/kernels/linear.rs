@@ -24,14 +24,18 @@ pub struct LinearParams {
     pub x_offset: u32,
     pub out_stride: u32,
     pub out_offset: u32,
+    pub norm_eps: f32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<LinearParams>() == 32);
+const _: () = assert!(std::mem::size_of::<LinearParams>() == 48);
 
 pub const FLAG_BIAS: u32 = 1;
 pub const FLAG_ACCUMULATE: u32 = 2;
 pub const FLAG_LOGIT_ROWS: u32 = 4;
 /// Bits 3–4 of the flags: the GLU epilogue's activation (`glu::kind`; 0 = none).
 pub const FLAG_GLU_SHIFT: u32 = 3;
+/// x is RMSNorm'd on load (the GPU variant; `shaders/linear/linear.wgsl`).
+pub const FLAG_NORM: u32 = 32;
 
 /// Binding order of the linear kernel.
 pub const BINDINGS: [BindingKind; 7] = [
@@ -44,14 +48,24 @@ pub const BINDINGS: [BindingKind; 7] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
-/// Binding order of a variant: [`BINDINGS`], then for the subgroup variant the weight's words
-/// and scales again as its u64 views (`wq2`, `ws2`).
+/// Binding order of a variant: [`BINDINGS`], then for the GPU variant the input norm's weight
+/// (`norm_w`, read under [`FLAG_NORM`]), for the subgroup variant the weight's words and
+/// scales again as their u64 views (`wq2`, `ws2`).
 pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {
     let mut b = BINDINGS.to_vec();
-    if variant == LinearVariant::Subgroup {
-        b.extend([BindingKind::StorageRead, BindingKind::StorageRead]);
+    match variant {
+        LinearVariant::Gpu => b.push(BindingKind::StorageRead),
+        LinearVariant::Subgroup => b.extend([BindingKind::StorageRead, BindingKind::StorageRead]),
     }
     b
+}
+
+/// Whether `variant` can RMSNorm its input on load ([`LinearIo::norm`]): the GPU variant,
+/// where the norm's sums cost a few coalesced loads per workgroup. The subgroup variant for
+/// CPU adapters cannot: on lavapipe the per-lane loads of those sums cost more than the
+/// rms_norm dispatch they save (DESIGN.md, "Kernel variants").
+pub fn norms_on_load(variant: LinearVariant) -> bool {
+    variant == LinearVariant::Gpu
 }
 
 /// Which count of the step the token rows follow.
@@ -80,6 +94,19 @@ pub struct LinearIo<'a> {
     /// (`model::weights::gate_up`), and output column i gets act(gate) · up instead of the
     /// two sums. Needs no bias, no accumulation, and parts of even rows at even offsets.
     pub glu: Option<Activation>,
+    /// RMSNorm the input rows on load: the layer reads a sub-layer's un-normed input and sees
+    /// the bits the rms_norm kernel would have written (one dispatch fewer). Only where
+    /// [`norms_on_load`] (the builder asks `KernelConfig::norm_on_load`).
+    pub norm: Option<InputNorm<'a>>,
+}
+
+/// An RMSNorm a linear layer applies to its input rows as it loads them: x / rms(x) · weight
+/// over the k inputs, as `rms_norm::RmsNormOp` computes it.
+#[derive(Clone, Copy)]
+pub struct InputNorm<'a> {
+    /// The norm's weight: k f32.
+    pub weight: &'a wgpu::Buffer,
+    pub eps: f32,
 }
 
 /// Whether a weight part of `rows` rows takes the subgroup variant's two-rows-per-load path
@@ -141,12 +168,25 @@ impl LinearOp {
             );
             flags |= glu::kind(activation) << FLAG_GLU_SHIFT;
         }
+        if let Some(norm) = io.norm {
+            assert!(norms_on_load(variant), "{label}: the {variant:?} linear cannot norm on load");
+            assert_eq!(norm.weight.size(), w.cols as u64 * 4, "{label}: norm weight of k floats");
+            flags |= FLAG_NORM;
+        }
         let placeholder;
         let bias = match io.bias {
             Some(b) => b,
             None => {
                 placeholder = gpu.storage_buffer("no bias", 4);
                 &placeholder
+            }
+        };
+        let no_norm;
+        let norm_weight = match io.norm {
+            Some(n) => n.weight,
+            None => {
+                no_norm = gpu.storage_buffer("no norm", 16);
+                &no_norm
             }
         };
         let parts = w
@@ -162,12 +202,15 @@ impl LinearOp {
                     x_offset: io.x_offset,
                     out_stride: io.out_stride,
                     out_offset: io.out_offset,
+                    norm_eps: io.norm.map_or(0.0, |n| n.eps),
+                    _pad: [0; 3],
                 };
                 let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
                 let mut buffers =
                     vec![io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out];
-                if variant == LinearVariant::Subgroup {
-                    buffers.extend([&part.words, &part.scales]);
+                match variant {
+                    LinearVariant::Gpu => buffers.push(norm_weight),
+                    LinearVariant::Subgroup => buffers.extend([&part.words, &part.scales]),
                 }
                 let one = pipeline(TokenTile::One, part.rows);
                 let many = pipeline(TokenTile::Many, part.rows);

@@ -250,12 +250,20 @@ impl KernelConfig {
             && caps.subgroup_min_size == 8
             && caps.subgroup_max_size == 8
             && caps.shader_int64;
+        let linear = if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu };
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,
-            linear: if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu },
+            linear,
             lanes_attention,
         }
+    }
+
+    /// Whether a sub-layer's projections RMSNorm their input as they load it
+    /// (`shaders/linear/linear.wgsl`) instead of after a separate rms_norm dispatch: where
+    /// the linear variant can ([`linear::norms_on_load`]).
+    pub fn norm_on_load(&self) -> bool {
+        linear::norms_on_load(self.linear)
     }
 
     /// The attention variant for a head size.

@@ -10,7 +10,7 @@ use crate::kernels::embedding::EmbeddingOp;
 use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
-use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
+use crate::kernels::linear::{InputNorm, LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
@@ -19,6 +19,28 @@ use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
 
 use crate::loader::{Activation, ModelConfig, ModelFile, RopeStyle};
+
+/// How a sub-layer's first projections read their input ([`Builder::sublayer_input`]): the
+/// `normed` rows an RMSNorm op wrote, or the `hidden` rows normed on load by each projection.
+pub(super) struct SublayerInput {
+    /// The norm's weight and epsilon when the projections apply it.
+    on_load: Option<(wgpu::Buffer, f32)>,
+}
+
+impl SublayerInput {
+    /// The rows `normed` holds (an RMSNorm op, or the architecture itself, wrote them).
+    fn normed() -> Self {
+        SublayerInput { on_load: None }
+    }
+
+    /// The buffer a projection reads and the norm it applies on load.
+    fn x<'a>(&'a self, act: &'a Activations) -> (&'a wgpu::Buffer, Option<InputNorm<'a>>) {
+        match &self.on_load {
+            Some((weight, eps)) => (&act.hidden, Some(InputNorm { weight, eps: *eps })),
+            None => (&act.normed, None),
+        }
+    }
+}
 
 /// Layer `l`'s place in the KV cache ([`Builder::layer_kv`]).
 struct LayerKv<'b> {
@@ -199,18 +221,42 @@ impl Builder<'_> {
         rows: NormRows<'_>,
         accumulate: bool,
     ) -> Result<Op, ModelError> {
-        let mut w = weights::vector(self.file, name, dim)?;
-        w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
-        let weight = self.gpu.storage_buffer_init(name, bytemuck::cast_slice(&w));
+        let weight = self.norm_weight(name, dim)?;
         let io = NormIo { step: &self.step.step, x, weight: &weight, out, rows, accumulate };
         let eps = self.c.rms_norm_eps;
         Ok(Op::RmsNorm(RmsNormOp::new(self.gpu, self.kernels, name, dim as u32, eps, io)))
     }
 
-    /// `normed = rms_norm(hidden) · blk.l.which` (the input of a sub-layer).
+    /// A norm's weight `name` of `dim` floats on the GPU, plus
+    /// `ModelConfig::norm_weight_offset`.
+    fn norm_weight(&self, name: &str, dim: usize) -> Result<wgpu::Buffer, ModelError> {
+        let mut w = weights::vector(self.file, name, dim)?;
+        w.iter_mut().for_each(|x| *x += self.c.norm_weight_offset);
+        Ok(self.gpu.storage_buffer_init(name, bytemuck::cast_slice(&w)))
+    }
+
+    /// `normed = rms_norm(hidden) · blk.l.which` (the input of a sub-layer) as its own op.
     pub fn input_norm(&self, l: usize, which: &str) -> Result<Op, ModelError> {
         let name = format!("blk.{l}.{which}.weight");
         self.norm(&name, &self.act.hidden, &self.act.normed, NormRows::Step, false)
+    }
+
+    /// The input of a sub-layer whose projections are [`Builder::fused_ops`] or
+    /// [`Builder::gated_mlp_in`]: `rms_norm(hidden) · blk.l.which`, normed on load by those
+    /// projections where `KernelConfig::norm_on_load` says so, else by an
+    /// [`Builder::input_norm`] op appended here.
+    pub fn sublayer_input(
+        &self,
+        l: usize,
+        which: &str,
+        ops: &mut Vec<Op>,
+    ) -> Result<SublayerInput, ModelError> {
+        if !self.kernels.config.norm_on_load() {
+            ops.push(self.input_norm(l, which)?);
+            return Ok(SublayerInput::normed());
+        }
+        let weight = self.norm_weight(&format!("blk.{l}.{which}.weight"), self.c.hidden_size)?;
+        Ok(SublayerInput { on_load: Some((weight, self.c.rms_norm_eps)) })
     }
 
     /// Per-head RMSNorms of Q and K (`blk.l.attn_q_norm`, `attn_k_norm`, [head_dim]) from `qk`
@@ -416,6 +462,7 @@ impl Builder<'_> {
         &self,
         l: usize,
         activation: Activation,
+        input: &SublayerInput,
         ops: &mut Vec<Op>,
     ) -> Result<u64, ModelError> {
         let (s, act) = (self.step, self.act);
@@ -427,15 +474,17 @@ impl Builder<'_> {
         let w = weights::gate_up(self.gpu, self.file, &label, names, shape, self.max_binding)?;
         match &w {
             GateUp::Interleaved(weight) => {
+                let (x, norm) = input.x(act);
                 let io = LinearIo {
                     out_stride: ffn as u32,
                     glu: Some(activation),
-                    ..self.dense_io(weight, &act.normed, &act.ffn, false, TokenRows::Step)
+                    norm,
+                    ..self.dense_io(weight, x, &act.ffn, false, TokenRows::Step)
                 };
                 ops.push(Op::Linear(LinearOp::new(self.gpu, self.kernels, &label, weight, io)));
             }
             GateUp::Stacked(parts) => {
-                self.fused_ops(&label, parts, &act.gate_up, 2 * ffn as u32, 0, ops);
+                self.fused_ops(&label, parts, input, &act.gate_up, 2 * ffn as u32, 0, ops);
                 let k = self.kernels;
                 let (gu, out) = (&act.gate_up, &act.ffn);
                 let op = GluOp::new(self.gpu, k, activation, &s.step, gu, out, ffn as u32);
@@ -445,17 +494,20 @@ impl Builder<'_> {
         Ok(w.weights().into_iter().map(weights::gpu_bytes).sum())
     }
 
-    /// One linear op per part of a fused projection from `normed` into `out`: a part's rows land
-    /// at column `out_offset + part.out_offset` of rows of `out_stride`.
+    /// One linear op per part of a fused projection from the sub-layer's `input` into `out`: a
+    /// part's rows land at column `out_offset + part.out_offset` of rows of `out_stride`.
+    #[allow(clippy::too_many_arguments)]
     pub fn fused_ops(
         &self,
         label: &str,
         parts: &[FusedPart],
+        input: &SublayerInput,
         out: &wgpu::Buffer,
         out_stride: u32,
         out_offset: u32,
         ops: &mut Vec<Op>,
     ) {
+        let (x, norm) = input.x(self.act);
         for p in parts {
             let op = LinearOp::new(
                 self.gpu,
@@ -464,7 +516,7 @@ impl Builder<'_> {
                 &p.weight,
                 LinearIo {
                     step: &self.step.step,
-                    x: &self.act.normed,
+                    x,
                     x_stride: self.c.hidden_size as u32,
                     x_offset: 0,
                     out,
@@ -474,6 +526,7 @@ impl Builder<'_> {
                     accumulate: false,
                     rows: TokenRows::Step,
                     glu: None,
+                    norm,
                 },
             );
             ops.push(Op::Linear(op));
@@ -515,6 +568,7 @@ impl Builder<'_> {
             accumulate,
             rows,
             glu: None,
+            norm: None,
         }
     }
 }

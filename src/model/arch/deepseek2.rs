@@ -63,6 +63,7 @@ fn strided(
             accumulate: false,
             rows: TokenRows::Step,
             glu: None,
+            norm: None,
         },
     ))
 }
@@ -212,8 +213,8 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
 
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
-    ops.push(b.input_norm(l, "ffn_norm")?);
-    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, ops)?;
+    let input = b.sublayer_input(l, "ffn_norm", ops)?;
+    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, &input, ops)?;
     let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
     ops.push(Op::Linear(down_op));
     let bytes: u64 = weights.iter().chain([&down]).map(gpu_bytes).sum();

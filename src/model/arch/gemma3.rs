@@ -58,17 +58,17 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let parts = qk.iter().chain(&v).map(|p| &p.weight);
     let bytes: u64 = parts.chain([&o, &down]).map(gpu_bytes).sum();
 
-    ops.push(b.input_norm(l, "attn_norm")?);
+    let input = b.sublayer_input(l, "attn_norm", ops)?;
     let qk_width = (q_rows + kv_rows) as u32;
-    b.fused_ops(&name("qk"), &qk, &act.qk, qk_width, 0, ops);
-    b.fused_ops(&name("v"), &v, &act.qkv, layout.stride(), qk_width, ops);
+    b.fused_ops(&name("qk"), &qk, &input, &act.qk, qk_width, 0, ops);
+    b.fused_ops(&name("v"), &v, &input, &act.qkv, layout.stride(), qk_width, ops);
     ops.push(b.qk_norms(l)?);
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.sublayer, false, TokenRows::Step)));
     let post_attn = name("post_attention_norm.weight");
     ops.push(b.norm(&post_attn, &act.sublayer, &act.hidden, NormRows::Step, true)?);
-    ops.push(b.input_norm(l, "ffn_norm")?);
-    let gate_up_bytes = b.gated_mlp_in(l, c.activation, ops)?;
+    let input = b.sublayer_input(l, "ffn_norm", ops)?;
+    let gate_up_bytes = b.gated_mlp_in(l, c.activation, &input, ops)?;
     let down_name = name("ffn_down.weight");
     ops.push(Op::Linear(b.linear(
         &down_name,

@@ -64,12 +64,12 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
     let bytes: u64 = qkv.iter().map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes).sum();
 
-    ops.push(b.input_norm(l, "attn_norm")?);
-    b.fused_ops(&name("qkv"), &qkv, &act.qkv, layout.stride(), 0, ops);
+    let input = b.sublayer_input(l, "attn_norm", ops)?;
+    b.fused_ops(&name("qkv"), &qkv, &input, &act.qkv, layout.stride(), 0, ops);
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
-    ops.push(b.input_norm(l, "ffn_norm")?);
-    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, ops)?;
+    let input = b.sublayer_input(l, "ffn_norm", ops)?;
+    let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, &input, ops)?;
     let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
     ops.push(Op::Linear(down_op));
     Ok(bytes + gate_up_bytes)
