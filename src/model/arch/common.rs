@@ -192,9 +192,9 @@ impl Builder<'_> {
         Ok(bytes)
     }
 
-    /// RMSNorm with the file's weight `name` (plus `ModelConfig::norm_weight_offset`, HF
-    /// Gemma's 1 + w): `out (+)= norm(x) · w` over `rows`. The weight's length is the row
-    /// length: hidden, or head_dim for [`NormRows::Heads`].
+    /// RMSNorm of hidden-sized rows with the file's weight `name` (plus
+    /// `ModelConfig::norm_weight_offset`, HF Gemma's 1 + w): `out (+)= norm(x) · w` over `rows`
+    /// (the step's, or the gathered logit rows). Per-head norms: [`Builder::norm_dim`].
     pub fn norm(
         &self,
         name: &str,
@@ -203,11 +203,8 @@ impl Builder<'_> {
         rows: NormRows<'_>,
         accumulate: bool,
     ) -> Result<Op, ModelError> {
-        let dim = match rows {
-            NormRows::Heads(_) => self.c.head_dim,
-            NormRows::Step | NormRows::Gather(_) => self.c.hidden_size,
-        };
-        self.norm_dim(name, dim, x, out, rows, accumulate)
+        debug_assert!(!matches!(rows, NormRows::Heads(_)), "{name}: per-head rows need norm_dim");
+        self.norm_dim(name, self.c.hidden_size, x, out, rows, accumulate)
     }
 
     /// [`Builder::norm`] over rows of `dim` elements, whatever the model's head_dim (MLA's
