@@ -63,7 +63,7 @@ pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {
 /// Whether `variant` can RMSNorm its input on load ([`LinearIo::norm`]): the GPU variant,
 /// where the norm's sums cost a few coalesced loads per workgroup. The subgroup variant for
 /// CPU adapters cannot: on lavapipe the per-lane loads of those sums cost more than the
-/// rms_norm dispatch they save (DESIGN.md, "Kernel variants").
+/// rms_norm dispatch they save (DESIGN.md, "The flow of one step").
 pub fn norms_on_load(variant: LinearVariant) -> bool {
     variant == LinearVariant::Gpu
 }

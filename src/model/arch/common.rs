@@ -481,7 +481,7 @@ impl Builder<'_> {
                 ops.push(Op::Linear(LinearOp::new(self.gpu, self.kernels, &label, weight, io)));
             }
             GateUp::Stacked(parts) => {
-                self.fused_ops(&label, parts, input, &act.gate_up, 2 * ffn as u32, 0, ops);
+                self.fused_ops(&label, parts, input, (&act.gate_up, 2 * ffn as u32, 0), ops);
                 let k = self.kernels;
                 let (gu, out) = (&act.gate_up, &act.ffn);
                 let op = GluOp::new(self.gpu, k, activation, &s.step, gu, out, ffn as u32);
@@ -491,17 +491,15 @@ impl Builder<'_> {
         Ok(w.weights().into_iter().map(weights::gpu_bytes).sum())
     }
 
-    /// One linear op per part of a fused projection from the sub-layer's `input` into `out`: a
-    /// part's rows land at column `out_offset + part.out_offset` of rows of `out_stride`.
-    #[allow(clippy::too_many_arguments)]
+    /// One linear op per part of a fused projection from the sub-layer's `input` into `out` =
+    /// (buffer, row stride, column offset): a part's rows land at column
+    /// `out_offset + part.out_offset` of rows of `out_stride`.
     pub fn fused_ops(
         &self,
         label: &str,
         parts: &[FusedPart],
         input: &SublayerInput,
-        out: &wgpu::Buffer,
-        out_stride: u32,
-        out_offset: u32,
+        (out, out_stride, out_offset): (&wgpu::Buffer, u32, u32),
         ops: &mut Vec<Op>,
     ) {
         let (x, norm) = input.x(self.act);

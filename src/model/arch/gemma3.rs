@@ -60,8 +60,8 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
     let qk_width = (q_rows + kv_rows) as u32;
-    b.fused_ops(&name("qk"), &qk, &input, &act.qk, qk_width, 0, ops);
-    b.fused_ops(&name("v"), &v, &input, &act.qkv, layout.stride(), qk_width, ops);
+    b.fused_ops(&name("qk"), &qk, &input, (&act.qk, qk_width, 0), ops);
+    b.fused_ops(&name("v"), &v, &input, (&act.qkv, layout.stride(), qk_width), ops);
     ops.push(b.qk_norms(l)?);
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.sublayer, false, TokenRows::Step)));

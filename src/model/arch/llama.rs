@@ -65,7 +65,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let bytes: u64 = qkv.iter().map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes).sum();
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
-    b.fused_ops(&name("qkv"), &qkv, &input, &act.qkv, layout.stride(), 0, ops);
+    b.fused_ops(&name("qkv"), &qkv, &input, (&act.qkv, layout.stride(), 0), ops);
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
     let input = b.sublayer_input(l, "ffn_norm", ops)?;
