@@ -198,8 +198,12 @@ impl DecodeBench {
                 ctx + need
             )));
         }
-        // Warm-up: CPU adapters compile each pipeline on its first dispatch.
-        engine.generate(&request(prompt_tokens(engine, 40)?, 4, u64::MAX), |_| {})?;
+        // Warm-up: CPU adapters compile each pipeline on its first dispatch. Within -c: a
+        // short context length's default -c can be below 40 + 4 tokens.
+        let warm_prompt = 40.min(max_model_len / 2).max(1);
+        let warm_out = 4.min(max_model_len - warm_prompt).max(1);
+        engine
+            .generate(&request(prompt_tokens(engine, warm_prompt)?, warm_out, u64::MAX), |_| {})?;
         let mut points = Vec::new();
         for &ctx in &self.context_lengths {
             let prompt = prompt_tokens(engine, ctx)?;
