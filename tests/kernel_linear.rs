@@ -137,6 +137,26 @@ fn strided_io<'a>(
     }
 }
 
+/// The `cols` outputs of each of `tokens` rows of `out_stride` floats starting at float 4, and
+/// everything else (the sentinels around them and in the rows below).
+fn outputs_and_sentinels(
+    full: &[f32],
+    tokens: usize,
+    out_stride: usize,
+    cols: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let (mut got, mut sentinels) = (Vec::new(), Vec::new());
+    for (ti, row) in full.chunks(out_stride).enumerate() {
+        if ti < tokens {
+            got.extend(&row[4..4 + cols]);
+            sentinels.extend(row[..4].iter().chain(&row[4 + cols..]));
+        } else {
+            sentinels.extend(row);
+        }
+    }
+    (got, sentinels)
+}
+
 struct Case {
     format: WeightFormat,
     rows: usize,
@@ -220,17 +240,7 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
             *wv += o;
         }
     }
-    let mut got = Vec::new();
-    let mut sentinels = Vec::new();
-    for (ti, row) in got_full.chunks(out_stride).enumerate() {
-        if ti < c.tokens {
-            got.extend(&row[4..4 + c.rows]);
-            sentinels.extend(&row[..4]);
-            sentinels.extend(&row[4 + c.rows..]);
-        } else {
-            sentinels.extend(row);
-        }
-    }
+    let (got, sentinels) = outputs_and_sentinels(&got_full, c.tokens, out_stride, c.rows);
     // f32 sums of at most 256 terms per chunk: rounding error well under 1e-5 of Σ|w·x|.
     let bound: Vec<f32> = abs_sum.iter().map(|s| 1e-5 * s + 1e-6).collect();
     let name = format!("linear {variant} {:?} {}x{} T={}", c.format, c.rows, c.cols, c.tokens);
@@ -376,15 +386,7 @@ fn linear_glu_epilogue_matches_reference() {
                 op.record(pass, &shape);
             });
             let got_full = gpu.read_f32(&ob, 0, out_len).unwrap();
-            let (mut got, mut sentinels) = (Vec::new(), Vec::new());
-            for (ti, row) in got_full.chunks(out_stride).enumerate() {
-                if ti < tokens {
-                    got.extend(&row[4..4 + ffn]);
-                    sentinels.extend(row[..4].iter().chain(&row[4 + ffn..]));
-                } else {
-                    sentinels.extend(row);
-                }
-            }
+            let (got, sentinels) = outputs_and_sentinels(&got_full, tokens, out_stride, ffn);
             let what =
                 format!("GLU {activation:?} {variant:?} {format:?} ffn {ffn} x {cols} T={tokens}");
             assert_within(&what, &got, &want, &bound);
@@ -498,15 +500,7 @@ fn linear_norm_on_load_is_rms_norm_then_linear() {
                 got_full.iter().zip(&want_bits).filter(|(a, b)| a.to_bits() != b.to_bits());
             assert_eq!(differ.count(), 0, "{what}: not the bits of rms_norm then linear");
 
-            let (mut got, mut sentinels) = (Vec::new(), Vec::new());
-            for (ti, row) in got_full.chunks(out_stride).enumerate() {
-                if ti < tokens {
-                    got.extend(&row[4..4 + out_cols]);
-                    sentinels.extend(row[..4].iter().chain(&row[4 + out_cols..]));
-                } else {
-                    sentinels.extend(row);
-                }
-            }
+            let (got, sentinels) = outputs_and_sentinels(&got_full, tokens, out_stride, out_cols);
             assert_sentinels(&what, &sentinels);
             let xn = reference::rms_norm(&x, &gamma, eps);
             let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
