@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! hidden = embed(tokens)
-//! per layer:  normed = rms_norm(hidden)            · attn_norm
+//! per layer:  normed = rms_norm(hidden)            · attn_norm   (applied on load by the
+//!                                                 projections where the linear variant can)
 //!             qkv    = normed · [Wq|Wk|Wv]ᵀ (+ bias)   one fused linear when the types agree
 //!             rope(q, k)                              pairs per ModelConfig::rope_style
 //!             [rotate(q, k, v)]                       --kv-rotate: Hadamard per head
@@ -15,7 +16,7 @@
 //!                           kv_stage(rows of partial last blocks → staging[layer])
 //!             [rotate(attn)]                          undoes V's rotation
 //!             hidden += attn · Woᵀ
-//!             normed = rms_norm(hidden)            · ffn_norm
+//!             normed = rms_norm(hidden)            · ffn_norm    (the same)
 //!             ffn    = silu(normed · Wgateᵀ) · (normed · Wupᵀ)
 //!                                                 one linear (GLU epilogue) when the types agree
 //!             hidden += ffn · Wdownᵀ
