@@ -8,14 +8,26 @@
 // (quant/kv.rs pads the scale region), and for the head sizes these kernels serve (64, 128) a
 // lane's codes and per-channel scales start at even words.
 
-fn k_word(i: u32) -> u32 {
-    let d = k_pool[i / 2u];
+// u64 j of the K pool (from_k) or the V pool. Every caller passes a constant, so once inlined
+// only one pool's load is left.
+fn pool_u64(from_k: bool, j: u32) -> u64 {
+    if (from_k) {
+        return k_pool[j];
+    }
+    return v_pool[j];
+}
+
+fn pool_word(from_k: bool, i: u32) -> u32 {
+    let d = pool_u64(from_k, i / 2u);
     return select(lo32(d), hi32(d), (i & 1u) == 1u);
 }
 
+fn k_word(i: u32) -> u32 {
+    return pool_word(true, i);
+}
+
 fn v_word(i: u32) -> u32 {
-    let d = v_pool[i / 2u];
-    return select(lo32(d), hi32(d), (i & 1u) == 1u);
+    return pool_word(false, i);
 }
 
 // The four f16 values of one u64 (low word first).
@@ -31,11 +43,11 @@ struct LaneScales {
 
 // Four f16 values at even word i.
 fn f16x4_at_k(i: u32) -> vec4<f32> {
-    return f16x4_u64(k_pool[i / 2u]);
+    return f16x4_u64(pool_u64(true, i / 2u));
 }
 
 fn f16x4_at_v(i: u32) -> vec4<f32> {
-    return f16x4_u64(v_pool[i / 2u]);
+    return f16x4_u64(pool_u64(false, i / 2u));
 }
 
 // This lane's per-channel K scales (and int4 minimums) of the head block at word `base`; unused
@@ -129,31 +141,27 @@ fn lane_code_word(base: u32, t: u32, lane: u32) -> u32 {
     return base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
 }
 
-// This lane's raw codes of token t of the K head block at word `base`: 8 (WPL 1) or 16 codes,
-// one u64 a lane for int8 / fp8 (two for 16 codes) and for 16 int4 codes; 8 int4 codes are
-// one word.
-fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
+// This lane's raw codes of token t of the K (from_k) or V head block at word `base`: 8 (WPL
+// 1) or 16 codes, one u64 a lane for int8 / fp8 (two for 16 codes) and for 16 int4 codes; 8
+// int4 codes are one word.
+fn lane_raw(from_k: bool, base: u32, t: u32, lane: u32) -> Lane16 {
     let i = lane_code_word(base, t, lane);
     if (KVQ_WORDS8 == 1u && WPL == 1u) {
-        return lane_raw32(k_word(i));
+        return lane_raw32(pool_word(from_k, i));
     }
     var d1 = 0lu;
     if (KVQ_WORDS8 == 2u && WPL > 1u) {
-        d1 = k_pool[i / 2u + 1u];
+        d1 = pool_u64(from_k, i / 2u + 1u);
     }
-    return lane_raw64(k_pool[i / 2u], d1);
+    return lane_raw64(pool_u64(from_k, i / 2u), d1);
+}
+
+fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
+    return lane_raw(true, base, t, lane);
 }
 
 fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
-    let i = lane_code_word(base, t, lane);
-    if (KVQ_WORDS8 == 1u && WPL == 1u) {
-        return lane_raw32(v_word(i));
-    }
-    var d1 = 0lu;
-    if (KVQ_WORDS8 == 2u && WPL > 1u) {
-        d1 = v_pool[i / 2u + 1u];
-    }
-    return lane_raw64(v_pool[i / 2u], d1);
+    return lane_raw(false, base, t, lane);
 }
 
 // Quantized keys and values are never dequantized per key where the algebra lets the scales
