@@ -10,9 +10,9 @@
 // RMSNorm on load (FLAG_NORM, this variant only: kernels::linear::norms_on_load): a projection
 // whose input is a sub-layer's RMSNorm reads the un-normed rows and norms them as it loads
 // them, instead of a separate rms_norm dispatch writing them first. row_inv_rms computes a
-// token row's 1 / rms with rms_norm.wgsl's sums in rms_norm.wgsl's order (64 strided partial
-// sums, then its fixed tree) and x_block_at applies it as that kernel does, (x · inv) · w per
-// element, so the dot products see the bits rms_norm.wgsl would have written.
+// token row's 1 / rms with rms_norm.wgsl's sums in their one order (common/rms.wgsl) and
+// x_block_at applies it as that kernel does, (x · inv) · w per element, so the dot products see
+// the bits rms_norm.wgsl would have written.
 
 struct LinearParams {
     k: u32,           // input features (multiple of 32)
@@ -128,38 +128,20 @@ fn norm_on() -> bool {
     return (p.flags & FLAG_NORM) != 0u;
 }
 
-// inverseSqrt(Σ x² / k + eps) from the total of the squares, as rms_norm.wgsl.
-fn inv_rms(total: f32) -> f32 {
-    return inverseSqrt(total / f32(p.k) + p.norm_eps);
-}
-
 // vec4 j of a row's inputs, normed: (x · inv) · w.
 fn x_normed(v: vec4<f32>, j: u32, inv: f32) -> vec4<f32> {
     return (v * inv) * norm_w[j];
 }
 
-// rms_norm.wgsl's partial sums, one per invocation.
-var<workgroup> norm_part: array<f32, 64>;
-
-// 1 / rms of the token row starting at vec4 `row`: rms_norm.wgsl's strided sums and tree with
-// this workgroup's 64 invocations. Called by the whole workgroup.
+// 1 / rms of the token row starting at vec4 `row`: rms_norm.wgsl's sums, in common/rms.wgsl's
+// order. Called by the whole workgroup.
 fn row_inv_rms(row: u32, lid: u32) -> f32 {
     var s = 0.0;
     for (var i = lid; i < p.k; i += 64u) {
         let v = x[row + i / 4u][i % 4u];
         s = fma(v, v, s);
     }
-    norm_part[lid] = s;
-    workgroupBarrier();
-    for (var half = 32u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            norm_part[lid] = norm_part[lid] + norm_part[lid + half];
-        }
-        workgroupBarrier();
-    }
-    let inv = inv_rms(norm_part[0]);
-    workgroupBarrier();  // the next token's sums reuse norm_part
-    return inv;
+    return rms_inv(rms_tree(lid, s), p.k, p.norm_eps);
 }
 
 // The 32 inputs of block b of the token row starting at vec4 `row` (normed with `inv` under

@@ -5,7 +5,7 @@
 // K heads, each with their own norm weight, are one dispatch). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
 // (a 2-D grid when tokens × heads passes the per-dimension limit); the sum of squares has a fixed order (per-invocation strided sums,
 // then a fixed tree), so a row's result does not depend on the other rows of the step.
-// linear/linear.wgsl's RMSNorm on load repeats these sums in this order: change both or neither.
+// The order of the sums is common/rms.wgsl's (shared with linear/linear.wgsl's RMSNorm on load).
 
 struct RmsNormParams {
     dim: u32,
@@ -33,8 +33,6 @@ const WG: u32 = 64u;
 @group(0) @binding(4) var<storage, read> rows: array<u32>;       // [num_logits] (gather only)
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;  // [rows, out_stride]
 
-var<workgroup> partial: array<f32, WG>;
-
 @compute @workgroup_size(64)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -56,15 +54,7 @@ fn main(
         let v = x[xb + i];
         s = fma(v, v, s);
     }
-    partial[lid.x] = s;
-    workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid.x < half) {
-            partial[lid.x] = partial[lid.x] + partial[lid.x + half];
-        }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(partial[0] / f32(p.dim) + p.eps);
+    let inv = rms_inv(rms_tree(lid.x, s), p.dim, p.eps);
     let ob = r * p.out_stride + p.out_offset + h * p.dim;
     let wb = select(0u, p.dim, h >= p.split);
     for (var i = lid.x; i < p.dim; i += WG) {

@@ -20,6 +20,7 @@ pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.w
 pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
 pub const KV_POOL: &str = include_str!("../../shaders/common/kv_pool.wgsl");
 pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");
+pub const RMS: &str = include_str!("../../shaders/common/rms.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
@@ -136,6 +137,7 @@ pub fn wgsl(key: PipelineKey) -> String {
             GLU,
             WEIGHTS,
             weight_snippet(format),
+            RMS,
             include_str!("../../shaders/linear/linear.wgsl"),
         ],
         PipelineKey::Linear { format, variant: LinearVariant::Subgroup, .. } => vec![
@@ -154,7 +156,7 @@ pub fn wgsl(key: PipelineKey) -> String {
             weight_snippet(format),
             include_str!("../../shaders/embedding/embedding.wgsl"),
         ],
-        PipelineKey::RmsNorm => vec![STEP, include_str!("../../shaders/norm/rms_norm.wgsl")],
+        PipelineKey::RmsNorm => vec![STEP, RMS, include_str!("../../shaders/norm/rms_norm.wgsl")],
         PipelineKey::Rope => vec![STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")],
         PipelineKey::KvWrite => {
             vec![STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")]
