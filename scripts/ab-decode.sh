@@ -16,29 +16,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-old=${1:?usage: scripts/ab-decode.sh OLD_REV [NEW_REV] [-- bench decode arguments]}
-shift
-new=HEAD
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then
-    new=$1
-    shift
-fi
-[ $# -eq 0 ] || { [ "$1" = "--" ] && shift; }
-args=("$@")
+. scripts/ab-common.sh
+ab_args "scripts/ab-decode.sh OLD_REV [NEW_REV] [-- bench decode arguments]" "$@"
+args=("${rest[@]}")
 [ ${#args[@]} -gt 0 ] || args=(--context-lengths 128,512)
 rounds=${AB_ROUNDS:-3}
 out=${AB_OUT:-ab-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
-export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
 build() { # REV NAME: builds REV's kvrun into $out/NAME
-    local tree
-    tree=$(mktemp -d)
-    git worktree add --detach -q "$tree" "$1"
-    (cd "$tree" && CARGO_TARGET_DIR="$target" cargo build --release -q)
+    ab_in_tree "$1" cargo build --release -q
     cp "$target/release/kvrun" "$out/$2"
-    git worktree remove --force "$tree"
     echo "built $1 ($(git rev-parse --short "$1")) as $out/$2"
 }
 build "$old" kvrun-old

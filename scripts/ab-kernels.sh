@@ -15,34 +15,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-old=${1:?usage: scripts/ab-kernels.sh OLD_REV [NEW_REV] [-- criterion filter]}
-shift
-new=HEAD
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then
-    new=$1
-    shift
-fi
-[ $# -eq 0 ] || { [ "$1" = "--" ] && shift; }
-filter=${1:-}
+. scripts/ab-common.sh
+ab_args "scripts/ab-kernels.sh OLD_REV [NEW_REV] [-- criterion filter]" "$@"
+filter=${rest[0]:-}
 rounds=${AB_ROUNDS:-3}
 out=${AB_OUT:-ab-kernels-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
-export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
-build() { # REV NAME: builds REV's kernel bench binary into $out/NAME
-    local tree exe
-    tree=$(mktemp -d)
-    git worktree add --detach -q "$tree" "$1"
-    exe=$(cd "$tree" && CARGO_TARGET_DIR="$target" cargo bench --bench kernels --no-run \
-        --message-format json 2>/dev/null |
-        python3 -c 'import json,sys
+# the path of the kernel bench binary cargo reports (stdin: its JSON messages)
+bench_exe() {
+    python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "kernels":
-        print(m["executable"])')
+        print(m["executable"])'
+}
+
+build() { # REV NAME: builds REV's kernel bench binary into $out/NAME
+    local exe
+    exe=$(ab_in_tree "$1" cargo bench --bench kernels --no-run --message-format json 2>/dev/null |
+        bench_exe)
     cp "$exe" "$out/$2"
-    git worktree remove --force "$tree"
     echo "built $1 ($(git rev-parse --short "$1")) as $out/$2"
 }
 build "$old" kernels-old
