@@ -41,65 +41,45 @@ struct LaneScales {
     m: Lane16,
 }
 
-// Four f16 values at even word i.
-fn f16x4_at_k(i: u32) -> vec4<f32> {
-    return f16x4_u64(pool_u64(true, i / 2u));
+// Four f16 values at even word i of the K (from_k) or V pool.
+fn f16x4_at(from_k: bool, i: u32) -> vec4<f32> {
+    return f16x4_u64(pool_u64(from_k, i / 2u));
 }
 
-fn f16x4_at_v(i: u32) -> vec4<f32> {
-    return f16x4_u64(pool_u64(false, i / 2u));
-}
-
-// This lane's per-channel K scales (and int4 minimums) of the head block at word `base`; unused
-// (zero) for the other granularities.
-fn k_lane_scales(base: u32, lane: u32) -> LaneScales {
+// This lane's per-channel scales (and int4 minimums) of the K (from_k) or V head block at word
+// `base`; unused (zero) for the other granularities.
+fn lane_scales(from_k: bool, base: u32, lane: u32) -> LaneScales {
     var r = LaneScales(lane_zero(), lane_zero());
-    if (K_GRAN != GRAN_CHANNEL) {
+    if (select(V_GRAN, K_GRAN, from_k) != GRAN_CHANNEL) {
         return r;
     }
     let c0 = lane * 8u * WPL;
-    let si = base + p.k_data_words + c0 / 2u;
-    let mi = base + p.k_data_words + (HEAD_DIM + c0) / 2u;
-    r.s.a = f16x4_at_k(si);
-    r.s.b = f16x4_at_k(si + 2u);
+    let data = base + select(p.v_data_words, p.k_data_words, from_k);
+    let si = data + c0 / 2u;
+    let mi = data + (HEAD_DIM + c0) / 2u;
+    r.s.a = f16x4_at(from_k, si);
+    r.s.b = f16x4_at(from_k, si + 2u);
     if (KVQ_HAS_MIN) {
-        r.m.a = f16x4_at_k(mi);
-        r.m.b = f16x4_at_k(mi + 2u);
+        r.m.a = f16x4_at(from_k, mi);
+        r.m.b = f16x4_at(from_k, mi + 2u);
     }
     if (WPL > 1u) {
-        r.s.c = f16x4_at_k(si + 4u);
-        r.s.d = f16x4_at_k(si + 6u);
+        r.s.c = f16x4_at(from_k, si + 4u);
+        r.s.d = f16x4_at(from_k, si + 6u);
         if (KVQ_HAS_MIN) {
-            r.m.c = f16x4_at_k(mi + 4u);
-            r.m.d = f16x4_at_k(mi + 6u);
+            r.m.c = f16x4_at(from_k, mi + 4u);
+            r.m.d = f16x4_at(from_k, mi + 6u);
         }
     }
     return r;
+}
+
+fn k_lane_scales(base: u32, lane: u32) -> LaneScales {
+    return lane_scales(true, base, lane);
 }
 
 fn v_lane_scales(base: u32, lane: u32) -> LaneScales {
-    var r = LaneScales(lane_zero(), lane_zero());
-    if (V_GRAN != GRAN_CHANNEL) {
-        return r;
-    }
-    let c0 = lane * 8u * WPL;
-    let si = base + p.v_data_words + c0 / 2u;
-    let mi = base + p.v_data_words + (HEAD_DIM + c0) / 2u;
-    r.s.a = f16x4_at_v(si);
-    r.s.b = f16x4_at_v(si + 2u);
-    if (KVQ_HAS_MIN) {
-        r.m.a = f16x4_at_v(mi);
-        r.m.b = f16x4_at_v(mi + 2u);
-    }
-    if (WPL > 1u) {
-        r.s.c = f16x4_at_v(si + 4u);
-        r.s.d = f16x4_at_v(si + 6u);
-        if (KVQ_HAS_MIN) {
-            r.m.c = f16x4_at_v(mi + 4u);
-            r.m.d = f16x4_at_v(mi + 6u);
-        }
-    }
-    return r;
+    return lane_scales(false, base, lane);
 }
 
 // raw × s + m, element by element (per-channel V; + m only for formats with minimums).
