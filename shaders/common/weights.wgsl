@@ -1,7 +1,8 @@
-// Shared by every kernel that reads weights. Weights are repacked at load into the
-// block-interleaved layout (kernels::weights): the 32-element block b of row n is
-// W_VEC4_PER_BLOCK vec4<u32> at wq[(b * rows + n) * W_VEC4_PER_BLOCK ..] and (for quantized
-// formats) its side words (scales, minimums, high bits) at ws[(b * rows + n) * S ..], S per
+// Shared by every kernel that reads weights. Weights are repacked at load into the tiled
+// block-interleaved layout (kernels::weights): tiles of W_TILE_ROWS rows one after the other,
+// each [k / 32 blocks, tile rows], so the 32-element block b of row n is unit
+// u = w_unit(n, b, rows, blocks): W_VEC4_PER_BLOCK vec4<u32> at wq[u * W_VEC4_PER_BLOCK ..] and
+// (for quantized formats) its side words (scales, minimums, high bits) at ws[u * S ..], S per
 // format (1 to 3). Each format snippet defines W_VEC4_PER_BLOCK,
 // struct WRaw + w_load (the block as stored), w_decode (→ WFloat: stored values as floats and
 // the block's scale and minimum) and w_combine (the block's dot from Σ q·x and Σ x).
@@ -10,6 +11,16 @@
 // feeds it the same x values and sums blocks in the same order, so a token's result never
 // depends on the variant's loading scheme or on the batch it was computed in.
 // (No arrays here on purpose: CPU adapters spill dynamically indexed arrays to memory.)
+
+const W_TILE_ROWS: u32 = 64u;  // kernels::weights::TILE_ROWS
+
+// Unit of block b of row n (kernels::weights::block_unit): the tile's first row · blocks, then
+// b · the tile's rows, then the row within the tile. Neighbouring rows are neighbouring units
+// (rows 2i, 2i + 1 too: tiles have an even row count), and one tile is one stretch of memory.
+fn w_unit(n: u32, b: u32, rows: u32, blocks: u32) -> u32 {
+    let first = n - n % W_TILE_ROWS;
+    return first * blocks + b * min(rows - first, W_TILE_ROWS) + (n - first);
+}
 
 // 32 values in element order: e[0..4] = v0, e[4..8] = v1, …
 struct V8 {

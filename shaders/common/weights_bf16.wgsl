@@ -10,8 +10,8 @@ struct WRaw {
     d: vec4<u32>,
 }
 
-fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
-    let i = 4u * (b * rows + n);
+fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
+    let i = 4u * (w_unit(n, b, rows, blocks));
     return WRaw(wq[i], wq[i + 1u], wq[i + 2u], wq[i + 3u]);
 }
 

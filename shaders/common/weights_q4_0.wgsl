@@ -7,8 +7,8 @@ struct WRaw {
     s: u32,
 }
 
-fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
-    return WRaw(wq[b * rows + n], ws[b * rows + n]);
+fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
+    return WRaw(wq[w_unit(n, b, rows, blocks)], ws[w_unit(n, b, rows, blocks)]);
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -10,8 +10,8 @@ struct WRaw {
     h: u32,
 }
 
-fn w_load(n: u32, b: u32, rows: u32) -> WRaw {
-    let i = b * rows + n;
+fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
+    let i = w_unit(n, b, rows, blocks);
     return WRaw(wq[i], ws[3u * i], ws[3u * i + 1u], ws[3u * i + 2u]);
 }
 

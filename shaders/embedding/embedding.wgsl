@@ -14,8 +14,8 @@ struct EmbeddingParams {
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: EmbeddingParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
-@group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows, S] side words
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // weights.wgsl's units × W_VEC4_PER_BLOCK
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // weights.wgsl's units × S side words
 @group(0) @binding(4) var<storage, read> token_ids: array<u32>; // [tokens]
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
 
@@ -37,7 +37,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (id < p.row_offset || id - p.row_offset >= p.rows) {
         return;
     }
-    let v = w_values(w_decode(w_load(id - p.row_offset, b, p.rows)));
+    let v = w_values(w_decode(w_load(id - p.row_offset, b, p.rows, p.k / 32u)));
     let base = t * p.out_stride + 32u * b;
     store4(base, v.v0 * p.scale);
     store4(base + 4u, v.v1 * p.scale);

@@ -42,8 +42,8 @@ override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a v
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
-@group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows, S] side words
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // weights.wgsl's units × W_VEC4_PER_BLOCK
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // weights.wgsl's units × S side words
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
@@ -186,7 +186,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
         var cs = vec4<f32>(0.0);
         for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
-            let w = w_decode(w_load(nn, b, p.rows));
+            let w = w_decode(w_load(nn, b, p.rows, p.k / 32u));
             cs.x += w_dot(w, x_block_at(r0, b, inv.x));
             if (TT > 1u) {
                 cs.y += w_dot(w, x_block_at(r1, b, inv.y));

@@ -33,8 +33,8 @@ override PAIRS: bool = true;      // this weight part has an even row count: loa
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [k / 32, rows, W_VEC4_PER_BLOCK]
-@group(0) @binding(3) var<storage, read> ws: array<u32>;        // [k / 32, rows, S] side words
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // weights.wgsl's units × W_VEC4_PER_BLOCK
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // weights.wgsl's units × S side words
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
@@ -97,15 +97,15 @@ struct Quad {
 fn load_quad(n0: u32, b: u32) -> Quad {
     if (PAIRS) {
         let last_pair = p.rows / 2u - 1u;
-        let pa = w_load_pair(min(n0 / 2u, last_pair), b, p.rows);
-        let pb = w_load_pair(min(n0 / 2u + 1u, last_pair), b, p.rows);
+        let pa = w_load_pair(min(n0 / 2u, last_pair), b, p.rows, p.k / 32u);
+        let pb = w_load_pair(min(n0 / 2u + 1u, last_pair), b, p.rows, p.k / 32u);
         return Quad(w_decode(pa.a), w_decode(pa.b), w_decode(pb.a), w_decode(pb.b));
     }
     let last = p.rows - 1u;
-    return Quad(w_decode(w_load(min(n0, last), b, p.rows)),
-                w_decode(w_load(min(n0 + 1u, last), b, p.rows)),
-                w_decode(w_load(min(n0 + 2u, last), b, p.rows)),
-                w_decode(w_load(min(n0 + 3u, last), b, p.rows)));
+    return Quad(w_decode(w_load(min(n0, last), b, p.rows, p.k / 32u)),
+                w_decode(w_load(min(n0 + 1u, last), b, p.rows, p.k / 32u)),
+                w_decode(w_load(min(n0 + 2u, last), b, p.rows, p.k / 32u)),
+                w_decode(w_load(min(n0 + 3u, last), b, p.rows, p.k / 32u)));
 }
 
 // Block b's contribution to the 4 rows for the token whose input row starts at vec4 `row`.

@@ -23,8 +23,8 @@ const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: EmbeddingParams
-    BindingKind::StorageRead,      // wq: [k / 32, rows, words_per_block]
-    BindingKind::StorageRead,      // ws: [k / 32, rows, scale_words_per_block]
+    BindingKind::StorageRead,      // wq: words (kernels::weights::block_unit)
+    BindingKind::StorageRead,      // ws: side words, the same units
     BindingKind::StorageRead,      // token_ids: [tokens]
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];

@@ -41,8 +41,8 @@ pub const FLAG_NORM: u32 = 32;
 pub const BINDINGS: [BindingKind; 7] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: LinearParams
-    BindingKind::StorageRead,      // wq: [k / 32, rows, words_per_block]
-    BindingKind::StorageRead,      // ws: [k / 32, rows, scale_words_per_block]
+    BindingKind::StorageRead,      // wq: words (kernels::weights::block_unit)
+    BindingKind::StorageRead,      // ws: side words, the same units
     BindingKind::StorageRead,      // x: [tokens, x_stride]
     BindingKind::StorageRead,      // bias: [row_offset + rows]
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]

@@ -4,7 +4,7 @@
 //! `assets/fixtures/quant/`: the sane-scale K-quant blocks and the wide set, whose f16 scales
 //! take every kind of finite value).
 
-use super::weights::{PackedWeight, WeightError, WeightFormat};
+use super::weights::{block_unit, PackedWeight, WeightError, WeightFormat, TILE_ROWS};
 use half::f16;
 use std::path::PathBuf;
 
@@ -23,7 +23,7 @@ fn f16_low(word: u32) -> f32 {
 
 /// Element `e` (0..32) of block `b` of row `n`, read from the packed layout as the kernels do.
 fn packed_value(p: &PackedWeight, n: usize, b: usize, e: usize) -> f32 {
-    let i = b * p.rows + n;
+    let i = block_unit(n, b, p.rows, p.cols / 32);
     let w = &p.words[4 * i..4 * i + 4];
     let swb = p.format.scale_words_per_block();
     let s = &p.scales[swb * i..swb * i + swb];
@@ -113,4 +113,40 @@ fn side_words_never_outgrow_the_words() {
         assert_eq!(format.column_multiple() % 32, 0, "{format:?}");
         assert_eq!(format.column_multiple() % elems, 0, "{format:?}");
     }
+}
+
+/// The tiled layout is a bijection of (row, block) onto the units, neighbouring rows of a
+/// block are neighbouring units (the pair loads and GPU coalescing rely on it), and each tile
+/// is one stretch of units — for row counts with and without a short last tile.
+#[test]
+fn block_units_tile_the_matrix() {
+    for (rows, blocks) in [(1, 3), (2, 1), (63, 2), (64, 5), (65, 2), (70, 3), (129, 18), (200, 1)]
+    {
+        let mut seen = vec![false; rows * blocks];
+        for n in 0..rows {
+            for b in 0..blocks {
+                let u = block_unit(n, b, rows, blocks);
+                assert!(!seen[u], "rows {rows} blocks {blocks}: unit {u} twice");
+                seen[u] = true;
+                let first = n - n % TILE_ROWS;
+                let tile_units = first * blocks..(first + TILE_ROWS).min(rows) * blocks;
+                assert!(tile_units.contains(&u), "rows {rows}: ({n}, {b}) outside its tile");
+                if n % TILE_ROWS != 0 {
+                    assert_eq!(
+                        u,
+                        block_unit(n - 1, b, rows, blocks) + 1,
+                        "rows {rows}: ({n}, {b})"
+                    );
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s), "rows {rows} blocks {blocks}: a unit unused");
+    }
+}
+
+/// WGSL's `w_unit` tiles with the same row count.
+#[test]
+fn wgsl_tile_rows_match() {
+    let wgsl = crate::kernels::source::WEIGHTS;
+    assert!(wgsl.contains(&format!("const W_TILE_ROWS: u32 = {TILE_ROWS}u;")));
 }

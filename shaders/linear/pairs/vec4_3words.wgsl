@@ -1,6 +1,6 @@
 // w_load_pair for a format of one vec4 and three side words per block (see pairs/common.wgsl).
-fn w_load_pair(pair: u32, b: u32, rows: u32) -> WPair {
-    let i = b * rows + 2u * pair;  // the first row's block index (even)
+fn w_load_pair(pair: u32, b: u32, rows: u32, blocks: u32) -> WPair {
+    let i = w_unit(2u * pair, b, rows, blocks);  // the first row's unit (even)
     let q = wq2[i / 2u];
     let j = 3u * (i / 2u);         // both rows' six side words are u64 j .. j + 2
     let s0 = ws2[j];
