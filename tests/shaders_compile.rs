@@ -2,6 +2,7 @@
 //! HLSL (DX12) with naga — so Metal/DX12 breakage shows up in plain `cargo test`, without the
 //! hardware. Runs without a GPU.
 
+use kvrun::kernels::bandwidth::BandwidthLoads;
 use kvrun::kernels::{source, AttentionVariant, LinearVariant, PipelineKey};
 
 fn compile(key: PipelineKey) -> Result<(), String> {
@@ -16,9 +17,15 @@ fn compile(key: PipelineKey) -> Result<(), String> {
             | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
             | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
     );
+    // the u64 bandwidth probes need 64-bit integers only (BandwidthLoads::available)
+    let int64 =
+        subgroup || matches!(key, PipelineKey::Bandwidth { loads: BandwidthLoads::U64x2, .. });
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
-        caps |= naga::valid::Capabilities::SUBGROUP | naga::valid::Capabilities::SHADER_INT64;
+        caps |= naga::valid::Capabilities::SUBGROUP;
+    }
+    if int64 {
+        caps |= naga::valid::Capabilities::SHADER_INT64;
     }
     let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
     if subgroup {

@@ -8,7 +8,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (id >= p.invocations) {
         return;
     }
-    var acc = vec4<u32>(0u);
+    var acc = Word();
     for (var i = id; i < p.words; i += p.invocations) {
         acc ^= src[i];
     }

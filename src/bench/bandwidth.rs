@@ -4,7 +4,7 @@
 //! and reports each point's achieved fraction of it (the roofline).
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
-use crate::kernels::bandwidth::{BandwidthOp, BandwidthProbe, WORD_BYTES};
+use crate::kernels::bandwidth::{BandwidthLoads, BandwidthOp, BandwidthProbe, WORD_BYTES};
 use crate::kernels::Kernels;
 
 /// Default probe buffer: 256 MiB, or the largest storage binding if smaller (128 MiB on
@@ -29,6 +29,9 @@ impl Default for BandwidthBench {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ProbeResult {
     pub probe: &'static str,
+    /// How the words were loaded: "vec4<u32>", or "vec2<u64>" (adapters with 64-bit shader
+    /// integers; on llvmpipe twice the bytes per load instruction).
+    pub loads: &'static str,
     /// Bytes one run moves (read, plus written for copy).
     pub bytes_per_run: u64,
     /// Milliseconds of every timed run.
@@ -48,9 +51,10 @@ pub struct BandwidthReport {
     /// "gpu timestamps" or "wall clock" (submit to idle, so it includes submission overhead).
     pub timing: &'static str,
     pub probes: Vec<ProbeResult>,
-    /// The fastest read run: the ceiling decode (which mostly reads) is compared with.
+    /// The fastest read run (either load width): the ceiling decode (which mostly reads) is
+    /// compared with.
     pub read_gb_s: f64,
-    /// The fastest copy run, read plus written bytes.
+    /// The fastest copy run (either load width), read plus written bytes.
     pub copy_gb_s: f64,
 }
 
@@ -62,7 +66,8 @@ impl BandwidthBench {
         (self.bytes.min(cap) / WORD_BYTES).clamp(1, u64::from(u32::MAX)) as u32
     }
 
-    /// Runs both probes; `repeats` must be at least 1 (the CLI's parser sees to it).
+    /// Runs both probes with each load width the adapter has; `repeats` must be at least 1
+    /// (the CLI's parser sees to it).
     pub fn run(&self, gpu: &Gpu) -> Result<BandwidthReport, GpuError> {
         assert!(self.repeats > 0, "bench bandwidth with 0 repeats");
         let words = self.words(gpu);
@@ -76,8 +81,11 @@ impl BandwidthBench {
         let mut timer = GpuTimer::new(gpu, self.repeats as u32);
         let timing = if timer.is_some() { "gpu timestamps" } else { "wall clock" };
         let mut probes = Vec::new();
-        for probe in BandwidthProbe::ALL {
-            let op = BandwidthOp::new(gpu, &kernels, probe, &src, &dst, words);
+        let runs = BandwidthProbe::ALL.into_iter().flat_map(|probe| {
+            BandwidthLoads::available(&gpu.caps).into_iter().map(move |loads| (probe, loads))
+        });
+        for (probe, loads) in runs {
+            let op = BandwidthOp::new(gpu, &kernels, probe, loads, &src, &dst, words);
             self.submit(gpu, &op, None)?; // warm-up (CPU adapters compile on first use)
             let runs_ms = match timer.as_mut() {
                 Some(t) => {
@@ -99,6 +107,7 @@ impl BandwidthBench {
             sorted.sort_by(f64::total_cmp);
             probes.push(ProbeResult {
                 probe: probe.name(),
+                loads: loads.name(),
                 bytes_per_run: bytes,
                 best_gb_s: gb_s(sorted[0]),
                 median_gb_s: gb_s(sorted[sorted.len() / 2]),
@@ -106,14 +115,21 @@ impl BandwidthBench {
             });
         }
         gpu.check_errors()?;
+        let best = |probe: BandwidthProbe| {
+            probes
+                .iter()
+                .filter(|p| p.probe == probe.name())
+                .map(|p| p.best_gb_s)
+                .fold(0.0, f64::max)
+        };
         Ok(BandwidthReport {
             adapter: gpu.info.name.clone(),
             backend: format!("{:?}", gpu.info.backend),
             device_type: format!("{:?}", gpu.info.device_type),
             buffer_bytes: u64::from(words) * WORD_BYTES,
             timing,
-            read_gb_s: probes[0].best_gb_s,
-            copy_gb_s: probes[1].best_gb_s,
+            read_gb_s: best(BandwidthProbe::Read),
+            copy_gb_s: best(BandwidthProbe::Copy),
             probes,
         })
     }
@@ -155,11 +171,13 @@ impl BandwidthReport {
             crate::kv::format_bytes(self.buffer_bytes),
             self.timing
         );
-        s += "| probe | bytes per run | best GB/s | median GB/s | runs |\n|---|---:|---:|---:|---:|\n";
+        s += "| probe | loads | bytes per run | best GB/s | median GB/s | runs |\n";
+        s += "|---|---|---:|---:|---:|---:|\n";
         for p in &self.probes {
             s += &format!(
-                "| {} | {} | {:.2} | {:.2} | {} |\n",
+                "| {} | {} | {} | {:.2} | {:.2} | {} |\n",
                 p.probe,
+                p.loads,
                 crate::kv::format_bytes(p.bytes_per_run),
                 p.best_gb_s,
                 p.median_gb_s,

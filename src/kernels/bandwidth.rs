@@ -5,16 +5,20 @@
 //! Both probes walk a buffer of 16-byte words in a grid-stride loop (consecutive invocations
 //! touch consecutive words, so loads coalesce on a GPU): `Read` XOR-folds every word into one
 //! word per invocation (the loads cannot be dropped; the writes are 1/`words_per_invocation` of
-//! the traffic), `Copy` writes every word to a second buffer.
+//! the traffic), `Copy` writes every word to a second buffer. Each probe loads its words as
+//! `vec4<u32>` and, where the adapter has 64-bit shader integers, also as `vec2<u64>`
+//! ([`BandwidthLoads`]): a GPU moves the same 16 bytes either way, but llvmpipe loads each
+//! lane's components one at a time, so there the u64 view reads twice the bytes per load
+//! instruction (the linear kernels read weights that way). The ceiling is the best of them.
 
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
 use super::{check_grid, grid_2d, Kernels, PipelineKey};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
 
-/// Bytes of one word (a `vec4<u32>`).
+/// Bytes of one word (a `vec4<u32>` or `vec2<u64>`).
 pub const WORD_BYTES: u64 = 16;
 /// Invocations per workgroup (`@workgroup_size` of both shaders).
 pub const WORKGROUP: u32 = 256;
@@ -28,6 +32,40 @@ pub enum BandwidthProbe {
     Read,
     /// Every word read once and written once.
     Copy,
+}
+
+/// How a probe loads its 16-byte words (the WGSL type `Word`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BandwidthLoads {
+    /// `vec4<u32>`: every adapter.
+    U32x4,
+    /// `vec2<u64>`: adapters with 64-bit shader integers.
+    U64x2,
+}
+
+impl BandwidthLoads {
+    pub const ALL: [BandwidthLoads; 2] = [BandwidthLoads::U32x4, BandwidthLoads::U64x2];
+
+    /// The WGSL type of one word, as the report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BandwidthLoads::U32x4 => "vec4<u32>",
+            BandwidthLoads::U64x2 => "vec2<u64>",
+        }
+    }
+
+    /// The WGSL line defining `Word` (prepended to the probe's source).
+    pub fn wgsl_alias(self) -> &'static str {
+        match self {
+            BandwidthLoads::U32x4 => "alias Word = vec4<u32>;\n",
+            BandwidthLoads::U64x2 => "alias Word = vec2<u64>;\n",
+        }
+    }
+
+    /// The load widths an adapter with `caps` runs.
+    pub fn available(caps: &Capabilities) -> Vec<BandwidthLoads> {
+        Self::ALL.into_iter().filter(|l| *l == BandwidthLoads::U32x4 || caps.shader_int64).collect()
+    }
 }
 
 impl BandwidthProbe {
@@ -77,8 +115,8 @@ const _: () = assert!(std::mem::size_of::<BandwidthParams>() == 16);
 /// Binding order of both probes.
 pub const BINDINGS: [BindingKind; 3] = [
     BindingKind::Uniform,          // p: BandwidthParams
-    BindingKind::StorageRead,      // src: [words] vec4<u32>
-    BindingKind::StorageReadWrite, // dst: [dst_words] vec4<u32>
+    BindingKind::StorageRead,      // src: [words] Word
+    BindingKind::StorageReadWrite, // dst: [dst_words] Word
 ];
 
 pub struct BandwidthOp {
@@ -89,12 +127,14 @@ pub struct BandwidthOp {
 }
 
 impl BandwidthOp {
-    /// `src` holds `words` words, `dst` at least `probe.dst_words(words)`.
+    /// `src` holds `words` words, `dst` at least `probe.dst_words(words)`; `loads` one of
+    /// [`BandwidthLoads::available`].
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
         probe: BandwidthProbe,
+        loads: BandwidthLoads,
         src: &wgpu::Buffer,
         dst: &wgpu::Buffer,
         words: u32,
@@ -103,7 +143,7 @@ impl BandwidthOp {
         assert!(src.size() >= u64::from(words) * WORD_BYTES, "src smaller than {words} words");
         let dst_bytes = u64::from(probe.dst_words(words)) * WORD_BYTES;
         assert!(dst.size() >= dst_bytes, "dst smaller than {dst_bytes} bytes");
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Bandwidth { probe });
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Bandwidth { probe, loads });
         let n = invocations(words);
         let params = BandwidthParams { words, invocations: n, _pad: [0; 2] };
         let ubuf = gpu.uniform_buffer_init("bandwidth", bytemuck::bytes_of(&params));

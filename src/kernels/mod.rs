@@ -174,6 +174,7 @@ pub enum PipelineKey {
     /// A memory-bandwidth probe (`kvrun bench bandwidth`).
     Bandwidth {
         probe: bandwidth::BandwidthProbe,
+        loads: bandwidth::BandwidthLoads,
     },
     /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
     AttnDecodePartials {

@@ -1,7 +1,7 @@
 //! WGSL sources, embedded in the binary, and their assembly: the host prepends the shared
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
-use super::bandwidth::{self, BandwidthProbe};
+use super::bandwidth::{self, BandwidthLoads, BandwidthProbe};
 use super::rotate;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
@@ -182,7 +182,8 @@ pub fn wgsl(key: PipelineKey) -> String {
             vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
         }
         PipelineKey::Glu { .. } => vec![STEP, GLU, include_str!("../../shaders/glu/glu.wgsl")],
-        PipelineKey::Bandwidth { probe } => vec![
+        PipelineKey::Bandwidth { probe, loads } => vec![
+            loads.wgsl_alias(),
             include_str!("../../shaders/bandwidth/params.wgsl"),
             match probe {
                 BandwidthProbe::Read => include_str!("../../shaders/bandwidth/read.wgsl"),
@@ -291,9 +292,10 @@ pub fn all_keys() -> Vec<PipelineKey> {
         PipelineKey::KvStage,
         PipelineKey::Glu { activation: Activation::Silu },
         PipelineKey::Glu { activation: Activation::GeluTanh },
-        PipelineKey::Bandwidth { probe: BandwidthProbe::Read },
-        PipelineKey::Bandwidth { probe: BandwidthProbe::Copy },
     ]);
+    for probe in BandwidthProbe::ALL {
+        keys.extend(BandwidthLoads::ALL.map(|loads| PipelineKey::Bandwidth { probe, loads }));
+    }
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
         keys.push(PipelineKey::Rotate { head_dim });

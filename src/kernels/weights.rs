@@ -10,10 +10,10 @@
 //! its words sit at `unit * words_per_block`. Invocations working on neighbouring rows read
 //! neighbouring 16-byte units (coalesced on GPUs), one invocation reads a whole block with vec4
 //! loads (the cheap kind on CPU adapters), and a workgroup of the CPU linear kernel (64 rows)
-//! walks one contiguous stretch of memory instead of one 1 KiB piece per `rows · 16` bytes
-//! (measured: `linear/Q4_1 llama8b down` 12.4–12.8 → 9.5–10.0 ms on lavapipe; the hardware
-//! prefetcher and the TLB see one stream). Per-block side words (scales, minimums, the 5th/6th
-//! bits) go to a second array at `unit * scale_words_per_block`, read alike.
+//! walks one contiguous stretch of memory instead of a 1 KiB piece every `rows · 16` bytes
+//! (one stream for the CPU's prefetcher and TLB: DESIGN.md, "Traps"). Per-block side words
+//! (scales, minimums, the 5th/6th bits) go to a second array at `unit * scale_words_per_block`,
+//! read alike.
 //!
 //! Bits are only moved, never rounded: the GPU sees exactly the values the file holds. The
 //! one precomputation, for Q4_K and Q5_K, is exact: a block's scale `d · sc` and minimum
