@@ -7,6 +7,9 @@
 //   tokens, and reads two rows' blocks with one load through the u64 views of the weight
 //   buffers (pairs/common.wgsl; a weight part of odd row count takes the u32 loads instead:
 //   PAIRS, a pipeline constant, so each pipeline holds one of the two paths).
+// The grid is (token tiles, row tiles): llvmpipe runs workgroups x first, so the token tiles of
+// one weight tile (64 rows, one stretch of memory: kernels::weights) run back to back and
+// find its words in the CPU's cache.
 // Needs subgroups of at least 8 lanes and 64-bit integers (kernels::KernelConfig::choose).
 
 struct LinearParams {
@@ -166,14 +169,14 @@ fn finish_token(n0: u32, t: u32, count: u32, acc: vec4<f32>) {
 }
 
 @compute @workgroup_size(16)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
     let count = token_count();
-    let t0 = wid.y * TT;
+    let t0 = wid.x * TT;
     if (t0 >= count) {
         return;
     }
-    let n0 = 4u * gid.x;
+    let n0 = 4u * (16u * wid.y + li);
     var rows: array<u32, 8>;
     for (var i = 0u; i < 8u; i++) {
         rows[i] = x_row(t0 + i, count);

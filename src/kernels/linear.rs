@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::glu;
+use super::weights::TILE_ROWS;
 use super::{
     check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile,
 };
@@ -242,15 +243,18 @@ impl LinearOp {
             return 0;
         }
         let tile = TokenTile::for_count(count);
-        // rows per workgroup: 64 invocations × 1 row, or 16 lanes × 4 rows
-        let rows_per_group = match self.variant {
-            LinearVariant::Gpu => 64,
-            LinearVariant::Subgroup => 64,
-        };
+        // rows per workgroup: one tile of the weight layout (64 invocations × 1 row, or 16
+        // lanes × 4 rows)
+        let rows_per_group = TILE_ROWS as u32;
         for part in &self.parts {
             let pipeline = if tile == TokenTile::One { &part.one } else { &part.many };
-            let grid =
-                [groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)), 1];
+            let (row_groups, token_groups) =
+                (groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)));
+            // the subgroup variant walks token tiles first (x), so a weight tile stays in cache
+            let grid = match self.variant {
+                LinearVariant::Gpu => [row_groups, token_groups, 1],
+                LinearVariant::Subgroup => [token_groups, row_groups, 1],
+            };
             check_grid(grid, self.wg_limit);
             pass.set_pipeline(&pipeline.pipeline);
             pass.set_bind_group(0, &part.bind_group, &[]);
