@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use kvrun::kernels::bandwidth::{
-    invocations, BandwidthLoads, BandwidthOp, BandwidthProbe, MAX_INVOCATIONS,
+    invocations, probe_runs, BandwidthLoads, BandwidthOp, BandwidthProbe, MAX_INVOCATIONS,
 };
 use kvrun::kernels::reference;
 use rand::Rng;
@@ -24,10 +24,7 @@ fn bandwidth_probes_match_reference() {
     for words in [1u32, 37, 3 * 256 + 5, MAX_INVOCATIONS + 3 * 1000 + 7] {
         let src: Vec<[u32; 4]> = (0..words).map(|_| r.random()).collect();
         let sb = gpu.storage_buffer_init("src", bytemuck::cast_slice(&src));
-        let runs = BandwidthProbe::ALL.into_iter().flat_map(|probe| {
-            BandwidthLoads::available(&gpu.caps).into_iter().map(move |loads| (probe, loads))
-        });
-        for (probe, loads) in runs {
+        for (probe, loads) in probe_runs(&gpu.caps) {
             let n = probe.dst_words(words) as usize;
             let dst = gpu
                 .storage_buffer_init("dst", bytemuck::cast_slice(&vec![[SENTINEL_WORD; 4]; n + 4]));

@@ -9,7 +9,8 @@ struct WRaw {
 }
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
-    return WRaw(wq[w_unit(n, b, rows, blocks)], ws[w_unit(n, b, rows, blocks)]);
+    let i = w_unit(n, b, rows, blocks);
+    return WRaw(wq[i], ws[i]);
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -9,8 +9,8 @@ struct WRaw {
 }
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
-    let i = 2u * (w_unit(n, b, rows, blocks));
-    return WRaw(wq[i], wq[i + 1u], ws[w_unit(n, b, rows, blocks)]);
+    let u = w_unit(n, b, rows, blocks);
+    return WRaw(wq[2u * u], wq[2u * u + 1u], ws[u]);
 }
 
 // Shifts, not unpack4xI8: llvmpipe runs this ~1.4x faster in the linear kernel (same values).

@@ -36,8 +36,8 @@ override PAIRS: bool = true;      // this weight part has an even row count: loa
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // weights.wgsl's units × W_VEC4_PER_BLOCK
-@group(0) @binding(3) var<storage, read> ws: array<u32>;        // weights.wgsl's units × S side words
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [units (w_unit), W_VEC4_PER_BLOCK]
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // [units, S] side words
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
@@ -176,7 +176,7 @@ fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: ve
     if (t0 >= count) {
         return;
     }
-    let n0 = 4u * (16u * wid.y + li);
+    let n0 = 4u * (16u * wid.y + li);  // 16 lanes (@workgroup_size) × 4 rows
     var rows: array<u32, 8>;
     for (var i = 0u; i < 8u; i++) {
         rows[i] = x_row(t0 + i, count);

@@ -4,7 +4,7 @@
 //! and reports each point's achieved fraction of it (the roofline).
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
-use crate::kernels::bandwidth::{BandwidthLoads, BandwidthOp, BandwidthProbe, WORD_BYTES};
+use crate::kernels::bandwidth::{probe_runs, BandwidthOp, BandwidthProbe, WORD_BYTES};
 use crate::kernels::Kernels;
 
 /// Default probe buffer: 256 MiB, or the largest storage binding if smaller (128 MiB on
@@ -81,10 +81,7 @@ impl BandwidthBench {
         let mut timer = GpuTimer::new(gpu, self.repeats as u32);
         let timing = if timer.is_some() { "gpu timestamps" } else { "wall clock" };
         let mut probes = Vec::new();
-        let runs = BandwidthProbe::ALL.into_iter().flat_map(|probe| {
-            BandwidthLoads::available(&gpu.caps).into_iter().map(move |loads| (probe, loads))
-        });
-        for (probe, loads) in runs {
+        for (probe, loads) in probe_runs(&gpu.caps) {
             let op = BandwidthOp::new(gpu, &kernels, probe, loads, &src, &dst, words);
             self.submit(gpu, &op, None)?; // warm-up (CPU adapters compile on first use)
             let runs_ms = match timer.as_mut() {

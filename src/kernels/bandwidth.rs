@@ -64,8 +64,19 @@ impl BandwidthLoads {
 
     /// The load widths an adapter with `caps` runs.
     pub fn available(caps: &Capabilities) -> Vec<BandwidthLoads> {
-        Self::ALL.into_iter().filter(|l| *l == BandwidthLoads::U32x4 || caps.shader_int64).collect()
+        if caps.shader_int64 {
+            Self::ALL.to_vec()
+        } else {
+            vec![BandwidthLoads::U32x4]
+        }
     }
+}
+
+/// Every (probe, load width) an adapter with `caps` runs, reads first: what `bench
+/// bandwidth` measures and the kernel tests check.
+pub fn probe_runs(caps: &Capabilities) -> Vec<(BandwidthProbe, BandwidthLoads)> {
+    let widths = BandwidthLoads::available(caps);
+    BandwidthProbe::ALL.into_iter().flat_map(|p| widths.iter().map(move |&l| (p, l))).collect()
 }
 
 impl BandwidthProbe {

@@ -1,6 +1,7 @@
 // w_load_pair for a format of four vec4 per block, no side words (see pairs/common.wgsl).
 fn w_load_pair(pair: u32, b: u32, rows: u32, blocks: u32) -> WPair {
-    let j = 2u * w_unit(2u * pair, b, rows, blocks);  // the first row's words are vec4<u64> j, j + 1
+    // the first row's words are vec4<u64> j, j + 1
+    let j = 2u * w_unit(2u * pair, b, rows, blocks);
     let a0 = wq2[j];
     let a1 = wq2[j + 1u];
     let b0 = wq2[j + 2u];

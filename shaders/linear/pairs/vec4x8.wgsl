@@ -11,6 +11,7 @@ fn f32_row(j: u32) -> WRaw {
 }
 
 fn w_load_pair(pair: u32, b: u32, rows: u32, blocks: u32) -> WPair {
-    let j = 4u * w_unit(2u * pair, b, rows, blocks);  // the first row's words are vec4<u64> j .. j + 3
+    // the first row's words are vec4<u64> j .. j + 3
+    let j = 4u * w_unit(2u * pair, b, rows, blocks);
     return WPair(f32_row(j), f32_row(j + 4u));
 }
