@@ -14,7 +14,7 @@ struct EmbeddingParams {
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: EmbeddingParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [units (w_unit), W_VEC4_PER_BLOCK]
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [w_unit units, W_VEC4_PER_BLOCK]
 @group(0) @binding(3) var<storage, read> ws: array<u32>;        // [units, S] side words
 @group(0) @binding(4) var<storage, read> token_ids: array<u32>; // [tokens]
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [tokens, out_stride]

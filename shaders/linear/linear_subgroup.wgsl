@@ -36,7 +36,7 @@ override PAIRS: bool = true;      // this weight part has an even row count: loa
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
-@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [units (w_unit), W_VEC4_PER_BLOCK]
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [w_unit units, W_VEC4_PER_BLOCK]
 @group(0) @binding(3) var<storage, read> ws: array<u32>;        // [units, S] side words
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
