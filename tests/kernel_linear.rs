@@ -249,15 +249,23 @@ fn run_variant(c: &Case, seed: u64, kernels: &kvrun::kernels::Kernels, variant: 
 }
 
 /// Odd and even row counts (the subgroup variant loads even ones two rows at a time), counts
-/// that are not a multiple of its 4 rows per lane, and decode- and prefill-sized tiles.
+/// that are not a multiple of its 4 rows per lane, and decode- and prefill-sized tiles. The
+/// last shape's words (and, for one-side-word formats, side words) fill more than one row of
+/// the subgroup variant's weight textures (`kernels::weight_textures::TEX_WIDTH` texels) and
+/// end in a partial row.
 #[test]
 fn linear_every_format_matches_reference() {
+    let shapes = [
+        (37, 96usize, 1),
+        (70, 64, 3),
+        (33, 288, 9),
+        (129, 576, 17),
+        (70, 96, 2),
+        (128, 64, 1),
+        (258, 1024, 2),
+    ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
-        for (j, &(rows, cols, tokens)) in
-            [(37, 96usize, 1), (70, 64, 3), (33, 288, 9), (129, 576, 17), (70, 96, 2), (128, 64, 1)]
-                .iter()
-                .enumerate()
-        {
+        for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {
             let case = Case {
                 format,
                 rows,

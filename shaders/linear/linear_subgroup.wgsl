@@ -3,10 +3,13 @@
 // its own memory access, one component at a time, so load instructions are what cost:
 // - the 8 vec4 of a 32-input block are loaded by 8 lanes, one each, and handed to every lane
 //   with subgroupBroadcast;
+// - x is read through a u64 view of its buffer (x2): 2 lane loads per vec4, not 4;
 // - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1 or 8)
-//   tokens, and reads two rows' blocks with one load through the u64 views of the weight
-//   buffers (pairs/common.wgsl; a weight part of odd row count takes the u32 loads instead:
-//   PAIRS, a pipeline constant, so each pipeline holds one of the two paths).
+//   tokens, and reads two rows' blocks as texels of the weight's textures (wt, st:
+//   kernels::weight_textures; llvmpipe fetches texels as gathers, without the per-lane load
+//   loop of a storage buffer; pairs/common.wgsl). A weight part of odd row count takes the
+//   storage-buffer loads instead (PAIRS, a pipeline constant, so each pipeline holds one of
+//   the two paths).
 // The grid is (token tiles, row tiles): llvmpipe runs workgroups x first, so the token tiles of
 // one weight tile (64 rows, one stretch of memory: kernels::weights) run back to back and
 // find its words in the CPU's cache.
@@ -41,8 +44,9 @@ override PAIRS: bool = true;      // this weight part has an even row count: loa
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [tokens, x_stride / 4]
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
-@group(0) @binding(7) var<storage, read> wq2: array<vec4<u64>>; // wq's buffer, two rows per pair
-@group(0) @binding(8) var<storage, read> ws2: array<u64>;       // ws's buffer
+@group(0) @binding(7) var wt: texture_2d<u32>;                  // wq's vec4s as texels
+@group(0) @binding(8) var st: texture_2d<u32>;                  // ws's word pairs as texels
+@group(0) @binding(9) var<storage, read> x2: array<vec2<u64>>;  // x's buffer
 
 fn token_count() -> u32 {
     return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
@@ -80,7 +84,8 @@ fn finish(n: u32, t: u32, sum: f32) {
 
 // The 32 inputs of block b of the token row starting at vec4 `row`, one vec4 loaded per lane.
 fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
-    let mine = x[row + 8u * b + (lane & 7u)];
+    let m = x2[row + 8u * b + (lane & 7u)];
+    let mine = bitcast<vec4<f32>>(vec4<u32>(lo32(m.x), hi32(m.x), lo32(m.y), hi32(m.y)));
     return x_block(V8(subgroupBroadcast(mine, 0u), subgroupBroadcast(mine, 1u),
                       subgroupBroadcast(mine, 2u), subgroupBroadcast(mine, 3u),
                       subgroupBroadcast(mine, 4u), subgroupBroadcast(mine, 5u),

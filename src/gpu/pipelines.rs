@@ -26,6 +26,8 @@ pub enum BindingKind {
     Uniform,
     StorageRead,
     StorageReadWrite,
+    /// A `texture_2d<u32>` (weights as `rgba32uint` texels: `kernels::weights`).
+    TextureU32,
 }
 
 /// A built pipeline with the layout its bind groups must use.
@@ -84,17 +86,21 @@ impl<K: Hash + Eq + Copy> PipelineCache<K> {
 }
 
 fn layout_entry(binding: u32, kind: BindingKind) -> wgpu::BindGroupLayoutEntry {
+    let buffer =
+        |ty| wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None };
     let ty = match kind {
-        BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
-        BindingKind::StorageRead => wgpu::BufferBindingType::Storage { read_only: true },
-        BindingKind::StorageReadWrite => wgpu::BufferBindingType::Storage { read_only: false },
+        BindingKind::Uniform => buffer(wgpu::BufferBindingType::Uniform),
+        BindingKind::StorageRead => buffer(wgpu::BufferBindingType::Storage { read_only: true }),
+        BindingKind::StorageReadWrite => {
+            buffer(wgpu::BufferBindingType::Storage { read_only: false })
+        }
+        BindingKind::TextureU32 => wgpu::BindingType::Texture {
+            sample_type: wgpu::TextureSampleType::Uint,
+            view_dimension: wgpu::TextureViewDimension::D2,
+            multisampled: false,
+        },
     };
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
-        count: None,
-    }
+    wgpu::BindGroupLayoutEntry { binding, visibility: wgpu::ShaderStages::COMPUTE, ty, count: None }
 }
 
 fn build(gpu: &Gpu, spec: PipelineSpec, layout: wgpu::BindGroupLayout) -> Pipeline {
@@ -125,13 +131,21 @@ fn build(gpu: &Gpu, spec: PipelineSpec, layout: wgpu::BindGroupLayout) -> Pipeli
 impl Pipeline {
     /// A bind group over whole buffers, in binding order.
     pub fn bind_group(&self, gpu: &Gpu, label: &str, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-        let entries: Vec<_> = buffers
-            .iter()
+        let resources: Vec<_> = buffers.iter().map(|b| b.as_entire_binding()).collect();
+        self.bind_group_of(gpu, label, resources)
+    }
+
+    /// A bind group over `resources` (whole buffers, texture views), in binding order.
+    pub fn bind_group_of(
+        &self,
+        gpu: &Gpu,
+        label: &str,
+        resources: Vec<wgpu::BindingResource<'_>>,
+    ) -> wgpu::BindGroup {
+        let entries: Vec<_> = resources
+            .into_iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
-            })
+            .map(|(i, resource)| wgpu::BindGroupEntry { binding: i as u32, resource })
             .collect();
         gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),

@@ -51,12 +51,17 @@ pub const BINDINGS: [BindingKind; 7] = [
 
 /// Binding order of a variant: [`BINDINGS`], then for the GPU variant the input norm's weight
 /// (`norm_w`, read under [`FLAG_NORM`]), for the subgroup variant the weight's words and
-/// scales again as their u64 views (`wq2`, `ws2`).
+/// side words as textures (`wt`, `st`: `kernels::weight_textures`) and x again as its u64 view
+/// (`x2`).
 pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {
     let mut b = BINDINGS.to_vec();
     match variant {
         LinearVariant::Gpu => b.push(BindingKind::StorageRead),
-        LinearVariant::Subgroup => b.extend([BindingKind::StorageRead, BindingKind::StorageRead]),
+        LinearVariant::Subgroup => b.extend([
+            BindingKind::TextureU32,  // wt: words, rgba32uint texels
+            BindingKind::TextureU32,  // st: side words, rg32uint texels
+            BindingKind::StorageRead, // x2: x's buffer as vec2<u64>
+        ]),
     }
     b
 }
@@ -207,15 +212,22 @@ impl LinearOp {
                     _pad: [0; 3],
                 };
                 let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
-                let mut buffers =
-                    vec![io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out];
+                let buffers = [io.step, &ubuf, &part.words, &part.scales, io.x, bias, io.out];
+                let mut resources: Vec<_> = buffers.iter().map(|b| b.as_entire_binding()).collect();
                 match variant {
-                    LinearVariant::Gpu => buffers.push(norm_weight),
-                    LinearVariant::Subgroup => buffers.extend([&part.words, &part.scales]),
+                    LinearVariant::Gpu => resources.push(norm_weight.as_entire_binding()),
+                    LinearVariant::Subgroup => {
+                        let textures = part.textures(gpu, label);
+                        resources.extend([
+                            wgpu::BindingResource::TextureView(&textures.words),
+                            wgpu::BindingResource::TextureView(&textures.scales),
+                            io.x.as_entire_binding(),
+                        ]);
+                    }
                 }
                 let one = pipeline(TokenTile::One, part.rows);
                 let many = pipeline(TokenTile::Many, part.rows);
-                let bind_group = one.bind_group(gpu, label, &buffers);
+                let bind_group = one.bind_group_of(gpu, label, resources);
                 Part { bind_group, rows: part.rows as u32, one, many }
             })
             .collect();

@@ -19,6 +19,7 @@ pub mod rope;
 pub mod rope_kv_write;
 pub mod rotate;
 pub mod source;
+pub mod weight_textures;
 pub mod weights;
 #[cfg(test)]
 mod weights_tests;

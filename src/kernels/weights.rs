@@ -46,9 +46,13 @@
 //! Q6_K 26.25 → 28. The K-quants' extra words buy kernels that need no super-block bookkeeping:
 //! every format is a 32-element block with one vec4 of quants.
 //!
-//! A tensor whose packed words exceed the largest storage binding is split into row ranges
-//! (parts), each packed and bound on its own.
+//! A tensor whose packed words exceed the largest storage binding (or what the adapter's 2D
+//! textures hold: `weight_textures`) is split into row ranges (parts), each packed and bound
+//! on its own.
 
+use std::sync::OnceLock;
+
+use super::weight_textures::{max_part_bytes, WeightTextures};
 use crate::gpu::Gpu;
 use crate::quant::{f16_at, scale_min_k4};
 
@@ -161,7 +165,7 @@ pub enum WeightError {
     BadSize { name: String, format: WeightFormat, expected: usize, actual: usize },
     #[error(
         "tensor '{name}': one row ({row_bytes} bytes) exceeds the adapter's largest storage \
-         binding ({limit} bytes)"
+         binding or weight texture ({limit} bytes)"
     )]
     RowTooLarge { name: String, row_bytes: u64, limit: u64 },
 }
@@ -408,6 +412,16 @@ pub struct WeightPart {
     pub words: wgpu::Buffer,
     /// [`PackedWeight::scales`] of the part's rows, u32 (a 4-byte placeholder for formats without)
     pub scales: wgpu::Buffer,
+    /// `words` and `scales` as textures, made on first use ([`WeightPart::textures`]).
+    textures: OnceLock<WeightTextures>,
+}
+
+impl WeightPart {
+    /// The part's words and side words as textures (the subgroup linear kernel reads them),
+    /// copied from its buffers the first time they are asked for.
+    pub fn textures(&self, gpu: &Gpu, label: &str) -> &WeightTextures {
+        self.textures.get_or_init(|| WeightTextures::new(gpu, label, self))
+    }
 }
 
 /// A weight matrix on the GPU, split into parts that each fit one storage binding.
@@ -431,9 +445,11 @@ impl GpuWeight {
     ) -> Result<Self, WeightError> {
         check_columns(name, format, cols)?;
         let word_row = PackedWeight::word_bytes_per_row(format, cols);
+        // a part fits one storage binding and, as textures, the adapter's 2D texture size
+        let max_part = max_binding_bytes.min(max_part_bytes(gpu.limits.max_texture_dimension_2d));
         // even (when it can be): no part splits a row pair, which the subgroup linear kernel
         // loads together and the GLU epilogue reads as gate and up
-        let rows_per_part = match (max_binding_bytes / word_row.max(1)) as usize {
+        let rows_per_part = match (max_part / word_row.max(1)) as usize {
             n if n > 1 => n & !1,
             n => n,
         };
@@ -441,7 +457,7 @@ impl GpuWeight {
             return Err(WeightError::RowTooLarge {
                 name: name.into(),
                 row_bytes: word_row,
-                limit: max_binding_bytes,
+                limit: max_part,
             });
         }
         let row_bytes = format.file_row_bytes(cols);
@@ -465,6 +481,7 @@ impl GpuWeight {
                 rows: n,
                 words: gpu.storage_buffer_init(&label, &padded_to_32(&packed.words)),
                 scales: gpu.storage_buffer_init(&label, &padded_to_32(&packed.scales)),
+                textures: OnceLock::new(),
             });
             row_offset += n;
         }
@@ -473,8 +490,7 @@ impl GpuWeight {
 }
 
 /// `words` as bytes, zero-padded to a whole number of 32 bytes (at least 32): the CPU linear
-/// kernel binds weight buffers also as arrays of `vec4<u64>` and `u64`, whose last element must
-/// be whole.
+/// kernel reads the side words two at a time (`weight_textures`), the last pair whole.
 fn padded_to_32(words: &[u32]) -> Vec<u8> {
     let mut bytes = bytemuck::cast_slice::<u32, u8>(words).to_vec();
     bytes.resize(bytes.len().div_ceil(32).max(1) * 32, 0);

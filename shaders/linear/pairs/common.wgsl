@@ -1,9 +1,8 @@
-// Two neighbouring rows' blocks from one load (linear_subgroup.wgsl). In the weight layout
-// (weights.wgsl, w_unit) block b of rows 2p and 2p + 1 is adjacent, so the u64 views of the
-// weight buffers (wq2 over wq, ws2 over ws: the same buffers, bound twice) read both rows'
-// words with half the load instructions of the u32 views. On CPU adapters that is what a load
-// costs: llvmpipe loads each lane's components one at a time in a loop, so the cost follows
-// instructions and components, not bytes. One file per block shape
+// Two neighbouring rows' blocks, read from the weight's textures (linear_subgroup.wgsl; layout
+// in kernels::weight_textures): texel i of wt is vec4<u32> i of the words (wq[i]), texel j of
+// st is side words 2j and 2j + 1. In the weight layout (weights.wgsl, w_unit) block b of rows
+// 2p and 2p + 1 is adjacent, so a pair's words are neighbouring texels and, for formats of one
+// side word per block, its side words one texel. One file per block shape
 // (kernels::source::pair_snippet picks it for the format) defines w_load_pair(pair, b, rows,
 // blocks) (rows even) from these helpers; the values are bit for bit the WRaw of w_load.
 
@@ -12,11 +11,15 @@ struct WPair {
     b: WRaw,  // row 2 · pair + 1
 }
 
-// Words 0..3 and 4..7 of 32 bytes read as a vec4<u64>.
-fn words_lo(v: vec4<u64>) -> vec4<u32> {
-    return vec4<u32>(lo32(v.x), hi32(v.x), lo32(v.y), hi32(v.y));
+const TEX_SHIFT: u32 = 12u;                   // log2 kernels::weight_textures::TEX_WIDTH
+const TEX_MASK: u32 = (1u << TEX_SHIFT) - 1u;
+
+// wq[i]
+fn wq_t(i: u32) -> vec4<u32> {
+    return textureLoad(wt, vec2<u32>(i & TEX_MASK, i >> TEX_SHIFT), 0);
 }
 
-fn words_hi(v: vec4<u64>) -> vec4<u32> {
-    return vec4<u32>(lo32(v.z), hi32(v.z), lo32(v.w), hi32(v.w));
+// ws[2j], ws[2j + 1]
+fn ws_t(j: u32) -> vec2<u32> {
+    return textureLoad(st, vec2<u32>(j & TEX_MASK, j >> TEX_SHIFT), 0).xy;
 }

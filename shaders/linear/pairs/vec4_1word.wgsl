@@ -1,8 +1,6 @@
 // w_load_pair for a format of one vec4 and one side word per block (see pairs/common.wgsl).
 fn w_load_pair(pair: u32, b: u32, rows: u32, blocks: u32) -> WPair {
-    // rows even: both rows' words are vec4<u64> j
-    let j = w_unit(2u * pair, b, rows, blocks) / 2u;
-    let q = wq2[j];
-    let s = ws2[j];
-    return WPair(WRaw(words_lo(q), lo32(s)), WRaw(words_hi(q), hi32(s)));
+    let i = w_unit(2u * pair, b, rows, blocks);  // the first row's unit (even)
+    let s = ws_t(i / 2u);
+    return WPair(WRaw(wq_t(i), s.x), WRaw(wq_t(i + 1u), s.y));
 }
