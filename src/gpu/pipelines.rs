@@ -26,7 +26,8 @@ pub enum BindingKind {
     Uniform,
     StorageRead,
     StorageReadWrite,
-    /// A `texture_2d<u32>` (weights as `rgba32uint` texels: `kernels::weights`).
+    /// A `texture_2d<u32>` (weight words as `rgba32uint` / `rg32uint` texels:
+    /// `kernels::weight_textures`).
     TextureU32,
 }
 
