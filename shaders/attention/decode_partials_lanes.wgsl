@@ -2,9 +2,10 @@
 // (partition of PART keys, slice of up to LANE_HEADS query heads of one KV head, decode
 // sequence); lane j holds channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8)
 // (common/attention_lanes.wgsl). Each key and value row is loaded and unpacked once for the
-// slice's heads (GQA/MQA, and MLA's one latent head). Two passes over the partition's keys:
-// the max score, then exp / sum / weighted V. Per head the arithmetic is the one-head kernel's,
-// so the bits do not depend on the slicing. Writes (m_p, l_p, o_p) like decode_partials.wgsl,
+// slice's heads (GQA/MQA, and MLA's one latent head). One pass over the partition's keys with
+// a running max (common/attention_lanes.wgsl, online_step): no second read of each key. Per head
+// the arithmetic is prefill_lanes.wgsl's, so the bits depend neither on the slicing nor on
+// whether the token was prefilled or decoded. Writes (m_p, l_p, o_p) like decode_partials.wgsl,
 // so decode_reduce.wgsl merges them.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -62,28 +63,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         var row = pool_row(block_tables[table + blk], pos, kvh, lane);
         for (; pos < seg; pos++) {
             let k = k_lane(row);
-            row += HEAD_DIM / 8u;
-            for (var i = 0u; i < LANE_HEADS; i++) {
-                if (i < nh) {
-                    m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
-                }
-            }
-        }
-    }
-    pos = k0;
-    while (pos < end) {
-        let blk = pos / bs;
-        let seg = min(end, (blk + 1u) * bs);
-        var row = pool_row(block_tables[table + blk], pos, kvh, lane);
-        for (; pos < seg; pos++) {
-            let k = k_lane(row);
             let v = v_lane(row);
             row += HEAD_DIM / 8u;
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
-                    let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
-                    l[i] = l[i] + e;
-                    o[i] = lane_fma(e, v, o[i]);
+                    let f = online_step(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+                    l[i] = fma(l[i], f.x, f.y);
+                    o[i] = lane_merge(o[i], f.x, v, f.y);
+                    m[i] = f.z;
                 }
             }
         }

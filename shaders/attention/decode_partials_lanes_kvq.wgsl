@@ -61,37 +61,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
     let q_end = min(end, own);               // keys [k0, q_end) are quantized
 
+    // One pass (online_step): the quantized keys, then the own block's f16 ones.
     var pos = k0;
-    while (pos < q_end) {
-        let blk = pos / bs;
-        let kb = (block_tables[table + blk] * p.num_kv_heads + kvh) * p.k_head_block_words;
-        let ks = k_lane_scales(kb, lane);
-        var kq: array<KQuery, LANE_HEADS>;
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            kq[i] = k_fold(q[i], ks);
-        }
-        let seg = min(q_end, (blk + 1u) * bs);
-        for (var t = pos % bs; pos < seg; pos++) {
-            let raw = k_lane_raw(kb, t, lane);
-            let sm = k_token_sm(kb, t);
-            t++;
-            for (var i = 0u; i < LANE_HEADS; i++) {
-                if (i < nh) {
-                    m[i] = max(m[i], k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale);
-                }
-            }
-        }
-    }
-    for (pos = max(k0, own); pos < end; pos++) {
-        let k = kv_lane_f16(0u, seq, pos, kvh, lane);
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            if (i < nh) {
-                m[i] = max(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
-            }
-        }
-    }
-
-    pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
         let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
@@ -112,10 +83,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             t++;
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
-                    let e = exp(k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale - m[i]);
-                    l[i] = l[i] + e;
-                    o[i] = lane_fma(v_weight(e, vsm), v, o[i]);
-                    mv[i] = v_min_acc(e, vsm, mv[i]);
+                    let s = k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale;
+                    let f = online_step(m[i], s);
+                    l[i] = fma(l[i], f.x, f.y);
+                    o[i] = lane_merge(o[i], f.x, v, v_weight(f.y, vsm));
+                    mv[i] = v_min_acc(f.y, vsm, mv[i] * f.x);
+                    m[i] = f.z;
                 }
             }
         }
@@ -125,9 +98,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let v = kv_lane_f16(1u, seq, pos, kvh, lane);
         for (var i = 0u; i < LANE_HEADS; i++) {
             if (i < nh) {
-                let e = exp(lanes_sum(lane_dot(q[i], k)) * p.scale - m[i]);
-                l[i] = l[i] + e;
-                o[i] = lane_fma(e, v, o[i]);
+                let f = online_step(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
+                l[i] = fma(l[i], f.x, f.y);
+                o[i] = lane_merge(o[i], f.x, v, f.y);
+                mv[i] = mv[i] * f.x;
+                m[i] = f.z;
             }
         }
     }

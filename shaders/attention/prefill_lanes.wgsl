@@ -1,9 +1,9 @@
 // Paged prefill attention for CPU adapters: one subgroup of 8 lanes per (tile of up to 8 query
 // tokens of one sequence, query head). Lane j holds channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8)
 // of every query and of the outputs, and owns query j's softmax state (its score comes out of
-// the butterfly in lane j). Partitions of PART keys are walked left to right with the same
-// per-query arithmetic as decode_partials_lanes + decode_reduce, so a token's output is the
-// same bits whether it was prefilled or decoded. Causal: keys past a query's position, or before
+// the butterfly in lane j). Partitions of PART keys are walked left to right, each in one pass
+// with a running max, with the same per-query arithmetic as decode_partials_lanes +
+// decode_reduce, so a token's output is the same bits whether it was prefilled or decoded. Causal: keys past a query's position, or before
 // its sliding window (window_lo), add 0; keys before the tile's first window are not read.
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -58,7 +58,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
+        // one pass with a running max per query (online_step), as decode_partials_lanes
         var m = NEG_BIG;
+        var l = 0.0;
+        var op: array<Lane16, 8>;
+        for (var i = 0u; i < QT; i++) {
+            op[i] = lane_zero();
+        }
         // block by block, the row index stepped per key: no division per key
         var pos = first;
         while (pos < end) {
@@ -67,28 +73,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             var row = pool_row(block_tables[table + blk], pos, kvh, lane);
             for (; pos < seg; pos++) {
                 let s = scores(q, k_lane(row), lane);
-                row += HEAD_DIM / 8u;
-                m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
-            }
-        }
-        var l = 0.0;
-        var op: array<Lane16, 8>;
-        for (var i = 0u; i < QT; i++) {
-            op[i] = lane_zero();
-        }
-        pos = first;
-        while (pos < end) {
-            let blk = pos / bs;
-            let seg = min(end, (blk + 1u) * bs);
-            var row = pool_row(block_tables[table + blk], pos, kvh, lane);
-            for (; pos < seg; pos++) {
-                let s = scores(q, k_lane(row), lane);
-                let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
-                l = l + e;
                 let v = v_lane(row);
                 row += HEAD_DIM / 8u;
+                // a key this lane's query does not see leaves its state as it is: c = 1, e = 0
+                let sees = mine && pos >= my_lo && pos <= my_pos;
+                let f = online_step(m, s);
+                let c = select(1.0, f.x, sees);
+                let e = select(0.0, f.y, sees);
+                m = select(m, f.z, sees);
+                l = fma(l, c, e);
                 for (var i = 0u; i < QT; i++) {
-                    op[i] = lane_fma(subgroupShuffle(e, i), v, op[i]);
+                    op[i] = lane_merge(op[i], subgroupShuffle(c, i), v, subgroupShuffle(e, i));
                 }
             }
         }

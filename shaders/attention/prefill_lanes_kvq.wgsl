@@ -78,47 +78,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
+        // one pass with a running max per query (online_step), as decode_partials_lanes_kvq
         var m = NEG_BIG;
-        var pos = first;
-        while (pos < end) {
-            let blk = pos / bs;
-            let seg = min(end, (blk + 1u) * bs);
-            let quant = pos < own_last;  // some query of the tile is past this block
-            let f16 = pos >= own0;       // some query of the tile is in this block
-            let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
-            let kb = hb * p.k_head_block_words;
-            var kq: array<KQuery, 8>;
-            if (quant) {
-                let ks = k_lane_scales(kb, lane);
-                for (var i = 0u; i < QT; i++) {
-                    kq[i] = k_fold(q[i], ks);
-                }
-            }
-            for (var t = pos % bs; pos < seg; pos++) {
-                var s = 0.0;
-                if (quant) {
-                    s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
-                }
-                if (f16) {
-                    let sf = scores(q, kv_lane_f16(0u, seq, pos, kvh, lane), lane);
-                    s = select(s, sf, my_blk == blk);
-                }
-                m = select(m, max(m, s), pos >= my_lo && pos <= my_pos);
-                t++;
-            }
-        }
         var l = 0.0;
         var mv = 0.0;  // Σ e × V's minimums of this lane's query (v_min_acc)
         var op: array<Lane16, 8>;
         for (var i = 0u; i < QT; i++) {
             op[i] = lane_zero();
         }
-        pos = first;
+        var pos = first;
         while (pos < end) {
             let blk = pos / bs;
             let seg = min(end, (blk + 1u) * bs);
-            let quant = pos < own_last;
-            let f16 = pos >= own0;
+            let quant = pos < own_last;  // some query of the tile is past this block
+            let f16 = pos >= own0;       // some query of the tile is in this block
             let hb = block_tables[table + blk] * p.num_kv_heads + kvh;
             let kb = hb * p.k_head_block_words;
             let vb = hb * p.v_head_block_words;
@@ -138,12 +111,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     let s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
                     let v = v_lane_load(vb, t, lane, vs);
                     let vsm = v_token_sm(vb, t);
-                    let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
-                    l = l + e;
-                    mv = v_min_acc(e, vsm, mv);
+                    // a key this lane's query does not see leaves its state as it is
+                    let sees = mine && pos >= my_lo && pos <= my_pos;
+                    let f = online_step(m, s);
+                    let c = select(1.0, f.x, sees);
+                    let e = select(0.0, f.y, sees);
+                    m = select(m, f.z, sees);
+                    l = fma(l, c, e);
+                    mv = select(mv, v_min_acc(e, vsm, mv * c), sees);
                     let w = v_weight(e, vsm);
                     for (var i = 0u; i < QT; i++) {
-                        op[i] = lane_fma(subgroupShuffle(w, i), v, op[i]);
+                        op[i] = lane_merge(op[i], subgroupShuffle(c, i), v, subgroupShuffle(w, i));
                     }
                     t++;
                 }
@@ -160,18 +138,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     vq = v_lane_load(vb, t, lane, vs);
                     vsm = v_token_sm(vb, t);
                 }
+                let own_key = f16 && my_blk == blk;  // this lane's query reads the f16 copy
                 if (f16) {
                     let sf = scores(q, kv_lane_f16(0u, seq, pos, kvh, lane), lane);
-                    s = select(s, sf, my_blk == blk);
+                    s = select(s, sf, own_key);
                     vf = kv_lane_f16(1u, seq, pos, kvh, lane);
                 }
-                let e = select(0.0, exp(s - m), mine && pos >= my_lo && pos <= my_pos);
-                l = l + e;
-                mv = select(v_min_acc(e, vsm, mv), mv, f16 && my_blk == blk);
+                let sees = mine && pos >= my_lo && pos <= my_pos;
+                let f = online_step(m, s);
+                let c = select(1.0, f.x, sees);
+                let e = select(0.0, f.y, sees);
+                m = select(m, f.z, sees);
+                l = fma(l, c, e);
+                mv = select(mv, select(v_min_acc(e, vsm, mv * c), mv * c, own_key), sees);
                 for (var i = 0u; i < QT; i++) {
+                    let c_i = subgroupShuffle(c, i);
                     let e_i = subgroupShuffle(e, i);
                     let f16_i = f16 && (pos0 + i) / bs == blk;
-                    op[i] = lane_fma(select(v_weight(e_i, vsm), e_i, f16_i), lane_pick(vq, vf, f16_i), op[i]);
+                    let w_i = select(v_weight(e_i, vsm), e_i, f16_i);
+                    op[i] = lane_merge(op[i], c_i, lane_pick(vq, vf, f16_i), w_i);
                 }
                 t++;
             }

@@ -13,6 +13,10 @@
 //     o_p  = fma chain over u of e_u * v_u          (per dimension, from 0)
 //   partitions merged left to right (merge_factors) from m = NEG_BIG, L = 0, O = 0, starting at
 //   partition lo / PART; out = O / L.
+// That is the workgroup family (decode_partials, prefill). The lanes family for CPU adapters
+// (common/attention_lanes.wgsl) computes m_p, l_p, o_p in one pass over the partition's keys
+// instead, each key folded in with merge_factors(m, s_u) as a partition of one (online_step),
+// and merges partitions the same way. Within a family every kernel takes the same operations.
 //
 // So a token's attention output is bit-identical whether it was computed in a prefill chunk,
 // alone in a decode step, or next to other sequences. No kernel reads a block table entry or a

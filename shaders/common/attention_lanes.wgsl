@@ -6,9 +6,10 @@
 // A score is Σ over the lanes of each lane's partial dot product, combined by a butterfly
 // whose pairs are fixed — lanes l and l^4, then l^2, then l^1 — so every kernel (one query or
 // eight at a time) adds the same numbers in the same tree and gets the same bits.
-// The rest of the arithmetic is common/attention.wgsl's: per partition of PART keys
-// m = max s, e = exp(s − m), l = Σ e left to right, o = fma chain over keys; partitions merged
-// left to right with merge_factors.
+// Per partition of PART keys one pass, left to right, with a running max (online_step): no key
+// is read twice. Partitions are merged left to right with merge_factors (common/attention.wgsl),
+// as the workgroup kernels do; those take two passes per partition (max, then exp), so the two
+// families round differently and each is checked against the CPU reference.
 
 const LANES: u32 = 8u;
 override WPL: u32 = HEAD_DIM / 64u;  // vec4<u32> (8 f16 channels each) per lane per key row: 1 or 2
@@ -85,6 +86,14 @@ fn lane_merge(o: Lane16, a: f32, op: Lane16, b: f32) -> Lane16 {
         r.d = fma(o.d, av, op.d * b);
     }
     return r;
+}
+
+// One key's score s folded into a running softmax whose max is m: (c, e, m') with m' = max(m, s),
+// c = exp(m − m') rescaling what is summed so far and e = exp(s − m') the key's weight:
+// l' = fma(l, c, e), o' = lane_merge(o, c, v, e). merge_factors with the key as a partition of
+// one, so decode (one query) and prefill (eight) take the same bits.
+fn online_step(m: f32, s: f32) -> vec3<f32> {
+    return merge_factors(m, s);
 }
 
 fn lane_zero() -> Lane16 {
