@@ -3,7 +3,7 @@
 // sequence); lane j holds channels [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8)
 // (common/attention_lanes.wgsl). Each key and value row is loaded and unpacked once for the
 // slice's heads (GQA/MQA, and MLA's one latent head). One pass over the partition's keys with
-// a running max (common/attention_lanes.wgsl, online_step): no second read of each key. Per head
+// a running max (common/attention_lanes.wgsl, fold_key): no second read of each key. Per head
 // the arithmetic is prefill_lanes.wgsl's, so the bits depend neither on the slicing nor on
 // whether the token was prefilled or decoded. Writes (m_p, l_p, o_p) like decode_partials.wgsl,
 // so decode_reduce.wgsl merges them.
@@ -67,10 +67,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             row += HEAD_DIM / 8u;
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
-                    let f = online_step(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
-                    l[i] = fma(l[i], f.x, f.y);
-                    o[i] = lane_merge(o[i], f.x, v, f.y);
-                    m[i] = f.z;
+                    let f = fold_key(m[i], l[i], lanes_sum(lane_dot(q[i], k)) * p.scale, true);
+                    m[i] = f.x;
+                    l[i] = f.y;
+                    o[i] = lane_merge(o[i], f.z, v, f.w);
                 }
             }
         }

@@ -61,7 +61,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
     let q_end = min(end, own);               // keys [k0, q_end) are quantized
 
-    // One pass (online_step): the quantized keys, then the own block's f16 ones.
+    // One pass (fold_key): the quantized keys, then the own block's f16 ones.
     var pos = k0;
     while (pos < q_end) {
         let blk = pos / bs;
@@ -84,11 +84,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             for (var i = 0u; i < LANE_HEADS; i++) {
                 if (i < nh) {
                     let s = k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale;
-                    let f = online_step(m[i], s);
-                    l[i] = fma(l[i], f.x, f.y);
-                    o[i] = lane_merge(o[i], f.x, v, v_weight(f.y, vsm));
-                    mv[i] = v_min_acc(f.y, vsm, mv[i] * f.x);
-                    m[i] = f.z;
+                    let f = fold_key(m[i], l[i], s, true);
+                    m[i] = f.x;
+                    l[i] = f.y;
+                    o[i] = lane_merge(o[i], f.z, v, v_weight(f.w, vsm));
+                    mv[i] = v_min_acc(f.w, vsm, mv[i] * f.z);
                 }
             }
         }
@@ -98,11 +98,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let v = kv_lane_f16(1u, seq, pos, kvh, lane);
         for (var i = 0u; i < LANE_HEADS; i++) {
             if (i < nh) {
-                let f = online_step(m[i], lanes_sum(lane_dot(q[i], k)) * p.scale);
-                l[i] = fma(l[i], f.x, f.y);
-                o[i] = lane_merge(o[i], f.x, v, f.y);
-                mv[i] = mv[i] * f.x;
-                m[i] = f.z;
+                let f = fold_key(m[i], l[i], lanes_sum(lane_dot(q[i], k)) * p.scale, true);
+                m[i] = f.x;
+                l[i] = f.y;
+                o[i] = lane_merge(o[i], f.z, v, f.w);
+                mv[i] = mv[i] * f.z;
             }
         }
     }

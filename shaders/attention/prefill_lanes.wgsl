@@ -58,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
-        // one pass with a running max per query (online_step), as decode_partials_lanes
+        // one pass with a running max per query (fold_key), as decode_partials_lanes
         var m = NEG_BIG;
         var l = 0.0;
         var op: array<Lane16, 8>;
@@ -75,15 +75,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 let s = scores(q, k_lane(row), lane);
                 let v = v_lane(row);
                 row += HEAD_DIM / 8u;
-                // a key this lane's query does not see leaves its state as it is: c = 1, e = 0
-                let sees = mine && pos >= my_lo && pos <= my_pos;
-                let f = online_step(m, s);
-                let c = select(1.0, f.x, sees);
-                let e = select(0.0, f.y, sees);
-                m = select(m, f.z, sees);
-                l = fma(l, c, e);
+                let f = fold_key(m, l, s, mine && pos >= my_lo && pos <= my_pos);
+                m = f.x;
+                l = f.y;
                 for (var i = 0u; i < QT; i++) {
-                    op[i] = lane_merge(op[i], subgroupShuffle(c, i), v, subgroupShuffle(e, i));
+                    op[i] = lane_merge(op[i], subgroupShuffle(f.z, i), v, subgroupShuffle(f.w, i));
                 }
             }
         }

@@ -78,7 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
-        // one pass with a running max per query (online_step), as decode_partials_lanes_kvq
+        // one pass with a running max per query (fold_key), as decode_partials_lanes_kvq
         var m = NEG_BIG;
         var l = 0.0;
         var mv = 0.0;  // Σ e × V's minimums of this lane's query (v_min_acc)
@@ -111,17 +111,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     let s = quant_scores(kq, k_lane_raw(kb, t, lane), k_token_sm(kb, t), my_qsum, lane);
                     let v = v_lane_load(vb, t, lane, vs);
                     let vsm = v_token_sm(vb, t);
-                    // a key this lane's query does not see leaves its state as it is
                     let sees = mine && pos >= my_lo && pos <= my_pos;
-                    let f = online_step(m, s);
-                    let c = select(1.0, f.x, sees);
-                    let e = select(0.0, f.y, sees);
-                    m = select(m, f.z, sees);
-                    l = fma(l, c, e);
-                    mv = select(mv, v_min_acc(e, vsm, mv * c), sees);
-                    let w = v_weight(e, vsm);
+                    let f = fold_key(m, l, s, sees);
+                    m = f.x;
+                    l = f.y;
+                    mv = select(mv, v_min_acc(f.w, vsm, mv * f.z), sees);
+                    let w = v_weight(f.w, vsm);
                     for (var i = 0u; i < QT; i++) {
-                        op[i] = lane_merge(op[i], subgroupShuffle(c, i), v, subgroupShuffle(w, i));
+                        op[i] = lane_merge(op[i], subgroupShuffle(f.z, i), v, subgroupShuffle(w, i));
                     }
                     t++;
                 }
@@ -145,15 +142,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     vf = kv_lane_f16(1u, seq, pos, kvh, lane);
                 }
                 let sees = mine && pos >= my_lo && pos <= my_pos;
-                let f = online_step(m, s);
-                let c = select(1.0, f.x, sees);
-                let e = select(0.0, f.y, sees);
-                m = select(m, f.z, sees);
-                l = fma(l, c, e);
-                mv = select(mv, select(v_min_acc(e, vsm, mv * c), mv * c, own_key), sees);
+                let f = fold_key(m, l, s, sees);
+                m = f.x;
+                l = f.y;
+                let mc = mv * f.z;
+                mv = select(mv, select(v_min_acc(f.w, vsm, mc), mc, own_key), sees);
                 for (var i = 0u; i < QT; i++) {
-                    let c_i = subgroupShuffle(c, i);
-                    let e_i = subgroupShuffle(e, i);
+                    let c_i = subgroupShuffle(f.z, i);
+                    let e_i = subgroupShuffle(f.w, i);
                     let f16_i = f16 && (pos0 + i) / bs == blk;
                     let w_i = select(v_weight(e_i, vsm), e_i, f16_i);
                     op[i] = lane_merge(op[i], c_i, lane_pick(vq, vf, f16_i), w_i);

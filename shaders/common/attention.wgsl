@@ -15,7 +15,7 @@
 //   partition lo / PART; out = O / L.
 // That is the workgroup family (decode_partials, prefill). The lanes family for CPU adapters
 // (common/attention_lanes.wgsl) computes m_p, l_p, o_p in one pass over the partition's keys
-// instead, each key folded in with merge_factors(m, s_u) as a partition of one (online_step),
+// instead, each key folded in with merge_factors(m, s_u) as a partition of one (fold_key),
 // and merges partitions the same way. Within a family every kernel takes the same operations.
 //
 // So a token's attention output is bit-identical whether it was computed in a prefill chunk,

@@ -6,7 +6,7 @@
 // A score is Σ over the lanes of each lane's partial dot product, combined by a butterfly
 // whose pairs are fixed — lanes l and l^4, then l^2, then l^1 — so every kernel (one query or
 // eight at a time) adds the same numbers in the same tree and gets the same bits.
-// Per partition of PART keys one pass, left to right, with a running max (online_step): no key
+// Per partition of PART keys one pass, left to right, with a running max (fold_key): no key
 // is read twice. Partitions are merged left to right with merge_factors (common/attention.wgsl),
 // as the workgroup kernels do; those take two passes per partition (max, then exp), so the two
 // families round differently and each is checked against the CPU reference.
@@ -88,12 +88,18 @@ fn lane_merge(o: Lane16, a: f32, op: Lane16, b: f32) -> Lane16 {
     return r;
 }
 
-// One key's score s folded into a running softmax whose max is m: (c, e, m') with m' = max(m, s),
-// c = exp(m − m') rescaling what is summed so far and e = exp(s − m') the key's weight:
-// l' = fma(l, c, e), o' = lane_merge(o, c, v, e). merge_factors with the key as a partition of
-// one, so decode (one query) and prefill (eight) take the same bits.
-fn online_step(m: f32, s: f32) -> vec3<f32> {
-    return merge_factors(m, s);
+// One key's score s folded into a query's running softmax (max m, sum l): merge_factors with
+// the key as a partition of one. Returns (m', l', c, e): m' = max(m, s), l' = fma(l, c, e), and
+// for the caller's outputs o' = lane_merge(o, c, v, e × V's weight), c = exp(m − m') rescaling
+// what is summed so far, e = exp(s − m') the key's weight. A key the query does not see (`sees`
+// false: prefill's causal / window mask) gives (m, l, 1, 0): nothing changes. Decode (one query
+// per head) and prefill (eight per tile) fold every key here, so they take the same bits.
+// (Values, not pointers: with `ptr<function, f32>` arguments naga 30's SPIR-V writer panicked.)
+fn fold_key(m: f32, l: f32, s: f32, sees: bool) -> vec4<f32> {
+    let f = merge_factors(m, s);
+    let c = select(1.0, f.x, sees);
+    let e = select(0.0, f.y, sees);
+    return vec4<f32>(select(m, f.z, sees), fma(l, c, e), c, e);
 }
 
 fn lane_zero() -> Lane16 {
