@@ -1,4 +1,5 @@
-//! RMSNorm (plain, gathering, accumulating, and per head past 65,535 workgroups), RoPE (interleaved and NEOX
+//! RMSNorm (plain, gathering, accumulating, and per head past 65,535 workgroups; both variants,
+//! the same bits), RoPE (interleaved and NEOX
 //! pairs) and both GLU activations (SiLU, tanh-GELU) vs the CPU reference, with odd sizes and
 //! sentinels around the outputs.
 
@@ -13,75 +14,81 @@ use kvrun::kernels::{StepInfo, StepShape};
 use kvrun::loader::Activation;
 use kvrun::loader::{Rope, RopeScaling};
 
+/// Every RMSNorm variant's outputs, the same bits (the lane variant sums in the workgroup
+/// variant's order): `outputs` holds each variant's (name, values) of one case.
+fn assert_same_bits(what: &str, outputs: &[(&str, Vec<f32>)]) {
+    let (first, want) = &outputs[0];
+    for (name, got) in &outputs[1..] {
+        let same = got.len() == want.len()
+            && got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{what}: the {name} variant's bits differ from the {first} variant's");
+    }
+}
+
 #[test]
 fn rms_norm_matches_reference_plain_and_gathered() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    for (i, dim) in [64usize, 576, 1000].into_iter().enumerate() {
-        let mut r = rng(i as u64);
-        let tokens = 7;
-        let x = uniform(&mut r, tokens * dim, 3.0);
-        let w = uniform(&mut r, dim, 1.5);
-        let rows: Vec<u32> = vec![6, 0, 3];
-        let info = StepInfo {
-            num_tokens: tokens as u32,
-            num_logits: rows.len() as u32,
-            ..Default::default()
-        };
-        let step = step_uniform(gpu, info);
-        let (xb, wb, rb) = (storage_f32(gpu, &x), storage_f32(gpu, &w), storage_u32(gpu, &rows));
-        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * dim]);
-        let out_g = storage_f32(gpu, &vec![SENTINEL; (rows.len() + 1) * dim]);
-        // accumulate: out = old + norm, the residual add after Gemma's post-norms
-        let old = uniform(&mut r, tokens * dim, 2.0);
-        let mut old_padded = old.clone();
-        old_padded.extend(vec![SENTINEL; dim]);
-        let out_acc = storage_f32(gpu, &old_padded);
-        let k = &t.kernels;
-        let norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate: bool| {
-            let io = NormIo { step: &step, x: &xb, weight: &wb, out, rows, accumulate };
-            RmsNormOp::new(gpu, k, "norm", dim as u32, 1e-5, io)
-        };
-        let plain = norm(&out, NormRows::Step, false);
-        let gather = norm(&out_g, NormRows::Gather(&rb), false);
-        let acc = norm(&out_acc, NormRows::Step, true);
-        let shape = StepShape {
-            num_tokens: tokens as u32,
-            num_logits: rows.len() as u32,
-            ..Default::default()
-        };
-        run(gpu, |pass| {
-            plain.record(pass, &shape);
-            gather.record(pass, &shape);
-            acc.record(pass, &shape);
-        });
-        let want = reference::rms_norm(&x, &w, 1e-5);
-        let got = gpu.read_f32(&out_acc, 0, (tokens + 1) * dim).unwrap();
-        let want_acc: Vec<f32> = want.iter().zip(&old).map(|(n, o)| n + o).collect();
-        assert_close(
-            &format!("rms_norm accumulate {dim}"),
-            &got[..tokens * dim],
-            &want_acc,
-            1e-6,
-            2e-6,
-        );
-        assert_sentinels("rms_norm accumulate", &got[tokens * dim..]);
-        let got = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
-        assert_close(&format!("rms_norm dim {dim}"), &got[..tokens * dim], &want, 1e-6, 2e-6);
-        assert_sentinels("rms_norm", &got[tokens * dim..]);
-        let got = gpu.read_f32(&out_g, 0, (rows.len() + 1) * dim).unwrap();
-        let want_g: Vec<f32> = rows
-            .iter()
-            .flat_map(|&r| want[r as usize * dim..(r as usize + 1) * dim].to_vec())
-            .collect();
-        assert_close(
-            &format!("rms_norm gather dim {dim}"),
-            &got[..rows.len() * dim],
-            &want_g,
-            1e-6,
-            2e-6,
-        );
-        assert_sentinels("rms_norm gather", &got[rows.len() * dim..]);
+    let variants = norm_variants(t);
+    for (i, dim) in [64usize, 576, 1000, 7].into_iter().enumerate() {
+        let mut outputs = Vec::new();
+        for (variant, k) in &variants {
+            let mut r = rng(i as u64);
+            let tokens = 7;
+            let x = uniform(&mut r, tokens * dim, 3.0);
+            let w = uniform(&mut r, dim, 1.5);
+            let rows: Vec<u32> = vec![6, 0, 3];
+            let info = StepInfo {
+                num_tokens: tokens as u32,
+                num_logits: rows.len() as u32,
+                ..Default::default()
+            };
+            let step = step_uniform(gpu, info);
+            let (xb, wb, rb) =
+                (storage_f32(gpu, &x), storage_f32(gpu, &w), storage_u32(gpu, &rows));
+            let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * dim]);
+            let out_g = storage_f32(gpu, &vec![SENTINEL; (rows.len() + 1) * dim]);
+            // accumulate: out = old + norm, the residual add after Gemma's post-norms
+            let old = uniform(&mut r, tokens * dim, 2.0);
+            let mut old_padded = old.clone();
+            old_padded.extend(vec![SENTINEL; dim]);
+            let out_acc = storage_f32(gpu, &old_padded);
+            let norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate: bool| {
+                let io = NormIo { step: &step, x: &xb, weight: &wb, out, rows, accumulate };
+                RmsNormOp::new(gpu, k, "norm", dim as u32, 1e-5, io)
+            };
+            let plain = norm(&out, NormRows::Step, false);
+            let gather = norm(&out_g, NormRows::Gather(&rb), false);
+            let acc = norm(&out_acc, NormRows::Step, true);
+            let shape = StepShape {
+                num_tokens: tokens as u32,
+                num_logits: rows.len() as u32,
+                ..Default::default()
+            };
+            run(gpu, |pass| {
+                plain.record(pass, &shape);
+                gather.record(pass, &shape);
+                acc.record(pass, &shape);
+            });
+            let want = reference::rms_norm(&x, &w, 1e-5);
+            let what = |case: &str| format!("rms_norm {case} dim {dim}, {variant} variant");
+            let got_acc = gpu.read_f32(&out_acc, 0, (tokens + 1) * dim).unwrap();
+            let want_acc: Vec<f32> = want.iter().zip(&old).map(|(n, o)| n + o).collect();
+            assert_close(&what("accumulate"), &got_acc[..tokens * dim], &want_acc, 1e-6, 2e-6);
+            assert_sentinels(&what("accumulate"), &got_acc[tokens * dim..]);
+            let got_plain = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
+            assert_close(&what("plain"), &got_plain[..tokens * dim], &want, 1e-6, 2e-6);
+            assert_sentinels(&what("plain"), &got_plain[tokens * dim..]);
+            let got_gather = gpu.read_f32(&out_g, 0, (rows.len() + 1) * dim).unwrap();
+            let want_g: Vec<f32> = rows
+                .iter()
+                .flat_map(|&r| want[r as usize * dim..(r as usize + 1) * dim].to_vec())
+                .collect();
+            assert_close(&what("gather"), &got_gather[..rows.len() * dim], &want_g, 1e-6, 2e-6);
+            assert_sentinels(&what("gather"), &got_gather[rows.len() * dim..]);
+            outputs.push((*variant, [got_plain, got_gather, got_acc].concat()));
+        }
+        assert_same_bits(&format!("rms_norm dim {dim}"), &outputs);
     }
 }
 
@@ -94,6 +101,7 @@ fn rms_norm_matches_reference_plain_and_gathered() {
 fn rms_norm_per_head_strided_and_past_the_grid_limit() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
+    let variants = norm_variants(t);
     for (i, (tokens, heads, dim, split)) in
         [(9usize, 5usize, 256usize, 3usize), (3, 1, 40, 1), (16_500, 4, 8, 1), (7, 6, 16, 4)]
             .into_iter()
@@ -106,7 +114,6 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
         let w = uniform(&mut r, 2 * dim, 1.5);
         let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
         let (xb, wb) = (storage_f32(gpu, &x), storage_f32(gpu, &w));
-        let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * out_stride]);
         let rows = HeadRows {
             heads: heads as u32,
             x_stride: x_stride as u32,
@@ -115,19 +122,6 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
             out_offset: out_offset as u32,
             split: split as u32,
         };
-        let io = NormIo {
-            step: &step,
-            x: &xb,
-            weight: &wb,
-            out: &out,
-            rows: NormRows::Heads(rows),
-            accumulate: false,
-        };
-        let op = RmsNormOp::new(gpu, &t.kernels, "qk norm", dim as u32, 1e-6, io);
-        run(gpu, |pass| {
-            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
-        });
-        let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
         let w_rows = [&w[..dim], &w[dim..]];
         let want: Vec<f32> = x
             .chunks(x_stride)
@@ -139,22 +133,37 @@ fn rms_norm_per_head_strided_and_past_the_grid_limit() {
                 })
             })
             .collect();
-        let what = format!(
+        let case = format!(
             "rms_norm per head: {tokens} tokens × {heads} heads of {dim}, second weight from {split}"
         );
-        for (ti, row) in got.chunks(out_stride).enumerate().take(tokens) {
-            let normed = &row[out_offset..out_offset + heads * dim];
-            assert_close(
-                &what,
-                normed,
-                &want[ti * heads * dim..(ti + 1) * heads * dim],
-                1e-6,
-                2e-6,
-            );
-            assert_sentinels(&what, &row[..out_offset]);
-            assert_sentinels(&what, &row[out_offset + heads * dim..]);
+        let mut outputs = Vec::new();
+        for (variant, kernels) in &variants {
+            let out = storage_f32(gpu, &vec![SENTINEL; (tokens + 1) * out_stride]);
+            let io = NormIo {
+                step: &step,
+                x: &xb,
+                weight: &wb,
+                out: &out,
+                rows: NormRows::Heads(rows),
+                accumulate: false,
+            };
+            let op = RmsNormOp::new(gpu, kernels, "qk norm", dim as u32, 1e-6, io);
+            run(gpu, |pass| {
+                op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
+            });
+            let got = gpu.read_f32(&out, 0, (tokens + 1) * out_stride).unwrap();
+            let what = format!("{case}, {variant} variant");
+            for (ti, row) in got.chunks(out_stride).enumerate().take(tokens) {
+                let normed = &row[out_offset..out_offset + heads * dim];
+                let want = &want[ti * heads * dim..(ti + 1) * heads * dim];
+                assert_close(&what, normed, want, 1e-6, 2e-6);
+                assert_sentinels(&what, &row[..out_offset]);
+                assert_sentinels(&what, &row[out_offset + heads * dim..]);
+            }
+            assert_sentinels(&what, &got[tokens * out_stride..]);
+            outputs.push((*variant, got));
         }
-        assert_sentinels(&what, &got[tokens * out_stride..]);
+        assert_same_bits(&case, &outputs);
     }
 }
 

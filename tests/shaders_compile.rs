@@ -3,19 +3,21 @@
 //! hardware. Runs without a GPU.
 
 use kvrun::kernels::bandwidth::BandwidthLoads;
-use kvrun::kernels::{source, AttentionVariant, LinearVariant, PipelineKey};
+use kvrun::kernels::{source, AttentionVariant, LinearVariant, NormVariant, PipelineKey};
 
 fn compile(key: PipelineKey) -> Result<(), String> {
     let wgsl = source::wgsl(key);
     let module = naga::front::wgsl::parse_str(&wgsl).map_err(|e| e.emit_to_string(&wgsl))?;
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
     // it); the subgroup linear and lane attention variants also need subgroups and 64-bit
-    // integers, which they are only chosen with (KernelConfig::choose).
+    // integers, which they are only chosen with (KernelConfig::choose), and the lane RMSNorm
+    // subgroups (chosen with the lane attention).
     let subgroup = matches!(
         key,
         PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
             | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
             | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
+            | PipelineKey::RmsNorm { variant: NormVariant::Lanes }
     );
     // the u64 bandwidth probes need 64-bit integers only (BandwidthLoads::available)
     let int64 =

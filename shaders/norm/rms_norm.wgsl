@@ -1,37 +1,9 @@
-// RMSNorm: out[r, h, i] (+)= x[src, h, i] / sqrt(mean_j x[src, h, j]^2 + eps) * w[i]
-// where src = rows[r] when gathering (final norm of the rows that get logits), else r, and h
-// runs over the `heads` slices of `dim` floats per row (1 for whole rows; Gemma 3's Q/K norms
-// norm each head; heads from `split` on take the weight's second row w[dim .. 2 dim], so Q and
-// K heads, each with their own norm weight, are one dispatch). One workgroup per (row, head), numbered wid.x + wid.y * num_workgroups.x
-// (a 2-D grid when tokens × heads passes the per-dimension limit); the sum of squares has a fixed order (per-invocation strided sums,
-// then a fixed tree), so a row's result does not depend on the other rows of the step.
-// The order of the sums is common/rms.wgsl's (shared with linear/linear.wgsl's RMSNorm on load).
+// RMSNorm (common/rms_norm_io.wgsl says what it computes), a workgroup of 64 per (row, head):
+// the sum of squares has a fixed order (per-invocation strided sums, then a fixed tree:
+// common/rms.wgsl, shared with linear/linear.wgsl's RMSNorm on load), so a row's result does not
+// depend on the other rows of the step.
 
-struct RmsNormParams {
-    dim: u32,
-    eps: f32,
-    x_stride: u32,
-    out_stride: u32,
-    flags: u32,       // FLAG_*
-    heads: u32,       // slices of dim floats normed per row
-    x_offset: u32,    // float offset of head 0 within a row of x
-    out_offset: u32,  // float offset of head 0 within a row of out
-    split: u32,       // first head normed with w's second row (heads: none)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-const FLAG_GATHER: u32 = 1u;      // row r reads x row rows[r]; the row count is step.num_logits
-const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (a residual connection)
 const WG: u32 = 64u;
-
-@group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: RmsNormParams;
-@group(0) @binding(2) var<storage, read> x: array<f32>;          // [tokens, x_stride]
-@group(0) @binding(3) var<storage, read> w: array<f32>;          // [dim], or [2, dim] with a split
-@group(0) @binding(4) var<storage, read> rows: array<u32>;       // [num_logits] (gather only)
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;  // [rows, out_stride]
 
 @compute @workgroup_size(64)
 fn main(
@@ -39,30 +11,17 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_id) lid: vec3<u32>,
 ) {
-    let g = wid.x + wid.y * nwg.x;
-    let gather = (p.flags & FLAG_GATHER) != 0u;
-    let count = select(step.num_tokens, step.num_logits, gather);
-    if (g >= count * p.heads) {
+    let sl = norm_slice(wid.x + wid.y * nwg.x);
+    if (!sl.valid) {
         return;
     }
-    let r = g / p.heads;
-    let h = g % p.heads;
-    let src = select(r, rows[r], gather);
-    let xb = src * p.x_stride + p.x_offset + h * p.dim;
     var s = 0.0;
     for (var i = lid.x; i < p.dim; i += WG) {
-        let v = x[xb + i];
+        let v = x[sl.xb + i];
         s = fma(v, v, s);
     }
     let inv = rms_inv(rms_tree(lid.x, s), p.dim, p.eps);
-    let ob = r * p.out_stride + p.out_offset + h * p.dim;
-    let wb = select(0u, p.dim, h >= p.split);
     for (var i = lid.x; i < p.dim; i += WG) {
-        let v = (x[xb + i] * inv) * w[wb + i];
-        if ((p.flags & FLAG_ACCUMULATE) != 0u) {
-            out[ob + i] = out[ob + i] + v;
-        } else {
-            out[ob + i] = v;
-        }
+        norm_write(sl, i, inv);
     }
 }

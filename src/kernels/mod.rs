@@ -106,6 +106,17 @@ pub enum AttentionVariant {
     Lanes,
 }
 
+/// How the RMSNorm kernel sums a row's squares. Both give the same bits (the lane variant plays
+/// the workgroup's 64 invocations, eight per lane, and its tree's levels in the same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum NormVariant {
+    /// A workgroup of 64 per row, the tree through workgroup memory (`shaders/norm/rms_norm.wgsl`).
+    Workgroup,
+    /// CPU adapters: one subgroup of exactly 8 lanes per row, no workgroup memory or barriers
+    /// (`shaders/norm/rms_norm_lanes.wgsl`).
+    Lanes,
+}
+
 /// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenTile {
@@ -149,7 +160,9 @@ pub enum PipelineKey {
     Embedding {
         format: WeightFormat,
     },
-    RmsNorm,
+    RmsNorm {
+        variant: NormVariant,
+    },
     Rope,
     KvWrite,
     /// RoPE and the f16 KV write in one dispatch.
@@ -206,6 +219,9 @@ pub struct KernelConfig {
     /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
     /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64 and 128.
     pub lanes_attention: bool,
+    /// Whether the RMSNorm runs as one 8-lane subgroup per row ([`NormVariant::Lanes`]): where
+    /// the lane attention kernels run (the same subgroups of exactly 8 lanes on a CPU adapter).
+    pub lanes_norm: bool,
 }
 
 /// Which family of kernel variants to run.
@@ -226,7 +242,8 @@ impl KernelConfig {
         match family {
             KernelFamily::Auto => auto,
             KernelFamily::Gpu => {
-                KernelConfig { linear: LinearVariant::Gpu, lanes_attention: false, ..auto }
+                let linear = LinearVariant::Gpu;
+                KernelConfig { linear, lanes_attention: false, lanes_norm: false, ..auto }
             }
         }
     }
@@ -258,6 +275,7 @@ impl KernelConfig {
             workgroup_memory: caps.max_compute_workgroup_storage_size,
             linear,
             lanes_attention,
+            lanes_norm: lanes_attention,
         }
     }
 
@@ -266,6 +284,15 @@ impl KernelConfig {
     /// the linear variant can ([`linear::norms_on_load`]).
     pub fn norm_on_load(&self) -> bool {
         linear::norms_on_load(self.linear)
+    }
+
+    /// The RMSNorm variant.
+    pub fn norm(&self) -> NormVariant {
+        if self.lanes_norm {
+            NormVariant::Lanes
+        } else {
+            NormVariant::Workgroup
+        }
     }
 
     /// The attention variant for a head size.

@@ -1,4 +1,5 @@
-//! Host half of `shaders/norm/rms_norm.wgsl`: out[r] (+)= x[src(r)] / rms(x[src(r)]) * w, over
+//! Host half of `shaders/norm/rms_norm.wgsl` (and its CPU-adapter twin `rms_norm_lanes.wgsl`,
+//! the same bits: [`super::NormVariant`]): out[r] (+)= x[src(r)] / rms(x[src(r)]) * w, over
 //! whole token rows (the sub-layer norms), gathered rows (the final norm of the logit rows), or
 //! each head of a token row (Gemma 3's Q/K norms: `heads` rows of `dim` per token, Q and K
 //! heads with their own weights in one dispatch); with
@@ -99,7 +100,8 @@ impl RmsNormOp {
         io: NormIo<'_>,
     ) -> Self {
         let NormIo { step, x, weight, out, rows, accumulate } = io;
-        let pipeline = kernels.pipeline(gpu, PipelineKey::RmsNorm);
+        let pipeline =
+            kernels.pipeline(gpu, PipelineKey::RmsNorm { variant: kernels.config.norm() });
         assert!(dim > 0, "{label}: a norm over 0 elements");
         let gather = matches!(rows, NormRows::Gather(_));
         let heads = match rows {

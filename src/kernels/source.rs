@@ -5,7 +5,8 @@ use super::bandwidth::{self, BandwidthLoads, BandwidthProbe};
 use super::rotate;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
-use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, TokenTile, WeightFormat};
+use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, NormVariant};
+use super::{TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
 use crate::loader::Activation;
 use crate::quant::{KvQuant, ScaleGranularity};
@@ -156,7 +157,15 @@ pub fn wgsl(key: PipelineKey) -> String {
             weight_snippet(format),
             include_str!("../../shaders/embedding/embedding.wgsl"),
         ],
-        PipelineKey::RmsNorm => vec![STEP, RMS, include_str!("../../shaders/norm/rms_norm.wgsl")],
+        PipelineKey::RmsNorm { variant } => vec![
+            STEP,
+            RMS,
+            include_str!("../../shaders/norm/rms_norm_io.wgsl"),
+            match variant {
+                NormVariant::Workgroup => include_str!("../../shaders/norm/rms_norm.wgsl"),
+                NormVariant::Lanes => include_str!("../../shaders/norm/rms_norm_lanes.wgsl"),
+            },
+        ],
         PipelineKey::Rope => vec![STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")],
         PipelineKey::KvWrite => {
             vec![STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")]
@@ -240,7 +249,7 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
     let bindings = match key {
         PipelineKey::Linear { variant, .. } => linear::bindings(variant),
         PipelineKey::Embedding { .. } => embedding::BINDINGS.to_vec(),
-        PipelineKey::RmsNorm => rms_norm::BINDINGS.to_vec(),
+        PipelineKey::RmsNorm { .. } => rms_norm::BINDINGS.to_vec(),
         PipelineKey::Rope => rope::BINDINGS.to_vec(),
         PipelineKey::KvWrite => kv_write::BINDINGS.to_vec(),
         PipelineKey::RopeKvWrite => rope_kv_write::BINDINGS.to_vec(),
@@ -285,7 +294,8 @@ pub fn all_keys() -> Vec<PipelineKey> {
         keys.push(PipelineKey::Embedding { format });
     }
     keys.extend([
-        PipelineKey::RmsNorm,
+        PipelineKey::RmsNorm { variant: NormVariant::Workgroup },
+        PipelineKey::RmsNorm { variant: NormVariant::Lanes },
         PipelineKey::Rope,
         PipelineKey::KvWrite,
         PipelineKey::RopeKvWrite,

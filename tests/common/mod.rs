@@ -142,6 +142,21 @@ pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     out
 }
 
+/// Kernel sets for both RMSNorm variants where this adapter can run them (the lane variant
+/// needs subgroups of exactly 8 lanes, as the lane attention kernels).
+pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
+    let caps = &t.gpu.caps;
+    let config =
+        |lanes_norm| kvrun::kernels::KernelConfig { lanes_norm, ..t.kernels.config.clone() };
+    let mut out = vec![("workgroup", Kernels::with_config(config(false)))];
+    if caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8 {
+        out.push(("lanes", Kernels::with_config(config(true))));
+    } else {
+        eprintln!("adapter lacks subgroups of exactly 8 lanes: lane RMSNorm variant not tested");
+    }
+    out
+}
+
 /// Runs `record` in one compute pass and waits.
 pub fn run(gpu: &Gpu, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
     let mut enc =
