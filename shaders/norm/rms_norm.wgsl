@@ -1,4 +1,4 @@
-// RMSNorm (common/rms_norm_io.wgsl says what it computes), a workgroup of 64 per (row, head):
+// RMSNorm (rms_norm_io.wgsl beside it says what it computes), a workgroup of 64 per (row, head):
 // the sum of squares has a fixed order (per-invocation strided sums, then a fixed tree:
 // common/rms.wgsl, shared with linear/linear.wgsl's RMSNorm on load), so a row's result does not
 // depend on the other rows of the step.

@@ -1,4 +1,4 @@
-// RMSNorm for CPU adapters (common/rms_norm_io.wgsl says what it computes): one subgroup of 8
+// RMSNorm for CPU adapters (rms_norm_io.wgsl beside it says what it computes): one subgroup of 8
 // lanes per (row, head), no workgroup memory and no barriers. Lane j plays invocations j, j + 8,
 // …, j + 56 of rms_norm.wgsl's workgroup of 64: the same strided fma chains and then the same
 // tree (common/rms.wgsl's rms_tree), its first three levels inside each lane, the last three
