@@ -11,17 +11,18 @@ fn compile(key: PipelineKey) -> Result<(), String> {
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
     // it); the subgroup linear and lane attention variants also need subgroups and 64-bit
     // integers, which they are only chosen with (KernelConfig::choose), and the lane RMSNorm
-    // subgroups (chosen with the lane attention).
-    let subgroup = matches!(
+    // subgroups only (KernelConfig::can_run_lanes_norm).
+    let subgroup_int64 = matches!(
         key,
         PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
             | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
             | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
-            | PipelineKey::RmsNorm { variant: NormVariant::Lanes }
     );
+    let subgroup =
+        subgroup_int64 || matches!(key, PipelineKey::RmsNorm { variant: NormVariant::Lanes });
     // the u64 bandwidth probes need 64-bit integers only (BandwidthLoads::available)
-    let int64 =
-        subgroup || matches!(key, PipelineKey::Bandwidth { loads: BandwidthLoads::U64x2, .. });
+    let int64 = subgroup_int64
+        || matches!(key, PipelineKey::Bandwidth { loads: BandwidthLoads::U64x2, .. });
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
         caps |= naga::valid::Capabilities::SUBGROUP;

@@ -4,7 +4,7 @@
 // tree (common/rms.wgsl's rms_tree), its first three levels inside each lane, the last three
 // across lanes by shuffles, so the result is rms_norm.wgsl's bits. On llvmpipe each of that
 // tree's barriers switches between the workgroup's eight subgroups; here there are none.
-// Needs subgroups of 8 lanes (kernels::KernelConfig::choose).
+// Needs subgroups of exactly 8 lanes (kernels::KernelConfig::can_run_lanes_norm).
 
 const VIRT: u32 = 8u;   // invocations of rms_norm.wgsl each lane plays
 const STRIDE: u32 = 64u; // rms_norm.wgsl's workgroup size

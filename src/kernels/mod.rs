@@ -219,8 +219,8 @@ pub struct KernelConfig {
     /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
     /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64 and 128.
     pub lanes_attention: bool,
-    /// Whether the RMSNorm runs as one 8-lane subgroup per row ([`NormVariant::Lanes`]): where
-    /// the lane attention kernels run (the same subgroups of exactly 8 lanes on a CPU adapter).
+    /// Whether the RMSNorm runs as one 8-lane subgroup per row ([`NormVariant::Lanes`]): on a
+    /// CPU adapter with subgroups of exactly 8 lanes.
     pub lanes_norm: bool,
 }
 
@@ -261,21 +261,28 @@ impl KernelConfig {
             && caps.max_storage_buffers_per_shader_stage >= storage
     }
 
+    /// Whether the device can run `NormVariant::Lanes`: subgroups of exactly 8 lanes.
+    pub fn can_run_lanes_norm(caps: &Capabilities) -> bool {
+        caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8
+    }
+
+    /// Whether the device can run `AttentionVariant::Lanes`: subgroups of exactly 8 lanes and
+    /// 64-bit shader integers (the quantized pools are read as u64).
+    pub fn can_run_lanes_attention(caps: &Capabilities) -> bool {
+        Self::can_run_lanes_norm(caps) && caps.shader_int64
+    }
+
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
         let subgroup_linear = caps.is_cpu && Self::can_run_subgroup_linear(caps);
-        let lanes_attention = caps.is_cpu
-            && caps.subgroups
-            && caps.subgroup_min_size == 8
-            && caps.subgroup_max_size == 8
-            && caps.shader_int64;
+        let lanes_attention = caps.is_cpu && Self::can_run_lanes_attention(caps);
         let linear = if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu };
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,
             linear,
             lanes_attention,
-            lanes_norm: lanes_attention,
+            lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
         }
     }
 

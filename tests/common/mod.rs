@@ -124,15 +124,15 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
     out
 }
 
-/// Kernel sets for both attention variants where this adapter can run them (the lane variant
-/// needs subgroups of exactly 8 lanes).
+/// Kernel sets for both attention variants where this adapter can run them
+/// (`KernelConfig::can_run_lanes_attention`).
 pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     let caps = &t.gpu.caps;
     let mut out = Vec::new();
     let workgroup =
         kvrun::kernels::KernelConfig { lanes_attention: false, ..t.kernels.config.clone() };
     out.push(("workgroup", Kernels::with_config(workgroup)));
-    if caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8 {
+    if kvrun::kernels::KernelConfig::can_run_lanes_attention(caps) {
         let lanes =
             kvrun::kernels::KernelConfig { lanes_attention: true, ..t.kernels.config.clone() };
         out.push(("lanes", Kernels::with_config(lanes)));
@@ -142,16 +142,17 @@ pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     out
 }
 
-/// Kernel sets for both RMSNorm variants where this adapter can run them (the lane variant
-/// needs subgroups of exactly 8 lanes, as the lane attention kernels).
+/// Kernel sets for both RMSNorm variants where this adapter can run them
+/// (`KernelConfig::can_run_lanes_norm`).
 pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     let caps = &t.gpu.caps;
     let config =
         |lanes_norm| kvrun::kernels::KernelConfig { lanes_norm, ..t.kernels.config.clone() };
     let mut out = vec![("workgroup", Kernels::with_config(config(false)))];
-    if caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8 {
+    if kvrun::kernels::KernelConfig::can_run_lanes_norm(caps) {
         out.push(("lanes", Kernels::with_config(config(true))));
     } else {
+        // as for the lane attention: such an adapter runs the workgroup variant in production
         eprintln!("adapter lacks subgroups of exactly 8 lanes: lane RMSNorm variant not tested");
     }
     out
