@@ -219,7 +219,7 @@ fn attention_decode(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    let shapes = [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128)];
+    let shapes = [("smollm2", 9u32, 3u32, 64u32), ("llama8b", 32, 8, 128), ("gemma3", 4, 1, 256)];
     let formats = [("f16", KvFormat::F16), ("int8", KvFormat::Int8), ("int4", KvFormat::Int4)];
     for (shape, heads, kv_heads, hd) in shapes {
         for ctx in [512u32, 4096] {

@@ -376,7 +376,9 @@ fn mixed_step_and_other_head_sizes() {
 fn prefill_and_decode_are_bit_identical() {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
-        for (i, (bs, hd)) in [(1usize, 64usize), (16, 64), (16, 128)].into_iter().enumerate() {
+        for (i, (bs, hd)) in
+            [(1usize, 64usize), (16, 64), (16, 128), (16, 256)].into_iter().enumerate()
+        {
             bit_identity(bs, hd, None, 400 + i as u64, &kernels, name);
         }
     }
@@ -452,8 +454,9 @@ fn sliding_window_matches_reference() {
     // Gemma 3 270M's shape far into a long context: 4 query heads on 1 KV head of 256, window
     // 512 and full (its global layers), a 128-token chunk and a decode at 2048, and a prefill
     // tile over 8192 keys (128 partitions: within llvmpipe's 65,535 loop iterations per
-    // invocation only because prefill's inner loops step 8 at a time; one at a time it failed
-    // past ~1,850 keys).
+    // invocation only because the workgroup prefill's inner loops step 8 at a time (one at a
+    // time it failed past ~1,850 keys) and the lane prefill's per-query steps are written out,
+    // not looped (a loop of 8 a key failed past 8,191 keys).
     let s = Shape { num_heads: 4, num_kv_heads: 1, head_dim: 256, block_size: 16 };
     let seqs = [Seq { ctx_len: 2048, q_len: 1 }, Seq { ctx_len: 2048, q_len: 128 }];
     check_window(&s, &seqs, Some(512), 1010);
@@ -469,7 +472,9 @@ fn sliding_window_matches_reference() {
 fn prefill_and_decode_are_bit_identical_with_a_window() {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
-        for (i, (bs, hd)) in [(1usize, 64usize), (16, 64), (16, 128)].into_iter().enumerate() {
+        for (i, (bs, hd)) in
+            [(1usize, 64usize), (16, 64), (16, 128), (16, 256)].into_iter().enumerate()
+        {
             for (j, w) in [80usize, 7, 1].into_iter().enumerate() {
                 bit_identity(bs, hd, Some(w), 1100 + (i * 10 + j) as u64, &kernels, name);
             }

@@ -394,6 +394,7 @@ fn block_sizes_gqa_ratios_and_head_dims() {
         Shape { heads: 6, kv_heads: 1, head_dim: 64, block_size: 64 },
         Shape { heads: 8, kv_heads: 2, head_dim: 128, block_size: 16 },
         Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5 },
+        Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16 },
     ];
     for (i, s) in shapes.into_iter().enumerate() {
         for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
@@ -441,13 +442,14 @@ fn sliding_window_every_format() {
 /// bit-identical outputs over a quantized pool, with and without a sliding window (windows
 /// whose first key crosses a block, a partition boundary within the chunk, or neither). Every
 /// format with its default scales, and the other granularities (the lane kernels apply each
-/// one's scales at a different point: per block, per score, at the partition's end).
+/// one's scales at a different point: per block, per score, at the partition's end). SmolLM2's
+/// shape for all of them; Gemma 3's (head_dim 256, four lanes' words a key) for the defaults.
 #[test]
 fn prefill_and_decode_are_bit_identical_with_a_window() {
     let Some(t) = gpu() else { return };
-    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 };
+    let smollm2 = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16 };
+    let gemma3 = Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16 };
     let (start, n) = (110usize, 24usize);
-    let qd = s.heads * s.head_dim;
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
     use ScaleGranularity::*;
     let all_windows = [None, Some(3), Some(50), Some(80)];
@@ -455,6 +457,7 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
     for format in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4] {
         cases.push((default(format), &all_windows));
     }
+    let defaults = cases.len();
     for (format, k, v) in [
         (KvFormat::Int4, PerToken, PerChannel),
         (KvFormat::Int8, PerToken, PerChannel),
@@ -463,26 +466,34 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
     ] {
         cases.push((spec(format, k, v), &all_windows[2..3]));
     }
+    let shapes = [(smollm2, cases.len()), (gemma3, defaults)];
     for (name, kernels) in attention_variants(t) {
-        for (i, &(spec, windows)) in cases.iter().enumerate() {
-            for (j, &window) in windows.iter().enumerate() {
-                let what = format!("{spec} ({name}) window {window:?}");
-                let mut r = rng((1300 + i * 10 + j) as u64);
-                let prefill = [Chunk { start, len: n }];
-                let inp = random_inputs(&mut r, s, &prefill);
-                let got_prefill = gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels);
-                let decode: Vec<Chunk> =
-                    (0..n).map(|j| Chunk { start: start + j, len: 1 }).collect();
-                let per_token = Inputs {
-                    k: vec![inp.k[0].clone(); n],
-                    v: vec![inp.v[0].clone(); n],
-                    q: (0..n).map(|j| inp.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
-                };
-                let got_decode = gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                let (p, d) = (bits(&got_prefill[0]), bits(&got_decode.concat()));
-                let first = p.iter().zip(&d).position(|(a, b)| a != b);
-                assert!(first.is_none(), "{what}: prefill and decode differ first at {first:?}");
+        for (si, &(s, n_cases)) in shapes.iter().enumerate() {
+            let qd = s.heads * s.head_dim;
+            for (i, &(spec, windows)) in cases[..n_cases].iter().enumerate() {
+                for (j, &window) in windows.iter().enumerate() {
+                    let what = format!("{spec} ({name}) head_dim {} window {window:?}", s.head_dim);
+                    let mut r = rng((1300 + si * 1000 + i * 10 + j) as u64);
+                    let prefill = [Chunk { start, len: n }];
+                    let inp = random_inputs(&mut r, s, &prefill);
+                    let got_prefill = gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels);
+                    let decode: Vec<Chunk> =
+                        (0..n).map(|j| Chunk { start: start + j, len: 1 }).collect();
+                    let per_token = Inputs {
+                        k: vec![inp.k[0].clone(); n],
+                        v: vec![inp.v[0].clone(); n],
+                        q: (0..n).map(|j| inp.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+                    };
+                    let got_decode =
+                        gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    let (p, d) = (bits(&got_prefill[0]), bits(&got_decode.concat()));
+                    let first = p.iter().zip(&d).position(|(a, b)| a != b);
+                    assert!(
+                        first.is_none(),
+                        "{what}: prefill and decode differ first at {first:?}"
+                    );
+                }
             }
         }
     }
@@ -490,8 +501,10 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
 
 /// Gemma 3 270M's shape far into a long context over int8 and int4 pools: a prefill tile over
 /// 2,048 and 8,192 keys, windowed (512) and full. llvmpipe stops a shader invocation's loops after
-/// 65,535 iterations in total; one key (or one word) at a time, a tile failed past ~1,850 keys
-/// at head_dim 256, so the inner loops step 8 at a time (DESIGN.md, "Traps").
+/// 65,535 iterations in total: one key (or one word) at a time, a workgroup-variant tile failed
+/// past ~1,850 keys at head_dim 256, so its inner loops step 8 at a time; the lane variant
+/// (which CPU adapters run here) writes its 8 queries' steps out, where a loop of 8 a key failed
+/// past 8,191 keys (DESIGN.md, "Traps").
 #[test]
 fn long_context_prefill_tiles_at_head_dim_256() {
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
@@ -504,7 +517,7 @@ fn long_context_prefill_tiles_at_head_dim_256() {
 
 /// The same at head_dim 128, which the lane kernels serve on CPU adapters: a 16-query chunk
 /// (two prefill tiles) at the end of 8,192 keys, int8 and int4. The lanes prefill walks one key
-/// at a time (two passes per partition) with the 8 queries' work unrolled; a loop that did not
+/// at a time (one pass per partition) with the 8 queries' work written out; a loop that did not
 /// unroll would count 8 iterations per key and stop past the cap.
 #[test]
 fn long_context_lane_prefill_at_head_dim_128() {

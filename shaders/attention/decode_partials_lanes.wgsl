@@ -42,16 +42,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let hs = head_slice(wid.y);
     let kvh = hs.kvh;
     let nh = hs.nh;
-    var q: array<Lane16, LANE_HEADS>;
-    var m: array<f32, LANE_HEADS>;
-    var l: array<f32, LANE_HEADS>;
-    var o: array<Lane16, LANE_HEADS>;
-    for (var i = 0u; i < LANE_HEADS; i++) {
-        q[i] = q_lane(seq.q_start, hs.h0 + min(i, nh - 1u), lane);
-        m[i] = NEG_BIG;
-        l[i] = 0.0;
-        o[i] = lane_zero();
-    }
+    let q = slice_queries(seq.q_start, hs, lane);
+    var st = slice_new();
     let table = seq.table_start;
     let bs = p.block_size;
 
@@ -65,16 +57,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let k = k_lane(row);
             let v = v_lane(row);
             row += HEAD_DIM / 8u;
-            for (var i = 0u; i < LANE_HEADS; i++) {
-                if (i < nh) {
-                    let f = fold_key(m[i], l[i], lanes_sum(lane_dot(q[i], k)) * p.scale, true);
-                    m[i] = f.x;
-                    l[i] = f.y;
-                    o[i] = lane_merge(o[i], f.z, v, f.w);
-                }
+            st[0] = head_fold(st[0], head_score(q[0], k), v);
+            if (nh > 1u) {
+                st[1] = head_fold(st[1], head_score(q[1], k), v);
+            }
+            if (nh > 2u) {
+                st[2] = head_fold(st[2], head_score(q[2], k), v);
+            }
+            if (nh > 3u) {
+                st[3] = head_fold(st[3], head_score(q[3], k), v);
             }
         }
     }
 
-    write_partials(si, hs, part, lane, m, l, o);
+    write_partials(si, hs, part, lane, st);
 }

@@ -17,6 +17,19 @@
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;    // concatenated tables
 @group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]
 
+// The score of a quantized key (its raw codes and k_token_sm) for a query folded for its block
+// (qsum: the query's Σ), the same value in every lane.
+fn quant_score(kq: KQuery, raw: Lane, sm: vec2<f32>, qsum: f32) -> f32 {
+    return k_score(lanes_sum(k_lane_dot(kq, raw)), sm, qsum) * p.scale;
+}
+
+// Head h after a quantized key of score s: its row v (v_lane_load) weighted by v_weight, the
+// minimums' sum by v_min_acc.
+fn head_fold_quant(h: Head, s: f32, v: Lane, vsm: vec2<f32>) -> Head {
+    let f = fold_key(h.m, h.l, s, true);
+    return Head(f.x, f.y, lane_merge(h.o, f.z, v, v_weight(f.w, vsm)), v_min_acc(f.w, vsm, h.mv * f.z));
+}
+
 @compute @workgroup_size(8)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     let si = wid.z;
@@ -42,20 +55,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let hs = head_slice(wid.y);
     let kvh = hs.kvh;
     let nh = hs.nh;
-    var q: array<Lane16, LANE_HEADS>;
-    var qsum: array<f32, LANE_HEADS>;  // Σ of each query's channels (k_score)
-    var m: array<f32, LANE_HEADS>;
-    var l: array<f32, LANE_HEADS>;
-    var o: array<Lane16, LANE_HEADS>;
-    var mv: array<f32, LANE_HEADS>;    // Σ e × V's minimums (v_min_acc)
-    for (var i = 0u; i < LANE_HEADS; i++) {
-        q[i] = q_lane(seq.q_start, hs.h0 + min(i, nh - 1u), lane);
-        qsum[i] = lanes_sum(lane_total(q[i]));
-        m[i] = NEG_BIG;
-        l[i] = 0.0;
-        o[i] = lane_zero();
-        mv[i] = 0.0;
-    }
+    let q = slice_queries(seq.q_start, hs, lane);
+    // Σ of each query's channels (k_score)
+    let qsum = vec4<f32>(
+        lanes_sum(lane_total(q[0])),
+        lanes_sum(lane_total(q[1])),
+        lanes_sum(lane_total(q[2])),
+        lanes_sum(lane_total(q[3])),
+    );
+    var st = slice_new();
     let table = seq.table_start;
     let bs = p.block_size;
     let own = (seq.ctx_len - 1u) / bs * bs;  // first key of the query's own (f16) block
@@ -70,10 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let vb = hb * p.v_head_block_words;
         let ks = k_lane_scales(kb, lane);
         let vs = v_lane_scales(vb, lane);
-        var kq: array<KQuery, LANE_HEADS>;
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            kq[i] = k_fold(q[i], ks);
-        }
+        let kq = array<KQuery, LANE_HEADS>(k_fold(q[0], ks), k_fold(q[1], ks), k_fold(q[2], ks), k_fold(q[3], ks));
         let seg = min(q_end, (blk + 1u) * bs);
         for (var t = pos % bs; pos < seg; pos++) {
             let raw = k_lane_raw(kb, t, lane);
@@ -81,34 +86,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let v = v_lane_load(vb, t, lane, vs);
             let vsm = v_token_sm(vb, t);
             t++;
-            for (var i = 0u; i < LANE_HEADS; i++) {
-                if (i < nh) {
-                    let s = k_score(lanes_sum(k_lane_dot(kq[i], raw)), sm, qsum[i]) * p.scale;
-                    let f = fold_key(m[i], l[i], s, true);
-                    m[i] = f.x;
-                    l[i] = f.y;
-                    o[i] = lane_merge(o[i], f.z, v, v_weight(f.w, vsm));
-                    mv[i] = v_min_acc(f.w, vsm, mv[i] * f.z);
-                }
+            st[0] = head_fold_quant(st[0], quant_score(kq[0], raw, sm, qsum.x), v, vsm);
+            if (nh > 1u) {
+                st[1] = head_fold_quant(st[1], quant_score(kq[1], raw, sm, qsum.y), v, vsm);
+            }
+            if (nh > 2u) {
+                st[2] = head_fold_quant(st[2], quant_score(kq[2], raw, sm, qsum.z), v, vsm);
+            }
+            if (nh > 3u) {
+                st[3] = head_fold_quant(st[3], quant_score(kq[3], raw, sm, qsum.w), v, vsm);
             }
         }
     }
     for (pos = max(k0, own); pos < end; pos++) {
         let k = kv_lane_f16(0u, seq, pos, kvh, lane);
         let v = kv_lane_f16(1u, seq, pos, kvh, lane);
-        for (var i = 0u; i < LANE_HEADS; i++) {
-            if (i < nh) {
-                let f = fold_key(m[i], l[i], lanes_sum(lane_dot(q[i], k)) * p.scale, true);
-                m[i] = f.x;
-                l[i] = f.y;
-                o[i] = lane_merge(o[i], f.z, v, f.w);
-                mv[i] = mv[i] * f.z;
-            }
+        st[0] = head_fold(st[0], head_score(q[0], k), v);
+        if (nh > 1u) {
+            st[1] = head_fold(st[1], head_score(q[1], k), v);
+        }
+        if (nh > 2u) {
+            st[2] = head_fold(st[2], head_score(q[2], k), v);
+        }
+        if (nh > 3u) {
+            st[3] = head_fold(st[3], head_score(q[3], k), v);
         }
     }
-    for (var i = 0u; i < LANE_HEADS; i++) {
-        o[i] = v_min_apply(o[i], mv[i]);
-    }
+    st[0].o = v_min_apply(st[0].o, st[0].mv);
+    st[1].o = v_min_apply(st[1].o, st[1].mv);
+    st[2].o = v_min_apply(st[2].o, st[2].mv);
+    st[3].o = v_min_apply(st[3].o, st[3].mv);
 
-    write_partials(si, hs, part, lane, m, l, o);
+    write_partials(si, hs, part, lane, st);
 }

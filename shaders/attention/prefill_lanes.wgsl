@@ -16,15 +16,6 @@
 @group(0) @binding(7) var<storage, read> tiles: array<vec2<u32>>;      // [num_prefill_tiles] (seq index, first query index)
 @group(0) @binding(8) var<storage, read_write> out: array<f32>;        // [tokens, out_stride]
 
-const QT: u32 = 8u;  // queries per tile = lanes
-
-// The 8 queries' scores for one key; lane j gets query j's.
-fn scores(q: array<Lane16, 8>, k: Lane16, lane: u32) -> f32 {
-    let lo = vec4<f32>(lane_dot(q[0], k), lane_dot(q[1], k), lane_dot(q[2], k), lane_dot(q[3], k));
-    let hi = vec4<f32>(lane_dot(q[4], k), lane_dot(q[5], k), lane_dot(q[6], k), lane_dot(q[7], k));
-    return lanes_sum_scatter(lo, hi, lane) * p.scale;
-}
-
 @compute @workgroup_size(8)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32) {
     if (wid.x >= step.num_prefill_tiles) {
@@ -41,30 +32,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let first_tok = seq.q_start + tile.y;
     let table = seq.table_start;
     let bs = p.block_size;
-    var q: array<Lane16, 8>;
-    for (var i = 0u; i < QT; i++) {
-        q[i] = q_lane(first_tok + min(i, nq - 1u), h, lane);
-    }
+    let q = tile_queries(first_tok, nq, h, lane);
     let mine = lane < nq;       // this lane's query exists
     let my_pos = pos0 + lane;   // and sits at this position
     let my_lo = window_lo(my_pos);  // and sees keys [my_lo, my_pos]
 
     var m_run = NEG_BIG;
     var l_run = 0.0;
-    var o: array<Lane16, 8>;
-    for (var i = 0u; i < QT; i++) {
-        o[i] = lane_zero();
-    }
+    var o: array<Lane, 8>;  // zeros
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
         // one pass with a running max per query (fold_key), as decode_partials_lanes
         var m = NEG_BIG;
         var l = 0.0;
-        var op: array<Lane16, 8>;
-        for (var i = 0u; i < QT; i++) {
-            op[i] = lane_zero();
-        }
+        var op: array<Lane, 8>;  // zeros
         // block by block, the row index stepped per key: no division per key
         var pos = first;
         while (pos < end) {
@@ -78,9 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 let f = fold_key(m, l, s, mine && pos >= my_lo && pos <= my_pos);
                 m = f.x;
                 l = f.y;
-                for (var i = 0u; i < QT; i++) {
-                    op[i] = lane_merge(op[i], subgroupShuffle(f.z, i), v, subgroupShuffle(f.w, i));
-                }
+                op = merge_tile(op, f.z, v, f.w);
             }
         }
         // fold this partition into the running state (queries with no key here keep theirs)
@@ -92,24 +72,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             l_run = fma(l_run, f.x, l * f.y);
             m_run = f.z;
         }
-        for (var i = 0u; i < QT; i++) {
-            o[i] = lane_merge(o[i], subgroupShuffle(a, i), op[i], subgroupShuffle(b, i));
-        }
+        o = merge_partition(o, a, op, b);
     }
 
-    for (var i = 0u; i < QT; i++) {
-        let l_i = subgroupShuffle(l_run, i);
-        if (i < nq) {
-            let c = (first_tok + i) * p.out_stride + h * HEAD_DIM + lane * 8u * WPL;
-            let r = o[i];
-            for (var j = 0u; j < 4u; j++) {
-                out[c + j] = r.a[j] / l_i;
-                out[c + 4u + j] = r.b[j] / l_i;
-                if (WPL > 1u) {
-                    out[c + 8u + j] = r.c[j] / l_i;
-                    out[c + 12u + j] = r.d[j] / l_i;
-                }
-            }
-        }
-    }
+    store_tile(first_tok, nq, h, lane, o, l_run);
 }

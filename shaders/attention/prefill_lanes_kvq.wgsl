@@ -19,21 +19,60 @@
 @group(0) @binding(8) var<storage, read> tiles: array<vec2<u32>>;      // [num_prefill_tiles] (seq index, first query index)
 @group(0) @binding(9) var<storage, read_write> out: array<f32>;        // [tokens, out_stride]
 
-const QT: u32 = 8u;  // queries per tile = lanes
-
-// The 8 queries' scores for one f16 key; lane j gets query j's.
-fn scores(q: array<Lane16, 8>, k: Lane16, lane: u32) -> f32 {
-    let lo = vec4<f32>(lane_dot(q[0], k), lane_dot(q[1], k), lane_dot(q[2], k), lane_dot(q[3], k));
-    let hi = vec4<f32>(lane_dot(q[4], k), lane_dot(q[5], k), lane_dot(q[6], k), lane_dot(q[7], k));
-    return lanes_sum_scatter(lo, hi, lane) * p.scale;
-}
-
 // The 8 queries' scores for one quantized key (its raw codes and k_token_sm; kq: the queries
 // folded for its block; qsum: lane j's query's Σ); lane j gets query j's.
-fn quant_scores(kq: array<KQuery, 8>, raw: Lane16, sm: vec2<f32>, qsum: f32, lane: u32) -> f32 {
+fn quant_scores(kq: array<KQuery, 8>, raw: Lane, sm: vec2<f32>, qsum: f32, lane: u32) -> f32 {
     let lo = vec4<f32>(k_lane_dot(kq[0], raw), k_lane_dot(kq[1], raw), k_lane_dot(kq[2], raw), k_lane_dot(kq[3], raw));
     let hi = vec4<f32>(k_lane_dot(kq[4], raw), k_lane_dot(kq[5], raw), k_lane_dot(kq[6], raw), k_lane_dot(kq[7], raw));
     return k_score(lanes_sum_scatter(lo, hi, lane), sm, qsum) * p.scale;
+}
+
+// The tile's queries as the keys of one head block see them (k_fold).
+fn fold_tile(q: array<Lane, 8>, ks: LaneScales) -> array<KQuery, 8> {
+    return array<KQuery, 8>(
+        k_fold(q[0], ks), k_fold(q[1], ks), k_fold(q[2], ks), k_fold(q[3], ks),
+        k_fold(q[4], ks), k_fold(q[5], ks), k_fold(q[6], ks), k_fold(q[7], ks),
+    );
+}
+
+// The minimums' sums added to the tile's outputs: op[i] = v_min_apply(op[i], mv of lane i).
+fn min_apply_tile(op: array<Lane, 8>, mv: f32) -> array<Lane, 8> {
+    var r = op;
+    r[0] = v_min_apply(op[0], subgroupShuffle(mv, 0u));
+    r[1] = v_min_apply(op[1], subgroupShuffle(mv, 1u));
+    r[2] = v_min_apply(op[2], subgroupShuffle(mv, 2u));
+    r[3] = v_min_apply(op[3], subgroupShuffle(mv, 3u));
+    r[4] = v_min_apply(op[4], subgroupShuffle(mv, 4u));
+    r[5] = v_min_apply(op[5], subgroupShuffle(mv, 5u));
+    r[6] = v_min_apply(op[6], subgroupShuffle(mv, 6u));
+    r[7] = v_min_apply(op[7], subgroupShuffle(mv, 7u));
+    return r;
+}
+
+// Query i's output after a key of a block holding both copies: the f16 row vf (weight e) if
+// the query sits in that block (f16_i), else the quantized one vq (v_weight); (c, e) from
+// lane i.
+fn merge_mixed(op: Lane, i: u32, c: f32, e: f32, vq: Lane, vsm: vec2<f32>, vf: Lane, f16_i: bool) -> Lane {
+    let c_i = subgroupShuffle(c, i);
+    let e_i = subgroupShuffle(e, i);
+    let w_i = select(v_weight(e_i, vsm), e_i, f16_i);
+    return lane_merge(op, c_i, lane_pick(vq, vf, f16_i), w_i);
+}
+
+// merge_mixed for the tile's queries (positions pos0 + i) after a key of block blk (`f16`:
+// some query of the tile sits in it).
+fn merge_tile_mixed(op: array<Lane, 8>, c: f32, e: f32, vq: Lane, vsm: vec2<f32>, vf: Lane, f16: bool, pos0: u32, blk: u32) -> array<Lane, 8> {
+    let bs = p.block_size;
+    var r = op;
+    r[0] = merge_mixed(op[0], 0u, c, e, vq, vsm, vf, f16 && pos0 / bs == blk);
+    r[1] = merge_mixed(op[1], 1u, c, e, vq, vsm, vf, f16 && (pos0 + 1u) / bs == blk);
+    r[2] = merge_mixed(op[2], 2u, c, e, vq, vsm, vf, f16 && (pos0 + 2u) / bs == blk);
+    r[3] = merge_mixed(op[3], 3u, c, e, vq, vsm, vf, f16 && (pos0 + 3u) / bs == blk);
+    r[4] = merge_mixed(op[4], 4u, c, e, vq, vsm, vf, f16 && (pos0 + 4u) / bs == blk);
+    r[5] = merge_mixed(op[5], 5u, c, e, vq, vsm, vf, f16 && (pos0 + 5u) / bs == blk);
+    r[6] = merge_mixed(op[6], 6u, c, e, vq, vsm, vf, f16 && (pos0 + 6u) / bs == blk);
+    r[7] = merge_mixed(op[7], 7u, c, e, vq, vsm, vf, f16 && (pos0 + 7u) / bs == blk);
+    return r;
 }
 
 @compute @workgroup_size(8)
@@ -54,10 +93,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let bs = p.block_size;
     let own0 = pos0 / bs * bs;     // keys from here on are f16 for some query of the tile
     let own_last = last / bs * bs; // keys before this are quantized for some query of the tile
-    var q: array<Lane16, 8>;
-    for (var i = 0u; i < QT; i++) {
-        q[i] = q_lane(first_tok + min(i, nq - 1u), h, lane);
-    }
+    let q = tile_queries(first_tok, nq, h, lane);
     // lane j: Σ of query j's channels (k_score), the same tree as decode's lanes_sum
     let my_qsum = lanes_sum_scatter(
         vec4<f32>(lane_total(q[0]), lane_total(q[1]), lane_total(q[2]), lane_total(q[3])),
@@ -71,10 +107,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
 
     var m_run = NEG_BIG;
     var l_run = 0.0;
-    var o: array<Lane16, 8>;
-    for (var i = 0u; i < QT; i++) {
-        o[i] = lane_zero();
-    }
+    var o: array<Lane, 8>;  // zeros
     for (var start = tile_lo / PART * PART; start <= last; start += PART) {
         let end = min(start + PART, last + 1u);
         let first = max(start, tile_lo);
@@ -82,10 +115,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         var m = NEG_BIG;
         var l = 0.0;
         var mv = 0.0;  // Σ e × V's minimums of this lane's query (v_min_acc)
-        var op: array<Lane16, 8>;
-        for (var i = 0u; i < QT; i++) {
-            op[i] = lane_zero();
-        }
+        var op: array<Lane, 8>;  // zeros
         var pos = first;
         while (pos < end) {
             let blk = pos / bs;
@@ -98,10 +128,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             var kq: array<KQuery, 8>;
             var vs: LaneScales;
             if (quant) {
-                let ks = k_lane_scales(kb, lane);
-                for (var i = 0u; i < QT; i++) {
-                    kq[i] = k_fold(q[i], ks);
-                }
+                kq = fold_tile(q, k_lane_scales(kb, lane));
                 vs = v_lane_scales(vb, lane);
             }
             if (!f16) {
@@ -117,9 +144,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                     l = f.y;
                     mv = select(mv, v_min_acc(f.w, vsm, mv * f.z), sees);
                     let w = v_weight(f.w, vsm);
-                    for (var i = 0u; i < QT; i++) {
-                        op[i] = lane_merge(op[i], subgroupShuffle(f.z, i), v, subgroupShuffle(w, i));
-                    }
+                    op = merge_tile(op, f.z, v, w);
                     t++;
                 }
                 continue;
@@ -147,19 +172,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 l = f.y;
                 let mc = mv * f.z;
                 mv = select(mv, select(v_min_acc(f.w, vsm, mc), mc, own_key), sees);
-                for (var i = 0u; i < QT; i++) {
-                    let c_i = subgroupShuffle(f.z, i);
-                    let e_i = subgroupShuffle(f.w, i);
-                    let f16_i = f16 && (pos0 + i) / bs == blk;
-                    let w_i = select(v_weight(e_i, vsm), e_i, f16_i);
-                    op[i] = lane_merge(op[i], c_i, lane_pick(vq, vf, f16_i), w_i);
-                }
+                op = merge_tile_mixed(op, f.z, f.w, vq, vsm, vf, f16, pos0, blk);
                 t++;
             }
         }
-        for (var i = 0u; i < QT; i++) {
-            op[i] = v_min_apply(op[i], subgroupShuffle(mv, i));
-        }
+        op = min_apply_tile(op, mv);
         // fold this partition into the running state (queries with no key here keep theirs)
         let has = mine && start <= my_pos && my_lo < start + PART;
         let f = merge_factors(m_run, m);
@@ -169,24 +186,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             l_run = fma(l_run, f.x, l * f.y);
             m_run = f.z;
         }
-        for (var i = 0u; i < QT; i++) {
-            o[i] = lane_merge(o[i], subgroupShuffle(a, i), op[i], subgroupShuffle(b, i));
-        }
+        o = merge_partition(o, a, op, b);
     }
 
-    for (var i = 0u; i < QT; i++) {
-        let l_i = subgroupShuffle(l_run, i);
-        if (i < nq) {
-            let c = (first_tok + i) * p.out_stride + h * HEAD_DIM + lane * 8u * WPL;
-            let r = o[i];
-            for (var j = 0u; j < 4u; j++) {
-                out[c + j] = r.a[j] / l_i;
-                out[c + 4u + j] = r.b[j] / l_i;
-                if (WPL > 1u) {
-                    out[c + 8u + j] = r.c[j] / l_i;
-                    out[c + 12u + j] = r.d[j] / l_i;
-                }
-            }
-        }
-    }
+    store_tile(first_tok, nq, h, lane, o, l_run);
 }

@@ -12,14 +12,19 @@
 // families round differently and each is checked against the CPU reference.
 
 const LANES: u32 = 8u;
-override WPL: u32 = HEAD_DIM / 64u;  // vec4<u32> (8 f16 channels each) per lane per key row: 1 or 2
+override WPL: u32 = HEAD_DIM / 64u;  // vec4<u32> (8 f16 channels each) per lane per key row: 1, 2 or 4
+override LANE_VECS: u32 = 2u * WPL;  // vec4<f32> of a lane's channels in use
 
-// One lane's channels of a row of q or v: 8 (WPL 1) or 16 (WPL 2) values.
-struct Lane16 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
+// One lane's channels of a row of q or v: 8 × WPL values in v[0 .. LANE_VECS) (head sizes 64,
+// 128, 256). Every loop over v is bounded by the override LANE_VECS, a constant once the
+// pipeline is built, so it unrolls and the vectors stay in registers; the unused ones are never
+// read.
+struct Lane {
+    v: array<vec4<f32>, 8>,
+}
+
+fn lane_zero() -> Lane {
+    return Lane(array<vec4<f32>, 8>());
 }
 
 fn f16x4(a: u32, b: u32) -> vec4<f32> {
@@ -27,23 +32,26 @@ fn f16x4(a: u32, b: u32) -> vec4<f32> {
 }
 
 // This lane's channels of query row `token`, head h (qkv holds f32).
-fn q_lane(token: u32, h: u32, lane: u32) -> Lane16 {
-    let i = (token * p.qkv_stride + p.q_offset + h * HEAD_DIM) / 4u + lane * 2u * WPL;
-    var r = Lane16(qkv[i], qkv[i + 1u], vec4<f32>(0.0), vec4<f32>(0.0));
-    if (WPL > 1u) {
-        r.c = qkv[i + 2u];
-        r.d = qkv[i + 3u];
+fn q_lane(token: u32, h: u32, lane: u32) -> Lane {
+    let i = (token * p.qkv_stride + p.q_offset + h * HEAD_DIM) / 4u + lane * LANE_VECS;
+    var r = lane_zero();
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = qkv[i + j];
     }
     return r;
 }
 
-// This lane's partial dot product q·k over its channels: groups of 8 as in group_dot.
-fn lane_dot(q: Lane16, k: Lane16) -> f32 {
-    let p = fma(q.a, k.a, q.b * k.b);
-    var s = (p.x + p.y) + (p.z + p.w);
-    if (WPL > 1u) {
-        let p2 = fma(q.c, k.c, q.d * k.d);
-        s = s + ((p2.x + p2.y) + (p2.z + p2.w));
+// The dot product of channels [8g, 8g + 8) of two lanes, as group_dot: fma, then a pairwise sum.
+fn group8_dot(q: Lane, k: Lane, g: u32) -> f32 {
+    let p = fma(q.v[2u * g], k.v[2u * g], q.v[2u * g + 1u] * k.v[2u * g + 1u]);
+    return (p.x + p.y) + (p.z + p.w);
+}
+
+// This lane's partial dot product q·k over its channels: the groups of 8 summed left to right.
+fn lane_dot(q: Lane, k: Lane) -> f32 {
+    var s = group8_dot(q, k, 0u);
+    for (var g = 1u; g < WPL; g++) {
+        s = s + group8_dot(q, k, g);
     }
     return s;
 }
@@ -66,24 +74,20 @@ fn lanes_sum_scatter(lo: vec4<f32>, hi: vec4<f32>, lane: u32) -> f32 {
     return select(h2.y, h2.x, third) + subgroupShuffleXor(select(h2.x, h2.y, third), 1u);
 }
 
-// o = fma(e, v, o) over this lane's channels.
-fn lane_fma(e: f32, v: Lane16, o: Lane16) -> Lane16 {
-    let ev = vec4<f32>(e);
-    var r = Lane16(fma(ev, v.a, o.a), fma(ev, v.b, o.b), o.c, o.d);
-    if (WPL > 1u) {
-        r.c = fma(ev, v.c, o.c);
-        r.d = fma(ev, v.d, o.d);
+// Running output merged with a partition's: fma(o, a, o_p · b) (common/attention.wgsl).
+fn lane_merge(o: Lane, a: f32, op: Lane, b: f32) -> Lane {
+    var r = o;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = fma(o.v[j], vec4<f32>(a), op.v[j] * b);
     }
     return r;
 }
 
-// Running output merged with a partition's: fma(o, a, o_p · b) (common/attention.wgsl).
-fn lane_merge(o: Lane16, a: f32, op: Lane16, b: f32) -> Lane16 {
-    let av = vec4<f32>(a);
-    var r = Lane16(fma(o.a, av, op.a * b), fma(o.b, av, op.b * b), o.c, o.d);
-    if (WPL > 1u) {
-        r.c = fma(o.c, av, op.c * b);
-        r.d = fma(o.d, av, op.d * b);
+// Element by element a ∘ b over this lane's channels.
+fn lane_mul(a: Lane, b: Lane) -> Lane {
+    var r = a;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = a.v[j] * b.v[j];
     }
     return r;
 }
@@ -100,8 +104,4 @@ fn fold_key(m: f32, l: f32, s: f32, sees: bool) -> vec4<f32> {
     let c = select(1.0, f.x, sees);
     let e = select(0.0, f.y, sees);
     return vec4<f32>(select(m, f.z, sees), fma(l, c, e), c, e);
-}
-
-fn lane_zero() -> Lane16 {
-    return Lane16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
 }

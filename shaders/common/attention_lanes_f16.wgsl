@@ -4,24 +4,22 @@
 
 // This lane's channels of a key or value row: `i` is the row's first vec4<u32> plus
 // lane · WPL (the pool holds two f16 per u32).
-fn k_lane(i: u32) -> Lane16 {
-    let w0 = k_pool[i];
-    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
-    if (WPL > 1u) {
-        let w1 = k_pool[i + 1u];
-        r.c = f16x4(w1.x, w1.y);
-        r.d = f16x4(w1.z, w1.w);
+fn k_lane(i: u32) -> Lane {
+    var r = lane_zero();
+    for (var j = 0u; j < WPL; j++) {
+        let w = k_pool[i + j];
+        r.v[2u * j] = f16x4(w.x, w.y);
+        r.v[2u * j + 1u] = f16x4(w.z, w.w);
     }
     return r;
 }
 
-fn v_lane(i: u32) -> Lane16 {
-    let w0 = v_pool[i];
-    var r = Lane16(f16x4(w0.x, w0.y), f16x4(w0.z, w0.w), vec4<f32>(0.0), vec4<f32>(0.0));
-    if (WPL > 1u) {
-        let w1 = v_pool[i + 1u];
-        r.c = f16x4(w1.x, w1.y);
-        r.d = f16x4(w1.z, w1.w);
+fn v_lane(i: u32) -> Lane {
+    var r = lane_zero();
+    for (var j = 0u; j < WPL; j++) {
+        let w = v_pool[i + j];
+        r.v[2u * j] = f16x4(w.x, w.y);
+        r.v[2u * j + 1u] = f16x4(w.z, w.w);
     }
     return r;
 }

@@ -2,37 +2,79 @@
 // a subgroup serves a slice of up to LANE_HEADS query heads of one KV head, so each key and
 // value row is loaded once for all of them, and writes each head's partition result.
 //
-// The per-head state (q, m, l, o) lives in arrays indexed only by constant-trip loops
-// (`for i < LANE_HEADS { if (i < nh) … }`), which the compiler unrolls into registers. One loop
-// bounded by `nh` anywhere sends the arrays to memory for the whole kernel: on llvmpipe that
-// cost 1.5–1.8× at ctx 4096 (DESIGN.md, "Traps").
+// The per-head state (q, Head) lives in arrays indexed only by constants: every per-head step
+// is written out for heads 0..3, `if (nh > i)` guarding heads past the slice. A loop over the
+// heads is unrolled by llvmpipe only while its body is small (at head_dim 256 it was not), and
+// one loop left in place sends the arrays to memory for the whole kernel: on llvmpipe that cost
+// 1.5–1.8× at ctx 4096 with a loop bounded by `nh`, 3.6× at head_dim 256 (DESIGN.md, "Traps").
 
 const LANE_HEADS: u32 = 4u;  // most query heads per subgroup (AttnParams.heads_per_wg)
 
+// One query head's running softmax over the keys folded so far (fold_key): max m, sum l,
+// outputs o and, for quantized V with minimums, mv = Σ e × the minimums (v_min_acc).
+struct Head {
+    m: f32,
+    l: f32,
+    o: Lane,
+    mv: f32,
+}
+
+fn head_new() -> Head {
+    return Head(NEG_BIG, 0.0, lane_zero(), 0.0);
+}
+
+// Head h after a key of score s whose value row v enters o as it is (f16 rows).
+fn head_fold(h: Head, s: f32, v: Lane) -> Head {
+    let f = fold_key(h.m, h.l, s, true);
+    return Head(f.x, f.y, lane_merge(h.o, f.z, v, f.w), h.mv * f.z);
+}
+
+// The score of query q against an f16 key row k, the same value in every lane.
+fn head_score(q: Lane, k: Lane) -> f32 {
+    return lanes_sum(lane_dot(q, k)) * p.scale;
+}
+
+// The queries of the slice's heads (heads past nh repeat its last: loaded, never used).
+fn slice_queries(token: u32, hs: HeadSlice, lane: u32) -> array<Lane, LANE_HEADS> {
+    let n = hs.nh - 1u;
+    return array<Lane, LANE_HEADS>(
+        q_lane(token, hs.h0, lane),
+        q_lane(token, hs.h0 + min(1u, n), lane),
+        q_lane(token, hs.h0 + min(2u, n), lane),
+        q_lane(token, hs.h0 + min(3u, n), lane),
+    );
+}
+
+fn slice_new() -> array<Head, LANE_HEADS> {
+    return array<Head, LANE_HEADS>(head_new(), head_new(), head_new(), head_new());
+}
+
 // (m_p, l_p, o_p) of query head h, partition `part` into the partials buffer
 // ([decode_seqs, num_heads, max_partitions, HEAD_DIM + 2], as decode_partials.wgsl).
-fn write_partial(si: u32, h: u32, part: u32, lane: u32, m: f32, l: f32, o: Lane16) {
+fn write_partial(si: u32, h: u32, part: u32, lane: u32, st: Head) {
     let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
     if (lane == 0u) {
-        partials[base] = m;
-        partials[base + 1u] = l;
+        partials[base] = st.m;
+        partials[base + 1u] = st.l;
     }
-    let c = base + 2u + lane * 8u * WPL;
-    for (var i = 0u; i < 4u; i++) {
-        partials[c + i] = o.a[i];
-        partials[c + 4u + i] = o.b[i];
-        if (WPL > 1u) {
-            partials[c + 8u + i] = o.c[i];
-            partials[c + 12u + i] = o.d[i];
+    let c = base + 2u + lane * 4u * LANE_VECS;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        for (var i = 0u; i < 4u; i++) {
+            partials[c + 4u * j + i] = st.o.v[j][i];
         }
     }
 }
 
 // The slice's heads' results (write_partial for each of hs.nh heads).
-fn write_partials(si: u32, hs: HeadSlice, part: u32, lane: u32, m: array<f32, LANE_HEADS>, l: array<f32, LANE_HEADS>, o: array<Lane16, LANE_HEADS>) {
-    for (var i = 0u; i < LANE_HEADS; i++) {
-        if (i < hs.nh) {
-            write_partial(si, hs.h0 + i, part, lane, m[i], l[i], o[i]);
-        }
+fn write_partials(si: u32, hs: HeadSlice, part: u32, lane: u32, st: array<Head, LANE_HEADS>) {
+    write_partial(si, hs.h0, part, lane, st[0]);
+    if (hs.nh > 1u) {
+        write_partial(si, hs.h0 + 1u, part, lane, st[1]);
+    }
+    if (hs.nh > 2u) {
+        write_partial(si, hs.h0 + 2u, part, lane, st[2]);
+    }
+    if (hs.nh > 3u) {
+        write_partial(si, hs.h0 + 3u, part, lane, st[3]);
     }
 }

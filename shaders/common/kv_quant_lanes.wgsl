@@ -1,11 +1,11 @@
 // The lane-parallel attention kernels' view of a quantized KV pool (common/kv_quant.wgsl for
 // the layout and the which-copy rule): lane j reads the codes of its channels
-// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane16, and the scales are
+// [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane, and the scales are
 // applied where they cost least (k_fold and below).
 //
 // The pools are bound as array<u64>: llvmpipe loads each lane's components one at a time, so a
 // lane's 8 int8 / fp8 codes (or 16 int4 ones) cost one load, not two. Head blocks are whole u64s
-// (quant/kv.rs pads the scale region), and for the head sizes these kernels serve (64, 128) a
+// (quant/kv.rs pads the scale region), and for the head sizes these kernels serve (64, 128, 256) a
 // lane's codes and per-channel scales start at even words.
 
 // u64 j of the K pool (from_k) or the V pool. Every caller passes a constant, so once inlined
@@ -37,8 +37,8 @@ fn f16x4_u64(d: u64) -> vec4<f32> {
 
 // Per-channel scales and minimums of this lane's channels, loaded once per head block.
 struct LaneScales {
-    s: Lane16,
-    m: Lane16,
+    s: Lane,
+    m: Lane,
 }
 
 // Four f16 values at even word i of the K (from_k) or V pool.
@@ -53,22 +53,14 @@ fn lane_scales(from_k: bool, base: u32, lane: u32) -> LaneScales {
     if (select(V_GRAN, K_GRAN, from_k) != GRAN_CHANNEL) {
         return r;
     }
-    let c0 = lane * 8u * WPL;
+    let c0 = lane * 4u * LANE_VECS;
     let data = base + select(p.v_data_words, p.k_data_words, from_k);
     let si = data + c0 / 2u;
     let mi = data + (HEAD_DIM + c0) / 2u;
-    r.s.a = f16x4_at(from_k, si);
-    r.s.b = f16x4_at(from_k, si + 2u);
-    if (KVQ_HAS_MIN) {
-        r.m.a = f16x4_at(from_k, mi);
-        r.m.b = f16x4_at(from_k, mi + 2u);
-    }
-    if (WPL > 1u) {
-        r.s.c = f16x4_at(from_k, si + 4u);
-        r.s.d = f16x4_at(from_k, si + 6u);
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.s.v[j] = f16x4_at(from_k, si + 2u * j);
         if (KVQ_HAS_MIN) {
-            r.m.c = f16x4_at(from_k, mi + 4u);
-            r.m.d = f16x4_at(from_k, mi + 6u);
+            r.m.v[j] = f16x4_at(from_k, mi + 2u * j);
         }
     }
     return r;
@@ -83,37 +75,14 @@ fn v_lane_scales(base: u32, lane: u32) -> LaneScales {
 }
 
 // raw × s + m, element by element (per-channel V; + m only for formats with minimums).
-fn lane_affine(r: Lane16, s: Lane16, m: Lane16) -> Lane16 {
-    if (!KVQ_HAS_MIN) {
-        return Lane16(r.a * s.a, r.b * s.b, r.c * s.c, r.d * s.d);
-    }
-    return Lane16(r.a * s.a + m.a, r.b * s.b + m.b, r.c * s.c + m.c, r.d * s.d + m.d);
-}
-
-// Raw codes of a lane from its u64s: int8 / fp8 (KVQ_WORDS8 2) 8 codes a u64 (d1: the next 8
-// when WPL is 2); int4 16 codes in d0 (WPL 2).
-fn lane_raw64(d0: u64, d1: u64) -> Lane16 {
-    var r = lane_zero();
-    if (KVQ_WORDS8 == 2u) {
-        let r0 = kvq_raw8(lo32(d0), hi32(d0));
-        r.a = r0.lo;
-        r.b = r0.hi;
-        if (WPL > 1u) {
-            let r1 = kvq_raw8(lo32(d1), hi32(d1));
-            r.c = r1.lo;
-            r.d = r1.hi;
+fn lane_affine(r: Lane, s: Lane, m: Lane) -> Lane {
+    var a = lane_mul(r, s);
+    if (KVQ_HAS_MIN) {
+        for (var j = 0u; j < LANE_VECS; j++) {
+            a.v[j] = a.v[j] + m.v[j];
         }
-        return r;
     }
-    let r0 = kvq_raw8(lo32(d0), 0u);
-    let r1 = kvq_raw8(hi32(d0), 0u);
-    return Lane16(r0.lo, r0.hi, r1.lo, r1.hi);
-}
-
-// 8 int4 codes of one word (WPL 1).
-fn lane_raw32(w: u32) -> Lane16 {
-    let r0 = kvq_raw8(w, 0u);
-    return Lane16(r0.lo, r0.hi, vec4<f32>(0.0), vec4<f32>(0.0));
+    return a;
 }
 
 // Word of this lane's first code of token t in the head block at word `base`.
@@ -121,26 +90,44 @@ fn lane_code_word(base: u32, t: u32, lane: u32) -> u32 {
     return base + (t * HEAD_DIM + lane * 8u * WPL) * KVQ_BITS / 32u;
 }
 
-// This lane's raw codes of token t of the K (from_k) or V head block at word `base`: 8 (WPL
-// 1) or 16 codes, one u64 a lane for int8 / fp8 (two for 16 codes) and for 16 int4 codes; 8
-// int4 codes are one word.
-fn lane_raw(from_k: bool, base: u32, t: u32, lane: u32) -> Lane16 {
+// This lane's raw codes of token t of the K (from_k) or V head block at word `base`: 8 × WPL
+// codes, one u64 for each 8 int8 / fp8 codes and for each 16 int4 ones; 8 int4 codes (WPL 1)
+// are one word.
+fn lane_raw(from_k: bool, base: u32, t: u32, lane: u32) -> Lane {
     let i = lane_code_word(base, t, lane);
+    var r = lane_zero();
     if (KVQ_WORDS8 == 1u && WPL == 1u) {
-        return lane_raw32(pool_word(from_k, i));
+        let r0 = kvq_raw8(pool_word(from_k, i), 0u);
+        r.v[0] = r0.lo;
+        r.v[1] = r0.hi;
+        return r;
     }
-    var d1 = 0lu;
-    if (KVQ_WORDS8 == 2u && WPL > 1u) {
-        d1 = pool_u64(from_k, i / 2u + 1u);
+    if (KVQ_WORDS8 == 2u) {
+        for (var g = 0u; g < WPL; g++) {
+            let d = pool_u64(from_k, i / 2u + g);
+            let r0 = kvq_raw8(lo32(d), hi32(d));
+            r.v[2u * g] = r0.lo;
+            r.v[2u * g + 1u] = r0.hi;
+        }
+        return r;
     }
-    return lane_raw64(pool_u64(from_k, i / 2u), d1);
+    for (var u = 0u; u < WPL / 2u; u++) {
+        let d = pool_u64(from_k, i / 2u + u);
+        let r0 = kvq_raw8(lo32(d), 0u);
+        let r1 = kvq_raw8(hi32(d), 0u);
+        r.v[4u * u] = r0.lo;
+        r.v[4u * u + 1u] = r0.hi;
+        r.v[4u * u + 2u] = r1.lo;
+        r.v[4u * u + 3u] = r1.hi;
+    }
+    return r;
 }
 
-fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
+fn k_lane_raw(base: u32, t: u32, lane: u32) -> Lane {
     return lane_raw(true, base, t, lane);
 }
 
-fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
+fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane {
     return lane_raw(false, base, t, lane);
 }
 
@@ -158,15 +145,15 @@ fn v_lane_raw(base: u32, t: u32, lane: u32) -> Lane16 {
 // A query as the keys of one head block see it: q ∘ s for per-channel K (else q), and this
 // lane's part of q · m (per-channel int4: the minimums' term of every score in the block).
 struct KQuery {
-    q: Lane16,
+    q: Lane,
     b: f32,
 }
 
-fn k_fold(q: Lane16, ks: LaneScales) -> KQuery {
+fn k_fold(q: Lane, ks: LaneScales) -> KQuery {
     if (K_GRAN != GRAN_CHANNEL) {
         return KQuery(q, 0.0);
     }
-    let qs = Lane16(q.a * ks.s.a, q.b * ks.s.b, q.c * ks.s.c, q.d * ks.s.d);
+    let qs = lane_mul(q, ks.s);
     if (KVQ_HAS_MIN) {
         return KQuery(qs, lane_dot(q, ks.m));
     }
@@ -174,7 +161,7 @@ fn k_fold(q: Lane16, ks: LaneScales) -> KQuery {
 }
 
 // This lane's part of a score against the raw codes of a key (summed over lanes by the caller).
-fn k_lane_dot(kq: KQuery, raw: Lane16) -> f32 {
+fn k_lane_dot(kq: KQuery, raw: Lane) -> f32 {
     let d = lane_dot(kq.q, raw);
     if (K_GRAN == GRAN_CHANNEL && KVQ_HAS_MIN) {
         return d + kq.b;
@@ -194,18 +181,24 @@ fn k_score(d: f32, sm: vec2<f32>, qsum: f32) -> f32 {
     return d * sm.x;
 }
 
-// Σ of this lane's channels of q, in lane_dot's order.
-fn lane_total(q: Lane16) -> f32 {
-    var s = (q.a.x + q.a.y) + (q.a.z + q.a.w) + ((q.b.x + q.b.y) + (q.b.z + q.b.w));
-    if (WPL > 1u) {
-        s = s + ((q.c.x + q.c.y) + (q.c.z + q.c.w) + ((q.d.x + q.d.y) + (q.d.z + q.d.w)));
+// Σ of channels [8g, 8g + 8) of q, and of all this lane's channels, in lane_dot's order.
+fn group8_total(q: Lane, g: u32) -> f32 {
+    let a = q.v[2u * g];
+    let b = q.v[2u * g + 1u];
+    return (a.x + a.y) + (a.z + a.w) + ((b.x + b.y) + (b.z + b.w));
+}
+
+fn lane_total(q: Lane) -> f32 {
+    var s = group8_total(q, 0u);
+    for (var g = 1u; g < WPL; g++) {
+        s = s + group8_total(q, g);
     }
     return s;
 }
 
 // Token t of the V head block at `base` as the accumulation takes it: per-channel V
 // dequantized (`cs`: v_lane_scales), else the raw codes (v_weight carries the scale).
-fn v_lane_load(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane16 {
+fn v_lane_load(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane {
     let raw = v_lane_raw(base, t, lane);
     if (V_GRAN == GRAN_CHANNEL) {
         return lane_affine(raw, cs.s, cs.m);
@@ -229,10 +222,13 @@ fn v_min_acc(e: f32, sm: vec2<f32>, acc: f32) -> f32 {
     return acc;
 }
 
-fn v_min_apply(o: Lane16, acc: f32) -> Lane16 {
+fn v_min_apply(o: Lane, acc: f32) -> Lane {
     if (KVQ_HAS_MIN && V_GRAN != GRAN_CHANNEL) {
-        let a = vec4<f32>(acc);
-        return Lane16(o.a + a, o.b + a, o.c + a, o.d + a);
+        var r = o;
+        for (var j = 0u; j < LANE_VECS; j++) {
+            r.v[j] = o.v[j] + vec4<f32>(acc);
+        }
+        return r;
     }
     return o;
 }
@@ -243,30 +239,28 @@ fn f16_round4(v: vec4<f32>) -> vec4<f32> {
 
 // This lane's channels of K (part 0) or V (part 1) at position `pos` of `seq`, in f16: from the
 // staging slot before the step's chunk, else from the step's qkv row (rounded to f16).
-fn kv_lane_f16(part: u32, seq: SeqInfo, pos: u32, kvh: u32, lane: u32) -> Lane16 {
+fn kv_lane_f16(part: u32, seq: SeqInfo, pos: u32, kvh: u32, lane: u32) -> Lane {
     let chunk = seq.ctx_len - seq.q_len;
     var r = lane_zero();
     if (pos < chunk) {
-        let i = stage_row(part, seq.stage_slot, kvh, pos % p.block_size) + lane * 4u * WPL;
-        r.a = f16x4(stage[i], stage[i + 1u]);
-        r.b = f16x4(stage[i + 2u], stage[i + 3u]);
-        if (WPL > 1u) {
-            r.c = f16x4(stage[i + 4u], stage[i + 5u]);
-            r.d = f16x4(stage[i + 6u], stage[i + 7u]);
+        let i = stage_row(part, seq.stage_slot, kvh, pos % p.block_size) + lane * 2u * LANE_VECS;
+        for (var j = 0u; j < LANE_VECS; j++) {
+            r.v[j] = f16x4(stage[i + 2u * j], stage[i + 2u * j + 1u]);
         }
         return r;
     }
     let off = select(p.k_offset, p.v_offset, part == 1u);
-    let i = ((seq.q_start + pos - chunk) * p.qkv_stride + off + kvh * HEAD_DIM) / 4u + lane * 2u * WPL;
-    r.a = f16_round4(qkv[i]);
-    r.b = f16_round4(qkv[i + 1u]);
-    if (WPL > 1u) {
-        r.c = f16_round4(qkv[i + 2u]);
-        r.d = f16_round4(qkv[i + 3u]);
+    let i = ((seq.q_start + pos - chunk) * p.qkv_stride + off + kvh * HEAD_DIM) / 4u + lane * LANE_VECS;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = f16_round4(qkv[i + j]);
     }
     return r;
 }
 
-fn lane_pick(a: Lane16, b: Lane16, take_b: bool) -> Lane16 {
-    return Lane16(select(a.a, b.a, take_b), select(a.b, b.b, take_b), select(a.c, b.c, take_b), select(a.d, b.d, take_b));
+fn lane_pick(a: Lane, b: Lane, take_b: bool) -> Lane {
+    var r = a;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = select(a.v[j], b.v[j], take_b);
+    }
+    return r;
 }

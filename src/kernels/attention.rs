@@ -128,6 +128,12 @@ pub fn heads_per_workgroup(variant: AttentionVariant, group: u32, head_dim: u32)
     }
 }
 
+/// Whether the lanes variant serves a head size: 8 × WPL channels a lane, WPL (WGSL, vec4<u32>
+/// of 8 f16 a lane per row) 1, 2 or 4 (`shaders/common/attention_lanes.wgsl`).
+pub fn lanes_serve(head_dim: u32) -> bool {
+    matches!(head_dim, 64 | 128 | 256)
+}
+
 /// Most query heads one lanes-variant decode subgroup serves (WGSL `LANE_HEADS`).
 pub const LANE_HEADS: u32 = 4;
 

@@ -217,7 +217,7 @@ pub struct KernelConfig {
     /// How linear layers load their inputs.
     pub linear: LinearVariant,
     /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
-    /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64 and 128.
+    /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64, 128 and 256.
     pub lanes_attention: bool,
     /// Whether the RMSNorm runs as one 8-lane subgroup per row ([`NormVariant::Lanes`]): on a
     /// CPU adapter with subgroups of exactly 8 lanes.
@@ -304,7 +304,7 @@ impl KernelConfig {
 
     /// The attention variant for a head size.
     pub fn attention(&self, head_dim: u32) -> AttentionVariant {
-        if self.lanes_attention && matches!(head_dim, 64 | 128) {
+        if self.lanes_attention && attention::lanes_serve(head_dim) {
             AttentionVariant::Lanes
         } else {
             AttentionVariant::Workgroup

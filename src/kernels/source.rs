@@ -17,6 +17,7 @@ pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
 pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
+pub const PREFILL_LANES: &str = include_str!("../../shaders/common/prefill_lanes.wgsl");
 pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.wgsl");
 pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
 pub const KV_POOL: &str = include_str!("../../shaders/common/kv_pool.wgsl");
@@ -86,8 +87,9 @@ fn attention_parts(
     }
     match (variant, prefill) {
         (AttentionVariant::Lanes, false) => parts.push(DECODE_LANES),
+        (AttentionVariant::Lanes, true) => parts.push(PREFILL_LANES),
         (AttentionVariant::Workgroup, true) => parts.push(PREFILL_TILE),
-        _ => {}
+        (AttentionVariant::Workgroup, false) => {}
     }
     parts.push(if prefill { pre } else { decode });
     parts
@@ -310,7 +312,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
         keys.push(PipelineKey::Rotate { head_dim });
         for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
-            if variant == AttentionVariant::Lanes && !matches!(head_dim, 64 | 128) {
+            if variant == AttentionVariant::Lanes && !attention::lanes_serve(head_dim) {
                 continue;
             }
             let query_tile = attention::query_tile(variant, head_dim);
