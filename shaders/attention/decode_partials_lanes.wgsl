@@ -57,16 +57,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let k = k_lane(row);
             let v = v_lane(row);
             row += HEAD_DIM / 8u;
-            st[0] = head_fold(st[0], head_score(q[0], k), v);
-            if (nh > 1u) {
-                st[1] = head_fold(st[1], head_score(q[1], k), v);
-            }
-            if (nh > 2u) {
-                st[2] = head_fold(st[2], head_score(q[2], k), v);
-            }
-            if (nh > 3u) {
-                st[3] = head_fold(st[3], head_score(q[3], k), v);
-            }
+            st = fold_slice(st, q, nh, k, v);
         }
     }
 

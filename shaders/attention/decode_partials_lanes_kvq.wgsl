@@ -101,16 +101,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     for (pos = max(k0, own); pos < end; pos++) {
         let k = kv_lane_f16(0u, seq, pos, kvh, lane);
         let v = kv_lane_f16(1u, seq, pos, kvh, lane);
-        st[0] = head_fold(st[0], head_score(q[0], k), v);
-        if (nh > 1u) {
-            st[1] = head_fold(st[1], head_score(q[1], k), v);
-        }
-        if (nh > 2u) {
-            st[2] = head_fold(st[2], head_score(q[2], k), v);
-        }
-        if (nh > 3u) {
-            st[3] = head_fold(st[3], head_score(q[3], k), v);
-        }
+        st = fold_slice(st, q, nh, k, v);
     }
     st[0].o = v_min_apply(st[0].o, st[0].mv);
     st[1].o = v_min_apply(st[1].o, st[1].mv);

@@ -34,6 +34,23 @@ fn head_score(q: Lane, k: Lane) -> f32 {
     return lanes_sum(lane_dot(q, k)) * p.scale;
 }
 
+// The slice's heads (queries q, states st; nh of them) after an f16 key row k and its value
+// row v.
+fn fold_slice(st: array<Head, LANE_HEADS>, q: array<Lane, LANE_HEADS>, nh: u32, k: Lane, v: Lane) -> array<Head, LANE_HEADS> {
+    var r = st;
+    r[0] = head_fold(st[0], head_score(q[0], k), v);
+    if (nh > 1u) {
+        r[1] = head_fold(st[1], head_score(q[1], k), v);
+    }
+    if (nh > 2u) {
+        r[2] = head_fold(st[2], head_score(q[2], k), v);
+    }
+    if (nh > 3u) {
+        r[3] = head_fold(st[3], head_score(q[3], k), v);
+    }
+    return r;
+}
+
 // The queries of the slice's heads (heads past nh repeat its last: loaded, never used).
 fn slice_queries(token: u32, hs: HeadSlice, lane: u32) -> array<Lane, LANE_HEADS> {
     let n = hs.nh - 1u;
