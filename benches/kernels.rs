@@ -146,6 +146,7 @@ fn linear(c: &mut Criterion) {
     let shapes = [
         ("smollm2 gate_up", 3072usize, 576usize),
         ("smollm2 lm_head", 49152, 576),
+        ("gemma3 lm_head", 262144, 640),
         ("llama8b q", 4096, 4096),
         ("llama8b down", 4096, 14336),
     ];
