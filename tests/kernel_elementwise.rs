@@ -282,8 +282,10 @@ fn rotate_matches_fwht_bit_for_bit() {
     use kvrun::quant::fwht_inplace;
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    for (head_dim, heads, tokens) in
-        [(16usize, 3usize, 5usize), (64, 2, 3), (128, 3, 2), (256, 1, 4)]
+    let variants = rotate_variants(t);
+    let cases = [(16usize, 3usize, 5usize), (32, 4, 3), (64, 2, 3), (128, 3, 2), (256, 1, 4)];
+    for ((name, kernels), (head_dim, heads, tokens)) in
+        variants.iter().flat_map(|v| cases.iter().map(move |c| (v, *c)))
     {
         let offset = 7; // a row starts with 7 other floats, then the heads, then 5 more
         let row_stride = offset + heads * head_dim + 5;
@@ -297,7 +299,7 @@ fn rotate_matches_fwht_bit_for_bit() {
             row_stride: row_stride as u32,
             offset: offset as u32,
         };
-        let op = RotateOp::new(gpu, &t.kernels, "test rotate", &step, &buf, rows);
+        let op = RotateOp::new(gpu, kernels, "test rotate", &step, &buf, rows);
         run(gpu, |pass| {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
@@ -312,7 +314,8 @@ fn rotate_matches_fwht_bit_for_bit() {
             assert_eq!(
                 g.to_bits(),
                 w.to_bits(),
-                "head_dim {head_dim}: float {i} (row {}, column {}): GPU {g}, CPU {w}",
+                "{name} ({:?}), head_dim {head_dim}: float {i} (row {}, column {}): GPU {g}, CPU {w}",
+                kernels.config.rotate(head_dim as u32),
                 i / row_stride,
                 i % row_stride
             );

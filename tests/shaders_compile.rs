@@ -3,6 +3,7 @@
 //! hardware. Runs without a GPU.
 
 use kvrun::kernels::bandwidth::BandwidthLoads;
+use kvrun::kernels::RotateVariant;
 use kvrun::kernels::{source, AttentionVariant, LinearVariant, NormVariant, PipelineKey};
 
 fn compile(key: PipelineKey) -> Result<(), String> {
@@ -11,15 +12,19 @@ fn compile(key: PipelineKey) -> Result<(), String> {
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
     // it); the subgroup linear and lane attention variants also need subgroups and 64-bit
     // integers, which they are only chosen with (KernelConfig::choose), and the lane RMSNorm
-    // subgroups only (KernelConfig::can_run_lanes_norm).
+    // and rotation subgroups only (KernelConfig::can_run_lanes_norm, can_run_lanes_rotate).
     let subgroup_int64 = matches!(
         key,
         PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
             | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
             | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
     );
-    let subgroup =
-        subgroup_int64 || matches!(key, PipelineKey::RmsNorm { variant: NormVariant::Lanes });
+    let subgroup = subgroup_int64
+        || matches!(
+            key,
+            PipelineKey::RmsNorm { variant: NormVariant::Lanes }
+                | PipelineKey::Rotate { variant: RotateVariant::Lanes, .. }
+        );
     // the u64 bandwidth probes need 64-bit integers only (BandwidthLoads::available)
     let int64 = subgroup_int64
         || matches!(key, PipelineKey::Bandwidth { loads: BandwidthLoads::U64x2, .. });

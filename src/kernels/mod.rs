@@ -117,6 +117,18 @@ pub enum NormVariant {
     Lanes,
 }
 
+/// How the Hadamard rotation of `--kv-rotate` spreads a head over invocations. Both give
+/// `quant::fwht_inplace`'s bits (the same butterflies in the same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum RotateVariant {
+    /// One invocation per (head, token row), the head in a private array
+    /// (`shaders/rotate/hadamard.wgsl`): any head size, any adapter.
+    Invocation,
+    /// One subgroup of 8 lanes per (head, token row), the last three levels by shuffles
+    /// (`shaders/rotate/hadamard_lanes.wgsl`): head_dim 32 to 256, subgroups of at least 8.
+    Lanes,
+}
+
 /// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenTile {
@@ -180,6 +192,7 @@ pub enum PipelineKey {
     /// The Hadamard rotation of `--kv-rotate`.
     Rotate {
         head_dim: u32,
+        variant: RotateVariant,
     },
     /// The gated MLP activation act(gate) · up.
     Glu {
@@ -222,6 +235,10 @@ pub struct KernelConfig {
     /// Whether the RMSNorm runs as one 8-lane subgroup per row ([`NormVariant::Lanes`]): on a
     /// CPU adapter with subgroups of exactly 8 lanes.
     pub lanes_norm: bool,
+    /// Whether the `--kv-rotate` rotation runs as one subgroup of 8 lanes per head
+    /// ([`RotateVariant::Lanes`], for head sizes 32 to 256): on any adapter with subgroups of at
+    /// least 8 lanes (the one-invocation kernel is slow on GPUs and CPUs alike).
+    pub lanes_rotate: bool,
 }
 
 /// Which family of kernel variants to run.
@@ -266,6 +283,12 @@ impl KernelConfig {
         caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8
     }
 
+    /// Whether the device can run `RotateVariant::Lanes`: subgroups of at least 8 lanes, so a
+    /// workgroup of 8 is one subgroup.
+    pub fn can_run_lanes_rotate(caps: &Capabilities) -> bool {
+        caps.subgroups && caps.subgroup_min_size >= 8
+    }
+
     /// Whether the device can run `AttentionVariant::Lanes`: subgroups of exactly 8 lanes and
     /// 64-bit shader integers (the quantized pools are read as u64).
     pub fn can_run_lanes_attention(caps: &Capabilities) -> bool {
@@ -283,6 +306,7 @@ impl KernelConfig {
             linear,
             lanes_attention,
             lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
+            lanes_rotate: Self::can_run_lanes_rotate(caps),
         }
     }
 
@@ -299,6 +323,15 @@ impl KernelConfig {
             NormVariant::Lanes
         } else {
             NormVariant::Workgroup
+        }
+    }
+
+    /// The rotation variant for a head size.
+    pub fn rotate(&self, head_dim: u32) -> RotateVariant {
+        if self.lanes_rotate && (32..=256).contains(&head_dim) {
+            RotateVariant::Lanes
+        } else {
+            RotateVariant::Invocation
         }
     }
 

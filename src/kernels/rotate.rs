@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{record_per_token, Kernels, PipelineKey, StepShape};
+use super::{check_grid, record_per_token, Kernels, PipelineKey, RotateVariant, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `RotateParams`.
@@ -44,6 +44,7 @@ pub struct RotateRows {
 pub struct RotateOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
+    variant: RotateVariant,
     heads: u32,
     wg_limit: u32,
 }
@@ -68,18 +69,37 @@ impl RotateOp {
             scale: (d as f32).sqrt().recip(),
         };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Rotate { head_dim: d });
+        let variant = kernels.config.rotate(d);
+        let pipeline = kernels.pipeline(gpu, PipelineKey::Rotate { head_dim: d, variant });
         let bind_group = pipeline.bind_group(gpu, label, &[step, &ubuf, x]);
         RotateOp {
             bind_group,
             pipeline,
+            variant,
             heads: rows.heads,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }
 
+    /// One dispatch (none for a step without tokens): 64-wide workgroups over the heads
+    /// (`Invocation`) or one 8-lane workgroup per head (`Lanes`), per token.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         let (pipeline, group) = (&self.pipeline, &self.bind_group);
-        record_per_token(pass, pipeline, group, self.heads, shape, self.wg_limit)
+        match self.variant {
+            RotateVariant::Invocation => {
+                record_per_token(pass, pipeline, group, self.heads, shape, self.wg_limit)
+            }
+            RotateVariant::Lanes => {
+                if shape.num_tokens == 0 {
+                    return 0;
+                }
+                let grid = [self.heads, shape.num_tokens, 1];
+                check_grid(grid, self.wg_limit);
+                pass.set_pipeline(&pipeline.pipeline);
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                1
+            }
+        }
     }
 }

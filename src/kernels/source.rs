@@ -6,7 +6,7 @@ use super::rotate;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
 use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, NormVariant};
-use super::{TokenTile, WeightFormat};
+use super::{RotateVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
 use crate::loader::Activation;
 use crate::quant::{KvQuant, ScaleGranularity};
@@ -189,8 +189,11 @@ pub fn wgsl(key: PipelineKey) -> String {
             kv_snippet(format),
             include_str!("../../shaders/kv_quantize/codec_test.wgsl"),
         ],
-        PipelineKey::Rotate { .. } => {
+        PipelineKey::Rotate { variant: RotateVariant::Invocation, .. } => {
             vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
+        }
+        PipelineKey::Rotate { variant: RotateVariant::Lanes, .. } => {
+            vec![STEP, include_str!("../../shaders/rotate/hadamard_lanes.wgsl")]
         }
         PipelineKey::Glu { .. } => vec![STEP, GLU, include_str!("../../shaders/glu/glu.wgsl")],
         PipelineKey::Bandwidth { probe, loads } => vec![
@@ -227,7 +230,7 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             c.extend(quant(kv));
             c
         }
-        PipelineKey::AttnDecodeReduce { head_dim } | PipelineKey::Rotate { head_dim } => {
+        PipelineKey::AttnDecodeReduce { head_dim } | PipelineKey::Rotate { head_dim, .. } => {
             vec![("HEAD_DIM", f64::from(head_dim))]
         }
         PipelineKey::AttnPrefill {
@@ -310,7 +313,10 @@ pub fn all_keys() -> Vec<PipelineKey> {
     }
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
-        keys.push(PipelineKey::Rotate { head_dim });
+        keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Invocation });
+        if head_dim >= 32 {
+            keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Lanes });
+        }
         for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
             if variant == AttentionVariant::Lanes && !attention::lanes_serve(head_dim) {
                 continue;

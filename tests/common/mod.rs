@@ -158,6 +158,22 @@ pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     out
 }
 
+/// The rotation variants this adapter can run (`--kv-rotate`): the one-invocation kernel always,
+/// the lane kernel where subgroups have at least 8 lanes.
+pub fn rotate_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
+    let caps = &t.gpu.caps;
+    let config =
+        |lanes_rotate| kvrun::kernels::KernelConfig { lanes_rotate, ..t.kernels.config.clone() };
+    let mut out = vec![("invocation", Kernels::with_config(config(false)))];
+    if kvrun::kernels::KernelConfig::can_run_lanes_rotate(caps) {
+        out.push(("lanes", Kernels::with_config(config(true))));
+    } else {
+        // such an adapter runs the one-invocation kernel in production
+        eprintln!("adapter lacks subgroups of 8 or more lanes: lane rotation variant not tested");
+    }
+    out
+}
+
 /// Runs `record` in one compute pass and waits.
 pub fn run(gpu: &Gpu, record: impl FnOnce(&mut wgpu::ComputePass<'_>)) {
     let mut enc =
