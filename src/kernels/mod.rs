@@ -328,7 +328,7 @@ impl KernelConfig {
 
     /// The rotation variant for a head size.
     pub fn rotate(&self, head_dim: u32) -> RotateVariant {
-        if self.lanes_rotate && (32..=256).contains(&head_dim) {
+        if self.lanes_rotate && rotate::lanes_serve(head_dim) {
             RotateVariant::Lanes
         } else {
             RotateVariant::Invocation

@@ -10,6 +10,12 @@ use bytemuck::{Pod, Zeroable};
 use super::{check_grid, record_per_token, Kernels, PipelineKey, RotateVariant, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
+/// Whether the lane variant serves a head size: 4 × NV channels a lane in NV vec4s, NV 1 to 8
+/// (`shaders/rotate/hadamard_lanes.wgsl`).
+pub fn lanes_serve(head_dim: u32) -> bool {
+    head_dim.is_power_of_two() && (32..=256).contains(&head_dim)
+}
+
 /// Mirror of WGSL `RotateParams`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]

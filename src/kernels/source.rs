@@ -314,7 +314,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
     for head_dim in [16, 64, 128, 256] {
         keys.push(PipelineKey::AttnDecodeReduce { head_dim });
         keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Invocation });
-        if head_dim >= 32 {
+        if rotate::lanes_serve(head_dim) {
             keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Lanes });
         }
         for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {

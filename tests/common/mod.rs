@@ -142,36 +142,42 @@ pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     out
 }
 
-/// Kernel sets for both RMSNorm variants where this adapter can run them
-/// (`KernelConfig::can_run_lanes_norm`).
-pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let caps = &t.gpu.caps;
-    let config =
-        |lanes_norm| kvrun::kernels::KernelConfig { lanes_norm, ..t.kernels.config.clone() };
-    let mut out = vec![("workgroup", Kernels::with_config(config(false)))];
-    if kvrun::kernels::KernelConfig::can_run_lanes_norm(caps) {
-        out.push(("lanes", Kernels::with_config(config(true))));
+/// The kernel sets of a kernel with a lane variant: `base` (the adapter's config with `lanes`
+/// false) and, where the adapter can run it (`can_run`), "lanes" (`lanes` true). An adapter
+/// that cannot runs the other variant in production, so nothing goes untested there.
+fn with_lane_variant(
+    t: &TestGpu,
+    base: &'static str,
+    can_run: bool,
+    lanes: impl Fn(&mut kvrun::kernels::KernelConfig, bool),
+    what: &str,
+) -> Vec<(&'static str, Kernels)> {
+    let config = |on| {
+        let mut c = t.kernels.config.clone();
+        lanes(&mut c, on);
+        Kernels::with_config(c)
+    };
+    let mut out = vec![(base, config(false))];
+    if can_run {
+        out.push(("lanes", config(true)));
     } else {
-        // as for the lane attention: such an adapter runs the workgroup variant in production
-        eprintln!("adapter lacks subgroups of exactly 8 lanes: lane RMSNorm variant not tested");
+        eprintln!("adapter cannot run the lane {what} variant: not tested");
     }
     out
 }
 
+/// Kernel sets for both RMSNorm variants where this adapter can run them
+/// (`KernelConfig::can_run_lanes_norm`: subgroups of exactly 8 lanes).
+pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
+    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_norm(&t.gpu.caps);
+    with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_norm = on, "RMSNorm")
+}
+
 /// The rotation variants this adapter can run (`--kv-rotate`): the one-invocation kernel always,
-/// the lane kernel where subgroups have at least 8 lanes.
+/// the lane kernel where subgroups have at least 8 lanes (`KernelConfig::can_run_lanes_rotate`).
 pub fn rotate_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let caps = &t.gpu.caps;
-    let config =
-        |lanes_rotate| kvrun::kernels::KernelConfig { lanes_rotate, ..t.kernels.config.clone() };
-    let mut out = vec![("invocation", Kernels::with_config(config(false)))];
-    if kvrun::kernels::KernelConfig::can_run_lanes_rotate(caps) {
-        out.push(("lanes", Kernels::with_config(config(true))));
-    } else {
-        // such an adapter runs the one-invocation kernel in production
-        eprintln!("adapter lacks subgroups of 8 or more lanes: lane rotation variant not tested");
-    }
-    out
+    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_rotate(&t.gpu.caps);
+    with_lane_variant(t, "invocation", can_run, |c, on| c.lanes_rotate = on, "rotation")
 }
 
 /// Runs `record` in one compute pass and waits.
