@@ -3,19 +3,9 @@
 // (butterflies for h = 1, 2, … d/2, then × scale), so the bits match the CPU. H is its own
 // inverse: applied to Q, K and V after RoPE (scores q·k unchanged, K and V quantized rotated),
 // and again to the attention output (undoing V's). One invocation per (head, token row).
-
-struct RotateParams {
-    heads: u32,       // heads per row, contiguous from `offset`
-    row_stride: u32,  // floats between token rows
-    offset: u32,      // float offset of head 0 in a row
-    scale: f32,       // 1 / sqrt(HEAD_DIM), computed by the host as the CPU does
-}
+// Parameters and bindings: rotate_io.wgsl.
 
 override HEAD_DIM: u32 = 64u;  // a power of two, at most 256
-
-@group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: RotateParams;
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;  // [tokens, row_stride]
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -6,20 +6,10 @@
 // floats, so the bits are quant::fwht_inplace's. Every step is written out or loops over at
 // most 8 vec4s with a small body (DESIGN.md, "Traps": llvmpipe keeps a private array indexed
 // from a rolled loop in memory). Needs HEAD_DIM ≥ 32 and subgroups of at least 8 lanes.
-
-struct RotateParams {
-    heads: u32,       // heads per row, contiguous from `offset`
-    row_stride: u32,  // floats between token rows
-    offset: u32,      // float offset of head 0 in a row
-    scale: f32,       // 1 / sqrt(HEAD_DIM), computed by the host as the CPU does
-}
+// Parameters and bindings: rotate_io.wgsl.
 
 override HEAD_DIM: u32 = 64u;        // a power of two, 32 to 256
 override NV: u32 = HEAD_DIM / 32u;   // vec4s a lane holds: 1 to 8
-
-@group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: RotateParams;
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;  // [tokens, row_stride]
 
 // Butterflies h = 1 and h = 2 inside one vec4 (channels 4i .. 4i + 3).
 fn within4(a: vec4<f32>) -> vec4<f32> {

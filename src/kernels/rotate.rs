@@ -1,4 +1,5 @@
-//! Host half of `shaders/rotate/hadamard.wgsl`: the KV rotation (`--kv-rotate`), the
+//! Host half of `shaders/rotate/` (`hadamard.wgsl`, `hadamard_lanes.wgsl`, their shared
+//! `rotate_io.wgsl`): the KV rotation (`--kv-rotate`), the
 //! orthonormal Hadamard transform of every head of a row, in place, bit for bit as
 //! [`crate::quant::fwht_inplace`]. Applied to Q, K and V after RoPE (q·k unchanged; K and V are
 //! stored rotated) and to the attention output (H is its own inverse, so V's rotation is undone).

@@ -17,6 +17,7 @@ pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
 pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
+pub const ROTATE_IO: &str = include_str!("../../shaders/rotate/rotate_io.wgsl");
 pub const PREFILL_LANES: &str = include_str!("../../shaders/common/prefill_lanes.wgsl");
 pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.wgsl");
 pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
@@ -190,10 +191,10 @@ pub fn wgsl(key: PipelineKey) -> String {
             include_str!("../../shaders/kv_quantize/codec_test.wgsl"),
         ],
         PipelineKey::Rotate { variant: RotateVariant::Invocation, .. } => {
-            vec![STEP, include_str!("../../shaders/rotate/hadamard.wgsl")]
+            vec![STEP, ROTATE_IO, include_str!("../../shaders/rotate/hadamard.wgsl")]
         }
         PipelineKey::Rotate { variant: RotateVariant::Lanes, .. } => {
-            vec![STEP, include_str!("../../shaders/rotate/hadamard_lanes.wgsl")]
+            vec![STEP, ROTATE_IO, include_str!("../../shaders/rotate/hadamard_lanes.wgsl")]
         }
         PipelineKey::Glu { .. } => vec![STEP, GLU, include_str!("../../shaders/glu/glu.wgsl")],
         PipelineKey::Bandwidth { probe, loads } => vec![
