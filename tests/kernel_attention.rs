@@ -365,6 +365,10 @@ fn mixed_step_and_other_head_sizes() {
         ];
         check(&s, &seqs, 200 + i as u64);
     }
+    // Two query heads a KV head: the lanes decode kernel built for slices of two
+    // (attention::slice_heads; GQA above covers 1, 3, 4 and 4 + 2).
+    let s = Shape { num_heads: 4, num_kv_heads: 2, head_dim: 64, block_size: 16 };
+    check(&s, &[Seq { ctx_len: 150, q_len: 1 }, Seq { ctx_len: 40, q_len: 12 }], 250);
     // MQA with more query heads than one decode workgroup holds (slices of 16).
     let s = Shape { num_heads: 20, num_kv_heads: 1, head_dim: 32, block_size: 16 };
     check(&s, &[Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 33, q_len: 9 }], 300);

@@ -87,13 +87,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let vsm = v_token_sm(vb, t);
             t++;
             st[0] = head_fold_quant(st[0], quant_score(kq[0], raw, sm, qsum.x), v, vsm);
-            if (nh > 1u) {
+            if (has_head(nh, 1u)) {
                 st[1] = head_fold_quant(st[1], quant_score(kq[1], raw, sm, qsum.y), v, vsm);
             }
-            if (nh > 2u) {
+            if (has_head(nh, 2u)) {
                 st[2] = head_fold_quant(st[2], quant_score(kq[2], raw, sm, qsum.z), v, vsm);
             }
-            if (nh > 3u) {
+            if (has_head(nh, 3u)) {
                 st[3] = head_fold_quant(st[3], quant_score(kq[3], raw, sm, qsum.w), v, vsm);
             }
         }

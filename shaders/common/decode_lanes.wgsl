@@ -3,12 +3,24 @@
 // value row is loaded once for all of them, and writes each head's partition result.
 //
 // The per-head state (q, Head) lives in arrays indexed only by constants: every per-head step
-// is written out for heads 0..3, `if (nh > i)` guarding heads past the slice. A loop over the
-// heads is unrolled by llvmpipe only while its body is small (at head_dim 256 it was not), and
-// one loop left in place sends the arrays to memory for the whole kernel: on llvmpipe that cost
-// 1.5–1.8× at ctx 4096 with a loop bounded by `nh`, 3.6× at head_dim 256 (DESIGN.md, "Traps").
+// is written out for heads 0..3, `if (has_head(nh, i))` guarding heads past the slice. A loop
+// over the heads is unrolled by llvmpipe only while its body is small (at head_dim 256 it was
+// not), and one loop left in place sends the arrays to memory for the whole kernel: on
+// llvmpipe that cost 1.5–1.8× at ctx 4096 with a loop bounded by `nh`, 3.6× at head_dim 256
+// (DESIGN.md, "Traps").
 
 const LANE_HEADS: u32 = 4u;  // most query heads per subgroup (AttnParams.heads_per_wg)
+// The most heads a slice of this pipeline has (AttnParams.heads_per_wg, 1 to LANE_HEADS;
+// kernels::attention::slice_heads). llvmpipe runs an `if` on a uniform value as a mask, not a
+// branch, so the steps of a head past every slice would still be computed (a quarter of the
+// per-key work at SmolLM2's 3 heads a slice); past SLICE_HEADS they fold away at pipeline
+// creation. Slices at the end of an uneven group (6 heads: 4 + 2) still check nh.
+override SLICE_HEADS: u32 = LANE_HEADS;
+
+// Whether a slice of nh heads has head i (i a constant).
+fn has_head(nh: u32, i: u32) -> bool {
+    return i < SLICE_HEADS && i < nh;
+}
 
 // One query head's running softmax over the keys folded so far (fold_key): max m, sum l,
 // outputs o and, for quantized V with minimums, mv = Σ e × the minimums (v_min_acc).
@@ -39,13 +51,13 @@ fn head_score(q: Lane, k: Lane) -> f32 {
 fn fold_slice(st: array<Head, LANE_HEADS>, q: array<Lane, LANE_HEADS>, nh: u32, k: Lane, v: Lane) -> array<Head, LANE_HEADS> {
     var r = st;
     r[0] = head_fold(st[0], head_score(q[0], k), v);
-    if (nh > 1u) {
+    if (has_head(nh, 1u)) {
         r[1] = head_fold(st[1], head_score(q[1], k), v);
     }
-    if (nh > 2u) {
+    if (has_head(nh, 2u)) {
         r[2] = head_fold(st[2], head_score(q[2], k), v);
     }
-    if (nh > 3u) {
+    if (has_head(nh, 3u)) {
         r[3] = head_fold(st[3], head_score(q[3], k), v);
     }
     return r;
@@ -85,13 +97,13 @@ fn write_partial(si: u32, h: u32, part: u32, lane: u32, st: Head) {
 // The slice's heads' results (write_partial for each of hs.nh heads).
 fn write_partials(si: u32, hs: HeadSlice, part: u32, lane: u32, st: array<Head, LANE_HEADS>) {
     write_partial(si, hs.h0, part, lane, st[0]);
-    if (hs.nh > 1u) {
+    if (has_head(hs.nh, 1u)) {
         write_partial(si, hs.h0 + 1u, part, lane, st[1]);
     }
-    if (hs.nh > 2u) {
+    if (has_head(hs.nh, 2u)) {
         write_partial(si, hs.h0 + 2u, part, lane, st[2]);
     }
-    if (hs.nh > 3u) {
+    if (has_head(hs.nh, 3u)) {
         write_partial(si, hs.h0 + 3u, part, lane, st[3]);
     }
 }

@@ -128,6 +128,16 @@ pub fn heads_per_workgroup(variant: AttentionVariant, group: u32, head_dim: u32)
     }
 }
 
+/// The `slice_heads` of a decode pipeline (`PipelineKey::AttnDecodePartials`): for the lanes
+/// variant the most query heads one subgroup's slice has ([`heads_per_workgroup`]), so the
+/// kernel's per-head steps past it are compiled out; the workgroup variant takes none (0).
+pub fn slice_heads(variant: AttentionVariant, heads_per_wg: u32) -> u32 {
+    match variant {
+        AttentionVariant::Workgroup => 0,
+        AttentionVariant::Lanes => heads_per_wg,
+    }
+}
+
 /// Whether the lanes variant serves a head size: 8 × WPL channels a lane, WPL (WGSL, vec4<u32>
 /// of 8 f16 a lane per row) 1, 2 or 4 (`shaders/common/attention_lanes.wgsl`).
 pub fn lanes_serve(head_dim: u32) -> bool {
@@ -271,8 +281,11 @@ impl AttentionOp {
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let kv = q.map(|q| q.key);
-        let partials_pl =
-            kernels.pipeline(gpu, PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv });
+        let slice_heads = slice_heads(variant, heads_per_wg);
+        let partials_pl = kernels.pipeline(
+            gpu,
+            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads },
+        );
         let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
         let query_tile = query_tile(variant, hd);
         let prefill_pl = kernels

@@ -208,6 +208,9 @@ pub enum PipelineKey {
         head_dim: u32,
         variant: AttentionVariant,
         kv: Option<KvQuantKey>,
+        /// The lanes variant: the most query heads a subgroup's slice has
+        /// (`attention::slice_heads`), a pipeline constant; 0 for the workgroup variant.
+        slice_heads: u32,
     },
     AttnDecodeReduce {
         head_dim: u32,

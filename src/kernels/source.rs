@@ -225,6 +225,17 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
             ("PAIRS", f64::from(u8::from(pairs))),
         ],
+        PipelineKey::AttnDecodePartials {
+            head_dim,
+            variant: AttentionVariant::Lanes,
+            kv,
+            slice_heads,
+        } => {
+            let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
+            c.push(("SLICE_HEADS", f64::from(slice_heads)));
+            c.extend(quant(kv));
+            c
+        }
         PipelineKey::AttnDecodePartials { head_dim, kv, .. }
         | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
             let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
@@ -337,7 +348,19 @@ pub fn all_keys() -> Vec<PipelineKey> {
                     .map(Some),
             );
             for kv in kvs {
-                keys.push(PipelineKey::AttnDecodePartials { head_dim, variant, kv });
+                // the lanes decode kernels at every slice size they are built with
+                let slices = match variant {
+                    AttentionVariant::Workgroup => 0..=0,
+                    AttentionVariant::Lanes => 1..=attention::LANE_HEADS,
+                };
+                for slice_heads in slices {
+                    keys.push(PipelineKey::AttnDecodePartials {
+                        head_dim,
+                        variant,
+                        kv,
+                        slice_heads,
+                    });
+                }
                 keys.push(PipelineKey::AttnPrefill { head_dim, query_tile, variant, kv });
             }
         }
