@@ -263,6 +263,8 @@ fn linear_every_format_matches_reference() {
         (70, 96, 2),
         (128, 64, 1),
         (258, 1024, 2),
+        // 4k rows with a partial last tile of one quad: the subgroup variant's quad loads
+        (196, 64, 2),
     ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {

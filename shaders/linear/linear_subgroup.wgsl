@@ -7,9 +7,10 @@
 // - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1 or 8)
 //   tokens, and reads two rows' blocks as texels of the weight's textures (wt, st:
 //   kernels::weight_textures; llvmpipe fetches texels as gathers, without the per-lane load
-//   loop of a storage buffer; pairs/common.wgsl). A weight part of odd row count takes the
-//   storage-buffer loads instead (PAIRS, a pipeline constant, so each pipeline holds one of
-//   the two paths).
+//   loop of a storage buffer; pairs/common.wgsl), or all four rows' at once where that saves
+//   side-word fetches (ROW_LOAD 4: formats of one side word per block, a part of 4k rows). A
+//   weight part of odd row count takes the storage-buffer loads instead (ROW_LOAD 1). ROW_LOAD
+//   is a pipeline constant (kernels::linear::RowLoad), so each pipeline holds one path.
 // The grid is (token tiles, row tiles): llvmpipe runs workgroups x first, so the token tiles of
 // one weight tile (64 rows, one stretch of memory: kernels::weights) run back to back and
 // find its words in the CPU's cache.
@@ -35,7 +36,7 @@ const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (co
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 8u;            // tokens per invocation: 1 or 8
-override PAIRS: bool = true;      // this weight part has an even row count: load rows in pairs
+override ROW_LOAD: u32 = 2u;      // rows per weight load: 1, 2 or 4 (kernels::linear::RowLoad)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
@@ -101,9 +102,13 @@ struct Quad {
 }
 
 // Block b of rows n0 .. n0 + 3 (n0 a multiple of 4; rows past the end read a copy of the
-// last row or pair, computed but never written).
+// last row, pair or quad, computed but never written).
 fn load_quad(n0: u32, b: u32) -> Quad {
-    if (PAIRS) {
+    if (ROW_LOAD == 4u) {
+        let q = w_load_quad(min(n0 / 4u, p.rows / 4u - 1u), b, p.rows, p.k / 32u);
+        return Quad(w_decode(q.lo.a), w_decode(q.lo.b), w_decode(q.hi.a), w_decode(q.hi.b));
+    }
+    if (ROW_LOAD == 2u) {
         let last_pair = p.rows / 2u - 1u;
         let pa = w_load_pair(min(n0 / 2u, last_pair), b, p.rows, p.k / 32u);
         let pb = w_load_pair(min(n0 / 2u + 1u, last_pair), b, p.rows, p.k / 32u);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::glu;
-use super::weights::TILE_ROWS;
+use super::weights::{WeightFormat, TILE_ROWS};
 use super::{
     check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile,
 };
@@ -115,10 +115,43 @@ pub struct InputNorm<'a> {
     pub eps: f32,
 }
 
-/// Whether a weight part of `rows` rows takes the subgroup variant's two-rows-per-load path
-/// (block b of rows 2p and 2p + 1 is then one aligned 32-byte run of its words).
-pub fn loads_pairs(variant: LinearVariant, rows: usize) -> bool {
-    variant == LinearVariant::Subgroup && rows % 2 == 0
+/// How many neighbouring rows' blocks the subgroup linear kernel loads together (its lanes
+/// compute four rows each; WGSL `ROW_LOAD`, `shaders/linear/pairs/common.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum RowLoad {
+    /// One row at a time from the storage buffers: a part of odd row count, and always the
+    /// GPU variant (which loads one row per invocation and ignores this).
+    One,
+    /// Two rows' blocks from the weight textures (block b of rows 2p and 2p + 1 is adjacent).
+    Pairs,
+    /// Four rows' blocks, their side words one texel: formats of one side word per block
+    /// (Q4_0, Q4_1, Q8_0) in a part of 4k rows. Two side-word fetches a block become one.
+    Quads,
+}
+
+impl RowLoad {
+    /// The row load of a weight part of `rows` rows in `format`.
+    pub fn for_part(variant: LinearVariant, format: WeightFormat, rows: usize) -> RowLoad {
+        match variant {
+            LinearVariant::Gpu => RowLoad::One,
+            LinearVariant::Subgroup if rows % 4 == 0 && format.scale_words_per_block() == 1 => {
+                RowLoad::Quads
+            }
+            LinearVariant::Subgroup if rows % 2 == 0 => RowLoad::Pairs,
+            LinearVariant::Subgroup => RowLoad::One,
+        }
+    }
+
+    /// Rows per load (WGSL `ROW_LOAD`).
+    pub fn rows(self) -> u32 {
+        match self {
+            RowLoad::One => 1,
+            RowLoad::Pairs => 2,
+            RowLoad::Quads => 4,
+        }
+    }
+
+    pub const ALL: [RowLoad; 3] = [RowLoad::One, RowLoad::Pairs, RowLoad::Quads];
 }
 
 /// One weight part ready to record: its bind group, rows and pipelines (one token per
@@ -149,8 +182,8 @@ impl LinearOp {
         assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
         let variant = kernels.config.linear;
         let pipeline = |tile, rows| {
-            let pairs = loads_pairs(variant, rows);
-            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, variant, tile, pairs })
+            let load = RowLoad::for_part(variant, w.format, rows);
+            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, variant, tile, load })
         };
         let mut flags = 0;
         if io.bias.is_some() {

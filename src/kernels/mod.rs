@@ -165,9 +165,9 @@ pub enum PipelineKey {
         format: WeightFormat,
         variant: LinearVariant,
         tile: TokenTile,
-        /// The subgroup variant's two-rows-per-load path: a weight part of even row count
-        /// ([`linear::loads_pairs`]). Always false for the other variant.
-        pairs: bool,
+        /// The subgroup variant's rows per weight load ([`linear::RowLoad::for_part`]); always
+        /// `One` for the GPU variant.
+        load: linear::RowLoad,
     },
     Embedding {
         format: WeightFormat,

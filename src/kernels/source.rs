@@ -2,6 +2,7 @@
 //! snippets a kernel needs, selected by the typed key (no free-form templating).
 
 use super::bandwidth::{self, BandwidthLoads, BandwidthProbe};
+use super::linear::RowLoad;
 use super::rotate;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
@@ -221,9 +222,9 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
         PipelineKey::Linear { tile, variant: LinearVariant::Gpu, .. } => {
             vec![("TT", f64::from(tile.tokens(LinearVariant::Gpu)))]
         }
-        PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, pairs, .. } => vec![
+        PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, load, .. } => vec![
             ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
-            ("PAIRS", f64::from(u8::from(pairs))),
+            ("ROW_LOAD", f64::from(load.rows())),
         ],
         PipelineKey::AttnDecodePartials {
             head_dim,
@@ -300,11 +301,11 @@ pub fn all_keys() -> Vec<PipelineKey> {
     for format in WeightFormat::ALL {
         for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
             for tile in [TokenTile::One, TokenTile::Many] {
-                for pairs in [false, true] {
-                    if pairs && variant == LinearVariant::Gpu {
+                for load in RowLoad::ALL {
+                    if load != RowLoad::One && variant == LinearVariant::Gpu {
                         continue;
                     }
-                    keys.push(PipelineKey::Linear { format, variant, tile, pairs });
+                    keys.push(PipelineKey::Linear { format, variant, tile, load });
                 }
             }
         }

@@ -11,19 +11,18 @@
 //! them); the textures are made from them on the GPU the first time a subgroup linear op binds
 //! the part, so other variants never pay their memory.
 //!
-//! Layout: texel `i` of a texture sits at (`i % TEX_WIDTH`, `i / TEX_WIDTH`). The words
-//! texture is `rgba32uint`, texel `i` = `vec4<u32>` `i` of the words (`wq[i]`); the side-word
-//! texture is `rg32uint`, texel `j` = side words `2j`, `2j + 1` (both rows' words of a pair for
-//! one-word formats).
+//! Layout: texel `i` of a texture sits at (`i % TEX_WIDTH`, `i / TEX_WIDTH`). Both textures
+//! are `rgba32uint`: texel `i` of the words texture is `vec4<u32>` `i` of the words (`wq[i]`),
+//! texel `j` of the side-word texture side words `4j` .. `4j + 3` (for one-word formats a quad
+//! of rows' words, for two-word formats a pair's: `shaders/linear/pairs/`).
 
 use super::weights::WeightPart;
 use crate::gpu::Gpu;
 
 /// Texels per texture row (a power of two: the kernel's `i & 4095`, `i >> 12`).
 pub const TEX_WIDTH: u32 = 4096;
-/// Bytes of one texel of the words texture and of the side-word texture.
-const WORD_TEXEL_BYTES: u64 = 16;
-const SIDE_TEXEL_BYTES: u64 = 8;
+/// Bytes of one texel (`rgba32uint`).
+const TEXEL_BYTES: u64 = 16;
 
 /// The two textures of one weight part.
 pub struct WeightTextures {
@@ -32,10 +31,10 @@ pub struct WeightTextures {
 }
 
 /// Most bytes one part's words may have so that both its textures fit `max_dim` rows (side
-/// words are at most ¾ of a block's words: Q5_K / Q6_K, 12 against 16 bytes, so the
-/// half-width side texture is the tighter one).
+/// words are at most ¾ of a block's words: Q5_K / Q6_K, 12 against 16 bytes, so the words
+/// texture is the tighter one).
 pub fn max_part_bytes(max_dim: u32) -> u64 {
-    u64::from(TEX_WIDTH) * u64::from(max_dim) * SIDE_TEXEL_BYTES
+    u64::from(TEX_WIDTH) * u64::from(max_dim) * TEXEL_BYTES
 }
 
 impl WeightTextures {
@@ -44,24 +43,23 @@ impl WeightTextures {
         let mut encoder = gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
-        let words = texture_of(gpu, &mut encoder, label, &part.words, WORD_TEXEL_BYTES);
-        let scales = texture_of(gpu, &mut encoder, label, &part.scales, SIDE_TEXEL_BYTES);
+        let words = texture_of(gpu, &mut encoder, label, &part.words);
+        let scales = texture_of(gpu, &mut encoder, label, &part.scales);
         gpu.queue.submit([encoder.finish()]);
         WeightTextures { words, scales }
     }
 }
 
-/// A texture holding `buffer`'s bytes in texels of `texel_bytes` (`rgba32uint` for 16, else
-/// `rg32uint`); a partial last texel is dropped (the buffers are padded to 32 bytes, so no
-/// unit's words are). Rows past the data are left as created (zero).
+/// A texture holding `buffer`'s bytes in `rgba32uint` texels; a partial last texel is dropped
+/// (the buffers are padded to 32 bytes, so no unit's words are). Rows past the data are left
+/// as created (zero).
 fn texture_of(
     gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     label: &str,
     buffer: &wgpu::Buffer,
-    texel_bytes: u64,
 ) -> wgpu::TextureView {
-    let texels = (buffer.size() / texel_bytes).max(1);
+    let texels = (buffer.size() / TEXEL_BYTES).max(1);
     let width = u64::from(TEX_WIDTH);
     let height = texels.div_ceil(width) as u32;
     assert!(
@@ -70,22 +68,17 @@ fn texture_of(
          parts by max_part_bytes)",
         gpu.limits.max_texture_dimension_2d
     );
-    let format = if texel_bytes == 16 {
-        wgpu::TextureFormat::Rgba32Uint
-    } else {
-        wgpu::TextureFormat::Rg32Uint
-    };
     let texture = gpu.device.create_texture(&wgpu::TextureDescriptor {
         label: Some(label),
         size: wgpu::Extent3d { width: TEX_WIDTH, height, depth_or_array_layers: 1 },
         mip_level_count: 1,
         sample_count: 1,
         dimension: wgpu::TextureDimension::D2,
-        format,
+        format: wgpu::TextureFormat::Rgba32Uint,
         usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });
-    let bytes_per_row = (width * texel_bytes) as u32; // 64 or 32 KiB: a multiple of 256
+    let bytes_per_row = (width * TEXEL_BYTES) as u32; // 64 KiB: a multiple of 256
                                                       // whole rows, then what is left as a one-row copy (the buffer ends there)
     let (full_rows, rest) = ((texels / width) as u32, (texels % width) as u32);
     let mut copy = |row: u32, extent: wgpu::Extent3d| {

@@ -1,6 +1,14 @@
-// w_load_pair for a format of one vec4 and one side word per block (see pairs/common.wgsl).
+// w_load_pair / w_load_quad for a format of one vec4 and one side word per block (see
+// pairs/common.wgsl).
 fn w_load_pair(pair: u32, b: u32, rows: u32, blocks: u32) -> WPair {
     let i = w_unit(2u * pair, b, rows, blocks);  // the first row's unit (even)
-    let s = ws_t(i / 2u);
+    let s = ws_pair(i);
     return WPair(WRaw(wq_t(i), s.x), WRaw(wq_t(i + 1u), s.y));
+}
+
+fn w_load_quad(quad: u32, b: u32, rows: u32, blocks: u32) -> WQuad {
+    let i = w_unit(4u * quad, b, rows, blocks);  // the first row's unit (a multiple of 4)
+    let s = ws_t(i / 4u);
+    return WQuad(WPair(WRaw(wq_t(i), s.x), WRaw(wq_t(i + 1u), s.y)),
+                 WPair(WRaw(wq_t(i + 2u), s.z), WRaw(wq_t(i + 3u), s.w)));
 }
