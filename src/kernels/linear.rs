@@ -117,7 +117,7 @@ pub struct InputNorm<'a> {
 
 /// How many neighbouring rows' blocks the subgroup linear kernel loads together (its lanes
 /// compute four rows each; WGSL `ROW_LOAD`, `shaders/linear/pairs/common.wgsl`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowLoad {
     /// One row at a time from the storage buffers: a part of odd row count, and always the
     /// GPU variant (which loads one row per invocation and ignores this).
