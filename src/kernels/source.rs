@@ -18,10 +18,10 @@ pub const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
 pub const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
 pub const ATTENTION_LANES_F16: &str = include_str!("../../shaders/common/attention_lanes_f16.wgsl");
 pub const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
-pub const ROTATE_IO: &str = include_str!("../../shaders/rotate/rotate_io.wgsl");
 pub const PREFILL_LANES: &str = include_str!("../../shaders/common/prefill_lanes.wgsl");
 pub const PREFILL_TILE: &str = include_str!("../../shaders/common/prefill_tile.wgsl");
 pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
+pub const ROTATE_IO: &str = include_str!("../../shaders/rotate/rotate_io.wgsl");
 pub const KV_POOL: &str = include_str!("../../shaders/common/kv_pool.wgsl");
 pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");
 pub const RMS: &str = include_str!("../../shaders/common/rms.wgsl");
@@ -226,20 +226,17 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
             ("ROW_LOAD", f64::from(load.rows())),
         ],
-        PipelineKey::AttnDecodePartials {
-            head_dim,
-            variant: AttentionVariant::Lanes,
-            kv,
-            slice_heads,
-        } => {
-            let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
-            c.push(("SLICE_HEADS", f64::from(slice_heads)));
-            c.extend(quant(kv));
-            c
-        }
         PipelineKey::AttnDecodePartials { head_dim, kv, .. }
         | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
             let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
+            if let PipelineKey::AttnDecodePartials {
+                variant: AttentionVariant::Lanes,
+                slice_heads,
+                ..
+            } = key
+            {
+                c.push(("SLICE_HEADS", f64::from(slice_heads)));
+            }
             c.extend(quant(kv));
             c
         }

@@ -127,19 +127,8 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
 /// Kernel sets for both attention variants where this adapter can run them
 /// (`KernelConfig::can_run_lanes_attention`).
 pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let caps = &t.gpu.caps;
-    let mut out = Vec::new();
-    let workgroup =
-        kvrun::kernels::KernelConfig { lanes_attention: false, ..t.kernels.config.clone() };
-    out.push(("workgroup", Kernels::with_config(workgroup)));
-    if kvrun::kernels::KernelConfig::can_run_lanes_attention(caps) {
-        let lanes =
-            kvrun::kernels::KernelConfig { lanes_attention: true, ..t.kernels.config.clone() };
-        out.push(("lanes", Kernels::with_config(lanes)));
-    } else {
-        eprintln!("adapter lacks subgroups of exactly 8 lanes: lane attention variant not tested");
-    }
-    out
+    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps);
+    with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_attention = on, "attention")
 }
 
 /// The kernel sets of a kernel with a lane variant: `base` (the adapter's config with `lanes`
