@@ -265,6 +265,9 @@ fn linear_every_format_matches_reference() {
         (258, 1024, 2),
         // 4k rows with a partial last tile of one quad: the subgroup variant's quad loads
         (196, 64, 2),
+        // the subgroup variant's 16-token tile: whole, and with a last tile of one token
+        (70, 64, 16),
+        (37, 96, 65),
     ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {
@@ -278,6 +281,57 @@ fn linear_every_format_matches_reference() {
                 accumulate: false,
             };
             run_case(&case, (i * 10 + j) as u64);
+        }
+    }
+}
+
+/// A token's outputs are the same bits whichever token tile computed them
+/// (`TokenTile::for_count`: one token per invocation, 8 or 16 a tile on the subgroup variant,
+/// 4 on the GPU one; full and partial tiles): the same weight and input rows run as steps of
+/// 65, 48, 40, 16, 9, 3 and 1 tokens, every variant, formats of each block shape.
+#[test]
+fn linear_token_tiles_give_the_same_bits() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let counts = [65usize, 48, 40, 16, 9, 3, 1];
+    let max = counts[0];
+    for (i, format) in
+        [WeightFormat::Q4_1, WeightFormat::Q8_0, WeightFormat::Q4_K, WeightFormat::F16]
+            .into_iter()
+            .enumerate()
+    {
+        let (rows, cols) = (68, 320usize.next_multiple_of(format.column_multiple()));
+        let mut rng = rng(900 + i as u64);
+        let (bytes, _) = random_weight(&mut rng, format, rows, cols);
+        let weight = GpuWeight::upload(gpu, "w", format, rows, cols, &bytes, u64::MAX).unwrap();
+        let x_stride = cols + 8;
+        let xb = storage_f32(gpu, &uniform(&mut rng, max * x_stride, 1.0));
+        let out_stride = rows + 8;
+        for (variant, kernels) in linear_variants(t) {
+            let mut first: Option<Vec<f32>> = None;
+            for count in counts {
+                let step =
+                    step_uniform(gpu, StepInfo { num_tokens: count as u32, ..Default::default() });
+                let ob = storage_f32(gpu, &vec![SENTINEL; (max + 2) * out_stride]);
+                let op = LinearOp::new(
+                    gpu,
+                    &kernels,
+                    "tiles",
+                    &weight,
+                    strided_io(&step, (&xb, x_stride), (&ob, out_stride)),
+                );
+                let shape = StepShape { num_tokens: count as u32, ..Default::default() };
+                run(gpu, |pass| {
+                    op.record(pass, &shape);
+                });
+                let got = gpu.read_f32(&ob, 0, (max + 2) * out_stride).unwrap();
+                let (got, sentinels) = outputs_and_sentinels(&got, count, out_stride, rows);
+                let what = format!("{variant:?} {format:?} T={count}");
+                assert_sentinels(&what, &sentinels);
+                let all = first.get_or_insert_with(|| got.clone());
+                let differ = got.iter().zip(all.iter()).filter(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(differ.count(), 0, "{what}: outputs differ from the 65-token step's");
+            }
         }
     }
 }

@@ -4,8 +4,8 @@
 // - the 8 vec4 of a 32-input block are loaded by 8 lanes, one each, and handed to every lane
 //   with subgroupBroadcast;
 // - x is read through a u64 view of its buffer (x2): 2 lane loads per vec4, not 4;
-// - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1 or 8)
-//   tokens, and reads two rows' blocks as texels of the weight's textures (wt, st:
+// - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1, 8 or 16)
+//   tokens (16: each block's weights decoded once for twice the tokens), and reads two rows' blocks as texels of the weight's textures (wt, st:
 //   kernels::weight_textures; llvmpipe fetches texels as gathers, without the per-lane load
 //   loop of a storage buffer; pairs/common.wgsl), or all four rows' at once where that saves
 //   side-word fetches (ROW_LOAD 4: formats of one side word per block, a part of 4k rows). A
@@ -35,7 +35,7 @@ const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (co
                                   // out column i gets act(gate) · up (no bias, no residual)
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
-override TT: u32 = 8u;            // tokens per invocation: 1 or 8
+override TT: u32 = 8u;            // tokens per invocation: 1, 8 or 16 (kernels::TokenTile)
 override ROW_LOAD: u32 = 2u;      // rows per weight load: 1, 2 or 4 (kernels::linear::RowLoad)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -178,6 +178,46 @@ fn finish_token(n0: u32, t: u32, count: u32, acc: vec4<f32>) {
     }
 }
 
+// Block b's contributions (w) for a group of 8 tokens whose input rows start at rows[i]; only
+// the first when TT is 1.
+fn group_dots(w: Quad, rows: array<u32, 8>, b: u32, lane: u32) -> Sums {
+    var s = sums_zero();
+    s.t0 = token_dots(w, rows[0], b, lane);
+    if (TT > 1u) {
+        s.t1 = token_dots(w, rows[1], b, lane);
+        s.t2 = token_dots(w, rows[2], b, lane);
+        s.t3 = token_dots(w, rows[3], b, lane);
+        s.t4 = token_dots(w, rows[4], b, lane);
+        s.t5 = token_dots(w, rows[5], b, lane);
+        s.t6 = token_dots(w, rows[6], b, lane);
+        s.t7 = token_dots(w, rows[7], b, lane);
+    }
+    return s;
+}
+
+// Input rows of the 8 tokens from t (x_row).
+fn group_rows(t: u32, count: u32) -> array<u32, 8> {
+    var rows: array<u32, 8>;
+    for (var i = 0u; i < 8u; i++) {
+        rows[i] = x_row(t + i, count);
+    }
+    return rows;
+}
+
+// Writes the results of the group of 8 tokens from t (the first only when TT is 1).
+fn finish_group(n0: u32, t: u32, count: u32, acc: Sums) {
+    finish_token(n0, t, count, acc.t0);
+    if (TT > 1u) {
+        finish_token(n0, t + 1u, count, acc.t1);
+        finish_token(n0, t + 2u, count, acc.t2);
+        finish_token(n0, t + 3u, count, acc.t3);
+        finish_token(n0, t + 4u, count, acc.t4);
+        finish_token(n0, t + 5u, count, acc.t5);
+        finish_token(n0, t + 6u, count, acc.t6);
+        finish_token(n0, t + 7u, count, acc.t7);
+    }
+}
+
 @compute @workgroup_size(16)
 fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
@@ -187,37 +227,27 @@ fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wid: ve
         return;
     }
     let n0 = 4u * (16u * wid.y + li);  // 16 lanes (@workgroup_size) × 4 rows
-    var rows: array<u32, 8>;
-    for (var i = 0u; i < 8u; i++) {
-        rows[i] = x_row(t0 + i, count);
-    }
+    // tokens t0 .. t0 + 7 and, for TT 16, t0 + 8 .. t0 + 15: two groups of the same arithmetic
+    let rows = group_rows(t0, count);
+    let rows2 = group_rows(t0 + 8u, count);
     var acc = sums_zero();
+    var acc2 = sums_zero();
     let blocks = p.k / 32u;
     for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
         var cs = sums_zero();
+        var cs2 = sums_zero();
         for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
             let w = load_quad(n0, b);
-            cs.t0 += token_dots(w, rows[0], b, lane);
-            if (TT > 1u) {
-                cs.t1 += token_dots(w, rows[1], b, lane);
-                cs.t2 += token_dots(w, rows[2], b, lane);
-                cs.t3 += token_dots(w, rows[3], b, lane);
-                cs.t4 += token_dots(w, rows[4], b, lane);
-                cs.t5 += token_dots(w, rows[5], b, lane);
-                cs.t6 += token_dots(w, rows[6], b, lane);
-                cs.t7 += token_dots(w, rows[7], b, lane);
+            cs = sums_add(cs, group_dots(w, rows, b, lane));
+            if (TT > 8u) {
+                cs2 = sums_add(cs2, group_dots(w, rows2, b, lane));
             }
         }
         acc = sums_add(acc, cs);
+        acc2 = sums_add(acc2, cs2);
     }
-    finish_token(n0, t0, count, acc.t0);
-    if (TT > 1u) {
-        finish_token(n0, t0 + 1u, count, acc.t1);
-        finish_token(n0, t0 + 2u, count, acc.t2);
-        finish_token(n0, t0 + 3u, count, acc.t3);
-        finish_token(n0, t0 + 4u, count, acc.t4);
-        finish_token(n0, t0 + 5u, count, acc.t5);
-        finish_token(n0, t0 + 6u, count, acc.t6);
-        finish_token(n0, t0 + 7u, count, acc.t7);
+    finish_group(n0, t0, count, acc);
+    if (TT > 8u) {
+        finish_group(n0, t0 + 8u, count, acc2);
     }
 }

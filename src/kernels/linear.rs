@@ -154,13 +154,12 @@ impl RowLoad {
     pub const ALL: [RowLoad; 3] = [RowLoad::One, RowLoad::Pairs, RowLoad::Quads];
 }
 
-/// One weight part ready to record: its bind group, rows and pipelines (one token per
-/// invocation, or a tile of tokens).
+/// One weight part ready to record: its bind group, rows and a pipeline for each token tile
+/// of the variant (`TokenTile::of_variant`, in that order).
 struct Part {
     bind_group: wgpu::BindGroup,
     rows: u32,
-    one: Arc<Pipeline>,
-    many: Arc<Pipeline>,
+    pipelines: Vec<(TokenTile, Arc<Pipeline>)>,
 }
 
 /// One linear layer ready to record: a bind group per weight part.
@@ -258,10 +257,12 @@ impl LinearOp {
                         ]);
                     }
                 }
-                let one = pipeline(TokenTile::One, part.rows);
-                let many = pipeline(TokenTile::Many, part.rows);
-                let bind_group = one.bind_group_of(gpu, label, resources);
-                Part { bind_group, rows: part.rows as u32, one, many }
+                let pipelines: Vec<_> = TokenTile::of_variant(variant)
+                    .iter()
+                    .map(|&tile| (tile, pipeline(tile, part.rows)))
+                    .collect();
+                let bind_group = pipelines[0].1.bind_group_of(gpu, label, resources);
+                Part { bind_group, rows: part.rows as u32, pipelines }
             })
             .collect();
         LinearOp {
@@ -287,12 +288,16 @@ impl LinearOp {
         if count == 0 {
             return 0;
         }
-        let tile = TokenTile::for_count(count);
+        let tile = TokenTile::for_count(count, self.variant);
         // rows per workgroup: one tile of the weight layout (64 invocations × 1 row, or 16
         // lanes × 4 rows)
         let rows_per_group = TILE_ROWS as u32;
         for part in &self.parts {
-            let pipeline = if tile == TokenTile::One { &part.one } else { &part.many };
+            let pipeline = part
+                .pipelines
+                .iter()
+                .find_map(|(t, p)| (*t == tile).then_some(p))
+                .expect("for_count picks a tile of the variant");
             let (row_groups, token_groups) =
                 (groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)));
             // the subgroup variant walks token tiles first (x), so a weight tile stays in cache

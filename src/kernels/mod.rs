@@ -129,29 +129,50 @@ pub enum RotateVariant {
     Lanes,
 }
 
-/// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same).
+/// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same,
+/// so a token's result never depends on the tile). [`TokenTile::for_count`] is the one place
+/// that picks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TokenTile {
     /// Decode-sized steps: one token per invocation, no wasted work.
     One,
     /// Prefill: several tokens per invocation share each weight load.
     Many,
+    /// Long prefill chunks on the subgroup variant: twice `Many`'s tokens share each block's
+    /// decoded weights.
+    Wide,
 }
 
 impl TokenTile {
-    /// Tokens per invocation for a variant.
-    pub fn tokens(self, variant: LinearVariant) -> u32 {
-        match (self, variant) {
-            (TokenTile::One, _) => 1,
-            (TokenTile::Many, LinearVariant::Gpu) => 4,
-            (TokenTile::Many, LinearVariant::Subgroup) => 8,
+    /// The tiles a variant's linear kernel is built for.
+    pub fn of_variant(variant: LinearVariant) -> &'static [TokenTile] {
+        match variant {
+            LinearVariant::Gpu => &[TokenTile::One, TokenTile::Many],
+            LinearVariant::Subgroup => &[TokenTile::One, TokenTile::Many, TokenTile::Wide],
         }
     }
 
-    /// The tile that suits a step with `count` token rows.
-    pub fn for_count(count: u32) -> Self {
+    /// Tokens per invocation for a variant (the GPU variant has no wide tile: as `Many`).
+    pub fn tokens(self, variant: LinearVariant) -> u32 {
+        match (self, variant) {
+            (TokenTile::One, _) => 1,
+            (TokenTile::Many | TokenTile::Wide, LinearVariant::Gpu) => 4,
+            (TokenTile::Many, LinearVariant::Subgroup) => 8,
+            (TokenTile::Wide, LinearVariant::Subgroup) => 16,
+        }
+    }
+
+    /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
+    /// costs ~0.9 × as much per token as its 8-token one on lavapipe (README "Measured"), but
+    /// tiles past the last token compute copies: it takes the wide tile where
+    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (16, 32, 48, ≥ 64 tokens; not 17 or 40).
+    pub fn for_count(count: u32, variant: LinearVariant) -> Self {
         if count <= 2 {
             TokenTile::One
+        } else if variant == LinearVariant::Subgroup
+            && count.div_ceil(16) * 9 <= count.div_ceil(8) * 5
+        {
+            TokenTile::Wide
         } else {
             TokenTile::Many
         }

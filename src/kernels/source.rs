@@ -297,7 +297,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
     let mut keys = Vec::new();
     for format in WeightFormat::ALL {
         for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
-            for tile in [TokenTile::One, TokenTile::Many] {
+            for &tile in TokenTile::of_variant(variant) {
                 for load in RowLoad::ALL {
                     if load != RowLoad::One && variant == LinearVariant::Gpu {
                         continue;
