@@ -106,6 +106,7 @@ fn bench_weight(gpu: &Gpu, label: &str, ty: GgmlType, rows: usize, cols: usize) 
     let format = match ty {
         GgmlType::Q4_1 => WeightFormat::Q4_1,
         GgmlType::Q8_0 => WeightFormat::Q8_0,
+        GgmlType::Q5_0 => WeightFormat::Q5_0,
         other => unimplemented!("bench weights of {other:?}"),
     };
     let row: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
@@ -189,9 +190,13 @@ fn linear_prefill(c: &mut Criterion) {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    for (shape, rows, cols) in [("smollm2 gate_up", 3072usize, 576usize), ("llama8b q", 4096, 4096)]
-    {
-        let w = bench_weight(gpu, shape, GgmlType::Q4_1, rows, cols);
+    for (ty, shape, rows, cols) in [
+        (GgmlType::Q4_1, "smollm2 gate_up", 3072usize, 576usize),
+        (GgmlType::Q4_1, "llama8b q", 4096, 4096),
+        (GgmlType::Q8_0, "smollm2 gate_up", 3072, 576),
+        (GgmlType::Q5_0, "gemma3 gate_up", 4096, 640),
+    ] {
+        let w = bench_weight(gpu, shape, ty, rows, cols);
         let step = step_buffer(gpu, tokens);
         let x = f32_buffer(gpu, tokens * cols, 2);
         let out = gpu.storage_buffer("out", (tokens * rows * 4) as u64);
@@ -200,7 +205,7 @@ fn linear_prefill(c: &mut Criterion) {
             let io = dense_io(&step, &x, cols, &out, rows);
             let op = LinearOp::new(gpu, kernels, shape, &w, io);
             let chunk = StepShape { num_tokens: tokens as u32, ..Default::default() };
-            let id = BenchmarkId::new(format!("Q4_1 {shape} {rows}x{cols} T={tokens}"), family);
+            let id = BenchmarkId::new(format!("{ty:?} {shape} {rows}x{cols} T={tokens}"), family);
             bench_gpu(&mut group, id, gpu, &|pass| {
                 op.record(pass, &chunk);
             });
