@@ -368,6 +368,9 @@ fn linear_split_parts_bias_and_residual() {
             accumulate: false,
         };
         run_case(&case, 200 + i as u64);
+        // the subgroup variant's 16-token tile with bias, residual and split parts
+        let case = Case { tokens: 30, rows_per_part: Some(32), accumulate: true, ..case };
+        run_case(&case, 300 + i as u64);
     }
 }
 

@@ -4,10 +4,11 @@
 // - the 8 vec4 of a 32-input block are loaded by 8 lanes, one each, and handed to every lane
 //   with subgroupBroadcast;
 // - x is read through a u64 view of its buffer (x2): 2 lane loads per vec4, not 4;
-// - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1, 8 or 16)
-//   tokens (16: each block's weights decoded once for twice the tokens), and reads two rows' blocks as texels of the weight's textures (wt, st:
-//   kernels::weight_textures; llvmpipe fetches texels as gathers, without the per-lane load
-//   loop of a storage buffer; pairs/common.wgsl), or all four rows' at once where that saves
+// - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1, 8 or 16:
+//   two groups of 8 sharing each block's decoded weights) tokens, and reads two rows' blocks
+//   as texels of the weight's textures (wt, st: kernels::weight_textures; llvmpipe fetches
+//   texels as gathers, without the per-lane load loop of a storage buffer;
+//   pairs/common.wgsl), or all four rows' at once where that saves
 //   side-word fetches (ROW_LOAD 4: formats of one side word per block, a part of 4k rows). A
 //   weight part of odd row count takes the storage-buffer loads instead (ROW_LOAD 1). ROW_LOAD
 //   is a pipeline constant (kernels::linear::RowLoad), so each pipeline holds one path.

@@ -165,7 +165,7 @@ impl TokenTile {
     /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
     /// costs ~0.9 × as much per token as its 8-token one on lavapipe (README "Measured"), but
     /// tiles past the last token compute copies: it takes the wide tile where
-    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (16, 32, 48, ≥ 64 tokens; not 17 or 40).
+    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens).
     pub fn for_count(count: u32, variant: LinearVariant) -> Self {
         if count <= 2 {
             TokenTile::One
@@ -433,4 +433,32 @@ pub fn record_per_token(
     pass.set_bind_group(0, bind_group, &[]);
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     1
+}
+
+#[cfg(test)]
+mod token_tile_tests {
+    use super::{LinearVariant, TokenTile};
+
+    /// The wide tile where its padded cost is lower, never on the GPU variant; every tile the
+    /// choice can return is one the variant builds.
+    #[test]
+    fn for_count_picks_by_padded_cost() {
+        let sub = |c| TokenTile::for_count(c, LinearVariant::Subgroup);
+        for c in [1, 2] {
+            assert_eq!(sub(c), TokenTile::One, "{c}");
+        }
+        for c in (3..=8).chain(17..=24).chain(33..=40).chain(49..=56) {
+            assert_eq!(sub(c), TokenTile::Many, "{c}");
+        }
+        for c in (9..=16).chain(25..=32).chain(41..=48).chain(57..=4096) {
+            assert_eq!(sub(c), TokenTile::Wide, "{c}");
+        }
+        for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
+            for c in 1..=4096 {
+                let tile = TokenTile::for_count(c, variant);
+                assert!(TokenTile::of_variant(variant).contains(&tile), "{variant:?} {c}");
+            }
+        }
+        assert!(!TokenTile::of_variant(LinearVariant::Gpu).contains(&TokenTile::Wide));
+    }
 }
