@@ -47,7 +47,7 @@ override ROW_LOAD: u32 = 2u;      // rows per weight load: 1, 2 or 4 (kernels::l
 @group(0) @binding(5) var<storage, read> bias: array<f32>;      // [row_offset + rows]
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [tokens, out_stride]
 @group(0) @binding(7) var wt: texture_2d<u32>;                  // wq's vec4s as texels
-@group(0) @binding(8) var st: texture_2d<u32>;                  // ws's word pairs as texels
+@group(0) @binding(8) var st: texture_2d<u32>;                  // ws's words, four a texel
 @group(0) @binding(9) var<storage, read> x2: array<vec2<u64>>;  // x's buffer
 
 fn token_count() -> u32 {

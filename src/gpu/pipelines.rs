@@ -26,7 +26,7 @@ pub enum BindingKind {
     Uniform,
     StorageRead,
     StorageReadWrite,
-    /// A `texture_2d<u32>` (weight words as `rgba32uint` / `rg32uint` texels:
+    /// A `texture_2d<u32>` (weight words and side words as `rgba32uint` texels:
     /// `kernels::weight_textures`).
     TextureU32,
 }

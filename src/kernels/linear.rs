@@ -59,7 +59,7 @@ pub fn bindings(variant: LinearVariant) -> Vec<BindingKind> {
         LinearVariant::Gpu => b.push(BindingKind::StorageRead),
         LinearVariant::Subgroup => b.extend([
             BindingKind::TextureU32,  // wt: words, rgba32uint texels
-            BindingKind::TextureU32,  // st: side words, rg32uint texels
+            BindingKind::TextureU32,  // st: side words, rgba32uint texels
             BindingKind::StorageRead, // x2: x's buffer as vec2<u64>
         ]),
     }

@@ -78,8 +78,9 @@ fn texture_of(
         usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
         view_formats: &[],
     });
-    let bytes_per_row = (width * TEXEL_BYTES) as u32; // 64 KiB: a multiple of 256
-                                                      // whole rows, then what is left as a one-row copy (the buffer ends there)
+    // 64 KiB a row: a multiple of 256
+    let bytes_per_row = (width * TEXEL_BYTES) as u32;
+    // whole rows, then what is left as a one-row copy (the buffer ends there)
     let (full_rows, rest) = ((texels / width) as u32, (texels % width) as u32);
     let mut copy = |row: u32, extent: wgpu::Extent3d| {
         encoder.copy_buffer_to_texture(
