@@ -12,6 +12,17 @@
 # The models are the ones scripts/fetch-models.sh puts in assets/models/ (run it first where
 # the machine can reach PyPI, or copy the folder). Nothing here asserts a speed: the report is
 # figures for the README.
+#
+# For a machine with no Rust toolchain or no room for the models (a lent GPU box):
+#   GPU_CHECK_BIN=DIR        take kvrun and the test executables (named by test: kernel_linear,
+#                            model_tiny, …) from DIR instead of building; DIR/kernels, if there,
+#                            is the kernel bench (`cargo bench --bench kernels --no-run`).
+#   GPU_CHECK_MODELS="a.gguf b.gguf"   the models to bench (default: the two real ones).
+#   GPU_CHECK_SYNTH="llama-8b:q4_0 smollm2-135m:q4_1:VOCAB.gguf"   also build these
+#                            random-weight models with scripts/synth-gguf.py (timing only; the
+#                            vocabulary from VOCAB, default llama.cpp's Llama 3 one) and bench them.
+#   GPU_CHECK_BENCH="REGEX"  run the kernel bench's benchmarks matching REGEX (default: none).
+#   GPU_CHECK_STEP_TIMEOUT=S stop any one step after S seconds (default: no limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,34 +35,71 @@ export CARGO_TERM_COLOR=never
 [ -z "${KVRUN_ADAPTER:-}" ] || export WGPU_ADAPTER_NAME="$KVRUN_ADAPTER"
 log() { printf '== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)" | tee -a "$out/gpu-check.log"; }
 
-log "build"
-cargo build --release 2>&1 | tail -n 3
-kvrun=target/release/kvrun
+limit=()
+[ -z "${GPU_CHECK_STEP_TIMEOUT:-}" ] || limit=(timeout "$GPU_CHECK_STEP_TIMEOUT")
+tests=(kernel_attention kernel_attention_kvq kernel_linear kernel_elementwise kernel_kv_quant
+    kernel_bandwidth model_tiny model_tiny_gemma3)
+
+if [ -n "${GPU_CHECK_BIN:-}" ]; then
+    kvrun=$GPU_CHECK_BIN/kvrun
+else
+    log "build"
+    cargo build --release 2>&1 | tail -n 3
+    kvrun=target/release/kvrun
+fi
 "$kvrun" info --json >"$out/info.json"
 
 log "kernel tests with this device's variants (and the discrete-GPU family forced where it differs)"
 status=0
-cargo test --release --test kernel_attention --test kernel_attention_kvq --test kernel_linear \
-    --test kernel_elementwise --test kernel_kv_quant --test kernel_bandwidth --test model_tiny \
-    --test model_tiny_gemma3 >"$out/kernel-tests.log" 2>&1 || status=$?
-grep -E "^test result:" "$out/kernel-tests.log" | tee -a "$out/gpu-check.log" || true
+if [ -n "${GPU_CHECK_BIN:-}" ]; then
+    for t in "${tests[@]}"; do
+        echo "== $t" >>"$out/kernel-tests.log"
+        KVRUN_NO_SKIP=1 "${limit[@]}" "$GPU_CHECK_BIN/$t" >>"$out/kernel-tests.log" 2>&1 || status=$?
+    done
+else
+    KVRUN_NO_SKIP=1 "${limit[@]}" cargo test --release "${tests[@]/#/--test=}" \
+        >"$out/kernel-tests.log" 2>&1 || status=$?
+fi
+grep -E "^test result:|FAILED|panicked" "$out/kernel-tests.log" | tee -a "$out/gpu-check.log" || true
 echo "$status" >"$out/kernel-tests.status"
 
 log "bench bandwidth"
 "$kvrun" bench bandwidth --json >"$out/bandwidth.json"
 
-for model in assets/models/SmolLM2-135M-Instruct.Q4_1.gguf assets/models/gemma-3-270m-q4_k_m.gguf; do
+models=(${GPU_CHECK_MODELS:-assets/models/SmolLM2-135M-Instruct.Q4_1.gguf assets/models/gemma-3-270m-q4_k_m.gguf})
+for spec in ${GPU_CHECK_SYNTH:-}; do
+    IFS=: read -r shape type vocab <<<"$spec"
+    file="$out/synth-$shape-$type.gguf"
+    log "synthetic $shape $type (random weights)"
+    python3 scripts/synth-gguf.py --shape "$shape" --type "$type" \
+        --vocab "${vocab:-assets/models/llama-cpp-vocabs/ggml-vocab-llama-bpe.gguf}" "$file"
+    models+=("$file")
+done
+
+for model in "${models[@]}"; do
     [ -f "$model" ] || { log "skip $(basename "$model"): not in assets/models/"; continue; }
     name=$(basename "$model" .gguf)
     log "bench decode $name at $contexts"
-    "$kvrun" bench decode -m "$model" --context-lengths "$contexts" --per-op --json \
-        >"$out/decode-$name.json"
+    "${limit[@]}" "$kvrun" bench decode -m "$model" --context-lengths "$contexts" --per-op --json \
+        >"$out/decode-$name.json" 2>"$out/decode-$name.err" ||
+        { log "bench decode $name failed (see decode-$name.err)"; rm -f "$out/decode-$name.json"; }
+    case $model in "$out"/synth-*) rm -f "$model" ;; esac
     if command -v llama-bench >/dev/null; then
         log "llama-bench $name"
         llama-bench -m "$model" -p 512 -n 128 -o json >"$out/llama-bench-$name.json" 2>"$out/llama-bench-$name.err" ||
             log "llama-bench $name failed (see llama-bench-$name.err)"
     fi
 done
+
+if [ -n "${GPU_CHECK_BENCH:-}" ]; then
+    bench=$GPU_CHECK_BIN/kernels
+    [ -n "${GPU_CHECK_BIN:-}" ] ||
+        bench=$(cargo bench --bench kernels --no-run --message-format json 2>/dev/null |
+            sed -n 's/.*"executable":"\([^"]*kernels-[^"]*\)".*/\1/p' | tail -n 1)
+    log "kernel bench: $GPU_CHECK_BENCH"
+    "${limit[@]}" "$bench" --bench "$GPU_CHECK_BENCH" >"$out/kernel-bench.log" 2>&1 ||
+        log "kernel bench stopped (see kernel-bench.log)"
+fi
 
 log "report"
 python3 - "$out" <<'PY'
@@ -86,6 +134,20 @@ for path in sorted(glob.glob(f"{out}/decode-*.json")):
             f"{'pp' if r.get('n_prompt') else 'tg'}{r.get('n_prompt') or r.get('n_gen')} "
             f"{r.get('avg_ts', 0):.1f} tok/s" for r in rows)]
     md.append("")
+kb = f"{out}/kernel-bench.log"
+if os.path.exists(kb):
+    import re
+    rows, name = [], None
+    for line in open(kb):
+        m = re.match(r"^(\S.*?)\s*(time:\s+\[(\S+ \S+) (\S+ \S+) (\S+ \S+)\])?\s*$", line)
+        t = re.search(r"time:\s+\[(\S+ \S+) (\S+ \S+) (\S+ \S+)\]", line)
+        if m and not line.startswith(" ") and not line.startswith("Benchmarking"):
+            name = m.group(1).strip()
+        if t and name:
+            rows.append((name, t.group(2)))
+    report["kernel_bench"] = [{"id": n, "median": t} for n, t in rows]
+    md += ["## kernel bench (GPU time per call, criterion median)", "", "| benchmark | time |", "|---|---:|"]
+    md += [f"| {n} | {t} |" for n, t in rows] + [""]
 json.dump(report, open(f"{out}/report.json", "w"), indent=1)
 open(f"{out}/report.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
