@@ -268,6 +268,9 @@ fn linear_every_format_matches_reference() {
         // the subgroup variant's 16-token tile: whole, and with a last tile of one token
         (70, 64, 16),
         (37, 96, 65),
+        // the GPU variant's split-K one-token tile: 10 chunks over 8 groups (two rounds, the
+        // last chunk partial)
+        (40, 2336, 1),
     ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {
@@ -300,7 +303,8 @@ fn linear_token_tiles_give_the_same_bits() {
             .into_iter()
             .enumerate()
     {
-        let (rows, cols) = (68, 320usize.next_multiple_of(format.column_multiple()));
+        // 73 blocks (80 for the K formats): 10 chunks, two rounds of the GPU variant's split-K
+        let (rows, cols) = (68, 2336usize.next_multiple_of(format.column_multiple()));
         let mut rng = rng(900 + i as u64);
         let (bytes, _) = random_weight(&mut rng, format, rows, cols);
         let weight = GpuWeight::upload(gpu, "w", format, rows, cols, &bytes, u64::MAX).unwrap();
@@ -389,6 +393,9 @@ fn linear_glu_epilogue_matches_reference() {
         (WeightFormat::Q4_K, 64, 256, 2, Some(65), Activation::GeluTanh),
         (WeightFormat::Q6_K, 19, 256, 17, None, Activation::Silu),
         (WeightFormat::F16, 96, 64, 8, Some(40), Activation::GeluTanh),
+        // the GPU variant's split-K (8 groups of 8 rows, two rounds), whole and in parts
+        (WeightFormat::Q4_0, 40, 2336, 1, None, Activation::Silu),
+        (WeightFormat::Q8_0, 29, 1056, 2, Some(24), Activation::GeluTanh),
     ];
     for (i, &(format, ffn, cols, tokens, rows_per_part, activation)) in cases.iter().enumerate() {
         let mut rng = rng(700 + i as u64);
@@ -477,6 +484,9 @@ fn linear_norm_on_load_is_rms_norm_then_linear() {
         (WeightFormat::F32, 34, 64, 3, None, false, Some(Activation::Silu)),
         (WeightFormat::Q4_K, 64, 256, 17, Some(40), false, Some(Activation::GeluTanh)),
         (WeightFormat::F16, 96, 160, 8, None, true, None),
+        // the GPU variant's split-K: two rounds of 8 groups; 5 chunks on 8 groups, in parts
+        (WeightFormat::Q4_0, 37, 2336, 1, None, true, None),
+        (WeightFormat::Q8_0, 34, 1056, 2, Some(16), false, Some(Activation::Silu)),
     ];
     let mut tested = 0;
     for (variant, kernels) in linear_variants(t) {

@@ -7,6 +7,12 @@
 // to right in chunks of CHUNK_BLOCKS, chunk sums added left to right; then bias, then the
 // residual. linear_subgroup.wgsl computes exactly the same sums.
 //
+// Split-K (SPLIT > 1, the one-token tile: kernels::linear::split_groups): a workgroup's 64
+// invocations are SPLIT groups of 64 / SPLIT rows; in each round group g sums chunk
+// (round · SPLIT + g) of its row, and the first group adds the round's chunk sums to the row's
+// total in chunk order. The same sums in the same order, so the same bits as one invocation a
+// row, with SPLIT times the loads in flight for a decode step's few rows.
+//
 // RMSNorm on load (FLAG_NORM, this variant only: kernels::linear::norms_on_load): a projection
 // whose input is a sub-layer's RMSNorm reads the un-normed rows and norms them as it loads
 // them, instead of a separate rms_norm dispatch writing them first. row_inv_rms computes a
@@ -39,6 +45,7 @@ const FLAG_NORM: u32 = 32u;       // x is RMSNorm'd on load with norm_w (see the
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 4u;            // tokens per invocation: 1 or 4 (lanes of a vec4 accumulator)
+override SPLIT: u32 = 1u;         // invocations per row (split-K groups; 1, 2, 4 or 8)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
@@ -123,6 +130,8 @@ fn finish_glu_tile(n: u32, t0: u32, count: u32, gate: vec4<f32>, up: vec4<f32>) 
 
 // GLU epilogue: each invocation's sums, so the gate row's invocation reads its up row's.
 var<workgroup> glu_sums: array<vec4<f32>, 64>;
+// Split-K: a round's chunk sums, [group, row of the workgroup].
+var<workgroup> split_sums: array<vec4<f32>, 64>;
 
 fn norm_on() -> bool {
     return (p.flags & FLAG_NORM) != 0u;
@@ -158,52 +167,79 @@ fn x_block_at(row: u32, b: u32, inv: f32) -> XBlock {
     return x_block(v);
 }
 
+// The sums of chunk c (blocks [c · CHUNK_BLOCKS, ...)) of row nn for the tile's tokens.
+fn chunk_sums(nn: u32, c: u32, blocks: u32, r: vec4<u32>, inv: vec4<f32>) -> vec4<f32> {
+    var cs = vec4<f32>(0.0);
+    let c0 = c * CHUNK_BLOCKS;
+    for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
+        let w = w_decode(w_load(nn, b, p.rows, blocks));
+        cs.x += w_dot(w, x_block_at(r.x, b, inv.x));
+        if (TT > 1u) {
+            cs.y += w_dot(w, x_block_at(r.y, b, inv.y));
+            cs.z += w_dot(w, x_block_at(r.z, b, inv.z));
+            cs.w += w_dot(w, x_block_at(r.w, b, inv.w));
+        }
+    }
+    return cs;
+}
+
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let count = token_count();
     let t0 = wid.y * TT;
     if (t0 >= count) {
         return;
     }
-    let n = gid.x;
+    let rg = 64u / SPLIT;  // rows per workgroup
+    let g = lid / rg;      // split-K group
+    let n = wid.x * rg + lid % rg;
     let nn = min(n, p.rows - 1u);  // rows past the end compute a copy of the last row, unwritten
-    let r0 = x_row(t0, count);
-    let r1 = x_row(t0 + 1u, count);
-    let r2 = x_row(t0 + 2u, count);
-    let r3 = x_row(t0 + 3u, count);
+    let r = vec4<u32>(x_row(t0, count), x_row(t0 + 1u, count), x_row(t0 + 2u, count),
+                      x_row(t0 + 3u, count));
     var inv = vec4<f32>(1.0);
     if (norm_on()) {
-        inv.x = row_inv_rms(r0, lid);
+        inv.x = row_inv_rms(r.x, lid);
         if (TT > 1u) {
-            inv.y = row_inv_rms(r1, lid);
-            inv.z = row_inv_rms(r2, lid);
-            inv.w = row_inv_rms(r3, lid);
+            inv.y = row_inv_rms(r.y, lid);
+            inv.z = row_inv_rms(r.z, lid);
+            inv.w = row_inv_rms(r.w, lid);
         }
     }
     var acc = vec4<f32>(0.0);
     let blocks = p.k / 32u;
-    for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
-        var cs = vec4<f32>(0.0);
-        for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
-            let w = w_decode(w_load(nn, b, p.rows, p.k / 32u));
-            cs.x += w_dot(w, x_block_at(r0, b, inv.x));
-            if (TT > 1u) {
-                cs.y += w_dot(w, x_block_at(r1, b, inv.y));
-                cs.z += w_dot(w, x_block_at(r2, b, inv.z));
-                cs.w += w_dot(w, x_block_at(r3, b, inv.w));
-            }
+    let chunks = (blocks + CHUNK_BLOCKS - 1u) / CHUNK_BLOCKS;
+    if (SPLIT == 1u) {
+        for (var c = 0u; c < chunks; c++) {
+            acc += chunk_sums(nn, c, blocks, r, inv);
         }
-        acc += cs;
+    } else {
+        for (var c0 = 0u; c0 < chunks; c0 += SPLIT) {
+            let c = c0 + g;
+            var cs = vec4<f32>(0.0);
+            if (c < chunks) {
+                cs = chunk_sums(nn, c, blocks, r, inv);
+            }
+            split_sums[lid] = cs;
+            workgroupBarrier();
+            if (g == 0u) {
+                for (var j = 0u; j < min(SPLIT, chunks - c0); j++) {
+                    acc += split_sums[j * rg + lid];
+                }
+            }
+            workgroupBarrier();
+        }
     }
     if (glu_kind() != 0u) {
-        // a workgroup's 64 rows are 32 whole gate/up pairs (n and lid have the same parity)
+        // a workgroup's rg rows are whole gate/up pairs (rg is even; n and lid have the same
+        // parity); the first group holds the sums
         glu_sums[lid] = acc;
         workgroupBarrier();
-        if ((lid & 1u) == 0u) {
+        if (g == 0u && (lid & 1u) == 0u) {
             finish_glu_tile(n, t0, count, acc, glu_sums[lid + 1u]);
         }
         return;
     }
-    finish_tile(n, t0, count, acc);
+    if (g == 0u) {
+        finish_tile(n, t0, count, acc);
+    }
 }

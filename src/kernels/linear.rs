@@ -74,6 +74,38 @@ pub fn norms_on_load(variant: LinearVariant) -> bool {
     variant == LinearVariant::Gpu
 }
 
+/// The GPU variant's split-K group counts (WGSL `SPLIT`): the pipelines there can be.
+pub const SPLITS: [u32; 4] = [1, 2, 4, 8];
+
+/// Inputs per chunk of a row's sum (WGSL `CHUNK_BLOCKS` blocks of 32): the unit of the fixed
+/// reduction order, and of the split-K work.
+pub const CHUNK_INPUTS: usize = 256;
+
+/// Invocations per weight row of the linear kernel (WGSL `SPLIT`, [`SPLITS`]): the one place
+/// that picks it. The GPU variant's one-token tile (decode, the LM head) splits a row's chunks
+/// of [`CHUNK_INPUTS`] over up to 8 invocations, one per chunk in each round, so a decode
+/// step's few thousand rows put 8 times the loads in flight on a GPU (one invocation a row
+/// left SmolLM2's 576-row projections 9 workgroups). The chunk sums are still added in chunk
+/// order: the same bits as one invocation a row. Prefill tiles have token tiles enough, and
+/// the subgroup variant splits rows over its lanes its own way: 1. Halved while the row
+/// groups would pass the device's `limit` of workgroups per dimension.
+pub fn split_groups(
+    variant: LinearVariant,
+    tile: TokenTile,
+    k: usize,
+    rows: usize,
+    limit: u32,
+) -> u32 {
+    if variant != LinearVariant::Gpu || tile != TokenTile::One {
+        return 1;
+    }
+    let mut split = (k.div_ceil(CHUNK_INPUTS).next_power_of_two() as u32).min(SPLITS[3]);
+    while split > 1 && groups(rows as u32, TILE_ROWS as u32 / split) > limit {
+        split /= 2;
+    }
+    split
+}
+
 /// Which count of the step the token rows follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenRows {
@@ -154,12 +186,12 @@ impl RowLoad {
     pub const ALL: [RowLoad; 3] = [RowLoad::One, RowLoad::Pairs, RowLoad::Quads];
 }
 
-/// One weight part ready to record: its bind group, rows and a pipeline for each token tile
-/// of the variant (`TokenTile::of_variant`, in that order).
+/// One weight part ready to record: its bind group, rows and, for each token tile of the
+/// variant (`TokenTile::of_variant`, in that order), a pipeline and its rows per workgroup.
 struct Part {
     bind_group: wgpu::BindGroup,
     rows: u32,
-    pipelines: Vec<(TokenTile, Arc<Pipeline>)>,
+    pipelines: Vec<(TokenTile, Arc<Pipeline>, u32)>,
 }
 
 /// One linear layer ready to record: a bind group per weight part.
@@ -180,9 +212,15 @@ impl LinearOp {
         );
         assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
         let variant = kernels.config.linear;
+        let wg_limit = gpu.limits.max_compute_workgroups_per_dimension;
+        // a tile's pipeline for a part of `rows` rows, and its rows per workgroup (one tile of
+        // the weight layout: 64 invocations × 1 row, split-K groups of 64 / split, or 16
+        // lanes × 4 rows)
         let pipeline = |tile, rows| {
             let load = RowLoad::for_part(variant, w.format, rows);
-            kernels.pipeline(gpu, PipelineKey::Linear { format: w.format, variant, tile, load })
+            let split = split_groups(variant, tile, w.cols, rows, wg_limit);
+            let key = PipelineKey::Linear { format: w.format, variant, tile, load, split };
+            (tile, kernels.pipeline(gpu, key), TILE_ROWS as u32 / split)
         };
         let mut flags = 0;
         if io.bias.is_some() {
@@ -259,7 +297,7 @@ impl LinearOp {
                 }
                 let pipelines: Vec<_> = TokenTile::of_variant(variant)
                     .iter()
-                    .map(|&tile| (tile, pipeline(tile, part.rows)))
+                    .map(|&tile| pipeline(tile, part.rows))
                     .collect();
                 let bind_group = pipelines[0].1.bind_group_of(gpu, label, resources);
                 Part { bind_group, rows: part.rows as u32, pipelines }
@@ -269,7 +307,7 @@ impl LinearOp {
             parts,
             variant,
             rows: io.rows,
-            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+            wg_limit,
             weight_bytes: w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum(),
         }
     }
@@ -289,14 +327,11 @@ impl LinearOp {
             return 0;
         }
         let tile = TokenTile::for_count(count, self.variant);
-        // rows per workgroup: one tile of the weight layout (64 invocations × 1 row, or 16
-        // lanes × 4 rows)
-        let rows_per_group = TILE_ROWS as u32;
         for part in &self.parts {
-            let pipeline = part
+            let (pipeline, rows_per_group) = part
                 .pipelines
                 .iter()
-                .find_map(|(t, p)| (*t == tile).then_some(p))
+                .find_map(|(t, p, r)| (*t == tile).then_some((p, *r)))
                 .expect("for_count picks a tile of the variant");
             let (row_groups, token_groups) =
                 (groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)));
@@ -311,5 +346,34 @@ impl LinearOp {
             pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
         }
         self.parts.len() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{split_groups, LinearVariant, TokenTile};
+
+    /// Split-K only for the GPU variant's one-token tile: a group per chunk of 256 inputs up
+    /// to 8 (a power of two), halved while the row groups pass the workgroup limit.
+    #[test]
+    fn split_groups_by_chunks_and_limit() {
+        let gpu = |k, rows, limit| split_groups(LinearVariant::Gpu, TokenTile::One, k, rows, limit);
+        assert_eq!(gpu(64, 100, 65535), 1);
+        assert_eq!(gpu(256, 100, 65535), 1);
+        assert_eq!(gpu(320, 100, 65535), 2);
+        assert_eq!(gpu(576, 576, 65535), 4);
+        assert_eq!(gpu(1536, 576, 65535), 8);
+        assert_eq!(gpu(14336, 4096, 65535), 8);
+        // 262,144 rows: 8 groups make 32,768 workgroups of 8 rows; a limit of 20,000 takes 4
+        assert_eq!(gpu(640, 262_144, 65535), 4);
+        assert_eq!(gpu(4096, 262_144, 65535), 8);
+        assert_eq!(gpu(4096, 262_144, 20_000), 4);
+        assert_eq!(gpu(4096, 262_144, 1000), 1);
+        for tile in [TokenTile::Many, TokenTile::Wide] {
+            assert_eq!(split_groups(LinearVariant::Gpu, tile, 4096, 4096, 65535), 1);
+        }
+        for tile in [TokenTile::One, TokenTile::Many, TokenTile::Wide] {
+            assert_eq!(split_groups(LinearVariant::Subgroup, tile, 4096, 4096, 65535), 1);
+        }
     }
 }

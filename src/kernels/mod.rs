@@ -189,6 +189,9 @@ pub enum PipelineKey {
         /// The subgroup variant's rows per weight load ([`linear::RowLoad::for_part`]); always
         /// `One` for the GPU variant.
         load: linear::RowLoad,
+        /// The GPU variant's invocations per weight row ([`linear::split_groups`], WGSL
+        /// `SPLIT`); always 1 for the subgroup variant.
+        split: u32,
     },
     Embedding {
         format: WeightFormat,

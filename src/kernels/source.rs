@@ -219,8 +219,8 @@ pub fn wgsl(key: PipelineKey) -> String {
 pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
     let quant = |kv: Option<KvQuantKey>| kv.map(KvQuantKey::constants).into_iter().flatten();
     match key {
-        PipelineKey::Linear { tile, variant: LinearVariant::Gpu, .. } => {
-            vec![("TT", f64::from(tile.tokens(LinearVariant::Gpu)))]
+        PipelineKey::Linear { tile, variant: LinearVariant::Gpu, split, .. } => {
+            vec![("TT", f64::from(tile.tokens(LinearVariant::Gpu))), ("SPLIT", f64::from(split))]
         }
         PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, load, .. } => vec![
             ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
@@ -302,7 +302,13 @@ pub fn all_keys() -> Vec<PipelineKey> {
                     if load != RowLoad::One && variant == LinearVariant::Gpu {
                         continue;
                     }
-                    keys.push(PipelineKey::Linear { format, variant, tile, load });
+                    for split in linear::SPLITS {
+                        if split != 1 && !(variant == LinearVariant::Gpu && tile == TokenTile::One)
+                        {
+                            continue;
+                        }
+                        keys.push(PipelineKey::Linear { format, variant, tile, load, split });
+                    }
                 }
             }
         }
