@@ -8,7 +8,8 @@ use bytemuck::{Pod, Zeroable};
 use super::glu;
 use super::weights::{WeightFormat, TILE_ROWS};
 use super::{
-    check_grid, groups, GpuWeight, Kernels, LinearVariant, PipelineKey, StepShape, TokenTile,
+    check_grid, groups, GpuWeight, KernelConfig, Kernels, LinearVariant, PipelineKey, StepShape,
+    TokenTile,
 };
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::Activation;
@@ -82,21 +83,22 @@ pub const SPLITS: [u32; 4] = [1, 2, 4, 8];
 pub const CHUNK_INPUTS: usize = 256;
 
 /// Invocations per weight row of the linear kernel (WGSL `SPLIT`, [`SPLITS`]): the one place
-/// that picks it. The GPU variant's one-token tile (decode, the LM head) splits a row's chunks
-/// of [`CHUNK_INPUTS`] over up to 8 invocations, one per chunk in each round, so a decode
-/// step's few thousand rows put 8 times the loads in flight on a GPU (one invocation a row
-/// left SmolLM2's 576-row projections 9 workgroups). The chunk sums are still added in chunk
-/// order: the same bits as one invocation a row. Prefill tiles have token tiles enough, and
-/// the subgroup variant splits rows over its lanes its own way: 1. Halved while the row
-/// groups would pass the device's `limit` of workgroups per dimension.
+/// that picks it. Where `config` splits (`KernelConfig::split_k`: GPUs), the GPU variant's
+/// one-token tile (decode, the LM head) splits a row's chunks of [`CHUNK_INPUTS`] over up to 8
+/// invocations, one per chunk in each round, so a decode step's few thousand rows put 8 times
+/// the loads in flight (one invocation a row left SmolLM2's 576-row projections 9 workgroups).
+/// The chunk sums are still added in chunk order: the same bits as one invocation a row.
+/// Prefill tiles have token tiles enough, and the subgroup variant splits rows over its lanes
+/// its own way: 1. Halved while the row groups would pass the device's `limit` of workgroups
+/// per dimension.
 pub fn split_groups(
-    variant: LinearVariant,
+    config: &KernelConfig,
     tile: TokenTile,
     k: usize,
     rows: usize,
     limit: u32,
 ) -> u32 {
-    if variant != LinearVariant::Gpu || tile != TokenTile::One {
+    if !config.split_k || config.linear != LinearVariant::Gpu || tile != TokenTile::One {
         return 1;
     }
     let mut split = (k.div_ceil(CHUNK_INPUTS).next_power_of_two() as u32).min(SPLITS[3]);
@@ -218,7 +220,7 @@ impl LinearOp {
         // lanes × 4 rows)
         let pipeline = |tile, rows| {
             let load = RowLoad::for_part(variant, w.format, rows);
-            let split = split_groups(variant, tile, w.cols, rows, wg_limit);
+            let split = split_groups(&kernels.config, tile, w.cols, rows, wg_limit);
             let key = PipelineKey::Linear { format: w.format, variant, tile, load, split };
             (tile, kernels.pipeline(gpu, key), TILE_ROWS as u32 / split)
         };
@@ -351,13 +353,27 @@ impl LinearOp {
 
 #[cfg(test)]
 mod tests {
-    use super::{split_groups, LinearVariant, TokenTile};
+    use super::{split_groups, KernelConfig, LinearVariant, TokenTile};
 
-    /// Split-K only for the GPU variant's one-token tile: a group per chunk of 256 inputs up
-    /// to 8 (a power of two), halved while the row groups pass the workgroup limit.
+    fn config(linear: LinearVariant, split_k: bool) -> KernelConfig {
+        KernelConfig {
+            max_binding_bytes: 1 << 27,
+            workgroup_memory: 16384,
+            linear,
+            split_k,
+            lanes_attention: false,
+            lanes_norm: false,
+            lanes_rotate: false,
+        }
+    }
+
+    /// Split-K only for the GPU variant's one-token tile where the config splits: a group per
+    /// chunk of 256 inputs up to 8 (a power of two), halved while the row groups pass the
+    /// workgroup limit.
     #[test]
     fn split_groups_by_chunks_and_limit() {
-        let gpu = |k, rows, limit| split_groups(LinearVariant::Gpu, TokenTile::One, k, rows, limit);
+        let split = config(LinearVariant::Gpu, true);
+        let gpu = |k, rows, limit| split_groups(&split, TokenTile::One, k, rows, limit);
         assert_eq!(gpu(64, 100, 65535), 1);
         assert_eq!(gpu(256, 100, 65535), 1);
         assert_eq!(gpu(320, 100, 65535), 2);
@@ -370,10 +386,13 @@ mod tests {
         assert_eq!(gpu(4096, 262_144, 20_000), 4);
         assert_eq!(gpu(4096, 262_144, 1000), 1);
         for tile in [TokenTile::Many, TokenTile::Wide] {
-            assert_eq!(split_groups(LinearVariant::Gpu, tile, 4096, 4096, 65535), 1);
+            assert_eq!(split_groups(&split, tile, 4096, 4096, 65535), 1);
         }
+        let unsplit = config(LinearVariant::Gpu, false);
+        let subgroup = config(LinearVariant::Subgroup, true);
         for tile in [TokenTile::One, TokenTile::Many, TokenTile::Wide] {
-            assert_eq!(split_groups(LinearVariant::Subgroup, tile, 4096, 4096, 65535), 1);
+            assert_eq!(split_groups(&unsplit, tile, 4096, 4096, 65535), 1);
+            assert_eq!(split_groups(&subgroup, tile, 4096, 4096, 65535), 1);
         }
     }
 }

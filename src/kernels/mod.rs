@@ -256,6 +256,11 @@ pub struct KernelConfig {
     pub workgroup_memory: u32,
     /// How linear layers load their inputs.
     pub linear: LinearVariant,
+    /// Whether the GPU linear variant's one-token tile splits a row over invocations (split-K,
+    /// [`linear::split_groups`]): on GPUs. A CPU adapter forced onto the GPU variant runs it
+    /// one invocation a row: there the split's barriers made the kernel 1.4–1.6× slower
+    /// (README "Measured").
+    pub split_k: bool,
     /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
     /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64, 128 and 256.
     pub lanes_attention: bool,
@@ -331,6 +336,7 @@ impl KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
             workgroup_memory: caps.max_compute_workgroup_storage_size,
             linear,
+            split_k: !caps.is_cpu,
             lanes_attention,
             lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
             lanes_rotate: Self::can_run_lanes_rotate(caps),

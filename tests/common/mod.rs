@@ -103,12 +103,30 @@ pub fn storage_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
     gpu.storage_buffer_init("test u32", bytemuck::cast_slice(data))
 }
 
+/// A linear kernel set's name in test messages: the variant, and for the GPU one whether its
+/// one-token tile is split-K (`KernelConfig::split_k`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LinearKind {
+    pub variant: kvrun::kernels::LinearVariant,
+    pub split_k: bool,
+}
+
+impl std::fmt::Debug for LinearKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let split = if self.split_k { " split-K" } else { "" };
+        write!(f, "{:?}{split}", self.variant)
+    }
+}
+
 /// Kernel sets for every linear variant this adapter can run
-/// (`KernelConfig::can_run_subgroup_linear`).
-pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kernels)> {
+/// (`KernelConfig::can_run_subgroup_linear`), the GPU one both one invocation a row and
+/// split-K (GPUs split, CPU adapters do not: both are tested on any adapter).
+pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
     use kvrun::kernels::LinearVariant;
     let mut out = Vec::new();
-    for v in [LinearVariant::Gpu, LinearVariant::Subgroup] {
+    for (v, split_k) in
+        [(LinearVariant::Gpu, false), (LinearVariant::Gpu, true), (LinearVariant::Subgroup, false)]
+    {
         let caps = &t.gpu.caps;
         if v == LinearVariant::Subgroup
             && !kvrun::kernels::KernelConfig::can_run_subgroup_linear(caps)
@@ -118,8 +136,9 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(kvrun::kernels::LinearVariant, Kerne
             eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
             continue;
         }
-        let config = kvrun::kernels::KernelConfig { linear: v, ..t.kernels.config.clone() };
-        out.push((v, Kernels::with_config(config)));
+        let config =
+            kvrun::kernels::KernelConfig { linear: v, split_k, ..t.kernels.config.clone() };
+        out.push((LinearKind { variant: v, split_k }, Kernels::with_config(config)));
     }
     out
 }
