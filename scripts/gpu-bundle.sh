@@ -70,7 +70,7 @@ built=$(cat "$dir/built-in")
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/kvrun-site "$dir"/whl/*.whl && export PYTHONPATH=/tmp/kvrun-site
 rm -rf /tmp/kvrun-bin && mkdir -p /tmp/kvrun-bin && tar xJf "$dir/bin.tar.xz" -C /tmp/kvrun-bin
-GPU_CHECK_BIN=/tmp/kvrun-bin/bin GPU_CHECK_MODELS=none \
+GPU_CHECK_BIN=/tmp/kvrun-bin/bin GPU_CHECK_MODELS= \
 GPU_CHECK_SYNTH="${GPU_CHECK_SYNTH:-smollm2-135m:q4_1:$dir/smollm2-vocab.gguf llama-8b:q4_0:$dir/ggml-vocab-llama-bpe.gguf}" \
 GPU_CHECK_BENCH="${GPU_CHECK_BENCH:-llama8b.*/(auto|fused|separate)\$}" \
 GPU_CHECK_STEP_TIMEOUT=${GPU_CHECK_STEP_TIMEOUT:-150} \

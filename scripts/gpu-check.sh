@@ -17,7 +17,7 @@
 #   GPU_CHECK_BIN=DIR        take kvrun and the test executables (named by test: kernel_linear,
 #                            model_tiny, …) from DIR instead of building; DIR/kernels, if there,
 #                            is the kernel bench (`cargo bench --bench kernels --no-run`).
-#   GPU_CHECK_MODELS="a.gguf b.gguf"   the models to bench (default: the two real ones).
+#   GPU_CHECK_MODELS="a.gguf b.gguf"   the models to bench (default: the two real ones; "" none).
 #   GPU_CHECK_SYNTH="llama-8b:q4_0 smollm2-135m:q4_1:VOCAB.gguf"   also build these
 #                            random-weight models with scripts/synth-gguf.py (timing only; the
 #                            vocabulary from VOCAB, default llama.cpp's Llama 3 one) and bench them.
@@ -66,7 +66,7 @@ echo "$status" >"$out/kernel-tests.status"
 log "bench bandwidth"
 "$kvrun" bench bandwidth --json >"$out/bandwidth.json"
 
-models=(${GPU_CHECK_MODELS:-assets/models/SmolLM2-135M-Instruct.Q4_1.gguf assets/models/gemma-3-270m-q4_k_m.gguf})
+models=(${GPU_CHECK_MODELS-assets/models/SmolLM2-135M-Instruct.Q4_1.gguf assets/models/gemma-3-270m-q4_k_m.gguf})
 for spec in ${GPU_CHECK_SYNTH:-}; do
     IFS=: read -r shape type vocab <<<"$spec"
     file="$out/synth-$shape-$type.gguf"
