@@ -40,22 +40,8 @@ printf '%s\n' "$PWD" >"$dir/built-in"
 
 mkdir -p "$dir/whl"
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$dir/whl" gguf
-python3 - "$dir/smollm2-vocab.gguf" <<'PY'
-import sys
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
-src = GGUFReader("assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-w = GGUFWriter(sys.argv[1], "llama")
-for f in src.fields.values():
-    if f.name.startswith("tokenizer."):
-        if f.types[0] == GGUFValueType.ARRAY:
-            w.add_array(f.name, f.contents())
-        else:
-            w.add_key_value(f.name, f.contents(), f.types[0])
-w.write_header_to_file()
-w.write_kv_data_to_file()
-w.write_tensors_to_file()
-w.close()
-PY
+python3 scripts/synth-gguf.py --vocab-only --vocab assets/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+    "$dir/smollm2-vocab.gguf"
 cp assets/models/llama-cpp-vocabs/ggml-vocab-llama-bpe.gguf "$dir/"
 
 cat >"$dir/run.sh" <<'SH'

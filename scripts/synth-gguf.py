@@ -9,6 +9,7 @@ assets/models/llama-cpp-vocabs/ do); the vocabulary size follows from it.
 
     scripts/synth-gguf.py --shape llama-8b --type q4_0 \\
         --vocab assets/models/llama-cpp-vocabs/ggml-vocab-llama-bpe.gguf OUT.gguf
+    scripts/synth-gguf.py --vocab-only --vocab MODEL.gguf VOCAB.gguf   (the tokenizer alone)
 
 Needs numpy and gguf-py (`pip install gguf`). Quantized blocks get a small positive scale
 (and a small negative minimum for Q4_1) and random quants, so every weight is finite and the
@@ -55,31 +56,10 @@ def blocks(pool, rows, cols, qtype):
     return np.resize(pool, (nb, size)).reshape(rows, (cols // 32) * size), ggml
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    p.add_argument("--type", choices=sorted(TYPES), default="q4_0")
-    p.add_argument("--vocab", required=True, help="a GGUF whose tokenizer.* keys are copied")
-    p.add_argument("--context-length", type=int, default=16384)
-    p.add_argument("out")
-    a = p.parse_args()
-    hidden, layers, heads, kv_heads, ffn, theta, tied = SHAPES[a.shape]
-    head_dim = hidden // heads
-
-    vocab = GGUFReader(a.vocab)
-    w = GGUFWriter(a.out, "llama")
-    w.add_name(f"synthetic {a.shape} {a.type} (random weights, timing only)")
-    w.add_block_count(layers)
-    w.add_context_length(a.context_length)
-    w.add_embedding_length(hidden)
-    w.add_feed_forward_length(ffn)
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_freq_base(theta)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(head_dim)
+def copy_tokenizer(src, w):
+    """Copies every `tokenizer.*` key of the GGUF at `src` into writer `w`; the vocab size."""
     n_vocab = None
-    for field in vocab.fields.values():
+    for field in GGUFReader(src).fields.values():
         if not field.name.startswith("tokenizer."):
             continue
         vtype = field.types[0]
@@ -91,7 +71,50 @@ def main():
         else:
             w.add_key_value(field.name, field.contents(), vtype)
     if n_vocab is None:
-        sys.exit(f"{a.vocab} has no tokenizer.ggml.tokens")
+        sys.exit(f"{src} has no tokenizer.ggml.tokens")
+    return n_vocab
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES))
+    p.add_argument("--type", choices=sorted(TYPES), default="q4_0")
+    p.add_argument("--vocab", required=True, help="a GGUF whose tokenizer.* keys are copied")
+    p.add_argument("--vocab-only", action="store_true",
+                   help="write only the tokenizer (a small file to carry instead of a model)")
+    p.add_argument("--context-length", type=int, default=16384)
+    p.add_argument("out")
+    a = p.parse_args()
+    if a.vocab_only:
+        w = GGUFWriter(a.out, "llama")
+        n_vocab = copy_tokenizer(a.vocab, w)
+        finish(w)
+        print(f"{a.out}: the tokenizer of {a.vocab} ({n_vocab} tokens)")
+        return
+    if a.shape is None:
+        p.error("--shape is required (unless --vocab-only)")
+    hidden, layers, heads, kv_heads, ffn, theta, tied = SHAPES[a.shape]
+    head_dim = hidden // heads
+
+    w = GGUFWriter(a.out, "llama")
+    w.add_name(f"synthetic {a.shape} {a.type} (random weights, timing only)")
+    w.add_block_count(layers)
+    w.add_context_length(a.context_length)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(head_dim)
+    n_vocab = copy_tokenizer(a.vocab, w)
     w.add_vocab_size(n_vocab)
 
     pool = block_pool(np.random.default_rng(0), a.type)
@@ -117,10 +140,7 @@ def main():
     if not tied:
         mat("output.weight", n_vocab, hidden)
 
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     print(f"{a.out}: {a.shape} {a.type}, vocab {n_vocab}, {layers} layers")
 
 
