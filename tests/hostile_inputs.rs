@@ -38,20 +38,7 @@ fn repo() -> PathBuf {
 
 /// Writes the hostile inputs into a fresh folder; `None` (skip) without python3 + gguf + numpy.
 fn make_inputs() -> Option<PathBuf> {
-    let have = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        assert!(
-            !common::no_skip(),
-            "hostile_inputs: python3 with gguf and numpy is missing and KVRUN_NO_SKIP is set \
-             (run scripts/setup.sh)"
-        );
-        println!(
-            "skipping hostile_inputs: python3 with gguf and numpy not found (scripts/setup.sh)"
-        );
+    if !common::python_with_gguf("hostile_inputs") {
         return None;
     }
     let out = std::env::temp_dir().join(format!("kvrun-hostile-{}", std::process::id()));

@@ -236,6 +236,25 @@ pub fn assert_sentinels(what: &str, values: &[f32]) {
     }
 }
 
+/// Whether python3 with `gguf` and `numpy` is there (scripts/setup.sh installs them); false
+/// (a skip, printed) without, a failure under `KVRUN_NO_SKIP`.
+pub fn python_with_gguf(test: &str) -> bool {
+    let have = std::process::Command::new("python3")
+        .args(["-c", "import gguf, numpy"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            !no_skip(),
+            "{test}: python3 with gguf and numpy is missing and KVRUN_NO_SKIP is set \
+             (run scripts/setup.sh)"
+        );
+        println!("skipping {test}: python3 with gguf and numpy not found (scripts/setup.sh)");
+    }
+    have
+}
+
 /// The real SmolLM2 GGUF (env `KVRUN_TEST_MODEL`, default
 /// `assets/models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a printed skip message.
 pub fn real_model(test: &str) -> Option<std::path::PathBuf> {
