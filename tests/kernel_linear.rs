@@ -268,9 +268,10 @@ fn linear_every_format_matches_reference() {
         // the subgroup variant's 16-token tile: whole, and with a last tile of one token
         (70, 64, 16),
         (37, 96, 65),
-        // the GPU variant's split-K one-token tile: 10 chunks over 8 groups (two rounds, the
-        // last chunk partial)
+        // the GPU variant's split-K (short steps): 10 chunks over 8 groups (two rounds, the
+        // last chunk partial), one token and three 4-token tiles
         (40, 2336, 1),
+        (40, 2336, 9),
     ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {
@@ -290,8 +291,10 @@ fn linear_every_format_matches_reference() {
 
 /// A token's outputs are the same bits whichever token tile computed them
 /// (`TokenTile::for_count`: one token per invocation, 8 or 16 a tile on the subgroup variant,
-/// 4 on the GPU one; full and partial tiles): the same weight and input rows run as steps of
-/// 65, 48, 40, 16, 9, 3 and 1 tokens, every variant, formats of each block shape.
+/// 4 on the GPU one; full and partial tiles) and whether its rows were split-K
+/// (`linear::split_groups`: the GPU variant's steps of up to 16 tokens where it splits): the
+/// same weight and input rows run as steps of 65, 48, 40, 16, 9, 3 and 1 tokens, every
+/// variant, formats of each block shape.
 #[test]
 fn linear_token_tiles_give_the_same_bits() {
     let Some(t) = gpu() else { return };
@@ -304,6 +307,7 @@ fn linear_token_tiles_give_the_same_bits() {
             .enumerate()
     {
         // 73 blocks (80 for the K formats): 10 chunks, two rounds of the GPU variant's split-K
+        // (steps of 16 tokens or fewer), compared with whole rows (the longer steps)
         let (rows, cols) = (68, 2336usize.next_multiple_of(format.column_multiple()));
         let mut rng = rng(900 + i as u64);
         let (bytes, _) = random_weight(&mut rng, format, rows, cols);
@@ -395,7 +399,7 @@ fn linear_glu_epilogue_matches_reference() {
         (WeightFormat::F16, 96, 64, 8, Some(40), Activation::GeluTanh),
         // the GPU variant's split-K (8 groups of 8 rows, two rounds), whole and in parts
         (WeightFormat::Q4_0, 40, 2336, 1, None, Activation::Silu),
-        (WeightFormat::Q8_0, 29, 1056, 2, Some(24), Activation::GeluTanh),
+        (WeightFormat::Q8_0, 29, 1056, 6, Some(24), Activation::GeluTanh),
     ];
     for (i, &(format, ffn, cols, tokens, rows_per_part, activation)) in cases.iter().enumerate() {
         let mut rng = rng(700 + i as u64);

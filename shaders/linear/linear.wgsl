@@ -7,11 +7,11 @@
 // to right in chunks of CHUNK_BLOCKS, chunk sums added left to right; then bias, then the
 // residual. linear_subgroup.wgsl computes exactly the same sums.
 //
-// Split-K (SPLIT > 1, the one-token tile: kernels::linear::split_groups): a workgroup's 64
+// Split-K (SPLIT > 1, short steps on GPUs: kernels::linear::split_groups): a workgroup's 64
 // invocations are SPLIT groups of 64 / SPLIT rows; in each round group g sums chunk
 // (round · SPLIT + g) of its row, and the first group adds the round's chunk sums to the row's
 // total in chunk order. The same sums in the same order, so the same bits as one invocation a
-// row, with SPLIT times the loads in flight for a decode step's few rows.
+// row, with SPLIT times the loads in flight for a decode step's few rows. TT tokens alike.
 //
 // RMSNorm on load (FLAG_NORM, this variant only: kernels::linear::norms_on_load): a projection
 // whose input is a sub-layer's RMSNorm reads the un-normed rows and norms them as it loads

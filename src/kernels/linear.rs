@@ -82,23 +82,22 @@ pub const SPLITS: [u32; 4] = [1, 2, 4, 8];
 /// reduction order, and of the split-K work.
 pub const CHUNK_INPUTS: usize = 256;
 
-/// Invocations per weight row of the linear kernel (WGSL `SPLIT`, [`SPLITS`]): the one place
-/// that picks it. Where `config` splits (`KernelConfig::split_k`: GPUs), the GPU variant's
-/// one-token tile (decode, the LM head) splits a row's chunks of [`CHUNK_INPUTS`] over up to 8
-/// invocations, one per chunk in each round, so a decode step's few thousand rows put 8 times
-/// the loads in flight (one invocation a row left SmolLM2's 576-row projections 9 workgroups).
-/// The chunk sums are still added in chunk order: the same bits as one invocation a row.
-/// Prefill tiles have token tiles enough, and the subgroup variant splits rows over its lanes
-/// its own way: 1. Halved while the row groups would pass the device's `limit` of workgroups
-/// per dimension.
-pub fn split_groups(
-    config: &KernelConfig,
-    tile: TokenTile,
-    k: usize,
-    rows: usize,
-    limit: u32,
-) -> u32 {
-    if !config.split_k || config.linear != LinearVariant::Gpu || tile != TokenTile::One {
+/// Most token rows a step may have for the GPU variant to split its rows (split-K): decode
+/// steps and small batches of them, whose grids of whole rows are a few workgroups; longer
+/// steps have token tiles enough.
+pub const SPLIT_MAX_TOKENS: u32 = 16;
+
+/// Invocations per weight row of the linear kernel for a step of `count` token rows (WGSL
+/// `SPLIT`, [`SPLITS`]): the one place that picks it. Where `config` splits
+/// (`KernelConfig::split_k`: GPUs), the GPU variant splits a row's chunks of [`CHUNK_INPUTS`]
+/// over up to 8 invocations in steps of at most [`SPLIT_MAX_TOKENS`] (decode, the LM head),
+/// one chunk each a round, so such a step's few thousand rows put up to 8 times the loads in
+/// flight (whole rows left SmolLM2's 576-row projections 9 workgroups at decode). The chunk
+/// sums are still added in chunk order: the same bits as whole rows. The subgroup variant
+/// splits rows over its lanes its own way: 1. Halved while the row groups would pass the
+/// device's `limit` of workgroups per dimension.
+pub fn split_groups(config: &KernelConfig, count: u32, k: usize, rows: usize, limit: u32) -> u32 {
+    if !config.split_k || config.linear != LinearVariant::Gpu || count > SPLIT_MAX_TOKENS {
         return 1;
     }
     let mut split = (k.div_ceil(CHUNK_INPUTS).next_power_of_two() as u32).min(SPLITS[3]);
@@ -188,17 +187,22 @@ impl RowLoad {
     pub const ALL: [RowLoad; 3] = [RowLoad::One, RowLoad::Pairs, RowLoad::Quads];
 }
 
-/// One weight part ready to record: its bind group, rows and, for each token tile of the
-/// variant (`TokenTile::of_variant`, in that order), a pipeline and its rows per workgroup.
+/// One weight part ready to record: its bind group, rows and a pipeline for each token tile of
+/// the variant (`TokenTile::of_variant`) and split-K group count it can take ([`split_groups`]:
+/// 1, and the part's split for short steps).
 struct Part {
     bind_group: wgpu::BindGroup,
     rows: u32,
-    pipelines: Vec<(TokenTile, Arc<Pipeline>, u32)>,
+    pipelines: Vec<((TokenTile, u32), Arc<Pipeline>)>,
 }
 
 /// One linear layer ready to record: a bind group per weight part.
 pub struct LinearOp {
     parts: Vec<Part>,
+    /// The kernel choices it was built with ([`split_groups`] reads them per step).
+    config: KernelConfig,
+    /// Inputs per row.
+    k: usize,
     variant: LinearVariant,
     rows: TokenRows,
     wg_limit: u32,
@@ -215,14 +219,19 @@ impl LinearOp {
         assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
         let variant = kernels.config.linear;
         let wg_limit = gpu.limits.max_compute_workgroups_per_dimension;
-        // a tile's pipeline for a part of `rows` rows, and its rows per workgroup (one tile of
-        // the weight layout: 64 invocations × 1 row, split-K groups of 64 / split, or 16
-        // lanes × 4 rows)
-        let pipeline = |tile, rows| {
+        // the pipelines of a part of `rows` rows: each tile, whole rows and (where it splits)
+        // split-K for short steps
+        let pipelines = |rows| {
             let load = RowLoad::for_part(variant, w.format, rows);
-            let split = split_groups(&kernels.config, tile, w.cols, rows, wg_limit);
-            let key = PipelineKey::Linear { format: w.format, variant, tile, load, split };
-            (tile, kernels.pipeline(gpu, key), TILE_ROWS as u32 / split)
+            let short = split_groups(&kernels.config, 1, w.cols, rows, wg_limit);
+            let mut out = Vec::new();
+            for &tile in TokenTile::of_variant(variant) {
+                for split in if short > 1 { vec![1, short] } else { vec![1] } {
+                    let key = PipelineKey::Linear { format: w.format, variant, tile, load, split };
+                    out.push(((tile, split), kernels.pipeline(gpu, key)));
+                }
+            }
+            out
         };
         let mut flags = 0;
         if io.bias.is_some() {
@@ -297,16 +306,15 @@ impl LinearOp {
                         ]);
                     }
                 }
-                let pipelines: Vec<_> = TokenTile::of_variant(variant)
-                    .iter()
-                    .map(|&tile| pipeline(tile, part.rows))
-                    .collect();
+                let pipelines = pipelines(part.rows);
                 let bind_group = pipelines[0].1.bind_group_of(gpu, label, resources);
                 Part { bind_group, rows: part.rows as u32, pipelines }
             })
             .collect();
         LinearOp {
             parts,
+            config: kernels.config.clone(),
+            k: w.cols,
             variant,
             rows: io.rows,
             wg_limit,
@@ -330,11 +338,16 @@ impl LinearOp {
         }
         let tile = TokenTile::for_count(count, self.variant);
         for part in &self.parts {
-            let (pipeline, rows_per_group) = part
+            let split =
+                split_groups(&self.config, count, self.k, part.rows as usize, self.wg_limit);
+            let pipeline = part
                 .pipelines
                 .iter()
-                .find_map(|(t, p, r)| (*t == tile).then_some((p, *r)))
-                .expect("for_count picks a tile of the variant");
+                .find_map(|(key, p)| (*key == (tile, split)).then_some(p))
+                .expect("for_count and split_groups pick a pipeline the part built");
+            // rows per workgroup: one tile of the weight layout (64 invocations × 1 row, split-K
+            // groups of 64 / split invocations, or 16 lanes × 4 rows)
+            let rows_per_group = TILE_ROWS as u32 / split;
             let (row_groups, token_groups) =
                 (groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)));
             // the subgroup variant walks token tiles first (x), so a weight tile stays in cache
@@ -353,7 +366,7 @@ impl LinearOp {
 
 #[cfg(test)]
 mod tests {
-    use super::{split_groups, KernelConfig, LinearVariant, TokenTile};
+    use super::{split_groups, KernelConfig, LinearVariant, SPLIT_MAX_TOKENS};
 
     fn config(linear: LinearVariant, split_k: bool) -> KernelConfig {
         KernelConfig {
@@ -367,13 +380,13 @@ mod tests {
         }
     }
 
-    /// Split-K only for the GPU variant's one-token tile where the config splits: a group per
-    /// chunk of 256 inputs up to 8 (a power of two), halved while the row groups pass the
-    /// workgroup limit.
+    /// Split-K only for the GPU variant where the config splits, in steps of at most
+    /// SPLIT_MAX_TOKENS: a group per chunk of 256 inputs up to 8 (a power of two), halved while
+    /// the row groups pass the workgroup limit.
     #[test]
-    fn split_groups_by_chunks_and_limit() {
+    fn split_groups_by_chunks_tokens_and_limit() {
         let split = config(LinearVariant::Gpu, true);
-        let gpu = |k, rows, limit| split_groups(&split, TokenTile::One, k, rows, limit);
+        let gpu = |k, rows, limit| split_groups(&split, 1, k, rows, limit);
         assert_eq!(gpu(64, 100, 65535), 1);
         assert_eq!(gpu(256, 100, 65535), 1);
         assert_eq!(gpu(320, 100, 65535), 2);
@@ -385,14 +398,17 @@ mod tests {
         assert_eq!(gpu(4096, 262_144, 65535), 8);
         assert_eq!(gpu(4096, 262_144, 20_000), 4);
         assert_eq!(gpu(4096, 262_144, 1000), 1);
-        for tile in [TokenTile::Many, TokenTile::Wide] {
-            assert_eq!(split_groups(&split, tile, 4096, 4096, 65535), 1);
+        for count in [2, 3, 9, SPLIT_MAX_TOKENS] {
+            assert_eq!(split_groups(&split, count, 4096, 4096, 65535), 8, "{count}");
+        }
+        for count in [SPLIT_MAX_TOKENS + 1, 64, 512] {
+            assert_eq!(split_groups(&split, count, 4096, 4096, 65535), 1, "{count}");
         }
         let unsplit = config(LinearVariant::Gpu, false);
         let subgroup = config(LinearVariant::Subgroup, true);
-        for tile in [TokenTile::One, TokenTile::Many, TokenTile::Wide] {
-            assert_eq!(split_groups(&unsplit, tile, 4096, 4096, 65535), 1);
-            assert_eq!(split_groups(&subgroup, tile, 4096, 4096, 65535), 1);
+        for count in [1, 9, 64] {
+            assert_eq!(split_groups(&unsplit, count, 4096, 4096, 65535), 1);
+            assert_eq!(split_groups(&subgroup, count, 4096, 4096, 65535), 1);
         }
     }
 }

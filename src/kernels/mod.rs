@@ -256,7 +256,7 @@ pub struct KernelConfig {
     pub workgroup_memory: u32,
     /// How linear layers load their inputs.
     pub linear: LinearVariant,
-    /// Whether the GPU linear variant's one-token tile splits a row over invocations (split-K,
+    /// Whether the GPU linear variant splits a row over invocations in short steps (split-K,
     /// [`linear::split_groups`]): on GPUs. A CPU adapter forced onto the GPU variant runs it
     /// one invocation a row: there the split's barriers made the kernel 1.4–1.6× slower
     /// (README "Measured").

@@ -303,8 +303,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
                         continue;
                     }
                     for split in linear::SPLITS {
-                        if split != 1 && !(variant == LinearVariant::Gpu && tile == TokenTile::One)
-                        {
+                        if split != 1 && variant != LinearVariant::Gpu {
                             continue;
                         }
                         keys.push(PipelineKey::Linear { format, variant, tile, load, split });
