@@ -175,6 +175,23 @@ fn linear(c: &mut Criterion) {
             }
         }
     }
+    // a decode batch of 8 sequences: still the weight bytes once (the 4- or 8-token tile; on
+    // GPUs split-K, linear::split_groups)
+    let (tokens, shape, rows, cols) = (8usize, "llama8b q", 4096usize, 4096usize);
+    let w = bench_weight(gpu, shape, GgmlType::Q4_1, rows, cols);
+    let weight_bytes: u64 = w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum();
+    let step = step_buffer(gpu, tokens);
+    let x = f32_buffer(gpu, tokens * cols, 3);
+    let out = gpu.storage_buffer("out", (tokens * rows * 4) as u64);
+    group.throughput(Throughput::Bytes(weight_bytes));
+    for (family, kernels) in &b.families {
+        let op = LinearOp::new(gpu, kernels, shape, &w, dense_io(&step, &x, cols, &out, rows));
+        let batch = StepShape { num_tokens: tokens as u32, ..Default::default() };
+        let id = BenchmarkId::new(format!("Q4_1 {shape} {rows}x{cols} T={tokens}"), family);
+        bench_gpu(&mut group, id, gpu, &|pass| {
+            op.record(pass, &batch);
+        });
+    }
     group.finish();
 }
 
