@@ -92,10 +92,12 @@ for model in "${models[@]}"; do
 done
 
 if [ -n "${GPU_CHECK_BENCH:-}" ]; then
-    bench=$GPU_CHECK_BIN/kernels
-    [ -n "${GPU_CHECK_BIN:-}" ] ||
+    if [ -n "${GPU_CHECK_BIN:-}" ]; then
+        bench=$GPU_CHECK_BIN/kernels
+    else
         bench=$(cargo bench --bench kernels --no-run --message-format json 2>/dev/null |
             sed -n 's/.*"executable":"\([^"]*kernels-[^"]*\)".*/\1/p' | tail -n 1)
+    fi
     log "kernel bench: $GPU_CHECK_BENCH"
     "${limit[@]}" "$bench" --bench "$GPU_CHECK_BENCH" >"$out/kernel-bench.log" 2>&1 ||
         log "kernel bench stopped (see kernel-bench.log)"
