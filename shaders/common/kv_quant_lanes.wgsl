@@ -3,23 +3,28 @@
 // [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane, and the scales are
 // applied where they cost least (k_fold and below).
 //
-// The pools are bound as array<u64>: llvmpipe loads each lane's components one at a time, so a
-// lane's 8 int8 / fp8 codes (or 16 int4 ones) cost one load, not two. Head blocks are whole u64s
-// (quant/kv.rs pads the scale region), and for the head sizes these kernels serve (64, 128, 256) a
-// lane's codes and per-channel scales start at even words.
+// The pools are bound as array<vec2<u32>>, a pair of words a load: llvmpipe loads each lane's
+// components one at a time, and on the AVX-512 Xeon one 64-bit component (the array<u64> view
+// these kernels had before) cost more than two 32-bit ones (DESIGN.md, "Traps"). Head blocks
+// are whole pairs (quant/kv.rs pads the scale region to an even word count), and for the head
+// sizes these kernels serve (64, 128, 256) a lane's codes and per-channel scales start at even
+// words.
 
-// u64 j of the K pool (from_k) or the V pool. Every caller passes a constant, so once inlined
-// only one pool's load is left.
-fn pool_u64(from_k: bool, j: u32) -> u64 {
+// Words 2j, 2j + 1 of the K pool (from_k) or the V pool. Every caller passes a constant, so once
+// inlined only one pool's load is left.
+fn pool_pair(from_k: bool, j: u32) -> vec2<u32> {
     if (from_k) {
         return k_pool[j];
     }
     return v_pool[j];
 }
 
+// Word i alone: one 32-bit load, not the pair's two.
 fn pool_word(from_k: bool, i: u32) -> u32 {
-    let d = pool_u64(from_k, i / 2u);
-    return select(lo32(d), hi32(d), (i & 1u) == 1u);
+    if (from_k) {
+        return k_pool[i / 2u][i & 1u];
+    }
+    return v_pool[i / 2u][i & 1u];
 }
 
 fn k_word(i: u32) -> u32 {
@@ -30,11 +35,6 @@ fn v_word(i: u32) -> u32 {
     return pool_word(false, i);
 }
 
-// The four f16 values of one u64 (low word first).
-fn f16x4_u64(d: u64) -> vec4<f32> {
-    return f16x4(lo32(d), hi32(d));
-}
-
 // Per-channel scales and minimums of this lane's channels, loaded once per head block.
 struct LaneScales {
     s: Lane,
@@ -43,7 +43,8 @@ struct LaneScales {
 
 // Four f16 values at even word i of the K (from_k) or V pool.
 fn f16x4_at(from_k: bool, i: u32) -> vec4<f32> {
-    return f16x4_u64(pool_u64(from_k, i / 2u));
+    let d = pool_pair(from_k, i / 2u);
+    return f16x4(d.x, d.y);
 }
 
 // This lane's per-channel scales (and int4 minimums) of the K (from_k) or V head block at word
@@ -91,7 +92,7 @@ fn lane_code_word(base: u32, t: u32, lane: u32) -> u32 {
 }
 
 // This lane's raw codes of token t of the K (from_k) or V head block at word `base`: 8 × WPL
-// codes, one u64 for each 8 int8 / fp8 codes and for each 16 int4 ones; 8 int4 codes (WPL 1)
+// codes, one word pair for each 8 int8 / fp8 codes and for each 16 int4 ones; 8 int4 codes (WPL 1)
 // are one word.
 fn lane_raw(from_k: bool, base: u32, t: u32, lane: u32) -> Lane {
     let i = lane_code_word(base, t, lane);
@@ -104,17 +105,17 @@ fn lane_raw(from_k: bool, base: u32, t: u32, lane: u32) -> Lane {
     }
     if (KVQ_WORDS8 == 2u) {
         for (var g = 0u; g < WPL; g++) {
-            let d = pool_u64(from_k, i / 2u + g);
-            let r0 = kvq_raw8(lo32(d), hi32(d));
+            let d = pool_pair(from_k, i / 2u + g);
+            let r0 = kvq_raw8(d.x, d.y);
             r.v[2u * g] = r0.lo;
             r.v[2u * g + 1u] = r0.hi;
         }
         return r;
     }
     for (var u = 0u; u < WPL / 2u; u++) {
-        let d = pool_u64(from_k, i / 2u + u);
-        let r0 = kvq_raw8(lo32(d), 0u);
-        let r1 = kvq_raw8(hi32(d), 0u);
+        let d = pool_pair(from_k, i / 2u + u);
+        let r0 = kvq_raw8(d.x, 0u);
+        let r1 = kvq_raw8(d.y, 0u);
         r.v[4u * u] = r0.lo;
         r.v[4u * u + 1u] = r0.hi;
         r.v[4u * u + 2u] = r1.lo;

@@ -321,10 +321,9 @@ impl KernelConfig {
         caps.subgroups && caps.subgroup_min_size >= 8
     }
 
-    /// Whether the device can run `AttentionVariant::Lanes`: subgroups of exactly 8 lanes and
-    /// 64-bit shader integers (the quantized pools are read as u64).
+    /// Whether the device can run `AttentionVariant::Lanes`: subgroups of exactly 8 lanes.
     pub fn can_run_lanes_attention(caps: &Capabilities) -> bool {
-        Self::can_run_lanes_norm(caps) && caps.shader_int64
+        Self::can_run_lanes_norm(caps)
     }
 
     /// The one place where kernel variants are chosen from device capabilities.

@@ -81,7 +81,7 @@ fn attention_parts(
         Some(kv) => {
             parts.extend([KV_CODEC, kv_snippet(kv.format), KV_QUANT]);
             if variant == AttentionVariant::Lanes {
-                parts.extend([U64, KV_QUANT_LANES]);
+                parts.push(KV_QUANT_LANES);
             } else {
                 parts.push(KV_QUANT_U32);
             }
