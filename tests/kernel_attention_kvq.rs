@@ -58,7 +58,7 @@ fn check(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], seed: u64) {
 
 fn check_window(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], window: Option<usize>, seed: u64) {
     let Some(t) = gpu() else { return };
-    for (name, kernels) in attention_variants(t) {
+    for (name, kernels) in attention_variants_kvq(t) {
         check_variant(spec, s, chunks, window, seed, &kernels, name);
     }
 }
@@ -467,7 +467,7 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
         cases.push((spec(format, k, v), &all_windows[2..3]));
     }
     let shapes = [(smollm2, cases.len()), (gemma3, defaults)];
-    for (name, kernels) in attention_variants(t) {
+    for (name, kernels) in attention_variants_kvq(t) {
         for (si, &(s, n_cases)) in shapes.iter().enumerate() {
             let qd = s.heads * s.head_dim;
             for (i, &(spec, windows)) in cases[..n_cases].iter().enumerate() {

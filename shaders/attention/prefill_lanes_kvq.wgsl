@@ -11,8 +11,7 @@
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
 @group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;        // [tokens, qkv_stride / 4]
-@group(0) @binding(3) var<storage, read> k_pool: array<vec2<u32>>;         // [blocks, kv_heads, k_head_block_words / 2]
-@group(0) @binding(4) var<storage, read> v_pool: array<vec2<u32>>;         // [blocks, kv_heads, v_head_block_words / 2]
+// bindings 3, 4: k_pool, v_pool (common/kv_pool_lanes_u32.wgsl or _u64.wgsl)
 @group(0) @binding(5) var<storage, read> stage: array<u32>;            // [2, stage_slots, kv_heads, block_size, HEAD_DIM/2] f16x2
 @group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;         // [num_seqs]
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;     // concatenated tables

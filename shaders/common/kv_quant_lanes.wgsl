@@ -3,29 +3,10 @@
 // [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane, and the scales are
 // applied where they cost least (k_fold and below).
 //
-// The pools are bound as array<vec2<u32>>, a pair of words a load: llvmpipe loads each lane's
-// components one at a time, and on the AVX-512 Xeon one 64-bit component (the array<u64> view
-// these kernels had before) cost more than two 32-bit ones (DESIGN.md, "Traps"). Head blocks
-// are whole pairs (quant/kv.rs pads the scale region to an even word count), and for the head
-// sizes these kernels serve (64, 128, 256) a lane's codes and per-channel scales start at even
-// words.
-
-// Words 2j, 2j + 1 of the K pool (from_k) or the V pool. Every caller passes a constant, so once
-// inlined only one pool's load is left.
-fn pool_pair(from_k: bool, j: u32) -> vec2<u32> {
-    if (from_k) {
-        return k_pool[j];
-    }
-    return v_pool[j];
-}
-
-// Word i alone: one 32-bit load, not the pair's two.
-fn pool_word(from_k: bool, i: u32) -> u32 {
-    if (from_k) {
-        return k_pool[i / 2u][i & 1u];
-    }
-    return v_pool[i / 2u][i & 1u];
-}
+// The pools' bindings and their word loads (pool_pair, pool_word) come from
+// kv_pool_lanes_u32.wgsl or kv_pool_lanes_u64.wgsl (kernels::LaneLoads). Head blocks are whole
+// word pairs (quant/kv.rs pads the scale region to an even word count), and for the head sizes
+// these kernels serve (64, 128, 256) a lane's codes and per-channel scales start at even words.
 
 fn k_word(i: u32) -> u32 {
     return pool_word(true, i);

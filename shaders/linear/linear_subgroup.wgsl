@@ -3,7 +3,8 @@
 // its own memory access, one component at a time, so load instructions are what cost:
 // - the 8 vec4 of a 32-input block are loaded by 8 lanes, one each, and handed to every lane
 //   with subgroupBroadcast;
-// - x is read through a u64 view of its buffer (x2): 2 lane loads per vec4, not 4;
+// - x is read as vec4<f32>, or through a u64 view of its buffer (x2: 2 lane loads per vec4, not
+//   4) where the host's per-lane loads make fewer, wider components cheaper (LANE_LOAD_BITS);
 // - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1, 8 or 16:
 //   two groups of 8 sharing each block's decoded weights) tokens, and reads two rows' blocks
 //   as texels of the weight's textures (wt, st: kernels::weight_textures; llvmpipe fetches
@@ -38,6 +39,8 @@ const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 8u;            // tokens per invocation: 1, 8 or 16 (kernels::TokenTile)
 override ROW_LOAD: u32 = 2u;      // rows per weight load: 1, 2 or 4 (kernels::linear::RowLoad)
+override LANE_LOAD_BITS: u32 = 32u; // x's loads: 32 (x, vec4<f32>) or 64 (x2, vec2<u64>): the
+                                  // same values, the cheaper by host (kernels::LaneLoads)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: LinearParams;
@@ -86,8 +89,13 @@ fn finish(n: u32, t: u32, sum: f32) {
 
 // The 32 inputs of block b of the token row starting at vec4 `row`, one vec4 loaded per lane.
 fn x_block_shared(row: u32, b: u32, lane: u32) -> XBlock {
-    let m = x2[row + 8u * b + (lane & 7u)];
-    let mine = bitcast<vec4<f32>>(vec4<u32>(lo32(m.x), hi32(m.x), lo32(m.y), hi32(m.y)));
+    var mine: vec4<f32>;
+    if (LANE_LOAD_BITS == 64u) {
+        let m = x2[row + 8u * b + (lane & 7u)];
+        mine = bitcast<vec4<f32>>(vec4<u32>(lo32(m.x), hi32(m.x), lo32(m.y), hi32(m.y)));
+    } else {
+        mine = x[row + 8u * b + (lane & 7u)];
+    }
     return x_block(V8(subgroupBroadcast(mine, 0u), subgroupBroadcast(mine, 1u),
                       subgroupBroadcast(mine, 2u), subgroupBroadcast(mine, 3u),
                       subgroupBroadcast(mine, 4u), subgroupBroadcast(mine, 5u),

@@ -26,6 +26,11 @@ pub struct Capabilities {
     pub timestamps: bool,
     /// CPU adapters (lavapipe, WARP, SwiftShader) prefer kernels without workgroup barriers.
     pub is_cpu: bool,
+    /// The host CPU has AVX-512 (x86-64 `avx512f`). On a CPU adapter (llvmpipe) a lane's load
+    /// of a component is then a masked load, where 32-bit components cost less than 64-bit ones;
+    /// without it every lane's load spills its vector, so fewer, wider components cost less
+    /// (`KernelConfig::lane_loads`; DESIGN.md, "Traps").
+    pub host_avx512: bool,
     pub max_storage_buffer_binding_size: u64,
     pub max_buffer_size: u64,
     pub max_compute_workgroup_storage_size: u32,
@@ -224,6 +229,16 @@ fn pick_adapter(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+fn host_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_avx512() -> bool {
+    false
+}
+
 impl Capabilities {
     fn probe(info: &wgpu::AdapterInfo, features: wgpu::Features, limits: &wgpu::Limits) -> Self {
         Capabilities {
@@ -234,6 +249,7 @@ impl Capabilities {
             shader_int64: features.contains(wgpu::Features::SHADER_INT64),
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+            host_avx512: host_avx512(),
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
             max_buffer_size: limits.max_buffer_size,
             max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,

@@ -9,7 +9,9 @@ use bytemuck::{Pod, Zeroable};
 
 use super::kv_quantize::KvQuantLayout;
 use super::rope::QkvLayout;
-use super::{check_grid, AttentionVariant, Kernels, PipelineKey, StepShape};
+use super::{
+    check_grid, AttentionVariant, KernelConfig, Kernels, LaneLoads, PipelineKey, StepShape,
+};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Key positions per partition (WGSL `PART`): the unit of split-K in decode and of the key loop
@@ -135,6 +137,16 @@ pub fn slice_heads(variant: AttentionVariant, heads_per_wg: u32) -> u32 {
     match variant {
         AttentionVariant::Workgroup => 0,
         AttentionVariant::Lanes => heads_per_wg,
+    }
+}
+
+/// How a pipeline reads the KV pool: the lanes variant over a quantized pool as the config's
+/// [`KernelConfig::lane_loads`] (WGSL `common/kv_pool_lanes_u32.wgsl` or `_u64.wgsl`); every
+/// other kernel reads its pool one way, and takes `Words32`.
+pub fn pool_loads(variant: AttentionVariant, quantized: bool, config: &KernelConfig) -> LaneLoads {
+    match variant {
+        AttentionVariant::Lanes if quantized => config.lane_loads,
+        _ => LaneLoads::Words32,
     }
 }
 
@@ -282,14 +294,17 @@ impl AttentionOp {
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let kv = q.map(|q| q.key);
         let slice_heads = slice_heads(variant, heads_per_wg);
+        let loads = pool_loads(variant, kv.is_some(), &kernels.config);
         let partials_pl = kernels.pipeline(
             gpu,
-            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads },
+            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads, loads },
         );
         let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
         let query_tile = query_tile(variant, hd);
-        let prefill_pl = kernels
-            .pipeline(gpu, PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv });
+        let prefill_pl = kernels.pipeline(
+            gpu,
+            PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv, loads },
+        );
         // the quantized kernels bind the staging buffer right after the pools
         let stage = io.kv_quant.map(|q| q.stage);
         let pools: Vec<&wgpu::Buffer> = [io.k_pool, io.v_pool].into_iter().chain(stage).collect();

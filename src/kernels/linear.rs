@@ -8,8 +8,8 @@ use bytemuck::{Pod, Zeroable};
 use super::glu;
 use super::weights::{WeightFormat, TILE_ROWS};
 use super::{
-    check_grid, groups, GpuWeight, KernelConfig, Kernels, LinearVariant, PipelineKey, StepShape,
-    TokenTile,
+    check_grid, groups, GpuWeight, KernelConfig, Kernels, LaneLoads, LinearVariant, PipelineKey,
+    StepShape, TokenTile,
 };
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::Activation;
@@ -221,13 +221,18 @@ impl LinearOp {
         let wg_limit = gpu.limits.max_compute_workgroups_per_dimension;
         // the pipelines of a part of `rows` rows: each tile, whole rows and (where it splits)
         // split-K for short steps
+        let loads = match variant {
+            LinearVariant::Subgroup => kernels.config.lane_loads,
+            LinearVariant::Gpu => LaneLoads::Words32,
+        };
         let pipelines = |rows| {
             let load = RowLoad::for_part(variant, w.format, rows);
             let short = split_groups(&kernels.config, 1, w.cols, rows, wg_limit);
             let mut out = Vec::new();
             for &tile in TokenTile::of_variant(variant) {
                 for split in if short > 1 { vec![1, short] } else { vec![1] } {
-                    let key = PipelineKey::Linear { format: w.format, variant, tile, load, split };
+                    let key =
+                        PipelineKey::Linear { format: w.format, variant, tile, load, split, loads };
                     out.push(((tile, split), kernels.pipeline(gpu, key)));
                 }
             }
@@ -377,6 +382,7 @@ mod tests {
             lanes_attention: false,
             lanes_norm: false,
             lanes_rotate: false,
+            lane_loads: super::LaneLoads::Words32,
         }
     }
 

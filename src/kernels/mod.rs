@@ -95,6 +95,30 @@ pub enum LinearVariant {
     Subgroup,
 }
 
+/// How wide the components are that the CPU variants load lane by lane: the subgroup linear
+/// kernel's inputs (x) and the lane attention kernels' quantized KV pools. llvmpipe loads each
+/// lane's components one at a time; the same bits either way, only the speed differs by host
+/// (`KernelConfig::choose`; DESIGN.md, "Traps").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum LaneLoads {
+    /// 32-bit components (x as `vec4<f32>`, the pools as `vec2<u32>`): cheaper where the host
+    /// has masked loads (AVX-512), and on adapters without 64-bit shader integers.
+    Words32,
+    /// 64-bit components (x as `vec2<u64>`, the pools as `u64`): half as many where every lane's
+    /// load spills its vector (AVX2 and other hosts without masked loads).
+    Words64,
+}
+
+impl LaneLoads {
+    /// The pipeline constant (WGSL `LANE_LOAD_BITS`).
+    pub const fn bits(self) -> u32 {
+        match self {
+            LaneLoads::Words32 => 32,
+            LaneLoads::Words64 => 64,
+        }
+    }
+}
+
 /// How the attention kernels split their work. Decode and prefill of one variant share their
 /// arithmetic exactly; the two variants differ in the order of the score sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -192,6 +216,9 @@ pub enum PipelineKey {
         /// The GPU variant's invocations per weight row ([`linear::split_groups`], WGSL
         /// `SPLIT`); always 1 for the subgroup variant.
         split: u32,
+        /// The subgroup variant's x loads ([`KernelConfig::lane_loads`], WGSL
+        /// `LANE_LOAD_BITS`); always `Words32` for the GPU variant.
+        loads: LaneLoads,
     },
     Embedding {
         format: WeightFormat,
@@ -235,6 +262,8 @@ pub enum PipelineKey {
         /// The lanes variant: the most query heads a subgroup's slice has
         /// (`attention::slice_heads`), a pipeline constant; 0 for the workgroup variant.
         slice_heads: u32,
+        /// How the lanes variant reads a quantized pool ([`attention::pool_loads`]).
+        loads: LaneLoads,
     },
     AttnDecodeReduce {
         head_dim: u32,
@@ -244,6 +273,8 @@ pub enum PipelineKey {
         query_tile: u32,
         variant: AttentionVariant,
         kv: Option<KvQuantKey>,
+        /// As `AttnDecodePartials::loads`.
+        loads: LaneLoads,
     },
 }
 
@@ -271,6 +302,8 @@ pub struct KernelConfig {
     /// ([`RotateVariant::Lanes`], for head sizes 32 to 256): on any adapter with subgroups of at
     /// least 8 lanes (the one-invocation kernel is slow on GPUs and CPUs alike).
     pub lanes_rotate: bool,
+    /// Component width of the CPU variants' lane-by-lane loads ([`LaneLoads`]).
+    pub lane_loads: LaneLoads,
 }
 
 /// Which family of kernel variants to run.
@@ -326,6 +359,18 @@ impl KernelConfig {
         Self::can_run_lanes_norm(caps)
     }
 
+    /// 64-bit lane loads where the adapter has 64-bit integers and the host no AVX-512: on the
+    /// AVX-512 Xeon 32-bit components read int8 KV 0.85–0.93× and the linear inputs 0.92–0.96×
+    /// the time; on the AVX2-only EPYC each lane's load spilled its vector, so there the fewer
+    /// 64-bit components paid (DESIGN.md, "Traps").
+    pub fn lane_loads(caps: &Capabilities) -> LaneLoads {
+        if caps.shader_int64 && !caps.host_avx512 {
+            LaneLoads::Words64
+        } else {
+            LaneLoads::Words32
+        }
+    }
+
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
         let subgroup_linear = caps.is_cpu && Self::can_run_subgroup_linear(caps);
@@ -339,6 +384,7 @@ impl KernelConfig {
             lanes_attention,
             lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
             lanes_rotate: Self::can_run_lanes_rotate(caps),
+            lane_loads: Self::lane_loads(caps),
         }
     }
 

@@ -6,7 +6,7 @@ use super::linear::RowLoad;
 use super::rotate;
 use super::{attention, embedding, kv_quantize, kv_write, linear, rms_norm, rope, rope_kv_write};
 use super::{glu, PipelineKey};
-use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LinearVariant, NormVariant};
+use super::{AttentionVariant, KvCodeFormat, KvQuantKey, LaneLoads, LinearVariant, NormVariant};
 use super::{RotateVariant, TokenTile, WeightFormat};
 use crate::gpu::PipelineSpec;
 use crate::loader::Activation;
@@ -28,6 +28,8 @@ pub const RMS: &str = include_str!("../../shaders/common/rms.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
 pub const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
+pub const KV_POOL_LANES_U32: &str = include_str!("../../shaders/common/kv_pool_lanes_u32.wgsl");
+pub const KV_POOL_LANES_U64: &str = include_str!("../../shaders/common/kv_pool_lanes_u64.wgsl");
 pub const KV_QUANT_U32: &str = include_str!("../../shaders/common/kv_quant_u32.wgsl");
 pub const U64: &str = include_str!("../../shaders/common/u64.wgsl");
 
@@ -68,6 +70,7 @@ fn attention_kernels(variant: AttentionVariant, quantized: bool) -> (&'static st
 fn attention_parts(
     variant: AttentionVariant,
     kv: Option<KvQuantKey>,
+    loads: LaneLoads,
     prefill: bool,
 ) -> Vec<&'static str> {
     let (decode, pre) = attention_kernels(variant, kv.is_some());
@@ -81,6 +84,10 @@ fn attention_parts(
         Some(kv) => {
             parts.extend([KV_CODEC, kv_snippet(kv.format), KV_QUANT]);
             if variant == AttentionVariant::Lanes {
+                match loads {
+                    LaneLoads::Words32 => parts.push(KV_POOL_LANES_U32),
+                    LaneLoads::Words64 => parts.extend([U64, KV_POOL_LANES_U64]),
+                }
                 parts.push(KV_QUANT_LANES);
             } else {
                 parts.push(KV_QUANT_U32);
@@ -206,11 +213,15 @@ pub fn wgsl(key: PipelineKey) -> String {
                 BandwidthProbe::Copy => include_str!("../../shaders/bandwidth/copy.wgsl"),
             },
         ],
-        PipelineKey::AttnDecodePartials { variant, kv, .. } => attention_parts(variant, kv, false),
+        PipelineKey::AttnDecodePartials { variant, kv, loads, .. } => {
+            attention_parts(variant, kv, loads, false)
+        }
         PipelineKey::AttnDecodeReduce { .. } => {
             vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]
         }
-        PipelineKey::AttnPrefill { variant, kv, .. } => attention_parts(variant, kv, true),
+        PipelineKey::AttnPrefill { variant, kv, loads, .. } => {
+            attention_parts(variant, kv, loads, true)
+        }
     };
     parts.join("\n")
 }
@@ -222,9 +233,10 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
         PipelineKey::Linear { tile, variant: LinearVariant::Gpu, split, .. } => {
             vec![("TT", f64::from(tile.tokens(LinearVariant::Gpu))), ("SPLIT", f64::from(split))]
         }
-        PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, load, .. } => vec![
+        PipelineKey::Linear { tile, variant: LinearVariant::Subgroup, load, loads, .. } => vec![
             ("TT", f64::from(tile.tokens(LinearVariant::Subgroup))),
             ("ROW_LOAD", f64::from(load.rows())),
+            ("LANE_LOAD_BITS", f64::from(loads.bits())),
         ],
         PipelineKey::AttnDecodePartials { head_dim, kv, .. }
         | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
@@ -248,6 +260,7 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             query_tile,
             variant: AttentionVariant::Workgroup,
             kv,
+            ..
         } => {
             let mut c = vec![("HEAD_DIM", f64::from(head_dim)), ("QT", f64::from(query_tile))];
             c.extend(quant(kv));
@@ -306,7 +319,21 @@ pub fn all_keys() -> Vec<PipelineKey> {
                         if split != 1 && variant != LinearVariant::Gpu {
                             continue;
                         }
-                        keys.push(PipelineKey::Linear { format, variant, tile, load, split });
+                        // the subgroup variant with both x load widths
+                        let widths: &[LaneLoads] = match variant {
+                            LinearVariant::Gpu => &[LaneLoads::Words32],
+                            LinearVariant::Subgroup => &[LaneLoads::Words32, LaneLoads::Words64],
+                        };
+                        for &loads in widths {
+                            keys.push(PipelineKey::Linear {
+                                format,
+                                variant,
+                                tile,
+                                load,
+                                split,
+                                loads,
+                            });
+                        }
                     }
                 }
             }
@@ -356,15 +383,29 @@ pub fn all_keys() -> Vec<PipelineKey> {
                     AttentionVariant::Workgroup => 0..=0,
                     AttentionVariant::Lanes => 1..=attention::LANE_HEADS,
                 };
-                for slice_heads in slices {
-                    keys.push(PipelineKey::AttnDecodePartials {
+                // the lanes kernels over a quantized pool with both load widths
+                let widths: &[LaneLoads] = match (variant, kv) {
+                    (AttentionVariant::Lanes, Some(_)) => &[LaneLoads::Words32, LaneLoads::Words64],
+                    _ => &[LaneLoads::Words32],
+                };
+                for &loads in widths {
+                    for slice_heads in slices.clone() {
+                        keys.push(PipelineKey::AttnDecodePartials {
+                            head_dim,
+                            variant,
+                            kv,
+                            slice_heads,
+                            loads,
+                        });
+                    }
+                    keys.push(PipelineKey::AttnPrefill {
                         head_dim,
+                        query_tile,
                         variant,
                         kv,
-                        slice_heads,
+                        loads,
                     });
                 }
-                keys.push(PipelineKey::AttnPrefill { head_dim, query_tile, variant, kv });
             }
         }
     }

@@ -103,30 +103,37 @@ pub fn storage_u32(gpu: &Gpu, data: &[u32]) -> wgpu::Buffer {
     gpu.storage_buffer_init("test u32", bytemuck::cast_slice(data))
 }
 
-/// A linear kernel set's name in test messages: the variant, and for the GPU one whether its
-/// one-token tile is split-K (`KernelConfig::split_k`).
+/// A linear kernel set's name in test messages: the variant, for the GPU one whether its
+/// one-token tile is split-K (`KernelConfig::split_k`), for the subgroup one its x loads
+/// (`KernelConfig::lane_loads`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct LinearKind {
     pub variant: kvrun::kernels::LinearVariant,
     pub split_k: bool,
+    pub loads: kvrun::kernels::LaneLoads,
 }
 
 impl std::fmt::Debug for LinearKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let split = if self.split_k { " split-K" } else { "" };
-        write!(f, "{:?}{split}", self.variant)
+        let wide = if self.loads == kvrun::kernels::LaneLoads::Words64 { " u64 x" } else { "" };
+        write!(f, "{:?}{split}{wide}", self.variant)
     }
 }
 
 /// Kernel sets for every linear variant this adapter can run
 /// (`KernelConfig::can_run_subgroup_linear`), the GPU one both one invocation a row and
-/// split-K (GPUs split, CPU adapters do not: both are tested on any adapter).
+/// split-K (GPUs split, CPU adapters do not: both are tested on any adapter), the subgroup one
+/// with both x load widths (chosen by host, `KernelConfig::lane_loads`: both tested on any).
 pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
-    use kvrun::kernels::LinearVariant;
+    use kvrun::kernels::{LaneLoads, LinearVariant};
     let mut out = Vec::new();
-    for (v, split_k) in
-        [(LinearVariant::Gpu, false), (LinearVariant::Gpu, true), (LinearVariant::Subgroup, false)]
-    {
+    for (v, split_k, loads) in [
+        (LinearVariant::Gpu, false, LaneLoads::Words32),
+        (LinearVariant::Gpu, true, LaneLoads::Words32),
+        (LinearVariant::Subgroup, false, LaneLoads::Words32),
+        (LinearVariant::Subgroup, false, LaneLoads::Words64),
+    ] {
         let caps = &t.gpu.caps;
         if v == LinearVariant::Subgroup
             && !kvrun::kernels::KernelConfig::can_run_subgroup_linear(caps)
@@ -136,9 +143,13 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
             eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
             continue;
         }
-        let config =
-            kvrun::kernels::KernelConfig { linear: v, split_k, ..t.kernels.config.clone() };
-        out.push((LinearKind { variant: v, split_k }, Kernels::with_config(config)));
+        let config = kvrun::kernels::KernelConfig {
+            linear: v,
+            split_k,
+            lane_loads: loads,
+            ..t.kernels.config.clone()
+        };
+        out.push((LinearKind { variant: v, split_k, loads }, Kernels::with_config(config)));
     }
     out
 }
@@ -148,6 +159,26 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
 pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     let can_run = kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps);
     with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_attention = on, "attention")
+}
+
+/// `attention_variants` for quantized pools: the lanes variant with both load widths (chosen
+/// by host, `KernelConfig::lane_loads`; 64-bit where the adapter has 64-bit integers). An f16
+/// pool is read one way (`attention::pool_loads`).
+pub fn attention_variants_kvq(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
+    use kvrun::kernels::LaneLoads;
+    let mut out = attention_variants(t);
+    let widths = |c: &kvrun::kernels::KernelConfig, loads| {
+        Kernels::with_config(kvrun::kernels::KernelConfig { lane_loads: loads, ..c.clone() })
+    };
+    if out.len() == 2 {
+        let lanes = out.pop().expect("the lanes variant").1;
+        let config = lanes.config.clone();
+        out.push(("lanes", widths(&config, LaneLoads::Words32)));
+        if t.gpu.caps.shader_int64 {
+            out.push(("lanes u64", widths(&config, LaneLoads::Words64)));
+        }
+    }
+    out
 }
 
 /// The kernel sets of a kernel with a lane variant: `base` (the adapter's config with `lanes`
