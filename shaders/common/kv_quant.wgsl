@@ -8,7 +8,8 @@
 // Staging: [2 (K, V), stage_slots, kv_heads, block_size, HEAD_DIM / 2] f16x2 — each running
 //   sequence's partial last block (kv_stage writes it, kv_quantize reads it once the block fills).
 // Word i of a pool is k_word(i) / v_word(i): kv_quant_u32.wgsl over array<u32> bindings (the
-//   workgroup kernels), kv_quant_lanes.wgsl over array<vec2<u32>> ones (head blocks are whole pairs).
+//   workgroup kernels), kv_quant_lanes.wgsl over array<vec2<u32>> or array<u64> ones (head blocks
+//   are whole word pairs; kv_pool_lanes_u32.wgsl, kv_pool_lanes_u64.wgsl).
 //
 // Which copy of key position k a query at position P reads — a function of (P, k) only, so a
 // token's output is the same bits whether it was prefilled or decoded:
