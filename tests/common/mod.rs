@@ -167,15 +167,16 @@ pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
 pub fn attention_variants_kvq(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     use kvrun::kernels::LaneLoads;
     let mut out = attention_variants(t);
-    let widths = |c: &kvrun::kernels::KernelConfig, loads| {
-        Kernels::with_config(kvrun::kernels::KernelConfig { lane_loads: loads, ..c.clone() })
-    };
-    if out.len() == 2 {
-        let lanes = out.pop().expect("the lanes variant").1;
-        let config = lanes.config.clone();
-        out.push(("lanes", widths(&config, LaneLoads::Words32)));
-        if t.gpu.caps.shader_int64 {
-            out.push(("lanes u64", widths(&config, LaneLoads::Words64)));
+    if let Some(i) = out.iter().position(|(name, _)| *name == "lanes") {
+        let lanes = out.remove(i).1.config;
+        let widths = [("lanes", LaneLoads::Words32), ("lanes u64", LaneLoads::Words64)];
+        for (name, loads) in widths {
+            if loads == LaneLoads::Words64 && !t.gpu.caps.shader_int64 {
+                eprintln!("adapter lacks 64-bit integers: 64-bit lane loads not tested");
+                continue;
+            }
+            let config = kvrun::kernels::KernelConfig { lane_loads: loads, ..lanes.clone() };
+            out.push((name, Kernels::with_config(config)));
         }
     }
     out
