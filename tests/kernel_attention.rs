@@ -398,7 +398,8 @@ fn bit_identity(
 ) {
     {
         let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: hd, block_size: bs };
-        let (ctx, n) = (150usize, 20usize);
+        // queries 250..269: across a partition boundary of both families (64 and 256 keys)
+        let (ctx, n) = (270usize, 20usize);
         let prefill = [Seq { ctx_len: ctx, q_len: n }];
         let d = make_data(&s, &prefill, seed);
         let got_prefill = gpu_attention(&s, &prefill, &d, window, kernels);

@@ -18,7 +18,7 @@ const MAX_HEADS_PER_WG: u32 = 16u;
 
 var<workgroup> q_sh: array<f32, 2048>;    // [heads_per_wg, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;    // [heads_per_wg, PART] scores, then exp
-var<workgroup> base_sh: array<u32, PART>; // word offset of each key's row in the pools
+var<workgroup> base_sh: array<u32, PART_WORKGROUP>; // word offset of each key's row in the pools
 var<workgroup> m_sh: array<f32, MAX_HEADS_PER_WG>;
 
 fn qk_score(q_off: u32, kb: u32) -> f32 {

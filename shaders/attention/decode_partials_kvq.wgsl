@@ -20,7 +20,7 @@ const MAX_HEADS_PER_WG: u32 = 16u;
 
 var<workgroup> q_sh: array<f32, 2048>;    // [heads_per_wg, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;    // [heads_per_wg, PART] scores, then exp
-var<workgroup> hb_sh: array<u32, PART>;   // head block index (block · kv_heads + kvh) of each key
+var<workgroup> hb_sh: array<u32, PART_WORKGROUP>;   // head block index (block · kv_heads + kvh) of each key
 var<workgroup> m_sh: array<f32, MAX_HEADS_PER_WG>;
 
 // Channels 2w, 2w+1 of K (part 0) or V (part 1) at `pos` of `seq` in f16: staging before the

@@ -22,7 +22,7 @@ override QT: u32 = 16u;       // query tokens per tile: min(16, 2048 / HEAD_DIM)
 
 var<workgroup> q_sh: array<f32, 2048>;     // [QT, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;     // [QT, PART] scores, then exp
-var<workgroup> base_sh: array<u32, PART>;  // word offset of each key's row in the pools
+var<workgroup> base_sh: array<u32, PART_WORKGROUP>;  // word offset of each key's row in the pools
 var<workgroup> ulo_sh: array<u32, MAX_QT>; // valid keys of the partition per query:
 var<workgroup> uhi_sh: array<u32, MAX_QT>; //   start + [ulo, uhi), empty if ulo = uhi
 var<workgroup> mp_sh: array<f32, MAX_QT>;  // partition max per query

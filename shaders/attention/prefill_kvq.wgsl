@@ -25,7 +25,7 @@ override QT: u32 = 16u;       // query tokens per tile: min(16, 2048 / HEAD_DIM)
 
 var<workgroup> q_sh: array<f32, 2048>;     // [QT, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;     // [QT, PART] scores, then exp
-var<workgroup> hb_sh: array<u32, PART>;    // head block index (block · kv_heads + kvh) of each key
+var<workgroup> hb_sh: array<u32, PART_WORKGROUP>;    // head block index (block · kv_heads + kvh) of each key
 var<workgroup> ulo_sh: array<u32, MAX_QT>; // valid keys of the partition per query:
 var<workgroup> uhi_sh: array<u32, MAX_QT>; //   start + [ulo, uhi), empty if ulo = uhi
 var<workgroup> mp_sh: array<f32, MAX_QT>;  // partition max per query

@@ -31,6 +31,9 @@ pub struct Capabilities {
     /// without it every lane's load spills its vector, so fewer, wider components cost less
     /// (`KernelConfig::lane_loads`; DESIGN.md, "Traps").
     pub host_avx512: bool,
+    /// Threads the host runs at once (`std::thread::available_parallelism`): a CPU adapter's
+    /// workers (the lane attention's partition size, `KernelConfig::lane_partition`).
+    pub host_threads: u32,
     pub max_storage_buffer_binding_size: u64,
     pub max_buffer_size: u64,
     pub max_compute_workgroup_storage_size: u32,
@@ -250,6 +253,7 @@ impl Capabilities {
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
             host_avx512: host_avx512(),
+            host_threads: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
             max_buffer_size: limits.max_buffer_size,
             max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,

@@ -14,8 +14,9 @@ use super::{
 };
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
-/// Key positions per partition (WGSL `PART`): the unit of split-K in decode and of the key loop
-/// in prefill. Fixed, so results never depend on the batch.
+/// The smallest partition of any family (the workgroup family's;
+/// [`KernelConfig::partition_keys`]): the partials buffer's capacity and
+/// `StepShape::max_decode_partitions` count in it, which bounds the partitions of every family.
 pub const PARTITION: u32 = 64;
 /// Largest head size the kernels' workgroup arrays hold.
 pub const MAX_HEAD_DIM: u32 = 256;
@@ -159,7 +160,7 @@ pub fn lanes_serve(head_dim: u32) -> bool {
 /// Most query heads one lanes-variant decode subgroup serves (WGSL `LANE_HEADS`).
 pub const LANE_HEADS: u32 = 4;
 
-/// Partitions needed for `ctx_len` keys.
+/// Partitions of [`PARTITION`] keys needed for `ctx_len` keys: at least those of any family.
 pub fn partitions(ctx_len: u32) -> u32 {
     ctx_len.div_ceil(PARTITION)
 }
@@ -215,13 +216,16 @@ pub struct AttentionOp {
     /// Decode partitions a query's window spans at most (`window_partitions`); `None` for full
     /// attention.
     window_partitions: Option<u32>,
+    /// The family's partition in [`PARTITION`]s (`partition_keys` / `PARTITION`).
+    part_units: u32,
 }
 
-/// Partitions the keys (p − W, p] of a window W span at most: ⌈(W − 1) / PART⌉ + 1. The decode
-/// kernels number partitions from the one holding the window's first key, so a sliding layer
-/// launches this many per sequence, not one per `PARTITION` keys of the whole context.
-pub fn window_partitions(window: u32) -> u32 {
-    window.saturating_sub(1).div_ceil(PARTITION) + 1
+/// Partitions of `part` keys that the keys (p − W, p] of a window W span at most:
+/// ⌈(W − 1) / part⌉ + 1. The decode kernels number partitions from the one holding the window's
+/// first key, so a sliding layer launches this many per sequence, not one per `part` keys of
+/// the whole context.
+pub fn window_partitions(window: u32, part: u32) -> u32 {
+    window.saturating_sub(1).div_ceil(part) + 1
 }
 
 impl AttentionOp {
@@ -295,15 +299,16 @@ impl AttentionOp {
         let kv = q.map(|q| q.key);
         let slice_heads = slice_heads(variant, heads_per_wg);
         let loads = pool_loads(variant, kv.is_some(), &kernels.config);
+        let part = kernels.config.partition_keys(variant);
         let partials_pl = kernels.pipeline(
             gpu,
-            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads, loads },
+            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads, loads, part },
         );
-        let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd });
+        let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd, part });
         let query_tile = query_tile(variant, hd);
         let prefill_pl = kernels.pipeline(
             gpu,
-            PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv, loads },
+            PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv, loads, part },
         );
         // the quantized kernels bind the staging buffer right after the pools
         let stage = io.kv_quant.map(|q| q.stage);
@@ -332,16 +337,17 @@ impl AttentionOp {
             // slices of one KV group's query heads, one read of each key per slice
             decode_y: layout.num_kv_heads * group.div_ceil(heads_per_wg),
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
-            window_partitions: window.map(|w| window_partitions(w.get())),
+            window_partitions: window.map(|w| window_partitions(w.get(), part)),
+            part_units: part / PARTITION,
         }
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
         let mut dispatches = 0;
         if shape.num_decode_seqs > 0 {
-            let parts = self
-                .window_partitions
-                .map_or(shape.max_decode_partitions, |w| w.min(shape.max_decode_partitions));
+            // ⌈⌈ctx / PARTITION⌉ / units⌉ = ⌈ctx / part⌉
+            let full = shape.max_decode_partitions.div_ceil(self.part_units);
+            let parts = self.window_partitions.map_or(full, |w| w.min(full));
             let grid = [parts, self.decode_y, shape.num_decode_seqs];
             check_grid(grid, self.wg_limit);
             pass.set_pipeline(&self.partials_pl.pipeline);
@@ -382,12 +388,30 @@ mod tests {
     /// few partitions: never more than `window_partitions(W)`, and that many for some p.
     #[test]
     fn window_partitions_bound_every_query_exactly() {
-        for w in 1..(4 * PARTITION + 3) {
-            let spans = (0..(8 * PARTITION)).map(|p| {
-                let lo = (p + 1).saturating_sub(w);
-                p / PARTITION - lo / PARTITION + 1
-            });
-            assert_eq!(spans.max(), Some(window_partitions(w)), "window {w}");
+        for part in [17, PARTITION] {
+            for w in 1..(4 * part + 3) {
+                let spans = (0..(8 * part)).map(|p| {
+                    let lo = (p + 1).saturating_sub(w);
+                    p / part - lo / part + 1
+                });
+                assert_eq!(spans.max(), Some(window_partitions(w, part)), "window {w}");
+            }
+        }
+    }
+
+    /// Every partition size a host can get is whole `PARTITION`s, so counts in `PARTITION`s
+    /// bound them (the partials buffer, `StepShape::max_decode_partitions`), and the grid's
+    /// ⌈⌈ctx / PARTITION⌉ / units⌉ is ⌈ctx / part⌉.
+    #[test]
+    fn partitions_are_whole_units() {
+        use crate::kernels::KernelConfig;
+        for threads in [0, 1, 2, 3, 4, 8, 64] {
+            let part = KernelConfig::lane_partition(threads);
+            assert_eq!(part % PARTITION, 0, "{threads} threads");
+            for ctx in 0..(3 * part + 5) {
+                let units = part / PARTITION;
+                assert_eq!(ctx.div_ceil(PARTITION).div_ceil(units), ctx.div_ceil(part));
+            }
         }
     }
 }

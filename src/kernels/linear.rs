@@ -383,6 +383,7 @@ mod tests {
             lanes_norm: false,
             lanes_rotate: false,
             lane_loads: super::LaneLoads::Words32,
+            lane_partition: 64,
         }
     }
 

@@ -264,9 +264,13 @@ pub enum PipelineKey {
         slice_heads: u32,
         /// How the lanes variant reads a quantized pool ([`attention::pool_loads`]).
         loads: LaneLoads,
+        /// Keys per partition (`KernelConfig::partition_keys`, WGSL `PART`).
+        part: u32,
     },
     AttnDecodeReduce {
         head_dim: u32,
+        /// As `AttnDecodePartials::part`: the partials' family's.
+        part: u32,
     },
     AttnPrefill {
         head_dim: u32,
@@ -275,6 +279,8 @@ pub enum PipelineKey {
         kv: Option<KvQuantKey>,
         /// As `AttnDecodePartials::loads`.
         loads: LaneLoads,
+        /// As `AttnDecodePartials::part`.
+        part: u32,
     },
 }
 
@@ -304,6 +310,9 @@ pub struct KernelConfig {
     pub lanes_rotate: bool,
     /// Component width of the CPU variants' lane-by-lane loads ([`LaneLoads`]).
     pub lane_loads: LaneLoads,
+    /// Keys per partition of the lanes attention family (WGSL `PART`,
+    /// [`KernelConfig::lane_partition`]): 64, 128 or 256.
+    pub lane_partition: u32,
 }
 
 /// Which family of kernel variants to run.
@@ -371,6 +380,30 @@ impl KernelConfig {
         }
     }
 
+    /// Keys per partition of the lanes attention family, from the host's threads (llvmpipe's
+    /// workers): a decode workgroup's fixed work (the queries' loads, the partials' stores,
+    /// decode_reduce's merge per partition) cost more than 64 keys on the 2-thread Xeon, where
+    /// 256 took SmolLM2's decode attention at 4096 keys from 0.99–1.08 to 0.89–0.95 ms (README
+    /// "Measured"); more threads need more workgroups to share a short context, so 128 up to 4
+    /// threads and the workgroup family's 64 past that (neither measured).
+    pub fn lane_partition(host_threads: u32) -> u32 {
+        match host_threads {
+            0..=2 => 4 * attention::PARTITION,
+            3..=4 => 2 * attention::PARTITION,
+            _ => attention::PARTITION,
+        }
+    }
+
+    /// Keys per partition of an attention family (WGSL `PART`): fixed for a device, so results
+    /// never depend on the batch. The workgroup family's is its workgroup size
+    /// ([`attention::PARTITION`]); every family's is whole `PARTITION`s.
+    pub fn partition_keys(&self, variant: AttentionVariant) -> u32 {
+        match variant {
+            AttentionVariant::Workgroup => attention::PARTITION,
+            AttentionVariant::Lanes => self.lane_partition,
+        }
+    }
+
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
         let subgroup_linear = caps.is_cpu && Self::can_run_subgroup_linear(caps);
@@ -385,6 +418,7 @@ impl KernelConfig {
             lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
             lanes_rotate: Self::can_run_lanes_rotate(caps),
             lane_loads: Self::lane_loads(caps),
+            lane_partition: Self::lane_partition(caps.host_threads),
         }
     }
 

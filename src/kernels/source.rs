@@ -241,6 +241,11 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
         PipelineKey::AttnDecodePartials { head_dim, kv, .. }
         | PipelineKey::AttnPrefill { head_dim, variant: AttentionVariant::Lanes, kv, .. } => {
             let mut c = vec![("HEAD_DIM", f64::from(head_dim))];
+            if let PipelineKey::AttnDecodePartials { part, .. }
+            | PipelineKey::AttnPrefill { part, .. } = key
+            {
+                c.push(("PART", f64::from(part)));
+            }
             if let PipelineKey::AttnDecodePartials {
                 variant: AttentionVariant::Lanes,
                 slice_heads,
@@ -252,17 +257,23 @@ pub fn constants(key: PipelineKey) -> Vec<(&'static str, f64)> {
             c.extend(quant(kv));
             c
         }
-        PipelineKey::AttnDecodeReduce { head_dim } | PipelineKey::Rotate { head_dim, .. } => {
-            vec![("HEAD_DIM", f64::from(head_dim))]
+        PipelineKey::AttnDecodeReduce { head_dim, part } => {
+            vec![("HEAD_DIM", f64::from(head_dim)), ("PART", f64::from(part))]
         }
+        PipelineKey::Rotate { head_dim, .. } => vec![("HEAD_DIM", f64::from(head_dim))],
         PipelineKey::AttnPrefill {
             head_dim,
             query_tile,
             variant: AttentionVariant::Workgroup,
             kv,
+            part,
             ..
         } => {
-            let mut c = vec![("HEAD_DIM", f64::from(head_dim)), ("QT", f64::from(query_tile))];
+            let mut c = vec![
+                ("HEAD_DIM", f64::from(head_dim)),
+                ("QT", f64::from(query_tile)),
+                ("PART", f64::from(part)),
+            ];
             c.extend(quant(kv));
             c
         }
@@ -304,6 +315,10 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
         constants: constants(key),
     }
 }
+
+/// Every partition size an attention pipeline can get (`KernelConfig::partition_keys`): the
+/// workgroup family's first.
+const PARTS: [u32; 3] = [attention::PARTITION, 2 * attention::PARTITION, 4 * attention::PARTITION];
 
 /// Every key a test should compile: all formats, tiles and a spread of head sizes.
 pub fn all_keys() -> Vec<PipelineKey> {
@@ -354,7 +369,9 @@ pub fn all_keys() -> Vec<PipelineKey> {
         keys.extend(BandwidthLoads::ALL.map(|loads| PipelineKey::Bandwidth { probe, loads }));
     }
     for head_dim in [16, 64, 128, 256] {
-        keys.push(PipelineKey::AttnDecodeReduce { head_dim });
+        for part in PARTS {
+            keys.push(PipelineKey::AttnDecodeReduce { head_dim, part });
+        }
         keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Invocation });
         if rotate::lanes_serve(head_dim) {
             keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Lanes });
@@ -388,7 +405,13 @@ pub fn all_keys() -> Vec<PipelineKey> {
                     (AttentionVariant::Lanes, Some(_)) => &[LaneLoads::Words32, LaneLoads::Words64],
                     _ => &[LaneLoads::Words32],
                 };
-                for &loads in widths {
+                // the workgroup family's one partition size, the lanes family's every one
+                let parts: &[u32] = match variant {
+                    AttentionVariant::Workgroup => &PARTS[..1],
+                    AttentionVariant::Lanes => &PARTS,
+                };
+                for (&loads, &part) in widths.iter().flat_map(|w| parts.iter().map(move |p| (w, p)))
+                {
                     for slice_heads in slices.clone() {
                         keys.push(PipelineKey::AttnDecodePartials {
                             head_dim,
@@ -396,6 +419,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
                             kv,
                             slice_heads,
                             loads,
+                            part,
                         });
                     }
                     keys.push(PipelineKey::AttnPrefill {
@@ -404,6 +428,7 @@ pub fn all_keys() -> Vec<PipelineKey> {
                         variant,
                         kv,
                         loads,
+                        part,
                     });
                 }
             }

@@ -158,24 +158,53 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
 /// (`KernelConfig::can_run_lanes_attention`).
 pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     let can_run = kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps);
-    with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_attention = on, "attention")
+    let mut out =
+        with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_attention = on, "attention");
+    if let Some(config) = lanes_other_partition(&out) {
+        out.push(("lanes, other partition", Kernels::with_config(config)));
+    }
+    out
+}
+
+/// The "lanes" set's config with the lane partition this host does not pick
+/// (`KernelConfig::lane_partition`: 256 keys on 1–2 threads, 128 on 3–4, 64 past that): the
+/// workgroup family's 64 where the host picks more, else 256, so both ends are tested here.
+fn lanes_other_partition(sets: &[(&'static str, Kernels)]) -> Option<kvrun::kernels::KernelConfig> {
+    use kvrun::kernels::attention::PARTITION;
+    let lanes = &sets.iter().find(|(name, _)| *name == "lanes")?.1.config;
+    let other = if lanes.lane_partition > PARTITION { PARTITION } else { 4 * PARTITION };
+    Some(kvrun::kernels::KernelConfig { lane_partition: other, ..lanes.clone() })
 }
 
 /// `attention_variants` for quantized pools: the lanes variant with both load widths (chosen
-/// by host, `KernelConfig::lane_loads`; 64-bit where the adapter has 64-bit integers). An f16
-/// pool is read one way (`attention::pool_loads`).
+/// by host, `KernelConfig::lane_loads`; 64-bit where the adapter has 64-bit integers), the
+/// 64-bit set with the other lane partition (`lanes_other_partition`: the two choices are
+/// independent, and a set each keeps the test's time). An f16 pool is read one way
+/// (`attention::pool_loads`).
 pub fn attention_variants_kvq(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     use kvrun::kernels::LaneLoads;
-    let mut out = attention_variants(t);
-    if let Some(i) = out.iter().position(|(name, _)| *name == "lanes") {
-        let lanes = out.remove(i).1.config;
-        let widths = [("lanes", LaneLoads::Words32), ("lanes u64", LaneLoads::Words64)];
-        for (name, loads) in widths {
-            if loads == LaneLoads::Words64 && !t.gpu.caps.shader_int64 {
-                eprintln!("adapter lacks 64-bit integers: 64-bit lane loads not tested");
-                continue;
-            }
-            let config = kvrun::kernels::KernelConfig { lane_loads: loads, ..lanes.clone() };
+    let sets = with_lane_variant(
+        t,
+        "workgroup",
+        kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps),
+        |c, on| c.lanes_attention = on,
+        "attention",
+    );
+    let other = lanes_other_partition(&sets);
+    let mut out: Vec<_> = sets.into_iter().filter(|(name, _)| *name != "lanes").collect();
+    if let Some(other) = other {
+        let lanes = kvrun::kernels::KernelConfig {
+            lane_partition: t.kernels.config.lane_partition,
+            ..other.clone()
+        };
+        let (name, wide) = if t.gpu.caps.shader_int64 {
+            ("lanes u64, other partition", LaneLoads::Words64)
+        } else {
+            eprintln!("adapter lacks 64-bit integers: 64-bit lane loads not tested");
+            ("lanes, other partition", LaneLoads::Words32)
+        };
+        for (name, loads, config) in [("lanes", LaneLoads::Words32, lanes), (name, wide, other)] {
+            let config = kvrun::kernels::KernelConfig { lane_loads: loads, ..config };
             out.push((name, Kernels::with_config(config)));
         }
     }
