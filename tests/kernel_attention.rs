@@ -225,10 +225,11 @@ fn gpu_attention_with(
     let seqs_b = gpu.storage_buffer_init("seqs", bytemuck::cast_slice(&infos));
     let tables_b = storage_u32(gpu, &tables);
     let tiles_b = storage_u32(gpu, &tiles);
-    let partials = gpu.storage_buffer(
-        "partials",
-        partials_bytes(num_decode.max(1) as u32, s.num_heads as u32, max_parts, s.head_dim as u32),
-    );
+    // NaN in every slot: a partition the reduce reads but the partials did not write (the two
+    // disagreeing on the partition size) poisons its output
+    let bytes =
+        partials_bytes(num_decode.max(1) as u32, s.num_heads as u32, max_parts, s.head_dim as u32);
+    let partials = storage_f32(gpu, &vec![f32::NAN; bytes as usize / 4]);
     let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * out_stride]);
     let op = AttentionOp::new(
         gpu,

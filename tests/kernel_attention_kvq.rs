@@ -217,10 +217,11 @@ fn gpu_step(
     let tiles_b = storage_u32(gpu, &tiles);
     let max_parts = chunks.iter().map(|c| partitions((c.start + c.len) as u32)).max().unwrap() + 1;
     let num_decode = info.num_decode_seqs.max(1);
-    let partials = gpu.storage_buffer(
-        "partials",
-        partials_bytes(num_decode, s.heads as u32, max_parts, hd as u32),
-    );
+    // NaN in every slot: a partition the reduce reads but the partials did not write poisons
+    // its output
+    let bytes = partials_bytes(num_decode, s.heads as u32, max_parts, hd as u32);
+    let partials = gpu
+        .storage_buffer_init("partials", bytemuck::cast_slice(&vec![f32::NAN; bytes as usize / 4]));
     let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * qd]);
     let quantize = KvQuantizeOp::new(
         gpu,
