@@ -46,9 +46,9 @@ struct AttnParams {
     _pad2: u32,
 }
 
-// Key positions per partition, by family (kernels::attention::partition_keys): 64 for the
-// workgroup family (its workgroup size; its arrays are sized PART_WORKGROUP), 256 for the
-// lanes family. Decode partials, decode reduce and prefill of one family take the same PART.
+// Key positions per partition (kernels::KernelConfig::partition_keys): 64 for the workgroup
+// family (its workgroup size; its arrays are sized PART_WORKGROUP), 64, 128 or 256 by host for
+// the lanes family. Decode partials, decode reduce and prefill of one family take the same PART.
 override PART: u32 = 64u;
 const PART_WORKGROUP: u32 = 64u;  // PART of the workgroup family
 const NEG_BIG: f32 = -3.0e38; // running max before the first partition (finite: no inf - inf)
