@@ -317,8 +317,17 @@ pub fn spec(key: PipelineKey) -> PipelineSpec {
 }
 
 /// Every partition size an attention pipeline can get (`KernelConfig::partition_keys`): the
-/// workgroup family's first.
-const PARTS: [u32; 3] = [attention::PARTITION, 2 * attention::PARTITION, 4 * attention::PARTITION];
+/// workgroup family's first, then every other `KernelConfig::lane_partition` picks for some host.
+fn partition_sizes() -> Vec<u32> {
+    let mut parts = vec![attention::PARTITION];
+    for threads in 0..=64 {
+        let part = super::KernelConfig::lane_partition(threads);
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
+    parts
+}
 
 /// Every key a test should compile: all formats, tiles and a spread of head sizes.
 pub fn all_keys() -> Vec<PipelineKey> {
@@ -368,8 +377,9 @@ pub fn all_keys() -> Vec<PipelineKey> {
     for probe in BandwidthProbe::ALL {
         keys.extend(BandwidthLoads::ALL.map(|loads| PipelineKey::Bandwidth { probe, loads }));
     }
+    let parts_all = partition_sizes();
     for head_dim in [16, 64, 128, 256] {
-        for part in PARTS {
+        for &part in &parts_all {
             keys.push(PipelineKey::AttnDecodeReduce { head_dim, part });
         }
         keys.push(PipelineKey::Rotate { head_dim, variant: RotateVariant::Invocation });
@@ -407,8 +417,8 @@ pub fn all_keys() -> Vec<PipelineKey> {
                 };
                 // the workgroup family's one partition size, the lanes family's every one
                 let parts: &[u32] = match variant {
-                    AttentionVariant::Workgroup => &PARTS[..1],
-                    AttentionVariant::Lanes => &PARTS,
+                    AttentionVariant::Workgroup => &parts_all[..1],
+                    AttentionVariant::Lanes => &parts_all,
                 };
                 for (&loads, &part) in widths.iter().flat_map(|w| parts.iter().map(move |p| (w, p)))
                 {

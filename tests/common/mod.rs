@@ -183,20 +183,12 @@ fn lanes_other_partition(sets: &[(&'static str, Kernels)]) -> Option<kvrun::kern
 /// (`attention::pool_loads`).
 pub fn attention_variants_kvq(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
     use kvrun::kernels::LaneLoads;
-    let sets = with_lane_variant(
-        t,
-        "workgroup",
-        kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps),
-        |c, on| c.lanes_attention = on,
-        "attention",
-    );
-    let other = lanes_other_partition(&sets);
-    let mut out: Vec<_> = sets.into_iter().filter(|(name, _)| *name != "lanes").collect();
-    if let Some(other) = other {
-        let lanes = kvrun::kernels::KernelConfig {
-            lane_partition: t.kernels.config.lane_partition,
-            ..other.clone()
-        };
+    let mut out = attention_variants(t);
+    let mut take = |name: &str| {
+        let i = out.iter().position(|(n, _)| *n == name)?;
+        Some(out.remove(i).1.config)
+    };
+    if let (Some(lanes), Some(other)) = (take("lanes"), take("lanes, other partition")) {
         let (name, wide) = if t.gpu.caps.shader_int64 {
             ("lanes u64, other partition", LaneLoads::Words64)
         } else {
