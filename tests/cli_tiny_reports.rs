@@ -117,6 +117,9 @@ fn bench_decode_reports_each_context_length() {
         // head. Where the adapter's linear variant norms on load, the two RMSNorms of a layer
         // are part of its matmuls.
         assert_eq!(p["dispatches_per_token"].as_f64(), Some(tiny_dispatches(norms)), "{p}");
+        // recording and submitting a step takes the host some time, never none (0 = unset)
+        let host = num(&p["host_ms_per_token"]);
+        assert!(host.is_finite() && host > 0.0, "host ms per token: {p}");
         let (ms, roof) = (num(&p["gpu_ms_per_token"]), &p["roofline"]);
         let achieved = num(&roof["achieved_gb_s"]);
         let want = b["total"].as_u64().unwrap() as f64 / (ms * 1e6);

@@ -83,11 +83,12 @@ pub struct RequestTiming {
     /// Seconds from the first to the last generated token.
     pub decode_s: f64,
     /// GPU time of the steps up to the first token (when the model measures it), summed.
+    /// (Both boxed: every `OutputEvent` is as large as its largest variant, this one.)
     #[serde(skip)]
-    pub prefill_gpu: Option<StepTiming>,
+    pub prefill_gpu: Option<Box<StepTiming>>,
     /// GPU time of the steps after the first token, summed, and how many there were.
     #[serde(skip)]
-    pub decode_gpu: Option<StepTiming>,
+    pub decode_gpu: Option<Box<StepTiming>>,
     pub decode_steps: usize,
 }
 
@@ -200,8 +201,8 @@ impl Active {
                 (Some(a), Some(b)) => (b - a).as_secs_f64(),
                 _ => 0.0,
             },
-            prefill_gpu: self.prefill_gpu,
-            decode_gpu: self.decode_gpu,
+            prefill_gpu: self.prefill_gpu.map(Box::new),
+            decode_gpu: self.decode_gpu.map(Box::new),
             decode_steps: self.decode_steps,
         };
         OutputEvent::Finished { id, reason, usage, text, timing }

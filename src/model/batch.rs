@@ -236,7 +236,8 @@ impl Logits {
     }
 }
 
-/// GPU time of one step from timestamp queries, in milliseconds.
+/// GPU time of one step from timestamp queries, in milliseconds, and the host's time recording
+/// and submitting it.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct StepTiming {
     pub attention_ms: f64,
@@ -245,6 +246,11 @@ pub struct StepTiming {
     pub by_kind: std::collections::BTreeMap<&'static str, f64>,
     /// Compute dispatches recorded (summed over the steps added).
     pub dispatches: u64,
+    /// Host milliseconds spent recording the step's commands and submitting them: wall clock
+    /// from the command encoder's creation to `queue.submit` returning (wgpu's encoding,
+    /// validation and the driver's submission; not the input upload nor the logits readback).
+    /// Where it nears `total_ms` the step is bound by the host, not the GPU.
+    pub host_ms: f64,
 }
 
 impl StepTiming {
@@ -253,6 +259,7 @@ impl StepTiming {
         self.attention_ms += other.attention_ms;
         self.total_ms += other.total_ms;
         self.dispatches += other.dispatches;
+        self.host_ms += other.host_ms;
         for (k, v) in &other.by_kind {
             *self.by_kind.entry(k).or_default() += v;
         }

@@ -279,6 +279,7 @@ impl Model {
         self.check_capacity(batch)?;
         self.step.upload(&self.gpu, batch);
         let shape = batch.shape();
+        let recording = std::time::Instant::now();
         let mut encoder = self
             .gpu
             .device
@@ -305,6 +306,7 @@ impl Model {
             timer.resolve(&mut encoder);
         }
         self.gpu.queue.submit([encoder.finish()]);
+        let host_ms = recording.elapsed().as_secs_f64() * 1e3;
         let data = if bytes > 0 {
             bytemuck::pod_collect_to_vec(&self.gpu.map_and_read(&self.act.logits_staging, bytes)?)
         } else {
@@ -316,6 +318,7 @@ impl Model {
         let timing = match &self.timer {
             Some(timer) => Some(StepTiming {
                 dispatches: u64::from(dispatches),
+                host_ms,
                 ..split_timing(&self.ops, self.timing == Timing::PerOp, &timer.read_ms(&self.gpu)?)
             }),
             None => None,
