@@ -272,8 +272,11 @@ fn bench_kv_quant_compares_formats() {
         "32",
         "--timed-steps",
         "2",
+        "--rounds",
+        "2",
         "--json",
     ]);
+    assert_eq!(r["rounds"].as_u64(), Some(2));
     let rows = r["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|x| x["kv_cache_dtype"].as_str().unwrap()).collect();
     assert_eq!(names, ["f16", "int8", "int4"]);
@@ -288,5 +291,17 @@ fn bench_kv_quant_compares_formats() {
         assert!(row["ppl"].as_f64().is_some_and(f64::is_finite));
         let t = row["attention_gpu_ms_per_token"].as_array().unwrap();
         assert!(t.len() == 1 && num(&t[0]) > 0.0, "{row}");
+        // Two rounds per context length; the reported time is their median (of two: the mean).
+        let by_round = row["attention_gpu_ms_by_round"].as_array().unwrap();
+        assert_eq!(by_round.len(), 1, "{row}");
+        let runs: Vec<f64> = by_round[0].as_array().unwrap().iter().map(num).collect();
+        assert_eq!(runs.len(), 2, "{row}");
+        assert!(runs.iter().all(|&x| x > 0.0), "{row}");
+        let mean = (runs[0] + runs[1]) / 2.0;
+        assert!((num(&t[0]) - mean).abs() <= 1e-9 * mean, "{row}");
+        // GB/s follows the median time and the KV bytes read.
+        let bytes = num(&row["attention_kv_bytes_per_step"][0]);
+        let gb_s = num(&row["attention_gb_s"][0]);
+        assert!((gb_s - bytes / (num(&t[0]) * 1e6)).abs() <= 1e-9 * gb_s, "{row}");
     }
 }

@@ -143,7 +143,7 @@ fn step_bytes(engine: &Engine, keys: usize) -> StepBytes {
 }
 
 /// GB/s (10^9 bytes per second) of `bytes` moved in `ms`.
-fn gb_s(bytes: u64, ms: f64) -> f64 {
+pub(super) fn gb_s(bytes: u64, ms: f64) -> f64 {
     bytes as f64 / (ms * 1e6)
 }
 

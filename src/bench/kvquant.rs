@@ -6,7 +6,7 @@
 use std::str::FromStr;
 
 use super::bandwidth::{BandwidthBench, BandwidthReport};
-use super::decode::DecodeBench;
+use super::decode::{DecodeBench, DecodeReport};
 use super::plot::{Panel, Series};
 use crate::engine::{Engine, EngineConfig, EngineError, PerplexityOptions};
 use crate::quant::{KvCacheSpec, KvFormat, ScaleGranularity};
@@ -68,6 +68,8 @@ pub struct KvQuantBench {
     pub context_lengths: Vec<usize>,
     /// Decode steps timed per context length.
     pub timed_steps: usize,
+    /// Decode timing rounds per setting (at least 1; see `run`).
+    pub rounds: usize,
     /// The budget "tokens that fit" is computed for.
     pub budget_bytes: u64,
 }
@@ -92,6 +94,10 @@ pub struct KvQuantRow {
     /// Attention GPU ms per decoded token at each of `context_lengths` (None without
     /// timestamp queries).
     pub attention_gpu_ms_per_token: Vec<Option<f64>>,
+    /// Each round's attention GPU ms per decoded token, per context length (`[context][round]`;
+    /// `attention_gpu_ms_per_token` is their median).
+    pub attention_gpu_ms_by_round: Vec<Vec<Option<f64>>>,
+    /// Decode tokens per second at each context length (median over the rounds).
     pub decode_tokens_per_s: Vec<f64>,
     /// KV bytes one decode step's attention reads at each of `context_lengths` (scales
     /// included), and the GB/s and fraction of the adapter's read bandwidth that is.
@@ -111,6 +117,8 @@ pub struct KvQuantReport {
     pub tokens_scored: usize,
     pub budget_bytes: u64,
     pub context_lengths: Vec<usize>,
+    /// Decode timing rounds per setting (`--rounds`).
+    pub rounds: usize,
     /// The adapter's bandwidth, measured once before the settings.
     pub bandwidth: BandwidthReport,
     pub rows: Vec<KvQuantRow>,
@@ -131,6 +139,11 @@ impl KvQuantBench {
     }
 
     /// Runs every setting on `text`. `progress(setting, step)` is called as it goes.
+    ///
+    /// Round 1 loads each setting in turn and measures its quality and its decode; rounds 2 …
+    /// `rounds` time decode again, the settings in serpentine order (reversed in even rounds,
+    /// so a drift of the machine over the run does not favour the settings run first). A
+    /// setting's timings are the medians over its rounds.
     pub fn run(
         &self,
         base: &EngineConfig,
@@ -151,6 +164,7 @@ impl KvQuantBench {
             bandwidth: Some(bandwidth.clone()),
         };
         let mut rows = Vec::new();
+        let mut decodes: Vec<Vec<DecodeReport>> = Vec::new();
         let (mut chunks, mut tokens_scored) = (0, 0);
         for setting in &self.settings {
             progress(setting, "load");
@@ -176,7 +190,7 @@ impl KvQuantBench {
             };
             progress(setting, "decode");
             let engine = own.as_mut().unwrap_or(&mut reference);
-            let d = decode.run(engine, model_name)?;
+            decodes.push(vec![decode.run(engine, model_name)?]);
             let layout = engine.kv_layout();
             let per_block = layout.bytes_per_block();
             let staging = crate::kv::staging_bytes_per_sequence(layout, &engine.config().kv_groups);
@@ -195,24 +209,28 @@ impl KvQuantBench {
                 ppl_delta_pct: delta,
                 kld_mean: kld,
                 top1_agreement: top1,
-                attention_gpu_ms_per_token: d.attention_gpu_ms_per_token,
-                decode_tokens_per_s: d.decode_tokens_per_s,
-                attention_kv_bytes_per_step: d
-                    .points
-                    .iter()
-                    .map(|p| p.step_bytes.kv_full + p.step_bytes.kv_sliding)
-                    .collect(),
-                attention_gb_s: d
-                    .points
-                    .iter()
-                    .map(|p| p.roofline.as_ref().and_then(|r| r.attention_gb_s))
-                    .collect(),
-                attention_bandwidth_fraction: d
-                    .points
-                    .iter()
-                    .map(|p| p.roofline.as_ref().and_then(|r| r.attention_fraction))
-                    .collect(),
+                attention_gpu_ms_per_token: Vec::new(),
+                attention_gpu_ms_by_round: Vec::new(),
+                decode_tokens_per_s: Vec::new(),
+                attention_kv_bytes_per_step: Vec::new(),
+                attention_gb_s: Vec::new(),
+                attention_bandwidth_fraction: Vec::new(),
             });
+        }
+        for round in 2..=self.rounds {
+            for i in serpentine(self.settings.len(), round) {
+                let setting = &self.settings[i];
+                progress(setting, &format!("decode, round {round}"));
+                let mut own = match *setting == f16 {
+                    true => None,
+                    false => Some(Engine::load(&self.engine_config(base, *setting))?),
+                };
+                let engine = own.as_mut().unwrap_or(&mut reference);
+                decodes[i].push(decode.run(engine, model_name)?);
+            }
+        }
+        for (row, runs) in rows.iter_mut().zip(&decodes) {
+            row.fill_timings(runs, bandwidth.read_gb_s);
         }
         Ok(KvQuantReport {
             adapter: reference.gpu().info.name.clone(),
@@ -223,13 +241,68 @@ impl KvQuantBench {
             tokens_scored,
             budget_bytes: self.budget_bytes,
             context_lengths: self.context_lengths.clone(),
+            rounds: self.rounds,
             bandwidth,
             rows,
         })
     }
 }
 
+/// The order of `n` settings in round `round` (1-based): forward in odd rounds, reversed in
+/// even ones.
+fn serpentine(n: usize, round: usize) -> Vec<usize> {
+    match round % 2 {
+        1 => (0..n).collect(),
+        _ => (0..n).rev().collect(),
+    }
+}
+
+/// The median of the present values (`None` if there are none).
+fn median(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = values.flatten().collect();
+    super::stats::percentile(&v, 50.0)
+}
+
 impl KvQuantRow {
+    /// The timing columns from the setting's decode runs (one per round): medians, and each
+    /// round's attention time. GB/s and the bandwidth fraction follow the median time.
+    fn fill_timings(&mut self, runs: &[DecodeReport], read_gb_s: f64) {
+        let contexts = runs.first().map_or(0, |r| r.points.len());
+        self.attention_gpu_ms_by_round = (0..contexts)
+            .map(|c| runs.iter().map(|r| r.points[c].attention_gpu_ms_per_token).collect())
+            .collect();
+        self.attention_gpu_ms_per_token =
+            self.attention_gpu_ms_by_round.iter().map(|v| median(v.iter().copied())).collect();
+        self.decode_tokens_per_s = (0..contexts)
+            .map(|c| median(runs.iter().map(|r| Some(r.points[c].decode_tokens_per_s))))
+            .map(|m| m.unwrap_or(0.0))
+            .collect();
+        self.attention_kv_bytes_per_step = runs.first().map_or(Vec::new(), |r| {
+            r.points.iter().map(|p| p.step_bytes.kv_full + p.step_bytes.kv_sliding).collect()
+        });
+        self.attention_gb_s = self
+            .attention_kv_bytes_per_step
+            .iter()
+            .zip(&self.attention_gpu_ms_per_token)
+            .map(|(&b, ms)| ms.filter(|&t| t > 0.0).map(|t| super::decode::gb_s(b, t)))
+            .collect();
+        self.attention_bandwidth_fraction = self
+            .attention_gb_s
+            .iter()
+            .map(|g| g.filter(|_| read_gb_s > 0.0).map(|g| g / read_gb_s))
+            .collect();
+    }
+
+    /// " (min–max)" of context `i`'s rounds when there are several, else "".
+    fn spread(&self, i: usize) -> String {
+        let v: Vec<f64> = self.attention_gpu_ms_by_round[i].iter().flatten().copied().collect();
+        let (lo, hi) = (super::stats::percentile(&v, 0.0), super::stats::percentile(&v, 100.0));
+        match (v.len(), lo, hi) {
+            (2.., Some(lo), Some(hi)) => format!(" ({lo:.2}–{hi:.2})"),
+            _ => String::new(),
+        }
+    }
+
     fn label(&self) -> String {
         let mut s = self.kv_cache_dtype.clone();
         if let (Some(k), Some(v)) = (&self.k_scale, &self.v_scale) {
@@ -255,7 +328,7 @@ impl KvQuantReport {
         let mut s = format!(
             "kv-quant on {} ({}), perplexity: {} chunks of {} ({} tokens scored) of {}; tokens \
              that fit {}\n\nAdapter read bandwidth {:.2} GB/s ({}); attention GB/s = KV bytes \
-             a decode step reads ÷ attention GPU time.\n\n| KV | bytes/token | tokens in budget \
+             a decode step reads ÷ attention GPU time.{}\n\n| KV | bytes/token | tokens in budget \
              | PPL | ΔPPL % | mean KLD | top-1 agree % |{ctx_cols}\n\
              |---|---:|---:|---:|---:|---:|---:|{ctx_rule}\n",
             self.model,
@@ -266,7 +339,14 @@ impl KvQuantReport {
             self.text,
             crate::kv::format_bytes(self.budget_bytes),
             self.bandwidth.read_gb_s,
-            self.bandwidth.timing
+            self.bandwidth.timing,
+            match self.rounds {
+                0 | 1 => String::new(),
+                n => format!(
+                    " Attention times: median of {n} rounds, the settings alternating \
+                     (min–max in brackets)."
+                ),
+            }
         );
         for r in &self.rows {
             let attn: String = (0..r.attention_gpu_ms_per_token.len())
@@ -275,7 +355,7 @@ impl KvQuantReport {
                         (Some(g), Some(f)) => format!("{g:.2} ({:.0} %)", 100.0 * f),
                         _ => "–".into(),
                     };
-                    format!(" {} | {gbs} |", ms(&r.attention_gpu_ms_per_token[i]))
+                    format!(" {}{} | {gbs} |", ms(&r.attention_gpu_ms_per_token[i]), r.spread(i))
                 })
                 .collect();
             s += &format!(
@@ -340,5 +420,14 @@ mod tests {
         assert!("int9".parse::<KvSetting>().is_err());
         assert!("int8:per-token:per-token:x".parse::<KvSetting>().is_err());
         assert!("f16:per-token".parse::<KvSetting>().is_err());
+    }
+
+    #[test]
+    fn rounds_alternate_and_report_medians() {
+        assert_eq!(serpentine(3, 1), [0, 1, 2]);
+        assert_eq!(serpentine(3, 2), [2, 1, 0]);
+        assert_eq!(serpentine(3, 3), [0, 1, 2]);
+        assert_eq!(median([Some(3.0), None, Some(1.0), Some(2.0)].into_iter()), Some(2.0));
+        assert_eq!(median([None, None].into_iter()), None);
     }
 }

@@ -66,6 +66,10 @@ pub struct KvQuantArgs {
     /// Decode steps timed per context length.
     #[arg(long, default_value_t = 8)]
     pub timed_steps: usize,
+    /// Times each setting's decode this many times, the settings alternating (serpentine
+    /// order); the table gives the medians and their range. Quality is measured once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// The budget "tokens in budget" is computed for.
     #[arg(long, default_value = "1GiB", value_parser = parse_budget_arg)]
     pub budget: u64,
@@ -157,9 +161,11 @@ fn kv_quant(a: &KvQuantArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         chunks: Some(a.chunks),
         context_lengths: a.context_lengths.clone(),
         timed_steps: a.timed_steps,
+        rounds: a.rounds as usize,
         budget_bytes: a.budget,
     };
-    let bar = indicatif::ProgressBar::new(a.settings.len() as u64 * 3).with_style(
+    let steps = a.settings.len() as u64 * (3 + u64::from(a.rounds) - 1);
+    let bar = indicatif::ProgressBar::new(steps).with_style(
         indicatif::ProgressStyle::with_template("kv-quant [{bar:30}] {pos}/{len} {msg}")
             .expect("valid template")
             .progress_chars("=> "),
