@@ -2,12 +2,15 @@
 # One command for a machine with a real GPU (any vendor, any backend wgpu has): builds kvrun,
 # runs the kernel tests with this device's own variants (and the tiny-model end to end test),
 # `bench bandwidth`, `bench decode` at contexts 128 / 2048 / 8192 on each test model present
-# (per-op GPU times and the roofline), and — when `llama-bench` is on PATH — llama.cpp on the
-# same GGUF side by side. Writes everything under OUT plus one report.json and report.md.
+# (per-op GPU times and the roofline), `bench kv-quant` (f16 / int8 / int4 KV attention at
+# context 2048, three alternating rounds: whether fewer KV bytes make attention faster on this
+# device), and — when `llama-bench` is on PATH — llama.cpp on the same GGUF side by side.
+# Writes everything under OUT plus one report.json and report.md.
 #
 #   scripts/gpu-check.sh [OUT]          (default OUT: gpu-check-<UTC time>/)
 #   KVRUN_ADAPTER=NVIDIA scripts/gpu-check.sh    pick the adapter whose name contains this
 #   GPU_CHECK_CONTEXTS=128,2048 scripts/gpu-check.sh
+#   GPU_CHECK_KVQ_CONTEXTS=2048,8192   bench kv-quant's context lengths ("" skips it)
 #
 # The models are the ones scripts/fetch-models.sh puts in assets/models/ (run it first where
 # the machine can reach PyPI, or copy the folder). Nothing here asserts a speed: the report is
@@ -28,6 +31,7 @@ cd "$(dirname "$0")/.."
 
 out=${1:-gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
 contexts=${GPU_CHECK_CONTEXTS:-128,2048,8192}
+kvq_contexts=${GPU_CHECK_KVQ_CONTEXTS-2048}
 mkdir -p "$out"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 export CARGO_TERM_COLOR=never
@@ -83,6 +87,13 @@ for model in "${models[@]}"; do
     "${limit[@]}" "$kvrun" bench decode -m "$model" --context-lengths "$contexts" --per-op --json \
         >"$out/decode-$name.json" 2>"$out/decode-$name.err" ||
         { log "bench decode $name failed (see decode-$name.err)"; rm -f "$out/decode-$name.json"; }
+    if [ -n "$kvq_contexts" ]; then
+        log "bench kv-quant $name: f16, int8, int4 at $kvq_contexts, 3 rounds"
+        "${limit[@]}" "$kvrun" bench kv-quant -m "$model" --settings f16,int8,int4 --chunks 1 -c 128 \
+            --context-lengths "$kvq_contexts" --timed-steps 16 --rounds 3 \
+            --json "$out/kv-quant-$name.json" >"$out/kv-quant-$name.md" 2>"$out/kv-quant-$name.err" ||
+            { log "bench kv-quant $name failed (see kv-quant-$name.err)"; rm -f "$out/kv-quant-$name.json"; }
+    fi
     case $model in "$out"/synth-*) rm -f "$model" ;; esac
     if command -v llama-bench >/dev/null; then
         log "llama-bench $name"
@@ -111,7 +122,7 @@ load = lambda p: json.load(open(p))
 info, bw = load(f"{out}/info.json"), load(f"{out}/bandwidth.json")
 report = {"info": info, "bandwidth": bw,
           "kernel_tests_exit_status": int(open(f"{out}/kernel-tests.status").read()),
-          "decode": {}, "llama_bench": {}}
+          "decode": {}, "kv_quant": {}, "llama_bench": {}}
 md = [f"# gpu-check: {bw['adapter']} ({bw['backend']}, {bw['device_type']})", "",
       f"kernel tests: exit status {report['kernel_tests_exit_status']} (kernel-tests.log)", "",
       f"bandwidth ({bw['timing']}, {bw['buffer_bytes'] >> 20} MiB): read {bw['read_gb_s']:.1f} GB/s, "
@@ -136,6 +147,23 @@ for path in sorted(glob.glob(f"{out}/decode-*.json")):
         md += ["", "llama-bench: " + ", ".join(
             f"{'pp' if r.get('n_prompt') else 'tg'}{r.get('n_prompt') or r.get('n_gen')} "
             f"{r.get('avg_ts', 0):.1f} tok/s" for r in rows)]
+    md.append("")
+for path in sorted(glob.glob(f"{out}/kv-quant-*.json")):
+    name = os.path.basename(path)[len("kv-quant-"):-len(".json")]
+    q = load(path)
+    report["kv_quant"][name] = q
+    md += [f"## {name}: KV formats' decode attention (median of {q['rounds']} alternating rounds, min–max)", "",
+           "| KV | bytes/token | " + " | ".join(f"attn ms @{c} | GB/s (of read bw) @{c}" for c in q["context_lengths"]) + " |",
+           "|---|---:|" + "---:|---:|" * len(q["context_lengths"])]
+    for r in q["rows"]:
+        cells = []
+        for i in range(len(q["context_lengths"])):
+            runs = [x for x in r["attention_gpu_ms_by_round"][i] if x is not None]
+            ms, gbs, frac = r["attention_gpu_ms_per_token"][i], r["attention_gb_s"][i], r["attention_bandwidth_fraction"][i]
+            cells.append((f"{ms:.3f} ({min(runs):.3f}–{max(runs):.3f})" if ms is not None and runs else "n/a") + " | " +
+                         (f"{gbs:.1f} ({100 * frac:.0f} %)" if gbs is not None and frac is not None else "n/a"))
+        label = r["kv_cache_dtype"] + (f" K {r['k_scale']} V {r['v_scale']}" if r["k_scale"] else "")
+        md.append(f"| {label} | {r['kv_bytes_per_token']:.0f} | " + " | ".join(cells) + " |")
     md.append("")
 kb = f"{out}/kernel-bench.log"
 if os.path.exists(kb):
