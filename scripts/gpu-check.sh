@@ -149,22 +149,10 @@ for path in sorted(glob.glob(f"{out}/decode-*.json")):
             f"{r.get('avg_ts', 0):.1f} tok/s" for r in rows)]
     md.append("")
 for path in sorted(glob.glob(f"{out}/kv-quant-*.json")):
+    # kvrun's own table (saved beside the JSON) goes into the report as it printed it.
     name = os.path.basename(path)[len("kv-quant-"):-len(".json")]
-    q = load(path)
-    report["kv_quant"][name] = q
-    md += [f"## {name}: KV formats' decode attention (median of {q['rounds']} alternating rounds, min–max)", "",
-           "| KV | bytes/token | " + " | ".join(f"attn ms @{c} | GB/s (of read bw) @{c}" for c in q["context_lengths"]) + " |",
-           "|---|---:|" + "---:|---:|" * len(q["context_lengths"])]
-    for r in q["rows"]:
-        cells = []
-        for i in range(len(q["context_lengths"])):
-            runs = [x for x in r["attention_gpu_ms_by_round"][i] if x is not None]
-            ms, gbs, frac = r["attention_gpu_ms_per_token"][i], r["attention_gb_s"][i], r["attention_bandwidth_fraction"][i]
-            cells.append((f"{ms:.3f} ({min(runs):.3f}–{max(runs):.3f})" if ms is not None and runs else "n/a") + " | " +
-                         (f"{gbs:.1f} ({100 * frac:.0f} %)" if gbs is not None and frac is not None else "n/a"))
-        label = r["kv_cache_dtype"] + (f" K {r['k_scale']} V {r['v_scale']}" if r["k_scale"] else "")
-        md.append(f"| {label} | {r['kv_bytes_per_token']:.0f} | " + " | ".join(cells) + " |")
-    md.append("")
+    report["kv_quant"][name] = load(path)
+    md += [f"## {name}: KV formats", "", open(f"{out}/kv-quant-{name}.md").read().strip(), ""]
 kb = f"{out}/kernel-bench.log"
 if os.path.exists(kb):
     import re
