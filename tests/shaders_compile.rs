@@ -2,32 +2,17 @@
 //! HLSL (DX12) with naga — so Metal/DX12 breakage shows up in plain `cargo test`, without the
 //! hardware. Runs without a GPU.
 
-use kvrun::kernels::bandwidth::BandwidthLoads;
-use kvrun::kernels::RotateVariant;
-use kvrun::kernels::{source, AttentionVariant, LinearVariant, NormVariant, PipelineKey};
+use kvrun::kernels::{source, PipelineKey};
 
 fn compile(key: PipelineKey) -> Result<(), String> {
     let wgsl = source::wgsl(key);
     let module = naga::front::wgsl::parse_str(&wgsl).map_err(|e| e.emit_to_string(&wgsl))?;
     // Kernels need only pack/unpack2x16float (all adapters but old llvmpipe without f16 have
-    // it); the subgroup linear and lane attention variants also need subgroups and 64-bit
-    // integers, which they are only chosen with (KernelConfig::choose), and the lane RMSNorm
-    // and rotation subgroups only (KernelConfig::can_run_lanes_norm, can_run_lanes_rotate).
-    let subgroup_int64 = matches!(
-        key,
-        PipelineKey::Linear { variant: LinearVariant::Subgroup, .. }
-            | PipelineKey::AttnDecodePartials { variant: AttentionVariant::Lanes, .. }
-            | PipelineKey::AttnPrefill { variant: AttentionVariant::Lanes, .. }
-    );
-    let subgroup = subgroup_int64
-        || matches!(
-            key,
-            PipelineKey::RmsNorm { variant: NormVariant::Lanes }
-                | PipelineKey::Rotate { variant: RotateVariant::Lanes, .. }
-        );
-    // the u64 bandwidth probes need 64-bit integers only (BandwidthLoads::available)
-    let int64 = subgroup_int64
-        || matches!(key, PipelineKey::Bandwidth { loads: BandwidthLoads::U64x2, .. });
+    // it), and what their family's Kernel::features says: subgroups and 64-bit integers, which
+    // the variants needing them are only chosen with (KernelConfig::choose). A kernel using
+    // more than it declares fails validation here.
+    let features = key.features();
+    let (subgroup, int64) = (features.subgroups, features.int64);
     let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if subgroup {
         caps |= naga::valid::Capabilities::SUBGROUP;
@@ -78,8 +63,12 @@ fn compile(key: PipelineKey) -> Result<(), String> {
 
 #[test]
 fn every_kernel_variant_compiles_for_vulkan_metal_and_dx12() {
+    let keys = source::all_keys();
+    let distinct: std::collections::HashSet<_> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "a family's Kernel::all lists a variant twice");
+    eprintln!("compiling {} kernel variants", keys.len());
     let mut failures = Vec::new();
-    for key in source::all_keys() {
+    for key in keys {
         if let Err(e) = compile(key) {
             failures.push(format!("{key:?}:\n{e}"));
         }

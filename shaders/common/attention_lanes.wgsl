@@ -83,6 +83,15 @@ fn lane_merge(o: Lane, a: f32, op: Lane, b: f32) -> Lane {
     return r;
 }
 
+// b where take_b, else a, over this lane's channels.
+fn lane_pick(a: Lane, b: Lane, take_b: bool) -> Lane {
+    var r = a;
+    for (var j = 0u; j < LANE_VECS; j++) {
+        r.v[j] = select(a.v[j], b.v[j], take_b);
+    }
+    return r;
+}
+
 // Element by element a ∘ b over this lane's channels.
 fn lane_mul(a: Lane, b: Lane) -> Lane {
     var r = a;

@@ -1,4 +1,4 @@
-// Shared by the lane-parallel decode kernels (decode_partials_lanes, decode_partials_lanes_kvq):
+// Shared by the lane-parallel decode kernel (decode_partials_lanes, every KV reader):
 // a subgroup serves a slice of up to LANE_HEADS query heads of one KV head, so each key and
 // value row is loaded once for all of them, and writes each head's partition result.
 //

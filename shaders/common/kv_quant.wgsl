@@ -7,18 +7,28 @@
 //   (quant/kv.rs). Block b, KV head h: word base (b · num_kv_heads + h) · head_block_words.
 // Staging: [2 (K, V), stage_slots, kv_heads, block_size, HEAD_DIM / 2] f16x2 — each running
 //   sequence's partial last block (kv_stage writes it, kv_quantize reads it once the block fills).
-// Word i of a pool is k_word(i) / v_word(i): kv_quant_u32.wgsl over array<u32> bindings (the
+// Word i of a pool is k_word(i) / v_word(i): kv_read_quant.wgsl over array<u32> bindings (the
 //   workgroup kernels), kv_quant_lanes.wgsl over array<vec2<u32>> or array<u64> ones (head blocks
 //   are whole word pairs; kv_pool_lanes_u32.wgsl, kv_pool_lanes_u64.wgsl).
 //
 // Which copy of key position k a query at position P reads — a function of (P, k) only, so a
 // token's output is the same bits whether it was prefilled or decoded:
-//   k / block_size < P / block_size  → the quantized head block (complete: kv_quantize ran first)
-//   otherwise (P's own block)        → f16: staging for k before the step's chunk, else the
-//                                      step's own qkv row rounded to f16 (f16_round2)
+//   k < fresh_from(P), an earlier block → the quantized head block (complete: kv_quantize ran
+//                                          first)
+//   otherwise (P's own block), fresh     → f16: staging for k before the step's chunk, else the
+//                                          step's own qkv row rounded to f16 (f16_round2)
 
 override K_GRAN: u32 = 1u;  // GRAN_* of K
 override V_GRAN: u32 = 2u;  // GRAN_* of V
+
+@group(0) @binding(5) var<storage, read> stage: array<u32>;  // [2, stage_slots, kv_heads, block_size, HEAD_DIM/2] f16x2
+
+// The first key a query at qpos reads fresh: its own block's first position.
+const KV_FRESH: bool = true;
+
+fn fresh_from(qpos: u32) -> u32 {
+    return qpos / p.block_size * p.block_size;
+}
 
 // Scales one head block stores for granularity g.
 fn gran_scales(g: u32) -> u32 {

@@ -1,5 +1,6 @@
-// The lane-parallel attention kernels' view of a quantized KV pool (common/kv_quant.wgsl for
-// the layout and the which-copy rule): lane j reads the codes of its channels
+// The lane-parallel attention kernels' KV reader over a quantized pool (the interface:
+// kv_read_lanes_f16.wgsl; common/kv_quant.wgsl for the layout, the staging binding and the
+// which-copy rule, fresh_from): lane j reads the codes of its channels
 // [j·HEAD_DIM/8, (j+1)·HEAD_DIM/8) of a key or value row into a Lane, and the scales are
 // applied where they cost least (k_fold and below).
 //
@@ -14,6 +15,15 @@ fn k_word(i: u32) -> u32 {
 
 fn v_word(i: u32) -> u32 {
     return pool_word(false, i);
+}
+
+// Word index of head block hb (block · kv_heads + kvh) in the K / V pool.
+fn k_block_base(hb: u32) -> u32 {
+    return hb * p.k_head_block_words;
+}
+
+fn v_block_base(hb: u32) -> u32 {
+    return hb * p.v_head_block_words;
 }
 
 // Per-channel scales and minimums of this lane's channels, loaded once per head block.
@@ -178,6 +188,11 @@ fn lane_total(q: Lane) -> f32 {
     return s;
 }
 
+// What k_score needs of a query: this lane's Σ of its channels.
+fn query_total(q: Lane) -> f32 {
+    return lane_total(q);
+}
+
 // Token t of the V head block at `base` as the accumulation takes it: per-channel V
 // dequantized (`cs`: v_lane_scales), else the raw codes (v_weight carries the scale).
 fn v_lane_load(base: u32, t: u32, lane: u32, cs: LaneScales) -> Lane {
@@ -239,10 +254,3 @@ fn kv_lane_f16(part: u32, seq: SeqInfo, pos: u32, kvh: u32, lane: u32) -> Lane {
     return r;
 }
 
-fn lane_pick(a: Lane, b: Lane, take_b: bool) -> Lane {
-    var r = a;
-    for (var j = 0u; j < LANE_VECS; j++) {
-        r.v[j] = select(a.v[j], b.v[j], take_b);
-    }
-    return r;
-}

@@ -1,4 +1,4 @@
-// Shared by the lane-parallel prefill kernels (prefill_lanes, prefill_lanes_kvq): a tile's 8
+// Shared by the lane-parallel prefill kernel (prefill_lanes, every KV reader): a tile's 8
 // queries, their outputs and the steps on them. Every per-query step is written out for
 // queries 0..7, not looped: llvmpipe unrolls a loop only while its body is small (at head_dim
 // 256 these were not), and one loop left in place sends the tile's arrays to memory for the

@@ -1,18 +1,42 @@
 //! Host half of the paged attention kernels (`shaders/attention/`): decode (split-K partials +
-//! reduce) and prefill. All three share the arithmetic of `shaders/common/attention.wgsl`, so a
-//! token's output does not depend on which kernel computed it.
+//! reduce) and prefill, in two families ([`AttentionVariant`]). All of a family's kernels share
+//! the arithmetic of `shaders/common/attention.wgsl`, so a token's output does not depend on
+//! which kernel computed it.
+//!
+//! One kernel body per family and phase serves every pool: a KV reader snippet prepended
+//! before it ([`KvReader`]: `shaders/common/kv_read_f16.wgsl` or `kv_read_quant.wgsl` for the
+//! workgroup family, `kv_read_lanes_f16.wgsl` or `kv_quant_lanes.wgsl` for the lanes family)
+//! binds the pools and says how a key and a value are read (`fresh_from`, `k_pair`, …), so
+//! f16 and quantized KV differ only in that snippet and one binding list serves both.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::kv_quantize::KvQuantLayout;
+use super::kv_quantize::{KvQuantKey, KvQuantLayout};
 use super::rope::QkvLayout;
-use super::{
-    check_grid, AttentionVariant, KernelConfig, Kernels, LaneLoads, PipelineKey, StepShape,
-};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
+use super::source::{kv_snippet, KV_CODEC, STEP, U64};
+use super::{check_grid, Kernel, KernelConfig, KernelFeatures, Kernels, LaneLoads, StepShape};
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
+use crate::quant::ScaleGranularity;
+
+/// How the attention kernels split their work. Decode and prefill of one variant share their
+/// arithmetic exactly; the two variants differ in the order of the score sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum AttentionVariant {
+    /// A workgroup of 64 per (partition | query tile), scores and weights in workgroup memory.
+    Workgroup,
+    /// CPU adapters: one subgroup of exactly 8 lanes per query head, each lane holding
+    /// head_dim / 8 channels; no workgroup memory, no barriers. head_dim 64, 128 or 256
+    /// ([`lanes_serve`]).
+    Lanes,
+}
+
+/// Whether the device can run [`AttentionVariant::Lanes`]: subgroups of exactly 8 lanes.
+pub fn can_run_lanes(caps: &Capabilities) -> bool {
+    super::rms_norm::can_run_lanes(caps)
+}
 
 /// The smallest partition of any family (the workgroup family's;
 /// [`KernelConfig::partition_keys`]): the partials buffer's capacity and
@@ -51,29 +75,20 @@ pub struct AttnParams {
 }
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 80);
 
-/// Binding order of `decode_partials.wgsl`.
-pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 8] = [
-    BindingKind::Uniform,          // step: StepInfo
-    BindingKind::Uniform,          // p: AttnParams
-    BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
-    BindingKind::StorageRead,      // k_pool: [blocks, kv_heads, block_size, head_dim / 2] f16x2
-    BindingKind::StorageRead,      // v_pool: same
+/// Binding order of both decode partials kernels (`decode_partials.wgsl`,
+/// `decode_partials_lanes.wgsl`), over any pool: bindings 3–5 are the KV reader's.
+pub const DECODE_PARTIALS_BINDINGS: [BindingKind; 9] = [
+    BindingKind::Uniform,     // step: StepInfo
+    BindingKind::Uniform,     // p: AttnParams
+    BindingKind::StorageRead, // qkv: [tokens, qkv_stride]
+    BindingKind::StorageRead, // k_pool: f16 [blocks, kv_heads, block_size, head_dim / 2] f16x2,
+    //                                quantized [blocks, kv_heads, k_head_block_words]
+    BindingKind::StorageRead, // v_pool: as k_pool (v_head_block_words)
+    BindingKind::StorageRead, // stage: quantized [2, stage_slots, kv_heads, block_size,
+    //                                head_dim / 2] f16x2; f16: the K pool again, unread
     BindingKind::StorageRead,      // seqs: [num_seqs] SeqInfo
     BindingKind::StorageRead,      // block_tables: concatenated
     BindingKind::StorageReadWrite, // partials: [decode_seqs, num_heads, max_partitions, head_dim + 2]
-];
-
-/// Binding order of `decode_partials_kvq.wgsl` and `decode_partials_lanes_kvq.wgsl`.
-pub const DECODE_PARTIALS_KVQ_BINDINGS: [BindingKind; 9] = [
-    BindingKind::Uniform,          // step: StepInfo
-    BindingKind::Uniform,          // p: AttnParams
-    BindingKind::StorageRead,      // qkv: [tokens, qkv_stride]
-    BindingKind::StorageRead,      // k_pool: [blocks, kv_heads, k_head_block_words]
-    BindingKind::StorageRead,      // v_pool: [blocks, kv_heads, v_head_block_words]
-    BindingKind::StorageRead,      // stage: [2, stage_slots, kv_heads, block_size, head_dim / 2]
-    BindingKind::StorageRead,      // seqs: [num_seqs] SeqInfo
-    BindingKind::StorageRead,      // block_tables: concatenated
-    BindingKind::StorageReadWrite, // partials
 ];
 
 /// Binding order of `decode_reduce.wgsl`.
@@ -85,21 +100,9 @@ pub const DECODE_REDUCE_BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
-/// Binding order of `prefill.wgsl`.
-pub const PREFILL_BINDINGS: [BindingKind; 9] = [
-    BindingKind::Uniform,          // step: StepInfo
-    BindingKind::Uniform,          // p: AttnParams
-    BindingKind::StorageRead,      // qkv
-    BindingKind::StorageRead,      // k_pool
-    BindingKind::StorageRead,      // v_pool
-    BindingKind::StorageRead,      // seqs
-    BindingKind::StorageRead,      // block_tables
-    BindingKind::StorageRead,      // tiles: [num_prefill_tiles] (seq index, first query index)
-    BindingKind::StorageReadWrite, // out: [tokens, out_stride]
-];
-
-/// Binding order of `prefill_kvq.wgsl` and `prefill_lanes_kvq.wgsl`.
-pub const PREFILL_KVQ_BINDINGS: [BindingKind; 10] = [
+/// Binding order of both prefill kernels (`prefill.wgsl`, `prefill_lanes.wgsl`), over any
+/// pool: bindings 3–5 are the KV reader's, as [`DECODE_PARTIALS_BINDINGS`].
+pub const PREFILL_BINDINGS: [BindingKind; 10] = [
     BindingKind::Uniform,          // step: StepInfo
     BindingKind::Uniform,          // p: AttnParams
     BindingKind::StorageRead,      // qkv
@@ -131,7 +134,7 @@ pub fn heads_per_workgroup(variant: AttentionVariant, group: u32, head_dim: u32)
     }
 }
 
-/// The `slice_heads` of a decode pipeline (`PipelineKey::AttnDecodePartials`): for the lanes
+/// The `slice_heads` of a decode pipeline ([`AttnKey::decode`]): for the lanes
 /// variant the most query heads one subgroup's slice has ([`heads_per_workgroup`]), so the
 /// kernel's per-head steps past it are compiled out; the workgroup variant takes none (0).
 pub fn slice_heads(variant: AttentionVariant, heads_per_wg: u32) -> u32 {
@@ -179,6 +182,272 @@ pub fn partials_bytes(
         * 4
 }
 
+/// Every partition size an attention pipeline can get ([`KernelConfig::partition_keys`]): the
+/// workgroup family's first, then every other [`KernelConfig::lane_partition`] picks for some
+/// host.
+pub fn partition_sizes() -> Vec<u32> {
+    let mut parts = vec![PARTITION];
+    for threads in 0..=64 {
+        let part = KernelConfig::lane_partition(threads);
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
+    parts
+}
+
+/// Which pass of attention a pipeline computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttnPhase {
+    /// Decode partials: one partition of a decode sequence's keys for a slice of query heads.
+    Decode,
+    /// Prefill: a tile of query tokens over all their keys.
+    Prefill,
+}
+
+/// A decode partials or prefill pipeline: the phase, the family, the head size, the pool's KV
+/// reader and the family's sizes. [`AttnKey::decode`] and [`AttnKey::prefill`] set each field
+/// as the phase and family use it (unused ones fixed), so one configuration has one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttnKey {
+    pub phase: AttnPhase,
+    pub variant: AttentionVariant,
+    pub head_dim: u32,
+    /// The pool: `None` f16, `Some` quantized (the reader dequantizes in its loads).
+    pub kv: Option<KvQuantKey>,
+    /// How the lanes family reads a quantized pool ([`pool_loads`]); `Words32` elsewhere.
+    pub loads: LaneLoads,
+    /// Keys per partition ([`KernelConfig::partition_keys`], WGSL `PART`).
+    pub part: u32,
+    /// Lanes decode: the most query heads one subgroup's slice has ([`slice_heads`], WGSL
+    /// `SLICE_HEADS`); 0 elsewhere.
+    pub slice_heads: u32,
+    /// Prefill: query tokens per tile ([`query_tile`]; WGSL `QT` of the workgroup family, a
+    /// lane each in the lanes family); 0 for decode.
+    pub query_tile: u32,
+}
+
+impl AttnKey {
+    /// The decode partials pipeline of a layer whose decode workgroups serve `heads_per_wg`
+    /// query heads ([`heads_per_workgroup`]).
+    pub fn decode(
+        config: &KernelConfig,
+        head_dim: u32,
+        kv: Option<KvQuantKey>,
+        heads_per_wg: u32,
+    ) -> Self {
+        let variant = config.attention(head_dim);
+        AttnKey {
+            phase: AttnPhase::Decode,
+            variant,
+            head_dim,
+            kv,
+            loads: pool_loads(variant, kv.is_some(), config),
+            part: config.partition_keys(variant),
+            slice_heads: slice_heads(variant, heads_per_wg),
+            query_tile: 0,
+        }
+    }
+
+    /// The prefill pipeline of a layer.
+    pub fn prefill(config: &KernelConfig, head_dim: u32, kv: Option<KvQuantKey>) -> Self {
+        let variant = config.attention(head_dim);
+        AttnKey {
+            phase: AttnPhase::Prefill,
+            variant,
+            head_dim,
+            kv,
+            loads: pool_loads(variant, kv.is_some(), config),
+            part: config.partition_keys(variant),
+            slice_heads: 0,
+            query_tile: query_tile(variant, head_dim),
+        }
+    }
+
+    /// The KV reader snippets of the key's pool and family (the interface they share:
+    /// `shaders/common/kv_read_f16.wgsl`, `kv_read_lanes_f16.wgsl`).
+    fn reader(&self) -> Vec<&'static str> {
+        let Some(kv) = self.kv else {
+            return vec![match self.variant {
+                AttentionVariant::Workgroup => KV_READ_F16,
+                AttentionVariant::Lanes => KV_READ_LANES_F16,
+            }];
+        };
+        let mut parts = vec![KV_CODEC, kv_snippet(kv.format), KV_QUANT];
+        match (self.variant, self.loads) {
+            (AttentionVariant::Workgroup, _) => parts.push(KV_READ_QUANT),
+            (AttentionVariant::Lanes, LaneLoads::Words32) => {
+                parts.extend([KV_POOL_LANES_U32, KV_QUANT_LANES])
+            }
+            (AttentionVariant::Lanes, LaneLoads::Words64) => {
+                parts.extend([U64, KV_POOL_LANES_U64, KV_QUANT_LANES])
+            }
+        }
+        parts
+    }
+}
+
+/// `shaders/common/` snippets of the attention kernels only (the shared ones: [`super::source`]).
+const ATTENTION: &str = include_str!("../../shaders/common/attention.wgsl");
+const ATTENTION_WORKGROUP: &str = include_str!("../../shaders/common/attention_workgroup.wgsl");
+const ATTENTION_LANES: &str = include_str!("../../shaders/common/attention_lanes.wgsl");
+const DECODE_LANES: &str = include_str!("../../shaders/common/decode_lanes.wgsl");
+const PREFILL_LANES: &str = include_str!("../../shaders/common/prefill_lanes.wgsl");
+const KV_READ_F16: &str = include_str!("../../shaders/common/kv_read_f16.wgsl");
+const KV_READ_QUANT: &str = include_str!("../../shaders/common/kv_read_quant.wgsl");
+const KV_READ_LANES_F16: &str = include_str!("../../shaders/common/kv_read_lanes_f16.wgsl");
+const KV_QUANT: &str = include_str!("../../shaders/common/kv_quant.wgsl");
+const KV_QUANT_LANES: &str = include_str!("../../shaders/common/kv_quant_lanes.wgsl");
+const KV_POOL_LANES_U32: &str = include_str!("../../shaders/common/kv_pool_lanes_u32.wgsl");
+const KV_POOL_LANES_U64: &str = include_str!("../../shaders/common/kv_pool_lanes_u64.wgsl");
+
+impl Kernel for AttnKey {
+    /// The family's shared snippets, the KV reader, the family's phase helpers, the body.
+    fn parts(&self) -> Vec<&'static str> {
+        let mut parts = vec![STEP, ATTENTION];
+        if self.variant == AttentionVariant::Lanes {
+            parts.push(ATTENTION_LANES);
+        }
+        parts.extend(self.reader());
+        parts.extend(match (self.variant, self.phase) {
+            (AttentionVariant::Workgroup, AttnPhase::Decode) => {
+                [ATTENTION_WORKGROUP, include_str!("../../shaders/attention/decode_partials.wgsl")]
+            }
+            (AttentionVariant::Workgroup, AttnPhase::Prefill) => {
+                [ATTENTION_WORKGROUP, include_str!("../../shaders/attention/prefill.wgsl")]
+            }
+            (AttentionVariant::Lanes, AttnPhase::Decode) => {
+                [DECODE_LANES, include_str!("../../shaders/attention/decode_partials_lanes.wgsl")]
+            }
+            (AttentionVariant::Lanes, AttnPhase::Prefill) => {
+                [PREFILL_LANES, include_str!("../../shaders/attention/prefill_lanes.wgsl")]
+            }
+        });
+        parts
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        let mut c = vec![("HEAD_DIM", f64::from(self.head_dim)), ("PART", f64::from(self.part))];
+        match (self.variant, self.phase) {
+            (AttentionVariant::Lanes, AttnPhase::Decode) => {
+                c.push(("SLICE_HEADS", f64::from(self.slice_heads)))
+            }
+            (AttentionVariant::Workgroup, AttnPhase::Prefill) => {
+                c.push(("QT", f64::from(self.query_tile)))
+            }
+            _ => {}
+        }
+        c.extend(self.kv.map(KvQuantKey::constants).into_iter().flatten());
+        c
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        match self.phase {
+            AttnPhase::Decode => DECODE_PARTIALS_BINDINGS.to_vec(),
+            AttnPhase::Prefill => PREFILL_BINDINGS.to_vec(),
+        }
+    }
+
+    /// The lanes family needs subgroups, and 64-bit integers where it reads a quantized pool
+    /// as `u64` ([`LaneLoads::Words64`]).
+    fn features(&self) -> KernelFeatures {
+        let lanes = self.variant == AttentionVariant::Lanes;
+        let u64_pool = lanes && self.kv.is_some() && self.loads == LaneLoads::Words64;
+        KernelFeatures { subgroups: lanes, int64: u64_pool }
+    }
+
+    /// Both phases of both families at a spread of head sizes: every quantized format with its
+    /// default granularities at every head size and every valid (K, V) granularity pair at
+    /// head_dim 64; the lanes decode kernels at every slice size, the lanes kernels over a
+    /// quantized pool with both load widths, the workgroup family at its one partition size
+    /// and the lanes family at every one.
+    fn all() -> Vec<Self> {
+        let parts_all = partition_sizes();
+        let mut keys = Vec::new();
+        for head_dim in [16, 64, 128, 256] {
+            for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
+                if variant == AttentionVariant::Lanes && !lanes_serve(head_dim) {
+                    continue;
+                }
+                let mut kvs: Vec<Option<KvQuantKey>> = vec![None];
+                kvs.extend(
+                    KvQuantKey::all()
+                        .into_iter()
+                        .filter(|kv| {
+                            head_dim == 64
+                                || (kv.k == ScaleGranularity::PerChannel
+                                    && kv.v == ScaleGranularity::PerToken)
+                        })
+                        .map(Some),
+                );
+                let (slices, parts) = match variant {
+                    AttentionVariant::Workgroup => (0..=0, &parts_all[..1]),
+                    AttentionVariant::Lanes => (1..=LANE_HEADS, &parts_all[..]),
+                };
+                for kv in kvs {
+                    let widths: &[LaneLoads] = match (variant, kv) {
+                        (AttentionVariant::Lanes, Some(_)) => {
+                            &[LaneLoads::Words32, LaneLoads::Words64]
+                        }
+                        _ => &[LaneLoads::Words32],
+                    };
+                    for &loads in widths {
+                        for &part in parts {
+                            let key = AttnKey {
+                                phase: AttnPhase::Decode,
+                                variant,
+                                head_dim,
+                                kv,
+                                loads,
+                                part,
+                                slice_heads: 0,
+                                query_tile: 0,
+                            };
+                            for slice_heads in slices.clone() {
+                                keys.push(AttnKey { slice_heads, ..key });
+                            }
+                            let tile = query_tile(variant, head_dim);
+                            let phase = AttnPhase::Prefill;
+                            keys.push(AttnKey { phase, query_tile: tile, ..key });
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+}
+
+/// A decode reduce pipeline: the head size and the partials' family's partition size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReduceKey {
+    pub head_dim: u32,
+    /// As [`AttnKey::part`] of the decode partials it merges.
+    pub part: u32,
+}
+
+impl Kernel for ReduceKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, ATTENTION, include_str!("../../shaders/attention/decode_reduce.wgsl")]
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        vec![("HEAD_DIM", f64::from(self.head_dim)), ("PART", f64::from(self.part))]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        DECODE_REDUCE_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        let parts = partition_sizes();
+        let keys = [16, 64, 128, 256].map(|head_dim| {
+            parts.iter().map(move |&part| ReduceKey { head_dim, part }).collect::<Vec<_>>()
+        });
+        keys.into_iter().flatten().collect()
+    }
+}
+
 /// Buffers one attention layer reads and writes.
 pub struct AttentionIo<'a> {
     pub step: &'a wgpu::Buffer,
@@ -190,7 +459,8 @@ pub struct AttentionIo<'a> {
     pub prefill_tiles: &'a wgpu::Buffer,
     pub partials: &'a wgpu::Buffer,
     pub out: &'a wgpu::Buffer,
-    /// A quantized pool: its geometry and the layer's staging buffer; `None` for f16.
+    /// A quantized pool: its geometry and the layer's staging buffer; `None` for f16 (the K
+    /// pool is bound in the staging buffer's place, unread).
     pub kv_quant: Option<KvQuantIo<'a>>,
 }
 
@@ -263,7 +533,8 @@ impl AttentionOp {
             "query heads must be a multiple of KV heads"
         );
         let group = layout.num_heads / layout.num_kv_heads;
-        let variant = kernels.config.attention(hd);
+        let config = &kernels.config;
+        let variant = config.attention(hd);
         let heads_per_wg = heads_per_workgroup(variant, group, hd);
         let q = io.kv_quant.map(|q| q.layout);
         if let (true, Some(q)) = (layout.values_in_keys, q) {
@@ -297,24 +568,16 @@ impl AttentionOp {
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let kv = q.map(|q| q.key);
-        let slice_heads = slice_heads(variant, heads_per_wg);
-        let loads = pool_loads(variant, kv.is_some(), &kernels.config);
-        let part = kernels.config.partition_keys(variant);
-        let partials_pl = kernels.pipeline(
-            gpu,
-            PipelineKey::AttnDecodePartials { head_dim: hd, variant, kv, slice_heads, loads, part },
-        );
-        let reduce_pl = kernels.pipeline(gpu, PipelineKey::AttnDecodeReduce { head_dim: hd, part });
-        let query_tile = query_tile(variant, hd);
-        let prefill_pl = kernels.pipeline(
-            gpu,
-            PipelineKey::AttnPrefill { head_dim: hd, query_tile, variant, kv, loads, part },
-        );
-        // the quantized kernels bind the staging buffer right after the pools
-        let stage = io.kv_quant.map(|q| q.stage);
-        let pools: Vec<&wgpu::Buffer> = [io.k_pool, io.v_pool].into_iter().chain(stage).collect();
+        let decode = AttnKey::decode(config, hd, kv, heads_per_wg);
+        let part = decode.part;
+        let partials_pl = kernels.pipeline(gpu, decode);
+        let reduce_pl = kernels.pipeline(gpu, ReduceKey { head_dim: hd, part });
+        let prefill_pl = kernels.pipeline(gpu, AttnKey::prefill(config, hd, kv));
+        // the KV reader's three bindings: an f16 pool has no staging, the K pool stands in
+        let stage = io.kv_quant.map_or(io.k_pool, |q| q.stage);
+        let pools = [io.k_pool, io.v_pool, stage];
         let mut partials_bufs = vec![io.step, &ubuf, io.qkv];
-        partials_bufs.extend(&pools);
+        partials_bufs.extend(pools);
         partials_bufs.extend([io.seqs, io.block_tables, io.partials]);
         let partials_bg = partials_pl.bind_group(gpu, "attention decode partials", &partials_bufs);
         let reduce_bg = reduce_pl.bind_group(
@@ -323,7 +586,7 @@ impl AttentionOp {
             &[io.step, &ubuf, io.partials, io.seqs, io.out],
         );
         let mut prefill_bufs = vec![io.step, &ubuf, io.qkv];
-        prefill_bufs.extend(&pools);
+        prefill_bufs.extend(pools);
         prefill_bufs.extend([io.seqs, io.block_tables, io.prefill_tiles, io.out]);
         let prefill_bg = prefill_pl.bind_group(gpu, "attention prefill", &prefill_bufs);
         AttentionOp {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, grid_2d, Kernels, PipelineKey};
+use super::{check_grid, grid_2d, Kernel, KernelFeatures, Kernels};
 use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
 
 /// Bytes of one word (a `vec4<u32>` or `vec2<u64>`).
@@ -130,6 +130,38 @@ pub const BINDINGS: [BindingKind; 3] = [
     BindingKind::StorageReadWrite, // dst: [dst_words] Word
 ];
 
+/// A probe pipeline: what it does and how it loads its words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BandwidthKey {
+    pub probe: BandwidthProbe,
+    pub loads: BandwidthLoads,
+}
+
+impl Kernel for BandwidthKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = match self.probe {
+            BandwidthProbe::Read => include_str!("../../shaders/bandwidth/read.wgsl"),
+            BandwidthProbe::Copy => include_str!("../../shaders/bandwidth/copy.wgsl"),
+        };
+        vec![self.loads.wgsl_alias(), include_str!("../../shaders/bandwidth/params.wgsl"), kernel]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn features(&self) -> KernelFeatures {
+        KernelFeatures { subgroups: false, int64: self.loads == BandwidthLoads::U64x2 }
+    }
+
+    fn all() -> Vec<Self> {
+        let loads = BandwidthLoads::ALL;
+        let keys =
+            BandwidthProbe::ALL.map(|probe| loads.map(|loads| BandwidthKey { probe, loads }));
+        keys.into_iter().flatten().collect()
+    }
+}
+
 pub struct BandwidthOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
@@ -154,7 +186,7 @@ impl BandwidthOp {
         assert!(src.size() >= u64::from(words) * WORD_BYTES, "src smaller than {words} words");
         let dst_bytes = u64::from(probe.dst_words(words)) * WORD_BYTES;
         assert!(dst.size() >= dst_bytes, "dst smaller than {dst_bytes} bytes");
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Bandwidth { probe, loads });
+        let pipeline = kernels.pipeline(gpu, BandwidthKey { probe, loads });
         let n = invocations(words);
         let params = BandwidthParams { words, invocations: n, _pad: [0; 2] };
         let ubuf = gpu.uniform_buffer_init("bandwidth", bytemuck::bytes_of(&params));

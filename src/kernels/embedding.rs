@@ -2,7 +2,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, groups, GpuWeight, Kernels, PipelineKey, StepShape};
+use super::source::{weight_snippet, STEP, WEIGHTS};
+use super::{check_grid, groups, GpuWeight, Kernel, Kernels, StepShape, WeightFormat};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use std::sync::Arc;
 
@@ -29,6 +30,27 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageReadWrite, // out: [tokens, out_stride]
 ];
 
+/// An embedding pipeline: the weight format (its snippet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EmbeddingKey {
+    pub format: WeightFormat,
+}
+
+impl Kernel for EmbeddingKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = include_str!("../../shaders/embedding/embedding.wgsl");
+        vec![STEP, WEIGHTS, weight_snippet(self.format), kernel]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        WeightFormat::ALL.into_iter().map(|format| EmbeddingKey { format }).collect()
+    }
+}
+
 /// The embedding lookup of a model, one bind group per vocabulary part.
 pub struct EmbeddingOp {
     parts: Vec<wgpu::BindGroup>,
@@ -49,7 +71,7 @@ impl EmbeddingOp {
         out_stride: u32,
         scale: f32,
     ) -> Self {
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Embedding { format: w.format });
+        let pipeline = kernels.pipeline(gpu, EmbeddingKey { format: w.format });
         let parts = w
             .parts
             .iter()

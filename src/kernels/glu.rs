@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{record_per_token, Kernels, PipelineKey, StepShape};
+use super::source::{GLU, STEP};
+use super::{record_per_token, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::Activation;
 
@@ -41,6 +42,30 @@ pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::StorageReadWrite, // out: [tokens, ffn]
 ];
 
+/// A GLU pipeline: the activation (WGSL `GLU`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GluKey {
+    pub activation: Activation,
+}
+
+impl Kernel for GluKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, GLU, include_str!("../../shaders/glu/glu.wgsl")]
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        vec![("GLU", f64::from(kind(self.activation)))]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        [Activation::Silu, Activation::GeluTanh].map(|activation| GluKey { activation }).to_vec()
+    }
+}
+
 pub struct GluOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
@@ -60,7 +85,7 @@ impl GluOp {
         ffn: u32,
     ) -> Self {
         assert!(ffn > 0, "GLU over an FFN of 0 columns");
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Glu { activation });
+        let pipeline = kernels.pipeline(gpu, GluKey { activation });
         let params = GluParams { ffn, in_stride: 2 * ffn, _pad: [0; 2] };
         let ubuf = gpu.uniform_buffer_init("glu", bytemuck::bytes_of(&params));
         let bind_group = pipeline.bind_group(gpu, "glu", &[step, &ubuf, gate_up, out]);

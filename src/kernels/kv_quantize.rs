@@ -20,9 +20,10 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::rope::QkvLayout;
-use super::{check_grid, groups, Kernels, PipelineKey, StepShape};
+use super::source::{kv_snippet, KV_CODEC, STEP};
+use super::{check_grid, groups, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
-use crate::quant::{head_block_words, KvCacheSpec, KvFormat, ScaleGranularity};
+use crate::quant::{head_block_words, KvCacheSpec, KvFormat, KvQuant, ScaleGranularity};
 
 /// The code formats a quantized pool can hold (every [`KvFormat`] but f16); selects the
 /// `shaders/common/kv_<format>.wgsl` snippet.
@@ -81,6 +82,20 @@ impl KvQuantKey {
     /// Values of the `K_GRAN`/`V_GRAN` override constants.
     pub fn constants(self) -> [(&'static str, f64); 2] {
         [("K_GRAN", gran_code(self.k)), ("V_GRAN", gran_code(self.v))]
+    }
+
+    /// Every (format, K granularity, V granularity) a quantized pool can have.
+    pub fn all() -> Vec<KvQuantKey> {
+        let mut keys = Vec::new();
+        for format in KvCodeFormat::ALL {
+            let valid = |g| KvQuant { format: format.format(), granularity: g }.is_valid();
+            for k in ScaleGranularity::ALL.into_iter().filter(|&g| valid(g)) {
+                for v in ScaleGranularity::ALL.into_iter().filter(|&g| valid(g)) {
+                    keys.push(KvQuantKey { format, k, v });
+                }
+            }
+        }
+        keys
     }
 }
 
@@ -172,6 +187,31 @@ pub const QUANTIZE_BINDINGS: [BindingKind; 7] = [
     BindingKind::StorageReadWrite, // v_pool: [blocks, kv_heads, v_head_block_words]
 ];
 
+/// A `kv_quantize` pipeline: the pool's format and granularities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantizeKey {
+    pub kv: KvQuantKey,
+}
+
+impl Kernel for QuantizeKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = include_str!("../../shaders/kv_quantize/kv_quantize.wgsl");
+        vec![STEP, KV_CODEC, kv_snippet(self.kv.format), kernel]
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        self.kv.constants().to_vec()
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        QUANTIZE_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        KvQuantKey::all().into_iter().map(|kv| QuantizeKey { kv }).collect()
+    }
+}
+
 /// Largest `max(block_size, head_dim)` the kernel's workgroup arrays hold (scale groups).
 pub const MAX_GROUPS: usize = 1024;
 
@@ -225,7 +265,7 @@ impl KvQuantizeOp {
             _pad: 0,
         };
         let ubuf = gpu.uniform_buffer_init("kv_quantize", bytemuck::bytes_of(&params));
-        let pipeline = kernels.pipeline(gpu, PipelineKey::KvQuantize { kv: kv.key });
+        let pipeline = kernels.pipeline(gpu, QuantizeKey { kv: kv.key });
         let bind_group = pipeline.bind_group(
             gpu,
             "kv_quantize",
@@ -278,6 +318,24 @@ pub const STAGE_BINDINGS: [BindingKind; 5] = [
 ];
 
 /// One layer's `kv_stage` dispatch: one invocation per (word of a row, staged row).
+/// The `kv_stage` pipeline (one variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StageKey;
+
+impl Kernel for StageKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, include_str!("../../shaders/kv_quantize/kv_stage.wgsl")]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        STAGE_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        vec![StageKey]
+    }
+}
+
 pub struct KvStageOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
@@ -309,7 +367,7 @@ impl KvStageOp {
             _pad: 0,
         };
         let ubuf = gpu.uniform_buffer_init("kv_stage", bytemuck::bytes_of(&params));
-        let pipeline = kernels.pipeline(gpu, PipelineKey::KvStage);
+        let pipeline = kernels.pipeline(gpu, StageKey);
         let bind_group =
             pipeline.bind_group(gpu, "kv_stage", &[step, &ubuf, qkv, stage_rows, stage]);
         KvStageOp {
@@ -343,6 +401,27 @@ pub const CODEC_TEST_BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageReadWrite, // raw: [n, 16]
 ];
 
+/// The codec test pipeline of a code format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CodecTestKey {
+    pub format: KvCodeFormat,
+}
+
+impl Kernel for CodecTestKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = include_str!("../../shaders/kv_quantize/codec_test.wgsl");
+        vec![KV_CODEC, kv_snippet(self.format), kernel]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        CODEC_TEST_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        KvCodeFormat::ALL.map(|format| CodecTestKey { format }).to_vec()
+    }
+}
+
 /// What the codec test kernel computed for every input (layout in `codec_test.wgsl`).
 #[derive(Clone, Debug)]
 pub struct CodecOutputs {
@@ -366,7 +445,7 @@ pub fn run_codec_test(
 ) -> Result<CodecOutputs, crate::gpu::GpuError> {
     let n = a.len();
     assert!(n > 0 && b.len() == n && m.len() == n && words.len() == n + 1, "codec test shapes");
-    let pipeline = kernels.pipeline(gpu, PipelineKey::KvCodecTest { format });
+    let pipeline = kernels.pipeline(gpu, CodecTestKey { format });
     let buf = |label: &str, data: &[u8]| gpu.storage_buffer_init(label, data);
     let (a_b, b_b, m_b) = (
         buf("codec a", bytemuck::cast_slice(a)),

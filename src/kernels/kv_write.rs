@@ -5,7 +5,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::rope::QkvLayout;
-use super::{record_per_token, Kernels, PipelineKey, StepShape};
+use super::source::{KV_POOL, STEP};
+use super::{record_per_token, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `KvWriteParams`.
@@ -34,6 +35,24 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageReadWrite, // v_pool: same (not written when the values are in the keys)
 ];
 
+/// The f16 KV write pipeline (one variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvWriteKey;
+
+impl Kernel for KvWriteKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        vec![KvWriteKey]
+    }
+}
+
 pub struct KvWriteOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
@@ -54,7 +73,7 @@ impl KvWriteOp {
         layout: QkvLayout,
         block_size: u32,
     ) -> Self {
-        let pipeline = kernels.pipeline(gpu, PipelineKey::KvWrite);
+        let pipeline = kernels.pipeline(gpu, KvWriteKey);
         let params = KvWriteParams {
             num_kv_heads: layout.num_kv_heads,
             head_dim: layout.head_dim,

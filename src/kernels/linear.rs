@@ -6,13 +6,208 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::glu;
+use super::source::{self, GLU, RMS, STEP, U64, WEIGHTS};
 use super::weights::{WeightFormat, TILE_ROWS};
-use super::{
-    check_grid, groups, GpuWeight, KernelConfig, Kernels, LaneLoads, LinearVariant, PipelineKey,
-    StepShape, TokenTile,
-};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
+use super::{check_grid, groups, GpuWeight, Kernel, KernelConfig, KernelFeatures, Kernels};
+use super::{LaneLoads, StepShape};
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
 use crate::loader::Activation;
+
+/// How the linear kernel loads its inputs. Both variants compute the same sums (the reduction
+/// is defined once, in shaders/common/weights.wgsl), so the choice only affects speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum LinearVariant {
+    /// One row per invocation, inputs read by every invocation (a cache broadcast on GPUs).
+    Gpu,
+    /// CPU adapters: inputs loaded once per 8 lanes and shared with subgroupBroadcast, four rows
+    /// per lane, two rows' weights per load (64-bit views). Needs subgroups of at least 8 lanes
+    /// and 64-bit shader integers.
+    Subgroup,
+}
+
+/// Whether the device can run [`LinearVariant::Subgroup`]: subgroups of at least 8 lanes,
+/// 64-bit shader integers and as many storage buffers as its bindings.
+pub fn can_run_subgroup(caps: &Capabilities) -> bool {
+    let storage = bindings(LinearVariant::Subgroup)
+        .iter()
+        .filter(|b| !matches!(b, BindingKind::Uniform))
+        .count() as u32;
+    caps.subgroups
+        && caps.subgroup_min_size >= 8
+        && caps.shader_int64
+        && caps.max_storage_buffers_per_shader_stage >= storage
+}
+
+/// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same,
+/// so a token's result never depends on the tile). [`TokenTile::for_count`] is the one place
+/// that picks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenTile {
+    /// Decode-sized steps: one token per invocation, no wasted work.
+    One,
+    /// Prefill: several tokens per invocation share each weight load.
+    Many,
+    /// Long prefill chunks on the subgroup variant: twice `Many`'s tokens share each block's
+    /// decoded weights.
+    Wide,
+}
+
+impl TokenTile {
+    /// The tiles a variant's linear kernel is built for.
+    pub fn of_variant(variant: LinearVariant) -> &'static [TokenTile] {
+        match variant {
+            LinearVariant::Gpu => &[TokenTile::One, TokenTile::Many],
+            LinearVariant::Subgroup => &[TokenTile::One, TokenTile::Many, TokenTile::Wide],
+        }
+    }
+
+    /// Tokens per invocation for a variant (the GPU variant has no wide tile: as `Many`).
+    pub fn tokens(self, variant: LinearVariant) -> u32 {
+        match (self, variant) {
+            (TokenTile::One, _) => 1,
+            (TokenTile::Many | TokenTile::Wide, LinearVariant::Gpu) => 4,
+            (TokenTile::Many, LinearVariant::Subgroup) => 8,
+            (TokenTile::Wide, LinearVariant::Subgroup) => 16,
+        }
+    }
+
+    /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
+    /// costs ~0.9 × as much per token as its 8-token one on lavapipe (README "Measured"), but
+    /// tiles past the last token compute copies: it takes the wide tile where
+    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens).
+    pub fn for_count(count: u32, variant: LinearVariant) -> Self {
+        if count <= 2 {
+            TokenTile::One
+        } else if variant == LinearVariant::Subgroup
+            && count.div_ceil(16) * 9 <= count.div_ceil(8) * 5
+        {
+            TokenTile::Wide
+        } else {
+            TokenTile::Many
+        }
+    }
+}
+
+/// A linear pipeline: the weight format (its snippet) and how the variant tiles and loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LinearKey {
+    pub format: WeightFormat,
+    pub variant: LinearVariant,
+    pub tile: TokenTile,
+    /// The subgroup variant's rows per weight load ([`RowLoad::for_part`]); always `One` for
+    /// the GPU variant.
+    pub load: RowLoad,
+    /// The GPU variant's invocations per weight row ([`split_groups`], WGSL `SPLIT`); always 1
+    /// for the subgroup variant.
+    pub split: u32,
+    /// The subgroup variant's x loads ([`KernelConfig::lane_loads`], WGSL `LANE_LOAD_BITS`);
+    /// always `Words32` for the GPU variant.
+    pub loads: LaneLoads,
+}
+
+/// The subgroup linear kernel's two-row loader (`w_load_pair`) for a format's block shape: its
+/// vec4 of words and side words per 32-element block (the format's `WRaw` fields, in order).
+fn pair_snippet(format: WeightFormat) -> &'static str {
+    match format {
+        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+            include_str!("../../shaders/linear/pairs/vec4_1word.wgsl")
+        }
+        WeightFormat::Q4_K | WeightFormat::Q5_0 => {
+            include_str!("../../shaders/linear/pairs/vec4_2words.wgsl")
+        }
+        WeightFormat::Q5_K | WeightFormat::Q6_K => {
+            include_str!("../../shaders/linear/pairs/vec4_3words.wgsl")
+        }
+        WeightFormat::Q8_0 => include_str!("../../shaders/linear/pairs/vec4x2_1word.wgsl"),
+        WeightFormat::F16 | WeightFormat::Bf16 => {
+            include_str!("../../shaders/linear/pairs/vec4x4.wgsl")
+        }
+        WeightFormat::F32 => include_str!("../../shaders/linear/pairs/vec4x8.wgsl"),
+    }
+}
+
+impl Kernel for LinearKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let weights = source::weight_snippet(self.format);
+        match self.variant {
+            LinearVariant::Gpu => {
+                vec![
+                    STEP,
+                    GLU,
+                    WEIGHTS,
+                    weights,
+                    RMS,
+                    include_str!("../../shaders/linear/linear.wgsl"),
+                ]
+            }
+            LinearVariant::Subgroup => vec![
+                STEP,
+                GLU,
+                WEIGHTS,
+                weights,
+                U64,
+                include_str!("../../shaders/linear/pairs/common.wgsl"),
+                pair_snippet(self.format),
+                include_str!("../../shaders/linear/linear_subgroup.wgsl"),
+            ],
+        }
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        let tt = ("TT", f64::from(self.tile.tokens(self.variant)));
+        match self.variant {
+            LinearVariant::Gpu => vec![tt, ("SPLIT", f64::from(self.split))],
+            LinearVariant::Subgroup => vec![
+                tt,
+                ("ROW_LOAD", f64::from(self.load.rows())),
+                ("LANE_LOAD_BITS", f64::from(self.loads.bits())),
+            ],
+        }
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        bindings(self.variant)
+    }
+
+    fn features(&self) -> KernelFeatures {
+        let sub = self.variant == LinearVariant::Subgroup;
+        KernelFeatures { subgroups: sub, int64: sub }
+    }
+
+    /// Every format, tile, row load and split of each variant; the subgroup variant with both
+    /// x load widths.
+    fn all() -> Vec<Self> {
+        let mut keys = Vec::new();
+        for format in WeightFormat::ALL {
+            for (variant, loads, splits) in [
+                (LinearVariant::Gpu, &[RowLoad::One][..], &SPLITS[..]),
+                (LinearVariant::Subgroup, &RowLoad::ALL[..], &[1][..]),
+            ] {
+                let widths: &[LaneLoads] = match variant {
+                    LinearVariant::Gpu => &[LaneLoads::Words32],
+                    LinearVariant::Subgroup => &[LaneLoads::Words32, LaneLoads::Words64],
+                };
+                for &tile in TokenTile::of_variant(variant) {
+                    for &load in loads {
+                        for &split in splits {
+                            for &x in widths {
+                                keys.push(LinearKey {
+                                    format,
+                                    variant,
+                                    tile,
+                                    load,
+                                    split,
+                                    loads: x,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+}
 
 /// Mirror of WGSL `LinearParams`.
 #[repr(C)]
@@ -231,8 +426,7 @@ impl LinearOp {
             let mut out = Vec::new();
             for &tile in TokenTile::of_variant(variant) {
                 for split in if short > 1 { vec![1, short] } else { vec![1] } {
-                    let key =
-                        PipelineKey::Linear { format: w.format, variant, tile, load, split, loads };
+                    let key = LinearKey { format: w.format, variant, tile, load, split, loads };
                     out.push(((tile, split), kernels.pipeline(gpu, key)));
                 }
             }
@@ -417,5 +611,33 @@ mod tests {
             assert_eq!(split_groups(&unsplit, count, 4096, 4096, 65535), 1);
             assert_eq!(split_groups(&subgroup, count, 4096, 4096, 65535), 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod token_tile_tests {
+    use super::{LinearVariant, TokenTile};
+
+    /// The wide tile where its padded cost is lower, never on the GPU variant; every tile the
+    /// choice can return is one the variant builds.
+    #[test]
+    fn for_count_picks_by_padded_cost() {
+        let sub = |c| TokenTile::for_count(c, LinearVariant::Subgroup);
+        for c in [1, 2] {
+            assert_eq!(sub(c), TokenTile::One, "{c}");
+        }
+        for c in (3..=8).chain(17..=24).chain(33..=40).chain(49..=56) {
+            assert_eq!(sub(c), TokenTile::Many, "{c}");
+        }
+        for c in (9..=16).chain(25..=32).chain(41..=48).chain(57..=4096) {
+            assert_eq!(sub(c), TokenTile::Wide, "{c}");
+        }
+        for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
+            for c in 1..=4096 {
+                let tile = TokenTile::for_count(c, variant);
+                assert!(TokenTile::of_variant(variant).contains(&tile), "{variant:?} {c}");
+            }
+        }
+        assert!(!TokenTile::of_variant(LinearVariant::Gpu).contains(&TokenTile::Wide));
     }
 }

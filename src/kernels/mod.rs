@@ -1,10 +1,13 @@
-//! Host half of every WGSL kernel: the `#[repr(C)]` params struct, the binding order, the
-//! dispatch size and the preconditions. Each submodule pairs with a folder of `shaders/`
-//! (`rope_kv_write` with one file of `shaders/rope/`, the fused RoPE + KV write).
-//! [`reference`] holds the plain f32 CPU version of each kernel, the oracle of the tests.
+//! Host half of every WGSL kernel. A kernel family is one module, paired with a folder of
+//! `shaders/` (`rope_kv_write` with one file of `shaders/rope/`, the fused RoPE + KV write): its
+//! variant enums and what the adapter needs to run them (`can_run_*`), its `#[repr(C)]` params
+//! struct, its key and the [`Kernel`] implementation that says the key's WGSL parts, constants,
+//! bindings and every variant, the op that binds and records it, the dispatch size and the
+//! preconditions. [`reference`] holds the plain f32 CPU version of each kernel, the oracle of
+//! the tests; [`source`] the WGSL snippets several families share and the join.
 //!
-//! Pipelines are cached by [`PipelineKey`], an enum of kernel × variant; variants are chosen at
-//! run time from the device's capabilities in one function, [`KernelConfig::choose`].
+//! Pipelines are cached by [`PipelineKey`], which wraps one key per family; variants are chosen
+//! at run time from the device's capabilities in one function, [`KernelConfig::choose`].
 
 pub mod attention;
 pub mod bandwidth;
@@ -28,9 +31,12 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::gpu::{Capabilities, Gpu, Pipeline, PipelineCache};
-use crate::loader::Activation;
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline, PipelineCache};
+pub use attention::AttentionVariant;
 pub use kv_quantize::{KvCodeFormat, KvQuantKey, KvQuantLayout};
+pub use linear::{LinearVariant, TokenTile};
+pub use rms_norm::NormVariant;
+pub use rotate::RotateVariant;
 pub use weights::{GpuWeight, PackedWeight, WeightFormat};
 
 /// Mirror of WGSL `StepInfo` (shaders/common/step.wgsl): the counts of one step.
@@ -83,18 +89,6 @@ pub struct StepShape {
     pub num_completed_blocks: u32,
 }
 
-/// How the linear kernel loads its inputs. Both variants compute the same sums (the reduction
-/// is defined once, in shaders/common/weights.wgsl), so the choice only affects speed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum LinearVariant {
-    /// One row per invocation, inputs read by every invocation (a cache broadcast on GPUs).
-    Gpu,
-    /// CPU adapters: inputs loaded once per 8 lanes and shared with subgroupBroadcast, four rows
-    /// per lane, two rows' weights per load (64-bit views). Needs subgroups of at least 8 lanes
-    /// and 64-bit shader integers.
-    Subgroup,
-}
-
 /// How wide the components are that the CPU variants load lane by lane: the subgroup linear
 /// kernel's inputs (x) and the lane attention kernels' quantized KV pools. llvmpipe loads each
 /// lane's components one at a time; the same bits either way, only the speed differs by host
@@ -119,169 +113,102 @@ impl LaneLoads {
     }
 }
 
-/// How the attention kernels split their work. Decode and prefill of one variant share their
-/// arithmetic exactly; the two variants differ in the order of the score sums.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum AttentionVariant {
-    /// A workgroup of 64 per (partition | query tile), scores and weights in workgroup memory.
-    Workgroup,
-    /// CPU adapters: one subgroup of exactly 8 lanes per query head, each lane holding
-    /// head_dim / 8 channels; no workgroup memory, no barriers. head_dim 64 or 128.
-    Lanes,
+/// What a kernel variant needs of the adapter beyond core WGSL (and `unpack2x16float`): the
+/// features it is only chosen with (`KernelConfig::choose`), which a validator must allow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelFeatures {
+    /// Subgroup operations (`enable subgroups` is implied by wgpu's naga).
+    pub subgroups: bool,
+    /// 64-bit shader integers (`u64`).
+    pub int64: bool,
 }
 
-/// How the RMSNorm kernel sums a row's squares. Both give the same bits (the lane variant plays
-/// the workgroup's 64 invocations, eight per lane, and its tree's levels in the same order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum NormVariant {
-    /// A workgroup of 64 per row, the tree through workgroup memory (`shaders/norm/rms_norm.wgsl`).
-    Workgroup,
-    /// CPU adapters: one subgroup of exactly 8 lanes per row, no workgroup memory or barriers
-    /// (`shaders/norm/rms_norm_lanes.wgsl`).
-    Lanes,
-}
-
-/// How the Hadamard rotation of `--kv-rotate` spreads a head over invocations. Both give
-/// `quant::fwht_inplace`'s bits (the same butterflies in the same order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum RotateVariant {
-    /// One invocation per (head, token row), the head in a private array
-    /// (`shaders/rotate/hadamard.wgsl`): any head size, any adapter.
-    Invocation,
-    /// One subgroup of 8 lanes per (head, token row), the last three levels by shuffles
-    /// (`shaders/rotate/hadamard_lanes.wgsl`): head_dim 32 to 256, subgroups of at least 8.
-    Lanes,
-}
-
-/// Tokens computed per invocation by the linear kernel (the arithmetic per token is the same,
-/// so a token's result never depends on the tile). [`TokenTile::for_count`] is the one place
-/// that picks it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TokenTile {
-    /// Decode-sized steps: one token per invocation, no wasted work.
-    One,
-    /// Prefill: several tokens per invocation share each weight load.
-    Many,
-    /// Long prefill chunks on the subgroup variant: twice `Many`'s tokens share each block's
-    /// decoded weights.
-    Wide,
-}
-
-impl TokenTile {
-    /// The tiles a variant's linear kernel is built for.
-    pub fn of_variant(variant: LinearVariant) -> &'static [TokenTile] {
-        match variant {
-            LinearVariant::Gpu => &[TokenTile::One, TokenTile::Many],
-            LinearVariant::Subgroup => &[TokenTile::One, TokenTile::Many, TokenTile::Wide],
-        }
+/// A kernel family's facts about its pipelines: implemented by the key type in the family's
+/// own module (`LinearKey` in `linear.rs`, `AttnKey` in `attention.rs`, …), so adding a variant
+/// touches that module and its WGSL only. [`PipelineKey`] wraps the keys; [`source::spec`]
+/// joins what they say.
+pub trait Kernel: Copy + Eq + std::hash::Hash + std::fmt::Debug {
+    /// The WGSL the variant is built from, in order: the shared snippets of `shaders/common/`
+    /// it needs first, its own kernel file last ([`source::wgsl`] joins them).
+    fn parts(&self) -> Vec<&'static str>;
+    /// Values of its WGSL `override` constants.
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
     }
-
-    /// Tokens per invocation for a variant (the GPU variant has no wide tile: as `Many`).
-    pub fn tokens(self, variant: LinearVariant) -> u32 {
-        match (self, variant) {
-            (TokenTile::One, _) => 1,
-            (TokenTile::Many | TokenTile::Wide, LinearVariant::Gpu) => 4,
-            (TokenTile::Many, LinearVariant::Subgroup) => 8,
-            (TokenTile::Wide, LinearVariant::Subgroup) => 16,
-        }
+    /// Binding order of group 0 (the shape of each entry is commented where it is declared).
+    fn bindings(&self) -> Vec<BindingKind>;
+    /// The adapter features the variant needs.
+    fn features(&self) -> KernelFeatures {
+        KernelFeatures::default()
     }
-
-    /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
-    /// costs ~0.9 × as much per token as its 8-token one on lavapipe (README "Measured"), but
-    /// tiles past the last token compute copies: it takes the wide tile where
-    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens).
-    pub fn for_count(count: u32, variant: LinearVariant) -> Self {
-        if count <= 2 {
-            TokenTile::One
-        } else if variant == LinearVariant::Subgroup
-            && count.div_ceil(16) * 9 <= count.div_ceil(8) * 5
-        {
-            TokenTile::Wide
-        } else {
-            TokenTile::Many
-        }
-    }
+    /// Every variant the runtime can build, which `tests/shaders_compile.rs` compiles for
+    /// Vulkan, Metal and DX12 (head sizes a spread of the served ones).
+    fn all() -> Vec<Self>;
 }
 
-/// Typed pipeline key: kernel × variant. Never a string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PipelineKey {
-    Linear {
-        format: WeightFormat,
-        variant: LinearVariant,
-        tile: TokenTile,
-        /// The subgroup variant's rows per weight load ([`linear::RowLoad::for_part`]); always
-        /// `One` for the GPU variant.
-        load: linear::RowLoad,
-        /// The GPU variant's invocations per weight row ([`linear::split_groups`], WGSL
-        /// `SPLIT`); always 1 for the subgroup variant.
-        split: u32,
-        /// The subgroup variant's x loads ([`KernelConfig::lane_loads`], WGSL
-        /// `LANE_LOAD_BITS`); always `Words32` for the GPU variant.
-        loads: LaneLoads,
-    },
-    Embedding {
-        format: WeightFormat,
-    },
-    RmsNorm {
-        variant: NormVariant,
-    },
-    Rope,
-    KvWrite,
+/// [`PipelineKey`]: one variant per kernel family, each wrapping the family's key; its methods
+/// hand each question to that key's [`Kernel`] implementation.
+macro_rules! pipeline_keys {
+    ($($(#[$doc:meta])* $name:ident($key:ty),)*) => {
+        /// Typed pipeline key: kernel family × its variant. Never a string.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum PipelineKey {
+            $($(#[$doc])* $name($key),)*
+        }
+
+        impl PipelineKey {
+            pub fn parts(&self) -> Vec<&'static str> {
+                match self { $(PipelineKey::$name(k) => k.parts(),)* }
+            }
+            pub fn constants(&self) -> Vec<(&'static str, f64)> {
+                match self { $(PipelineKey::$name(k) => k.constants(),)* }
+            }
+            pub fn bindings(&self) -> Vec<BindingKind> {
+                match self { $(PipelineKey::$name(k) => k.bindings(),)* }
+            }
+            pub fn features(&self) -> KernelFeatures {
+                match self { $(PipelineKey::$name(k) => k.features(),)* }
+            }
+            /// Every family's [`Kernel::all`].
+            pub fn all() -> Vec<PipelineKey> {
+                let mut keys = Vec::new();
+                $(keys.extend(<$key as Kernel>::all().into_iter().map(PipelineKey::$name));)*
+                keys
+            }
+        }
+
+        $(impl From<$key> for PipelineKey {
+            fn from(key: $key) -> Self {
+                PipelineKey::$name(key)
+            }
+        })*
+    };
+}
+
+pipeline_keys! {
+    Linear(linear::LinearKey),
+    Embedding(embedding::EmbeddingKey),
+    RmsNorm(rms_norm::NormKey),
+    Rope(rope::RopeKey),
+    KvWrite(kv_write::KvWriteKey),
     /// RoPE and the f16 KV write in one dispatch.
-    RopeKvWrite,
+    RopeKvWrite(rope_kv_write::RopeKvWriteKey),
     /// Quantized KV: quantize the head blocks completed in a step.
-    KvQuantize {
-        kv: KvQuantKey,
-    },
+    KvQuantize(kv_quantize::QuantizeKey),
     /// Quantized KV: copy rows of partial blocks to staging.
-    KvStage,
+    KvStage(kv_quantize::StageKey),
     /// Test kernel of the WGSL codecs (`shaders/kv_quantize/codec_test.wgsl`).
-    KvCodecTest {
-        format: KvCodeFormat,
-    },
+    KvCodecTest(kv_quantize::CodecTestKey),
     /// The Hadamard rotation of `--kv-rotate`.
-    Rotate {
-        head_dim: u32,
-        variant: RotateVariant,
-    },
+    Rotate(rotate::RotateKey),
     /// The gated MLP activation act(gate) · up.
-    Glu {
-        activation: Activation,
-    },
+    Glu(glu::GluKey),
     /// A memory-bandwidth probe (`kvrun bench bandwidth`).
-    Bandwidth {
-        probe: bandwidth::BandwidthProbe,
-        loads: bandwidth::BandwidthLoads,
-    },
-    /// `kv`: `None` reads an f16 pool, `Some` a quantized one (dequantization fused).
-    AttnDecodePartials {
-        head_dim: u32,
-        variant: AttentionVariant,
-        kv: Option<KvQuantKey>,
-        /// The lanes variant: the most query heads a subgroup's slice has
-        /// (`attention::slice_heads`), a pipeline constant; 0 for the workgroup variant.
-        slice_heads: u32,
-        /// How the lanes variant reads a quantized pool ([`attention::pool_loads`]).
-        loads: LaneLoads,
-        /// Keys per partition (`KernelConfig::partition_keys`, WGSL `PART`).
-        part: u32,
-    },
-    AttnDecodeReduce {
-        head_dim: u32,
-        /// As `AttnDecodePartials::part`: the partials' family's.
-        part: u32,
-    },
-    AttnPrefill {
-        head_dim: u32,
-        query_tile: u32,
-        variant: AttentionVariant,
-        kv: Option<KvQuantKey>,
-        /// As `AttnDecodePartials::loads`.
-        loads: LaneLoads,
-        /// As `AttnDecodePartials::part`.
-        part: u32,
-    },
+    Bandwidth(bandwidth::BandwidthKey),
+    /// Paged attention: decode partials and prefill, over any pool.
+    Attention(attention::AttnKey),
+    /// Paged attention: the merge of the decode partials.
+    AttnReduce(attention::ReduceKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.
@@ -339,35 +266,6 @@ impl KernelConfig {
         }
     }
 
-    /// Whether the device can run `LinearVariant::Subgroup`: subgroups of at least 8 lanes,
-    /// 64-bit shader integers and as many storage buffers as its bindings.
-    pub fn can_run_subgroup_linear(caps: &Capabilities) -> bool {
-        let storage = linear::bindings(LinearVariant::Subgroup)
-            .iter()
-            .filter(|b| !matches!(b, crate::gpu::BindingKind::Uniform))
-            .count() as u32;
-        caps.subgroups
-            && caps.subgroup_min_size >= 8
-            && caps.shader_int64
-            && caps.max_storage_buffers_per_shader_stage >= storage
-    }
-
-    /// Whether the device can run `NormVariant::Lanes`: subgroups of exactly 8 lanes.
-    pub fn can_run_lanes_norm(caps: &Capabilities) -> bool {
-        caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8
-    }
-
-    /// Whether the device can run `RotateVariant::Lanes`: subgroups of at least 8 lanes, so a
-    /// workgroup of 8 is one subgroup.
-    pub fn can_run_lanes_rotate(caps: &Capabilities) -> bool {
-        caps.subgroups && caps.subgroup_min_size >= 8
-    }
-
-    /// Whether the device can run `AttentionVariant::Lanes`: subgroups of exactly 8 lanes.
-    pub fn can_run_lanes_attention(caps: &Capabilities) -> bool {
-        Self::can_run_lanes_norm(caps)
-    }
-
     /// 64-bit lane loads where the adapter has 64-bit integers and the host no AVX-512: on the
     /// AVX-512 Xeon 32-bit components read int8 KV 0.85–0.93× and the linear inputs 0.92–0.96×
     /// the time; on the AVX2-only EPYC each lane's load spilled its vector, so there the fewer
@@ -406,8 +304,8 @@ impl KernelConfig {
 
     /// The one place where kernel variants are chosen from device capabilities.
     pub fn choose(caps: &Capabilities) -> Self {
-        let subgroup_linear = caps.is_cpu && Self::can_run_subgroup_linear(caps);
-        let lanes_attention = caps.is_cpu && Self::can_run_lanes_attention(caps);
+        let subgroup_linear = caps.is_cpu && linear::can_run_subgroup(caps);
+        let lanes_attention = caps.is_cpu && attention::can_run_lanes(caps);
         let linear = if subgroup_linear { LinearVariant::Subgroup } else { LinearVariant::Gpu };
         KernelConfig {
             max_binding_bytes: caps.max_storage_buffer_binding_size.min(caps.max_buffer_size),
@@ -415,8 +313,8 @@ impl KernelConfig {
             linear,
             split_k: !caps.is_cpu,
             lanes_attention,
-            lanes_norm: caps.is_cpu && Self::can_run_lanes_norm(caps),
-            lanes_rotate: Self::can_run_lanes_rotate(caps),
+            lanes_norm: caps.is_cpu && rms_norm::can_run_lanes(caps),
+            lanes_rotate: rotate::can_run_lanes(caps),
             lane_loads: Self::lane_loads(caps),
             lane_partition: Self::lane_partition(caps.host_threads),
         }
@@ -473,8 +371,9 @@ impl Kernels {
         Kernels { config, cache: PipelineCache::default() }
     }
 
-    /// The pipeline for `key`, compiled on first use.
-    pub fn pipeline(&self, gpu: &Gpu, key: PipelineKey) -> Arc<Pipeline> {
+    /// The pipeline for `key` (any family's key), compiled on first use.
+    pub fn pipeline(&self, gpu: &Gpu, key: impl Into<PipelineKey>) -> Arc<Pipeline> {
+        let key = key.into();
         self.cache.get(gpu, key, || source::spec(key))
     }
 }
@@ -521,32 +420,4 @@ pub fn record_per_token(
     pass.set_bind_group(0, bind_group, &[]);
     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     1
-}
-
-#[cfg(test)]
-mod token_tile_tests {
-    use super::{LinearVariant, TokenTile};
-
-    /// The wide tile where its padded cost is lower, never on the GPU variant; every tile the
-    /// choice can return is one the variant builds.
-    #[test]
-    fn for_count_picks_by_padded_cost() {
-        let sub = |c| TokenTile::for_count(c, LinearVariant::Subgroup);
-        for c in [1, 2] {
-            assert_eq!(sub(c), TokenTile::One, "{c}");
-        }
-        for c in (3..=8).chain(17..=24).chain(33..=40).chain(49..=56) {
-            assert_eq!(sub(c), TokenTile::Many, "{c}");
-        }
-        for c in (9..=16).chain(25..=32).chain(41..=48).chain(57..=4096) {
-            assert_eq!(sub(c), TokenTile::Wide, "{c}");
-        }
-        for variant in [LinearVariant::Gpu, LinearVariant::Subgroup] {
-            for c in 1..=4096 {
-                let tile = TokenTile::for_count(c, variant);
-                assert!(TokenTile::of_variant(variant).contains(&tile), "{variant:?} {c}");
-            }
-        }
-        assert!(!TokenTile::of_variant(LinearVariant::Gpu).contains(&TokenTile::Wide));
-    }
 }

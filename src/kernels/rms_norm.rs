@@ -9,8 +9,25 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, grid_2d, Kernels, PipelineKey, StepShape};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
+use super::source::{RMS, STEP};
+use super::{check_grid, grid_2d, Kernel, KernelFeatures, Kernels, StepShape};
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
+
+/// How the RMSNorm kernel sums a row's squares. Both give the same bits (the lane variant plays
+/// the workgroup's 64 invocations, eight per lane, and its tree's levels in the same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum NormVariant {
+    /// A workgroup of 64 per row, the tree through workgroup memory (`shaders/norm/rms_norm.wgsl`).
+    Workgroup,
+    /// CPU adapters: one subgroup of exactly 8 lanes per row, no workgroup memory or barriers
+    /// (`shaders/norm/rms_norm_lanes.wgsl`).
+    Lanes,
+}
+
+/// Whether the device can run [`NormVariant::Lanes`]: subgroups of exactly 8 lanes.
+pub fn can_run_lanes(caps: &Capabilities) -> bool {
+    caps.subgroups && caps.subgroup_min_size == 8 && caps.subgroup_max_size == 8
+}
 
 /// Mirror of WGSL `RmsNormParams`.
 #[repr(C)]
@@ -42,6 +59,34 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageRead,      // rows: [num_logits] (gather only)
     BindingKind::StorageReadWrite, // out: [rows, out_stride]; a row's heads from out_offset
 ];
+
+/// An RMSNorm pipeline: the variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NormKey {
+    pub variant: NormVariant,
+}
+
+impl Kernel for NormKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = match self.variant {
+            NormVariant::Workgroup => include_str!("../../shaders/norm/rms_norm.wgsl"),
+            NormVariant::Lanes => include_str!("../../shaders/norm/rms_norm_lanes.wgsl"),
+        };
+        vec![STEP, RMS, include_str!("../../shaders/norm/rms_norm_io.wgsl"), kernel]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn features(&self) -> KernelFeatures {
+        KernelFeatures { subgroups: self.variant == NormVariant::Lanes, int64: false }
+    }
+
+    fn all() -> Vec<Self> {
+        [NormVariant::Workgroup, NormVariant::Lanes].map(|variant| NormKey { variant }).to_vec()
+    }
+}
 
 /// Which rows a norm reads.
 pub enum NormRows<'a> {
@@ -100,8 +145,7 @@ impl RmsNormOp {
         io: NormIo<'_>,
     ) -> Self {
         let NormIo { step, x, weight, out, rows, accumulate } = io;
-        let pipeline =
-            kernels.pipeline(gpu, PipelineKey::RmsNorm { variant: kernels.config.norm() });
+        let pipeline = kernels.pipeline(gpu, NormKey { variant: kernels.config.norm() });
         assert!(dim > 0, "{label}: a norm over 0 elements");
         let gather = matches!(rows, NormRows::Gather(_));
         let heads = match rows {

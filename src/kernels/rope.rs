@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{record_per_token, Kernels, PipelineKey, StepShape};
+use super::source::{ROPE_PAIR, STEP};
+use super::{record_per_token, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::{Rope, RopeScaling};
 
@@ -50,6 +51,24 @@ pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageRead,      // positions: [tokens]
     BindingKind::StorageRead,      // table: [max_positions, head_dim / 2] (cos, sin)
 ];
+
+/// The RoPE pipeline (one variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RopeKey;
+
+impl Kernel for RopeKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        vec![RopeKey]
+    }
+}
 
 /// `attention_factor · (cos, sin)` of `pos · inv_freq[j]` for every position and pair,
 /// computed in f64, with `inv_freq` from [`inv_freqs`] (`attention_factor` is 1 except for YaRN).
@@ -240,7 +259,7 @@ impl RopeOp {
         heads: RopeHeads,
         pairs: RopePairs,
     ) -> Self {
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Rope);
+        let pipeline = kernels.pipeline(gpu, RopeKey);
         let params = RopeParams {
             num_heads: heads.num_heads,
             num_kv_heads: heads.num_kv_heads,

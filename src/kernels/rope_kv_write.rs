@@ -9,7 +9,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::rope::{QkvLayout, RopePairs};
-use super::{record_per_token, Kernels, PipelineKey, StepShape};
+use super::source::{KV_POOL, ROPE_PAIR, STEP};
+use super::{record_per_token, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `RopeKvParams`.
@@ -37,6 +38,24 @@ pub const BINDINGS: [BindingKind; 8] = [
     BindingKind::StorageReadWrite, // k_pool: [blocks, kv_heads, block_size, head_dim / 2] f16x2
     BindingKind::StorageReadWrite, // v_pool: same
 ];
+
+/// The fused RoPE + f16 KV write pipeline (one variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RopeKvWriteKey;
+
+impl Kernel for RopeKvWriteKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, ROPE_PAIR, KV_POOL, include_str!("../../shaders/rope/rope_kv_write.wgsl")]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        vec![RopeKvWriteKey]
+    }
+}
 
 /// Whether the fused kernel can serve `layout`: whole Q/K/V heads of 4-channel units.
 pub fn fits(layout: QkvLayout) -> bool {
@@ -72,7 +91,7 @@ impl RopeKvWriteOp {
         io: RopeKvIo<'_>,
     ) -> Self {
         assert!(fits(layout), "RoPE + KV write over {layout:?}");
-        let pipeline = kernels.pipeline(gpu, PipelineKey::RopeKvWrite);
+        let pipeline = kernels.pipeline(gpu, RopeKvWriteKey);
         let params = RopeKvParams {
             num_heads: layout.num_heads,
             num_kv_heads: layout.num_kv_heads,

@@ -8,8 +8,27 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{check_grid, record_per_token, Kernels, PipelineKey, RotateVariant, StepShape};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
+use super::source::STEP;
+use super::{check_grid, record_per_token, Kernel, KernelFeatures, Kernels, StepShape};
+use crate::gpu::{BindingKind, Capabilities, Gpu, Pipeline};
+
+/// How the Hadamard rotation of `--kv-rotate` spreads a head over invocations. Both give
+/// `quant::fwht_inplace`'s bits (the same butterflies in the same order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum RotateVariant {
+    /// One invocation per (head, token row), the head in a private array
+    /// (`shaders/rotate/hadamard.wgsl`): any head size, any adapter.
+    Invocation,
+    /// One subgroup of 8 lanes per (head, token row), the last three levels by shuffles
+    /// (`shaders/rotate/hadamard_lanes.wgsl`): head_dim 32 to 256, subgroups of at least 8.
+    Lanes,
+}
+
+/// Whether the device can run [`RotateVariant::Lanes`]: subgroups of at least 8 lanes, so a
+/// workgroup of 8 is one subgroup.
+pub fn can_run_lanes(caps: &Capabilities) -> bool {
+    caps.subgroups && caps.subgroup_min_size >= 8
+}
 
 /// Whether the lane variant serves a head size: 4 × NV channels a lane in NV vec4s, NV 1 to 8
 /// (`shaders/rotate/hadamard_lanes.wgsl`).
@@ -34,6 +53,47 @@ pub const BINDINGS: [BindingKind; 3] = [
     BindingKind::Uniform,          // p: RotateParams
     BindingKind::StorageReadWrite, // x: [tokens, row_stride]
 ];
+
+/// A rotation pipeline: the head size (WGSL `HEAD_DIM`) and the variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RotateKey {
+    pub head_dim: u32,
+    pub variant: RotateVariant,
+}
+
+impl Kernel for RotateKey {
+    fn parts(&self) -> Vec<&'static str> {
+        let kernel = match self.variant {
+            RotateVariant::Invocation => include_str!("../../shaders/rotate/hadamard.wgsl"),
+            RotateVariant::Lanes => include_str!("../../shaders/rotate/hadamard_lanes.wgsl"),
+        };
+        vec![STEP, include_str!("../../shaders/rotate/rotate_io.wgsl"), kernel]
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        vec![("HEAD_DIM", f64::from(self.head_dim))]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        BINDINGS.to_vec()
+    }
+
+    fn features(&self) -> KernelFeatures {
+        KernelFeatures { subgroups: self.variant == RotateVariant::Lanes, int64: false }
+    }
+
+    /// Both variants at a spread of head sizes (the lane one where it serves them).
+    fn all() -> Vec<Self> {
+        let mut keys = Vec::new();
+        for head_dim in [16, 64, 128, 256] {
+            keys.push(RotateKey { head_dim, variant: RotateVariant::Invocation });
+            if lanes_serve(head_dim) {
+                keys.push(RotateKey { head_dim, variant: RotateVariant::Lanes });
+            }
+        }
+        keys
+    }
+}
 
 /// Which heads of each token row to rotate.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +137,7 @@ impl RotateOp {
         };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
         let variant = kernels.config.rotate(d);
-        let pipeline = kernels.pipeline(gpu, PipelineKey::Rotate { head_dim: d, variant });
+        let pipeline = kernels.pipeline(gpu, RotateKey { head_dim: d, variant });
         let bind_group = pipeline.bind_group(gpu, label, &[step, &ubuf, x]);
         RotateOp {
             bind_group,

@@ -122,7 +122,7 @@ impl std::fmt::Debug for LinearKind {
 }
 
 /// Kernel sets for every linear variant this adapter can run
-/// (`KernelConfig::can_run_subgroup_linear`), the GPU one both one invocation a row and
+/// (`linear::can_run_subgroup`), the GPU one both one invocation a row and
 /// split-K (GPUs split, CPU adapters do not: both are tested on any adapter), the subgroup one
 /// with both x load widths (chosen by host, `KernelConfig::lane_loads`: both tested on any).
 pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
@@ -135,9 +135,7 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
         (LinearVariant::Subgroup, false, LaneLoads::Words64),
     ] {
         let caps = &t.gpu.caps;
-        if v == LinearVariant::Subgroup
-            && !kvrun::kernels::KernelConfig::can_run_subgroup_linear(caps)
-        {
+        if v == LinearVariant::Subgroup && !kvrun::kernels::linear::can_run_subgroup(caps) {
             // Not a missing resource: such an adapter runs the Gpu variant in production too
             // (CI's subgroups-of-4 stage is one).
             eprintln!("adapter lacks subgroups of 8+ lanes or 64-bit integers: subgroup linear variant not tested");
@@ -155,9 +153,9 @@ pub fn linear_variants(t: &TestGpu) -> Vec<(LinearKind, Kernels)> {
 }
 
 /// Kernel sets for both attention variants where this adapter can run them
-/// (`KernelConfig::can_run_lanes_attention`).
+/// (`attention::can_run_lanes`).
 pub fn attention_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_attention(&t.gpu.caps);
+    let can_run = kvrun::kernels::attention::can_run_lanes(&t.gpu.caps);
     let mut out =
         with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_attention = on, "attention");
     if let Some(config) = lanes_other_partition(&out) {
@@ -228,16 +226,16 @@ fn with_lane_variant(
 }
 
 /// Kernel sets for both RMSNorm variants where this adapter can run them
-/// (`KernelConfig::can_run_lanes_norm`: subgroups of exactly 8 lanes).
+/// (`rms_norm::can_run_lanes`: subgroups of exactly 8 lanes).
 pub fn norm_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_norm(&t.gpu.caps);
+    let can_run = kvrun::kernels::rms_norm::can_run_lanes(&t.gpu.caps);
     with_lane_variant(t, "workgroup", can_run, |c, on| c.lanes_norm = on, "RMSNorm")
 }
 
 /// The rotation variants this adapter can run (`--kv-rotate`): the one-invocation kernel always,
-/// the lane kernel where subgroups have at least 8 lanes (`KernelConfig::can_run_lanes_rotate`).
+/// the lane kernel where subgroups have at least 8 lanes (`rotate::can_run_lanes`).
 pub fn rotate_variants(t: &TestGpu) -> Vec<(&'static str, Kernels)> {
-    let can_run = kvrun::kernels::KernelConfig::can_run_lanes_rotate(&t.gpu.caps);
+    let can_run = kvrun::kernels::rotate::can_run_lanes(&t.gpu.caps);
     with_lane_variant(t, "invocation", can_run, |c, on| c.lanes_rotate = on, "rotation")
 }
 
