@@ -8,7 +8,7 @@
 //! | room | owns | imports |
 //! |---|---|---|
 //! | [`gpu`] | instance/adapter/device/queue, capability probe, buffers, pipeline cache, readback, timestamps | wgpu |
-//! | [`kernels`] | host half of each WGSL kernel (params, bindings, dispatch size, preconditions); [`kernels::reference`] = plain f32 CPU versions | gpu, quant |
+//! | [`kernels`] | host half of each WGSL kernel, one module per family (variants, key and its WGSL parts, params, bindings, dispatch size, preconditions); [`kernels::reference`] = plain f32 CPU versions | gpu, loader, quant |
 //! | [`quant`] | number formats: GGUF weight blocks, KV formats, CPU (de)quantization | — |
 //! | [`loader`] | GGUF and HF (config.json + safetensors) → [`loader::ModelConfig`] + host tensors (mmap); tokenizer sources | quant, tokenizer |
 //! | [`tokenizer`] | `tokenizers` wrapper, GGUF vocab → tokenizer, chat templates | — |
@@ -33,7 +33,8 @@
 //!
 //! Kernels are batch-invariant: a token's result is the same bits whichever step, batch or
 //! kernel (prefill or decode) computed it, so prefix reuse and preemption never change greedy
-//! outputs (`tests/engine_e2e.rs`). Each reduction is defined once, in `shaders/common/`.
+//! outputs (`tests/engine_e2e.rs`). Each reduction is defined once, in `shaders/common/` (the
+//! attention partition's per family: `attention_workgroup.wgsl`, `attention_lanes.wgsl`).
 //!
 //! ## Glossary (one meaning each)
 //!
