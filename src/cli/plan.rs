@@ -61,7 +61,11 @@ fn parameter_count(c: &ModelConfig) -> u64 {
             q + kv + h * dv * d
         }
     };
-    let per_layer = attention + 3 * d * f + 2 * d;
+    // the two sub-layer norms, Gemma's two post-norms, the Q/K norms of Qwen3 and Gemma 3
+    let norms = 2 * d
+        + if c.post_norms { 2 * d } else { 0 }
+        + if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
+    let per_layer = attention + 3 * d * f + norms;
     let embeddings = if c.tie_word_embeddings { v * d } else { 2 * v * d };
     embeddings + c.num_layers as u64 * per_layer + d
 }

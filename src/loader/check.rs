@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 /// One dimension the config implies: its config name and value.
 type Dim = (&'static str, usize);
 
-/// Every tensor the Llama family needs, with the shape the config implies, then a comparison
+/// Every tensor the Llama family needs (and Gemma 3's and Qwen3's norms, DeepSeek's MLA
+/// projections), with the shape the config implies, then a comparison
 /// against the file. Layer count first, so a huge `block_count` costs one pass over the names.
 pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     let c = file.config();
@@ -44,6 +45,15 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
             mla_attention(file, l, m, c.num_heads, hidden)?;
         } else {
             llama_attention(file, l, c.attention_bias, q_rows, kv_rows, hidden)?;
+        }
+        if c.qk_norm {
+            // Qwen3, Gemma 3: one RMSNorm weight over each Q head and each K head
+            expect(file, &name("attn_q_norm.weight"), &[head_dim])?;
+            expect(file, &name("attn_k_norm.weight"), &[head_dim])?;
+        }
+        if c.post_norms {
+            expect(file, &name("post_attention_norm.weight"), &[hidden])?;
+            expect(file, &name("post_ffw_norm.weight"), &[hidden])?;
         }
         expect(file, &name("ffn_norm.weight"), &[hidden])?;
         expect(file, &name("ffn_gate.weight"), &[ffn, hidden])?;

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
-    "Llama (incl. Mistral), Qwen2, Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
+    "Llama (incl. Mistral), Qwen2, Qwen3 (dense), Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -16,6 +16,10 @@ pub enum Architecture {
     Llama,
     /// Qwen2 / Qwen2.5: Llama plus biases on the q/k/v projections.
     Qwen2,
+    /// Qwen3 (dense): Qwen2 without the q/k/v biases, with an RMSNorm over each Q and K head
+    /// before RoPE (plain weights, not Gemma's `1 + w`) and an explicit head_dim (0.6B:
+    /// 16 heads × 128 ≠ hidden 1024).
+    Qwen3,
     /// Gemma 3 (text): Q/K norms, GELU-tanh MLP, scaled embeddings, post-norms, and
     /// interleaved sliding-window (local) and full (global) layers with their own RoPE.
     Gemma3,
@@ -127,7 +131,7 @@ pub struct LayerSpec {
 /// The MLP's gate activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Activation {
-    /// `silu(gate) · up`: Llama, Qwen2.
+    /// `silu(gate) · up`: Llama, Qwen2, Qwen3.
     Silu,
     /// `gelu_tanh(gate) · up` (HF `gelu_pytorch_tanh`): Gemma.
     GeluTanh,
@@ -170,7 +174,7 @@ pub struct ModelConfig {
     /// q/k/v projections carry biases (`blk.N.attn_{q,k,v}.bias`), as in Qwen2.
     pub attention_bias: bool,
     /// An RMSNorm over each Q and K head (`blk.N.attn_{q,k}_norm.weight`, [head_dim]) before
-    /// RoPE, as in Gemma 3.
+    /// RoPE, as in Gemma 3 and Qwen3.
     pub qk_norm: bool,
     pub activation: Activation,
     /// Multiply the embedding rows by this (Gemma: `sqrt(hidden_size)`); `None` for Llama.

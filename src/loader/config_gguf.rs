@@ -1,5 +1,5 @@
 //! [`ModelConfig`] from GGUF metadata (`{arch}.*` keys, as llama.cpp's `llama-model.cpp` reads
-//! them) and the tensor list: Llama, Qwen2, Gemma 3.
+//! them) and the tensor list: Llama, Qwen2, Qwen3, Gemma 3, DeepSeek-V2/V3.
 
 use super::config::{
     full_layers, inv_sqrt, Activation, Architecture, AttentionKind, LayerSpec, Mla, ModelConfig,
@@ -30,6 +30,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         // GGUF Llama Q/K rows were permuted by the converter: adjacent-pair RoPE.
         "llama" => (Architecture::Llama, RopeStyle::Interleaved),
         "qwen2" => (Architecture::Qwen2, RopeStyle::Neox),
+        // not permuted either (llama.cpp's Qwen3Model converts as Qwen2Model): NEOX
+        "qwen3" => (Architecture::Qwen3, RopeStyle::Neox),
         "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
         // not permuted by the converter; RoPE on adjacent pairs (ggml's NORM), as HF DeepSeek
         "deepseek2" => (Architecture::Deepseek2, RopeStyle::Interleaved),
@@ -84,7 +86,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         max_position_embeddings: max_pos,
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
         attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
-        qk_norm: false,
+        // Qwen3's per-head norms (llama.cpp `LLM_ARCH_QWEN3`: attn_q_norm, attn_k_norm)
+        qk_norm: arch == Architecture::Qwen3,
         activation: Activation::Silu,
         embedding_scale: None,
         post_norms: false,

@@ -1,4 +1,4 @@
-//! [`ModelConfig`] from an HF `config.json`: Llama, Mistral, Qwen2, and Gemma 3 (flat
+//! [`ModelConfig`] from an HF `config.json`: Llama, Mistral, Qwen2, Qwen3, and Gemma 3 (flat
 //! `Gemma3ForCausalLM`, or `Gemma3ForConditionalGeneration` with the text model under
 //! `text_config`), each layer's attention kind and RoPE as `transformers` derives them.
 
@@ -70,7 +70,7 @@ const GEMMA3_TEXT_DEFAULTS: &str = r#"{
 
 fn json_error(e: impl std::fmt::Display) -> LoadError {
     LoadError::config(format!(
-        "config.json is not a Llama/Qwen2/Gemma3-style config ({e}); pass the model's own \
+        "config.json is not a Llama/Qwen2/Qwen3/Gemma3-style config ({e}); pass the model's own \
          config.json"
     ))
 }
@@ -87,6 +87,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     let arch = match arch_name.as_str() {
         "LlamaForCausalLM" | "MistralForCausalLM" => Architecture::Llama,
         "Qwen2ForCausalLM" => Architecture::Qwen2,
+        "Qwen3ForCausalLM" => Architecture::Qwen3,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
         other => {
@@ -158,7 +159,8 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         max_position_embeddings: c.max_position_embeddings.unwrap_or(2048),
         tie_word_embeddings: c.tie_word_embeddings,
         attention_bias: arch == Architecture::Qwen2 || c.attention_bias,
-        qk_norm: false,
+        // Qwen3Attention: q_norm, k_norm over each head before RoPE
+        qk_norm: arch == Architecture::Qwen3,
         activation: Activation::Silu,
         embedding_scale: None,
         post_norms: false,
@@ -170,10 +172,11 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
     }
 }
 
-/// Llama, Mistral, Qwen2: one RoPE; full attention unless a window applies. Mistral (v0.1)
-/// slides every layer over `sliding_window` tokens (`use_sliding_window` absent = on); Qwen2
-/// only with `use_sliding_window: true`, and then only layers `max_window_layers..` (HF
-/// `Qwen2Config.layer_types`). A `layer_types` list, when given, decides instead.
+/// Llama, Mistral, Qwen2, Qwen3: one RoPE; full attention unless a window applies. Mistral
+/// (v0.1) slides every layer over `sliding_window` tokens (`use_sliding_window` absent = on);
+/// Qwen2 and Qwen3 only with `use_sliding_window: true`, and then only layers
+/// `max_window_layers..` (HF `Qwen2Config.layer_types`, `Qwen3Config.layer_types`). A
+/// `layer_types` list, when given, decides instead.
 fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
     let max_pos = c.max_position_embeddings.unwrap_or(2048);
     let (theta, params) = rope_params(c, "full_attention")?;
@@ -181,7 +184,7 @@ fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadE
     let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
     let window = c.sliding_window.filter(|_| window_on);
     let first_sliding = match arch {
-        Architecture::Qwen2 => c.max_window_layers.unwrap_or(28),
+        Architecture::Qwen2 | Architecture::Qwen3 => c.max_window_layers.unwrap_or(28),
         _ => 0,
     };
     let kinds = match &c.layer_types {

@@ -108,8 +108,9 @@ pub enum LoadError {
     Config(String),
     #[error(
         "architecture '{found}' is not supported; kvrun runs {supported} (GGUF \
-         general.architecture llama/qwen2/gemma3; HF LlamaForCausalLM/MistralForCausalLM/\
-         Qwen2ForCausalLM/Gemma3ForCausalLM/Gemma3ForConditionalGeneration)"
+         general.architecture llama/qwen2/qwen3/gemma3/deepseek2; HF LlamaForCausalLM/\
+         MistralForCausalLM/Qwen2ForCausalLM/Qwen3ForCausalLM/Gemma3ForCausalLM/\
+         Gemma3ForConditionalGeneration/DeepseekV2ForCausalLM/DeepseekV3ForCausalLM)"
     )]
     UnsupportedArchitecture { found: String, supported: &'static str },
     #[error("{path}: {message}")]

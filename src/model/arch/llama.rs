@@ -1,11 +1,14 @@
-//! The Llama family (Llama 2/3, SmolLM2, Mistral without window, Qwen2 with QKV bias) as a flat
-//! list of dispatches:
+//! The Llama family (Llama 2/3, SmolLM2, Mistral without window, Qwen2 with QKV bias, Qwen3 with
+//! Q/K norms) as a flat list of dispatches:
 //!
 //! ```text
 //! hidden = embed(tokens)
 //! per layer:  normed = rms_norm(hidden)            · attn_norm   (applied on load by the
 //!                                                 projections where the linear variant can)
 //!             qkv    = normed · [Wq|Wk|Wv]ᵀ (+ bias)   one fused linear when the types agree
+//!             Qwen3: qk = normed · [Wq|Wk]ᵀ into the qk scratch, v = normed · Wvᵀ into qkv,
+//!                    q, k = rms_norm(q_h) · attn_q_norm, rms_norm(k_h) · attn_k_norm → qkv
+//!                    (one dispatch over all Q and K heads, as gemma3.rs)
 //!             rope(q, k)                              pairs per ModelConfig::rope_style
 //!             [rotate(q, k, v)]                       --kv-rotate: Hadamard per head
 //!             f16 KV:       kv_write(k, v → pool[layer])            through the slot mapping
@@ -34,7 +37,7 @@ use crate::model::{ModelError, Op};
 pub(super) fn check(c: &ModelConfig) -> Result<(), ModelError> {
     let unsupported = [
         (c.arch == Architecture::Gemma3, "the Gemma 3 architecture"),
-        (c.qk_norm, "Q/K norms"),
+        (c.qk_norm && c.arch != Architecture::Qwen3, "Q/K norms outside Qwen3"),
         (c.post_norms, "post-attention/post-MLP norms"),
         (c.activation != Activation::Silu, "a GELU MLP"),
     ];
@@ -53,20 +56,34 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let hidden = c.hidden_size;
     let layout = b.layout();
     let bias = |t: &str| c.attention_bias.then(|| name(&format!("{t}.bias")));
-    let qkv_tensors = [
-        (name("attn_q.weight"), c.num_heads * c.head_dim, bias("attn_q")),
-        (name("attn_k.weight"), c.num_kv_heads * c.head_dim, bias("attn_k")),
-        (name("attn_v.weight"), c.num_kv_heads * c.head_dim, bias("attn_v")),
-    ];
-    let qkv = fused(gpu, file, &name("attn_qkv"), &qkv_tensors, hidden, max)?;
+    let (q_rows, kv_rows) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    let q = (name("attn_q.weight"), q_rows, bias("attn_q"));
+    let k = (name("attn_k.weight"), kv_rows, bias("attn_k"));
+    let v = (name("attn_v.weight"), kv_rows, bias("attn_v"));
+    // with Q/K norms, Q|K go to the scratch the norms read and V straight into qkv
+    let (qkv, v) = match c.qk_norm {
+        false => (fused(gpu, file, &name("attn_qkv"), &[q, k, v], hidden, max)?, Vec::new()),
+        true => (
+            fused(gpu, file, &name("attn_qk"), &[q, k], hidden, max)?,
+            fused(gpu, file, &name("attn_v"), &[v], hidden, max)?,
+        ),
+    };
     let o_name = name("attn_output.weight");
-    let o = matrix(gpu, file, &o_name, hidden, c.num_heads * c.head_dim, max)?;
+    let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
-    let bytes: u64 = qkv.iter().map(|p| &p.weight).chain([&o, &down]).map(gpu_bytes).sum();
+    let parts = qkv.iter().chain(&v).map(|p| &p.weight);
+    let bytes: u64 = parts.chain([&o, &down]).map(gpu_bytes).sum();
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
-    b.fused_ops(&name("qkv"), &qkv, &input, (&act.qkv, layout.stride(), 0), ops);
+    if c.qk_norm {
+        let qk_width = (q_rows + kv_rows) as u32;
+        b.fused_ops(&name("qk"), &qkv, &input, (&act.qk, qk_width, 0), ops);
+        b.fused_ops(&name("v"), &v, &input, (&act.qkv, layout.stride(), qk_width), ops);
+        ops.push(b.qk_norms(l)?);
+    } else {
+        b.fused_ops(&name("qkv"), &qkv, &input, (&act.qkv, layout.stride(), 0), ops);
+    }
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
     let input = b.sublayer_input(l, "ffn_norm", ops)?;

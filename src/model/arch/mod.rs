@@ -4,7 +4,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `common.rs` | [`Builder`]: the shared pieces (embedding, norms, fused projections, RoPE with the layer's table, attention with the layer's [`AttentionKind`], rotation, the final norm and LM head) and the checks every architecture needs |
-//! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias) |
+//! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (Q/K norms) |
 //! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
 //! | `deepseek2.rs` | DeepSeek-V2/V3 with dense layers: multi-head latent attention, absorbed |
 //!
@@ -34,7 +34,7 @@ pub(super) fn load(
 ) -> Result<Model, ModelError> {
     let c = file.config().clone();
     common::validate(&c, &options)?;
-    if matches!(c.arch, Architecture::Llama | Architecture::Qwen2) {
+    if matches!(c.arch, Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3) {
         llama::check(&c)?;
     }
     let max_binding = kernels.config.max_binding_bytes;
@@ -55,7 +55,7 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = match c.arch {
-        Architecture::Llama | Architecture::Qwen2 => b.build(llama::layer)?,
+        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
         Architecture::Deepseek2 => b.build(deepseek2::layer)?,
     };
