@@ -6,7 +6,7 @@
 //! shard maps. Weights are not re-permuted: HF Llama keeps its half-split RoPE pairs
 //! ([`super::RopeStyle::Neox`]).
 
-use super::config::{token_id_list, HfConfigExtras, ModelConfig};
+use super::config::{token_id_list, Architecture, HfConfigExtras, ModelConfig};
 use super::error::LoadError;
 use crate::quant::GgmlType;
 use crate::tokenizer::{HfTokenizerConfig, TokenizerSource};
@@ -36,8 +36,43 @@ pub struct HfModel {
     tensors: BTreeMap<String, HfTensor>,
 }
 
-/// HF Llama/Qwen2/Gemma 3/DeepSeek parameter names → kvrun's canonical (GGUF) names. Names this does not know
-/// (e.g. `rotary_emb.inv_freq` in old checkpoints) are kept as they are.
+/// HF parameter names of an architecture → kvrun's canonical (GGUF) names, as llama.cpp's
+/// converter names them. [`canonical_name`] for every architecture but Gemma 3, whose
+/// `post_attention_layernorm` is the norm after attention (GGUF `post_attention_norm`), not
+/// the one before the MLP (`pre_feedforward_layernorm`, GGUF `ffn_norm`), and whose text model
+/// inside `Gemma3ForConditionalGeneration` is `model.language_model.*` (transformers ≥ 5) or
+/// `language_model.model.*` (4.x); the vision tower's tensors keep their names and are unused.
+pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
+    if arch != Architecture::Gemma3 {
+        return canonical_name(hf);
+    }
+    let hf = match hf
+        .strip_prefix("model.language_model.")
+        .or_else(|| hf.strip_prefix("language_model.model."))
+    {
+        Some(rest) => format!("model.{rest}"),
+        None => match hf.strip_prefix("language_model.lm_head.") {
+            Some(rest) => format!("lm_head.{rest}"),
+            None => hf.to_string(),
+        },
+    };
+    let gemma = |layer: &str, param: &str| -> Option<String> {
+        let mapped = match param {
+            "post_attention_layernorm.weight" => "post_attention_norm.weight",
+            "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
+            "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+            _ => return None,
+        };
+        Some(format!("blk.{layer}.{mapped}"))
+    };
+    hf.strip_prefix("model.layers.")
+        .and_then(|rest| rest.split_once('.'))
+        .and_then(|(layer, param)| gemma(layer, param))
+        .unwrap_or_else(|| canonical_name(&hf))
+}
+
+/// HF Llama/Qwen2/Qwen3/DeepSeek parameter names → kvrun's canonical (GGUF) names. Names this
+/// does not know (e.g. `rotary_emb.inv_freq` in old checkpoints) are kept as they are.
 pub fn canonical_name(hf: &str) -> String {
     match hf {
         "model.embed_tokens.weight" => return "token_embd.weight".into(),
@@ -62,6 +97,9 @@ pub fn canonical_name(hf: &str) -> String {
         "self_attn.k_proj.bias" => "attn_k.bias",
         "self_attn.v_proj.bias" => "attn_v.bias",
         "self_attn.o_proj.bias" => "attn_output.bias",
+        // the per-head Q/K norms of Qwen3 and Gemma 3
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
@@ -158,7 +196,7 @@ impl HfModel {
                 })?;
             let data_start = 8 + header_len;
             for (hf_name, info) in meta.tensors() {
-                let canonical = canonical_name(&hf_name);
+                let canonical = canonical_name_for(config.arch, &hf_name);
                 let tensor = HfTensor {
                     shard: idx,
                     dtype: ggml_type_of(info.dtype, &hf_name, &path)?,

@@ -27,7 +27,7 @@ pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX
 pub use gguf_value::{GgufArray, GgufValue, GgufValueType};
 pub use gguf_vocab::gguf_vocab;
 pub use gguf_writer::GgufWriter;
-pub use hf::{canonical_name, HfModel};
+pub use hf::{canonical_name, canonical_name_for, HfModel};
 
 use crate::quant::{dequantize_row, GgmlType};
 use crate::tokenizer::{Tokenizer, TokenizerSource};
