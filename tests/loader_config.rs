@@ -89,6 +89,30 @@ fn sliding(window: usize, theta: f64) -> LayerSpec {
     LayerSpec { attention: AttentionKind::Sliding { window }, ..full(theta) }
 }
 
+/// Qwen3: Q/K norms, no q/k/v biases, an explicit head_dim, as the published 0.6B and 8B
+/// configs and the tiny model's converted GGUF (llama.cpp's `qwen3` keys) say.
+#[test]
+fn qwen3_configs_hf_and_gguf() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).unwrap();
+    let c = ModelConfig::from_hf_config_json(&read("configs/qwen3-0.6b/config.json")).unwrap();
+    assert_eq!(c.arch, Architecture::Qwen3);
+    assert!(c.qk_norm && !c.attention_bias && c.tie_word_embeddings && !c.post_norms);
+    assert_eq!((c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim), (1024, 16, 8, 128));
+    assert_eq!(c.layers, vec![full(1e6); 28]);
+    assert_eq!(c.rope_style, RopeStyle::Neox);
+    let c = ModelConfig::from_hf_config_json(&read("configs/qwen3-8b/config.json")).unwrap();
+    assert_eq!(
+        (c.num_layers, c.num_kv_heads, c.head_dim, c.tie_word_embeddings),
+        (36, 8, 128, false)
+    );
+    let hf = ModelConfig::from_hf_config_json(&read("tiny-qwen3/hf/config.json")).unwrap();
+    let gguf = GgufFile::open(&dir.join("tiny-qwen3/tiny-qwen3-f32.gguf")).unwrap();
+    let g = ModelConfig::from_gguf(&gguf).unwrap();
+    assert_eq!(g.arch, Architecture::Qwen3);
+    assert_eq!(g, hf, "the converted GGUF and its HF directory describe one model");
+}
+
 #[test]
 fn hf_refusals_name_the_problem() {
     let err = err_of(&llama_json("").replace("LlamaForCausalLM", "GPT2LMHeadModel"));

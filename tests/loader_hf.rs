@@ -1,7 +1,7 @@
 //! HF directories: sharded safetensors with an index, dtypes, config files, and the errors for
 //! what is missing or unsupported. Each test writes its own directory under the temp dir.
 
-use kvrun::loader::{canonical_name, LoadError, ModelFile};
+use kvrun::loader::{canonical_name, canonical_name_for, Architecture, LoadError, ModelFile};
 use kvrun::quant::GgmlType;
 use kvrun::tokenizer::TokenizerSource;
 use safetensors::tensor::TensorView as StView;
@@ -87,6 +87,39 @@ fn hf_names_map_to_canonical() {
         canonical_name("model.layers.2.rotary_emb.inv_freq"),
         "model.layers.2.rotary_emb.inv_freq"
     );
+}
+
+/// Qwen3's per-head norms; Gemma 3's four norms a layer (its `post_attention_layernorm` is the
+/// norm after attention, not before the MLP as in Llama) and the text model's prefixes inside
+/// `Gemma3ForConditionalGeneration` (transformers 5 and 4), as llama.cpp's converter names them.
+#[test]
+fn qwen3_and_gemma3_names_map_to_canonical() {
+    let qwen3 = |n: &str| canonical_name_for(Architecture::Qwen3, n);
+    assert_eq!(qwen3("model.layers.1.self_attn.q_norm.weight"), "blk.1.attn_q_norm.weight");
+    assert_eq!(qwen3("model.layers.1.self_attn.k_norm.weight"), "blk.1.attn_k_norm.weight");
+    assert_eq!(qwen3("model.layers.1.post_attention_layernorm.weight"), "blk.1.ffn_norm.weight");
+    let gemma = |n: &str| canonical_name_for(Architecture::Gemma3, n);
+    for prefix in ["model.", "model.language_model.", "language_model.model."] {
+        let name = |rest: &str| gemma(&format!("{prefix}{rest}"));
+        assert_eq!(name("layers.2.input_layernorm.weight"), "blk.2.attn_norm.weight");
+        assert_eq!(
+            name("layers.2.post_attention_layernorm.weight"),
+            "blk.2.post_attention_norm.weight"
+        );
+        assert_eq!(name("layers.2.pre_feedforward_layernorm.weight"), "blk.2.ffn_norm.weight");
+        assert_eq!(
+            name("layers.2.post_feedforward_layernorm.weight"),
+            "blk.2.post_ffw_norm.weight"
+        );
+        assert_eq!(name("layers.2.self_attn.q_norm.weight"), "blk.2.attn_q_norm.weight");
+        assert_eq!(name("layers.2.mlp.down_proj.weight"), "blk.2.ffn_down.weight");
+        assert_eq!(name("embed_tokens.weight"), "token_embd.weight");
+        assert_eq!(name("norm.weight"), "output_norm.weight");
+    }
+    assert_eq!(gemma("language_model.lm_head.weight"), "output.weight");
+    // the vision tower keeps its names (unused)
+    let vision = "model.vision_tower.vision_model.post_layernorm.weight";
+    assert_eq!(gemma(vision), vision);
 }
 
 #[test]

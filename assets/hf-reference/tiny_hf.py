@@ -1,0 +1,153 @@
+"""Shared by the scripts that build kvrun's tiny random-weight models with HF transformers as the
+reference (assets/tiny-qwen3/, assets/tiny-gemma3-hf/): a byte-level tokenizer the llama.cpp
+converter accepts, the converter itself, float64 reference logits and gguf-py dequantization.
+
+Needs torch (CPU), transformers 5.2x, numpy, gguf, safetensors, tokenizers; LLAMA_CPP (default
+~/.cache/llamacpp-reference/llama_cpp_python-0.3.36/vendor/llama.cpp, which
+../shared/tools/llamacpp-reference.sh unpacks) for convert_hf_to_gguf.py. Run once; the outputs
+are committed, so CI needs none of this.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+LLAMA_CPP = os.environ.get(
+    "LLAMA_CPP",
+    os.path.expanduser("~/.cache/llamacpp-reference/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+# llama.cpp's CPU tools (llama-perplexity), as ../shared/tools/llamacpp-reference.sh builds them
+LLAMA_CPP_BIN = os.environ.get(
+    "LLAMA_CPP_BIN", os.path.expanduser("~/.cache/llamacpp-reference/build/bin"))
+
+# The perplexity every tiny model is scored on, by transformers, llama.cpp and kvrun alike
+# (llama-perplexity's convention: chunks of CTX tokens, each from an empty cache, the second
+# half of each chunk's predictions scored).
+PPL_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text",
+                        "alice-ch1-9.txt")
+PPL_CTX, PPL_CHUNKS = 128, 4
+
+N_GOLDEN_TOKENS = 40
+
+
+def byte_tokens():
+    """GPT-2's byte-to-unicode table: the 256 byte tokens of a byte-level BPE, in byte order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
+
+
+def write_tokenizer(out, chat_template, bos=None, eos=None, special=()):
+    """tokenizer.json (byte-level BPE: 256 byte tokens, one merge "Ġ" + "t" = id 256, then the
+    `special` tokens) and tokenizer_config.json. Returns the vocabulary size. The converter
+    wants BPE merges; a vocabulary without any is refused."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    vocab = {t: i for i, t in enumerate(byte_tokens())}
+    vocab["Ġt"] = 256
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("Ġ", "t")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
+    tok.save(os.path.join(out, "tokenizer.json"))
+    config = {"chat_template": chat_template, "bos_token": bos, "eos_token": eos,
+              "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    return 257 + len(special)
+
+
+def convert(hf_dir, out_path, outtype, pre):
+    """llama.cpp's convert_hf_to_gguf.py on hf_dir, with the tokenizer's pre-tokenizer declared
+    as `pre` (the converter identifies it by hashing how the tokenizer splits a test text, which
+    no tiny vocabulary reproduces; the weights and every other key are the converter's own)."""
+    code = (
+        "import sys, runpy\n"
+        f"sys.path.insert(0, {LLAMA_CPP!r})\n"
+        f"sys.path.insert(1, {os.path.join(LLAMA_CPP, 'gguf-py')!r})\n"
+        "import conversion.base as base\n"
+        f"base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}\n"
+        f"sys.argv = ['convert_hf_to_gguf.py', {hf_dir!r}, '--outfile', {out_path!r},"
+        f" '--outtype', {outtype!r}]\n"
+        f"runpy.run_path({os.path.join(LLAMA_CPP, 'convert_hf_to_gguf.py')!r},"
+        " run_name='__main__')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def gguf_arrays(path):
+    """Every tensor of a GGUF as float64, dequantized by gguf-py, in numpy's (outermost
+    first) shape."""
+    import gguf
+    reader = gguf.GGUFReader(path)
+    out = {}
+    for t in reader.tensors:
+        data = gguf.quants.dequantize(t.data, t.tensor_type)
+        shape = [int(d) for d in reversed(t.shape.tolist())]
+        out[t.name] = np.asarray(data, dtype=np.float64).reshape(shape)
+    return out
+
+
+def logits_f64(model, ids):
+    """transformers' forward of `model` in float64 over `ids`: [len(ids), vocab]."""
+    import torch
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=False).logits[0]
+    return out.numpy()
+
+
+def text_ids(hf_dir):
+    """PPL_TEXT as the HF directory's tokenizer splits it (no special tokens: none is added)."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(hf_dir, "tokenizer.json"))
+    with open(PPL_TEXT, encoding="utf-8") as f:
+        return tok.encode(f.read(), add_special_tokens=False).ids
+
+
+def perplexity_f64(model, ids):
+    """llama-perplexity's PPL of `ids` under transformers' float64 forward of `model`."""
+    import math
+    import torch
+    model = model.to(torch.float64).eval()
+    nll, count = 0.0, 0
+    for c in range(PPL_CHUNKS):
+        chunk = torch.tensor([ids[c * PPL_CTX:(c + 1) * PPL_CTX]])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(chunk, use_cache=False).logits[0], -1)
+        for i in range(PPL_CTX // 2, PPL_CTX - 1):
+            nll -= logp[i, chunk[0, i + 1]].item()
+            count += 1
+    return math.exp(nll / count)
+
+
+def llama_perplexity(gguf_path):
+    """llama.cpp's llama-perplexity on PPL_TEXT (its Final estimate)."""
+    out = subprocess.run(
+        [os.path.join(LLAMA_CPP_BIN, "llama-perplexity"), "-m", gguf_path, "-f", PPL_TEXT,
+         "-c", str(PPL_CTX), "--chunks", str(PPL_CHUNKS), "-b", str(PPL_CTX)],
+        check=True, capture_output=True, text=True)
+    line = [l for l in (out.stdout + out.stderr).splitlines() if "Final estimate" in l][-1]
+    return float(line.split("PPL = ")[1].split()[0])
+
+
+def write_golden(path, ids, logits_by_variant, extra=None):
+    golden = {
+        "token_ids": [int(i) for i in ids],
+        "logits_shape": list(next(iter(logits_by_variant.values())).shape),
+        "logits": {k: [[round(float(x), 6) for x in row] for row in v]
+                   for k, v in logits_by_variant.items()},
+    }
+    golden.update(extra or {})
+    with open(path, "w") as f:
+        json.dump(golden, f)
+        f.write("\n")

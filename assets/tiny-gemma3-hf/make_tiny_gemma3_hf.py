@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Writes kvrun's tiny random Gemma 3 as an HF directory and its references, with HF
+transformers' own modeling code (modeling_gemma3.py) as the independent forward and llama.cpp's
+converter for the GGUFs.
+
+    /path/to/venv/bin/python assets/tiny-gemma3-hf/make_tiny_gemma3_hf.py
+    (torch on CPU, transformers 5.2x, numpy, gguf, safetensors, tokenizers; LLAMA_CPP: see
+    ../hf-reference/tiny_hf.py)
+
+Deterministic (seeded). Writes, next to this script:
+  hf/                   Gemma3ForCausalLM.save_pretrained (f32): 6 layers (5 sliding with window
+                        11, RoPE base 10k; 1 global, base 1e6), 4 query / 1 KV head, head_dim 32,
+                        query_pre_attn_scalar 32, tied embeddings; every norm weight (HF stores
+                        w and computes x · (1 + w)) drawn in [-0.7, 0.7], so the 1 + w offset,
+                        the Q/K norms and the post-norms all move the logits
+  tiny-gemma3-hf-f32.gguf   convert_hf_to_gguf.py hf/ --outtype f32 (GGUF arch gemma3; the
+                        converter adds the 1 into the norm weights)
+  tiny-gemma3-hf-q8_0.gguf  the same, --outtype q8_0
+  golden.json           40 token ids and logits [40, 257] of transformers' forward in float64:
+                        "hf_f32", and "gguf_q8_0" (the Q8_0 GGUF's weights, dequantized by gguf-py,
+                        norms less the converter's 1, loaded back into the same model); and
+                        "perplexity": of assets/text/alice-ch1-9.txt (128-token chunks, 4 of
+                        them, llama-perplexity's convention) under both transformers forwards
+                        and llama.cpp's llama-perplexity on both GGUFs
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "hf-reference"))
+import tiny_hf  # noqa: E402
+
+SEED = 3004
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] + '<end_of_turn>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+GGUF_TO_HF = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+}
+LAYER = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+
+
+def hf_name(gguf_name):
+    if gguf_name in GGUF_TO_HF:
+        return GGUF_TO_HF[gguf_name]
+    _, layer, rest = gguf_name.split(".", 2)
+    base, suffix = rest.rsplit(".", 1)
+    return f"model.layers.{layer}.{LAYER[base]}.{suffix}"
+
+
+def make_model(vocab):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    config = Gemma3TextConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+        sliding_window=11, query_pre_attn_scalar=32, rms_norm_eps=1e-6, initializer_range=0.1,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(SEED)
+    model = Gemma3ForCausalLM(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.empty_like(p).uniform_(-0.7, 0.7))
+    return model.float()
+
+
+def main():
+    hf = os.path.join(HERE, "hf")
+    os.makedirs(hf, exist_ok=True)
+    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE)
+    model = make_model(vocab)
+    model.save_pretrained(hf, safe_serialization=True)
+    ids = np.random.default_rng(SEED).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
+
+    f32 = os.path.join(HERE, "tiny-gemma3-hf-f32.gguf")
+    q8 = os.path.join(HERE, "tiny-gemma3-hf-q8_0.gguf")
+    tiny_hf.convert(hf, f32, "f32", "gpt-2")
+    tiny_hf.convert(hf, q8, "q8_0", "gpt-2")
+
+    logits = {"hf_f32": tiny_hf.logits_f64(make_model(vocab), ids.tolist())}
+    q_model = make_model(vocab).to(torch.float64)
+    state = {}
+    for k, v in tiny_hf.gguf_arrays(q8).items():
+        state[hf_name(k)] = torch.from_numpy(v - 1.0 if k.endswith("norm.weight") else v)
+    missing, unexpected = q_model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    q_model.tie_weights()
+    logits["gguf_q8_0"] = tiny_hf.logits_f64(q_model, ids.tolist())
+    text = tiny_hf.text_ids(hf)
+    ppl = {
+        "text": "assets/text/alice-ch1-9.txt", "ctx": tiny_hf.PPL_CTX,
+        "chunks": tiny_hf.PPL_CHUNKS,
+        "transformers_f64": {"hf_f32": tiny_hf.perplexity_f64(make_model(vocab), text),
+                             "gguf_q8_0": tiny_hf.perplexity_f64(q_model, text)},
+        "llama_cpp": {os.path.basename(f): tiny_hf.llama_perplexity(f) for f in (f32, q8)},
+    }
+    tiny_hf.write_golden(os.path.join(HERE, "golden.json"), ids, logits, {"perplexity": ppl})
+    print("wrote", hf, f32, q8, "golden.json")
+
+
+if __name__ == "__main__":
+    main()
