@@ -81,6 +81,8 @@ fn every_config_has_the_stable_json_keys() {
         "gemma-3-27b-it",
         "deepseek-v2-lite",
         "deepseek-v3",
+        "qwen3-0.6b",
+        "qwen3-8b",
     ];
     for name in names {
         let p = plan_json(&config(name), &[]);
@@ -169,6 +171,22 @@ fn llama_3_8b_figures() {
     assert_eq!(u(&budget, "kv_tokens_fit"), 24 * GIB / (128 * KIB));
     assert_eq!(u(&budget, "sequences_fit"), 24);
     assert_eq!(u(&budget, "kv_bytes_needed"), 32 * GIB);
+}
+
+/// Qwen3-8B: 36 layers × 8 KV heads × 128 × 2 (K, V) × 2 bytes = 144 KiB a token, one full
+/// group; 8,190,735,360 parameters in bfloat16 (untied 151,936-row embedding and head, each
+/// layer's Q/K norms 2 × 128). Qwen3-0.6B: 28 × 8 × 128 × 2 × 2 = 112 KiB a token (16 query
+/// heads × 128 = 2048 ≠ hidden 1024), 596,049,920 parameters with the tied embedding.
+#[test]
+fn qwen3_figures() {
+    let p = plan_json(&config("qwen3-8b"), &["-c", "8192"]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 147_456);
+    assert_eq!(p["kv_groups"].as_array().unwrap().len(), 1);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), 8192 * 147_456);
+    assert_eq!(u(&p, "weight_bytes"), 8_190_735_360 * 2);
+    let p = plan_json(&config("qwen3-0.6b"), &["-c", "8192"]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 114_688);
+    assert_eq!(u(&p, "weight_bytes"), 596_049_920 * 2);
 }
 
 /// Same KV shape as Llama-3-8B. At -c 4096 the 4096-token window covers the context (one full
