@@ -36,6 +36,14 @@ fn block_layout_template_matches_jinja2() {
     assert!(err.contains("unknown role tool"), "{err}");
 }
 
+/// Qwen3's template (reversed slices, str methods, the `<think>` block kept for the last turn
+/// and dropped from earlier ones) renders as jinja2 renders it.
+#[test]
+fn qwen3_template_matches_jinja2() {
+    let t = ChatTemplate::new(&fixture("qwen3.jinja"), "", "<|im_end|>").unwrap();
+    check_cases(&t, "qwen3_cases.json");
+}
+
 #[test]
 fn real_model_template_is_the_fixture() {
     let Some(path) = common::real_model("real_model_template_is_the_fixture") else {
