@@ -61,6 +61,7 @@ class Base:
 
     def __init__(self, path):
         r = gguf.GGUFReader(path)
+        self.arch = r.fields["general.architecture"].contents()
         self.kv = []  # (key, value, type, sub_type)
         for f in r.fields.values():
             if f.name.startswith("GGUF.") or f.name == "general.architecture":
@@ -81,7 +82,7 @@ def write_gguf(base, path, set_kv=None, drop_kv=(), add_kv=(), tensors=None):
     [(key, value, type, sub_type)] appended and `tensors` [(name, data, type)] in place of the
     base's (default: the base's)."""
     set_kv = dict(set_kv or {})
-    w = gguf.GGUFWriter(path, ARCH)
+    w = gguf.GGUFWriter(path, base.arch)
     for key, value, vtype, sub in base.kv:
         if key in drop_kv:
             continue
@@ -409,6 +410,62 @@ def paths(out):
     return cases
 
 
+def drop_safetensor(path, name):
+    """Rewrites a .safetensors file without tensor `name` (the header is JSON after its u64
+    length; the other tensors' bytes keep their order, their offsets close the gap)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    del header[name]
+    tensors = sorted((k for k in header if k != "__metadata__"),
+                     key=lambda k: header[k]["data_offsets"][0])
+    out, pos = bytearray(), 0
+    for k in tensors:
+        a, b = header[k]["data_offsets"]
+        out += data[a:b]
+        header[k]["data_offsets"] = [pos, pos + b - a]
+        pos += b - a
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(out))
+
+
+def new_architectures(out):
+    """Qwen3 (assets/tiny-qwen3) and Gemma 3 as an HF directory (assets/tiny-gemma3-hf): a
+    missing per-head norm, a norm of the wrong width, a head size the tensors contradict, a
+    missing HF tensor under the architecture's own names."""
+    cases = []
+    q3 = Base(os.path.join(REPO, "assets", "tiny-qwen3", "tiny-qwen3-q8_0.gguf"))
+    name = "qwen3_missing_q_norm.gguf"
+    write_gguf(q3, os.path.join(out, name), tensors=without_tensor(q3, "blk.1.attn_q_norm.weight"))
+    cases.append(entry("qwen3_missing_q_norm", name, "missing-tensor", GEN,
+                       ["blk.1.attn_q_norm.weight"], "Qwen3 without one layer's Q norm"))
+    name = "qwen3_k_norm_16.gguf"
+    write_gguf(q3, os.path.join(out, name), tensors=replace_tensor(
+        q3, "blk.0.attn_k_norm.weight", np.ones(16, dtype=np.float32), Q.F32))
+    cases.append(entry("qwen3_k_norm_16", name, "wrong-shape", GEN, ["blk.0.attn_k_norm.weight"],
+                       "Qwen3 K norm of 16 channels, head_dim is 32"))
+    name = "qwen3_key_length_16.gguf"
+    write_gguf(q3, os.path.join(out, name), set_kv={
+        "qwen3.attention.key_length": (16, VT.UINT32),
+        "qwen3.attention.value_length": (16, VT.UINT32)})
+    cases.append(entry("qwen3_key_length_16", name, "wrong-shape", GEN,
+                       ["blk.0.attn_q.weight", "key_length", "head_dim"],
+                       "Qwen3 key_length 16, its projections and norms are 32 a head"))
+    base_hf = os.path.join(REPO, "assets", "tiny-gemma3-hf", "hf")
+    d = os.path.join(out, "hf_gemma3_no_post_ffw_norm")
+    shutil.copytree(base_hf, d)
+    drop_safetensor(os.path.join(d, "model.safetensors"),
+                    "model.layers.3.post_feedforward_layernorm.weight")
+    cases.append(entry("hf_gemma3_no_post_ffw_norm", "hf_gemma3_no_post_ffw_norm", "hf-config",
+                       GEN_RAW, ["blk.3.post_ffw_norm.weight", "post_feedforward_layernorm"],
+                       "HF Gemma 3 without one layer's post-MLP norm"))
+    return cases
+
+
 def hf_cases(out):
     cases = []
     config = json.load(open(os.path.join(BASE_HF, "config.json")))
@@ -525,6 +582,7 @@ def main():
     cases += truncated_and_foreign(base, out)
     cases += paths(out)
     cases += hf_cases(out)
+    cases += new_architectures(out)
     manifest = {
         "description": "hostile inputs for kvrun; see scripts/make_hostile_inputs.py",
         "bar": "exit non-zero with a one-line error naming the file or flag, in < 10 s and "
