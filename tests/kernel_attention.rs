@@ -355,9 +355,11 @@ fn prefill_matches_reference_including_cached_prefix() {
     }
 }
 
+/// Head sizes 16 to 576: 512 is Gemma 4's global head, 576 DeepSeek's MLA latent (their
+/// workgroups hold 4 and 3 heads of a group of 4: slices of 4, and of 3 + 1).
 #[test]
 fn mixed_step_and_other_head_sizes() {
-    for (i, hd) in [16usize, 128, 256].into_iter().enumerate() {
+    for (i, hd) in [16usize, 128, 256, 512, 576].into_iter().enumerate() {
         let s = Shape { num_heads: 8, num_kv_heads: 2, head_dim: hd, block_size: 16 };
         let seqs = [
             Seq { ctx_len: 65, q_len: 1 },
@@ -382,7 +384,9 @@ fn prefill_and_decode_are_bit_identical() {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants(t) {
         for (i, (bs, hd)) in
-            [(1usize, 64usize), (16, 64), (16, 128), (16, 256)].into_iter().enumerate()
+            [(1usize, 64usize), (16, 64), (16, 128), (16, 256), (16, 512), (16, 576)]
+                .into_iter()
+                .enumerate()
         {
             bit_identity(bs, hd, None, 400 + i as u64, &kernels, name);
         }
@@ -601,7 +605,9 @@ fn mla_absorbed_attention_matches_the_expanded_form() {
         Seq { ctx_len: 150, q_len: 33 },
         Seq { ctx_len: 70, q_len: 70 },
     ];
-    let shapes = [(48usize, 16usize, 1usize, 1usize), (96, 32, 4, 16), (192, 64, 16, 16)];
+    // the last: DeepSeek-V2/V3's real latent, kv_lora_rank 512 + rope 64 = 576 channels
+    let shapes =
+        [(48usize, 16usize, 1usize, 1usize), (96, 32, 4, 16), (192, 64, 16, 16), (512, 64, 4, 16)];
     for (n, (rank, dr, heads, bs)) in shapes.into_iter().enumerate() {
         let (dn, dv) = (32usize, 24usize);
         let width = rank + dr;

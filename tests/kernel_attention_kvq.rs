@@ -396,6 +396,9 @@ fn block_sizes_gqa_ratios_and_head_dims() {
         Shape { heads: 8, kv_heads: 2, head_dim: 128, block_size: 16 },
         Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5 },
         Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16 },
+        // Gemma 4's global heads and DeepSeek's MLA latent width (workgroup family only)
+        Shape { heads: 5, kv_heads: 1, head_dim: 512, block_size: 16 },
+        Shape { heads: 4, kv_heads: 2, head_dim: 576, block_size: 16 },
     ];
     for (i, s) in shapes.into_iter().enumerate() {
         for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {

@@ -53,8 +53,7 @@ override PART: u32 = 64u;
 const PART_WORKGROUP: u32 = 64u;  // PART of the workgroup family
 const NEG_BIG: f32 = -3.0e38; // running max before the first partition (finite: no inf - inf)
 
-override HEAD_DIM: u32 = 64u; // even, at most 256
-const MAX_HEAD_DIM: u32 = 256u;
+override HEAD_DIM: u32 = 64u; // even, at most 576 (kernels::attention::MAX_HEAD_DIM)
 
 // First key position a query at position `pos` sees: pos + 1 − window, or 0.
 fn window_lo(pos: u32) -> u32 {

@@ -42,8 +42,12 @@ pub fn can_run_lanes(caps: &Capabilities) -> bool {
 /// [`KernelConfig::partition_keys`]): the partials buffer's capacity and
 /// `StepShape::max_decode_partitions` count in it, which bounds the partitions of every family.
 pub const PARTITION: u32 = 64;
-/// Largest head size the kernels' workgroup arrays hold.
-pub const MAX_HEAD_DIM: u32 = 256;
+/// Largest head size the attention kernels serve: Gemma 4's global heads (512) and DeepSeek's
+/// MLA latent (512 + 64). The workgroup family holds `query_tile` / `heads_per_workgroup` heads
+/// of it in 2048 floats of workgroup memory (3 at 576) and each invocation at most 16 output
+/// pairs of a tile (3 × 288 / 64 = 13.5); the lanes family serves 64, 128 and 256 only
+/// ([`lanes_serve`]), so wider heads take the workgroup family on every adapter.
+pub const MAX_HEAD_DIM: u32 = 576;
 
 /// Mirror of WGSL `AttnParams`.
 #[repr(C)]
@@ -364,7 +368,7 @@ impl Kernel for AttnKey {
     fn all() -> Vec<Self> {
         let parts_all = partition_sizes();
         let mut keys = Vec::new();
-        for head_dim in [16, 64, 128, 256] {
+        for head_dim in [16, 64, 128, 256, 512, 576] {
             for variant in [AttentionVariant::Workgroup, AttentionVariant::Lanes] {
                 if variant == AttentionVariant::Lanes && !lanes_serve(head_dim) {
                     continue;
@@ -441,7 +445,7 @@ impl Kernel for ReduceKey {
 
     fn all() -> Vec<Self> {
         let parts = partition_sizes();
-        let keys = [16, 64, 128, 256].map(|head_dim| {
+        let keys = [16, 64, 128, 256, 512, 576].map(|head_dim| {
             parts.iter().map(move |&part| ReduceKey { head_dim, part }).collect::<Vec<_>>()
         });
         keys.into_iter().flatten().collect()

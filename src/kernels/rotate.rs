@@ -30,6 +30,10 @@ pub fn can_run_lanes(caps: &Capabilities) -> bool {
     caps.subgroups && caps.subgroup_min_size >= 8
 }
 
+/// Largest head size either variant rotates (the invocation kernel's private array,
+/// `shaders/rotate/hadamard.wgsl`).
+pub const MAX_HEAD_DIM: u32 = 256;
+
 /// Whether the lane variant serves a head size: 4 × NV channels a lane in NV vec4s, NV 1 to 8
 /// (`shaders/rotate/hadamard_lanes.wgsl`).
 pub fn lanes_serve(head_dim: u32) -> bool {
@@ -127,7 +131,10 @@ impl RotateOp {
         rows: RotateRows,
     ) -> Self {
         let d = rows.head_dim;
-        assert!(d.is_power_of_two() && d <= 256, "rotation needs a power-of-two head_dim ≤ 256");
+        assert!(
+            d.is_power_of_two() && d <= MAX_HEAD_DIM,
+            "rotation needs a power-of-two head_dim ≤ {MAX_HEAD_DIM}"
+        );
         let params = RotateParams {
             heads: rows.heads,
             row_stride: rows.row_stride,

@@ -14,6 +14,7 @@ use crate::kernels::linear::{InputNorm, LinearIo, LinearOp, TokenRows};
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
+use crate::kernels::rotate::MAX_HEAD_DIM as ROTATE_MAX_HEAD_DIM;
 use crate::kernels::rotate::{RotateOp, RotateRows};
 use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
@@ -65,7 +66,14 @@ pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelErr
     if c.mla.is_some() && c.head_dim > MAX_HEAD_DIM as usize {
         return bad(format!(
             "this model's MLA latent (kv_lora_rank + qk_rope_head_dim = {} channels) is wider \
-             than the attention kernels' {MAX_HEAD_DIM}; DeepSeek-sized latents are not run yet",
+             than the attention kernels' {MAX_HEAD_DIM}",
+            c.head_dim
+        ));
+    }
+    if o.kv_cache.rotate && c.head_dim > ROTATE_MAX_HEAD_DIM as usize {
+        return bad(format!(
+            "--kv-rotate rotates heads of at most {ROTATE_MAX_HEAD_DIM} channels and this \
+             model's are {}; drop --kv-rotate",
             c.head_dim
         ));
     }
