@@ -189,6 +189,26 @@ pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
 pub const DEFAULT_MAX_MODEL_LEN_CAP: usize = 8192;
 
 impl ResolvedConfig {
+    /// The one setting the device decides, once it is open: the logit rows a step may have are
+    /// capped at what one storage binding holds (`max_binding_bytes / (vocab × 4)`; Gemma 3's
+    /// 262,144-token vocabulary fits 128 rows in 128 MiB), never below `max_num_seqs` (one row a
+    /// sampling sequence: that is the model's own limit, refused at load naming the flags).
+    /// Scoring requests (perplexity, prompt logits) then take more steps, not more memory: the
+    /// scheduler cuts their chunks to the rows left ([`crate::sched::SchedulerConfig`]).
+    pub fn fit_logit_rows(&mut self, vocab_size: usize, max_binding_bytes: u64) {
+        let row_bytes = (vocab_size as u64).saturating_mul(4).max(1);
+        let fit = usize::try_from(max_binding_bytes / row_bytes).unwrap_or(usize::MAX);
+        if fit < self.max_logit_rows {
+            tracing::info!(
+                "{} logit rows of {vocab_size} floats do not fit one buffer binding of \
+                 {max_binding_bytes} bytes; steps take at most {}",
+                self.max_logit_rows,
+                fit.max(self.max_num_seqs)
+            );
+            self.max_logit_rows = fit.max(self.max_num_seqs);
+        }
+    }
+
     /// Resolves `cfg` against the model. Refuses a budget that holds no block, or less than
     /// one sequence of `max_model_len` tokens (the fix is named in the error).
     pub fn resolve(

@@ -107,13 +107,14 @@ impl Engine {
     /// Opens the GPU, reads the model file, uploads the weights and allocates the KV pool.
     pub fn load(cfg: &EngineConfig) -> Result<Self, EngineError> {
         let file = ModelFile::open(&cfg.model)?;
-        let (resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
+        let (mut resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
         let tokenizer = file.tokenizer()?;
         let model_max_len = file.config().max_position_embeddings;
         let frontend = Arc::new(Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?);
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
+        resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
         let kv = KvManager::with_groups(
             layout,
@@ -125,6 +126,7 @@ impl Engine {
             max_num_seqs: resolved.max_num_seqs,
             max_num_batched_tokens: resolved.max_num_batched_tokens,
             max_model_len: resolved.max_model_len,
+            max_logit_rows: resolved.max_logit_rows,
         };
         let mut sched = Scheduler::new(sched_config, kv)?;
         let tenants = set_tenants(&mut sched, cfg, &resolved, &layout)?;

@@ -36,7 +36,12 @@ fn sim(num_blocks: usize, max_num_seqs: usize) -> Sim {
         block_size: 4,
         num_blocks,
         prefix_cache: true,
-        sched: SchedulerConfig { max_num_seqs, max_num_batched_tokens: 64, max_model_len: 32 },
+        sched: SchedulerConfig {
+            max_num_seqs,
+            max_num_batched_tokens: 64,
+            max_model_len: 32,
+            max_logit_rows: max_num_seqs,
+        },
         vocab: VOCAB,
     })
 }

@@ -23,6 +23,12 @@ pub struct SchedulerConfig {
     pub max_num_batched_tokens: usize,
     /// Longest sequence, prompt + generated (`-c/--max-model-len`).
     pub max_model_len: usize,
+    /// Most logit rows one step may have (the model's logits buffer; at least `max_num_seqs`):
+    /// one for each sequence that samples, and the prompt positions whose logits a scoring
+    /// request wants. Those get what one row per other sequence leaves,
+    /// `max_logit_rows − (max_num_seqs − 1)`, and a chunk that would need more rows is cut
+    /// short (the next step goes on). Taken as `max_num_seqs` where smaller.
+    pub max_logit_rows: usize,
 }
 
 /// Gauges and counters (counters count since [`Scheduler::new`]), for metrics and benchmarks.
@@ -81,21 +87,26 @@ impl FinishedCounts {
 /// The budget and choices of the step being planned.
 struct Step {
     budget_left: usize,
-    /// (sequence, tokens to compute, their slots `[group][token]` as reserved), in
-    /// scheduling order.
-    chunks: Vec<(RequestId, usize, Vec<Vec<u32>>)>,
+    /// Logit rows left for prompt positions ([`SchedulerConfig::max_logit_rows`]).
+    prompt_rows_left: usize,
+    /// (sequence, tokens to compute, their slots `[group][token]` as reserved, prompt-logit
+    /// rows), in scheduling order.
+    chunks: Vec<(RequestId, usize, Vec<Vec<u32>>, usize)>,
 }
 
 impl Step {
-    fn push(&mut self, id: RequestId, num_tokens: usize, slots: Vec<Vec<u32>>) {
+    fn push(&mut self, id: RequestId, num_tokens: usize, slots: Vec<Vec<u32>>, rows: usize) {
         self.budget_left -= num_tokens;
-        self.chunks.push((id, num_tokens, slots));
+        self.prompt_rows_left -= rows;
+        self.chunks.push((id, num_tokens, slots, rows));
     }
 
-    /// Drops `id`'s chunk, if any, and gives its tokens back to the budget.
+    /// Drops `id`'s chunk, if any, and gives its tokens and rows back.
     fn remove(&mut self, id: RequestId) {
         if let Some(idx) = self.chunks.iter().position(|c| c.0 == id) {
-            self.budget_left += self.chunks.remove(idx).1;
+            let (_, tokens, _, rows) = self.chunks.remove(idx);
+            self.budget_left += tokens;
+            self.prompt_rows_left += rows;
         }
     }
 }
@@ -196,7 +207,12 @@ impl Scheduler {
     /// it) and retries. Cost: O(running) plus, per waiting request examined, O(its length) for
     /// the prefix match and O(running × its prefix) for the deferral check.
     pub fn schedule(&mut self) -> StepPlan {
-        let mut step = Step { budget_left: self.config.max_num_batched_tokens, chunks: Vec::new() };
+        let c = &self.config;
+        let mut step = Step {
+            budget_left: c.max_num_batched_tokens,
+            prompt_rows_left: c.max_logit_rows.max(c.max_num_seqs) + 1 - c.max_num_seqs,
+            chunks: Vec::new(),
+        };
         for phase in [Phase::Decode, Phase::Prefill] {
             for id in self.running.clone() {
                 if step.budget_left == 0 {
@@ -206,7 +222,12 @@ impl Scheduler {
                 if seq.phase != phase || self.kv.table(id).is_none() {
                     continue; // other phase, or preempted earlier in this loop
                 }
-                let want = seq.num_remaining().min(step.budget_left);
+                let start = seq.num_computed_tokens;
+                let cap = seq.prompt_logit_cap(start, step.prompt_rows_left);
+                let want = seq.num_remaining().min(step.budget_left).min(cap);
+                if want == 0 {
+                    continue; // its prompt logits wait for the next step's rows
+                }
                 self.schedule_running(id, want, &mut step);
             }
         }
@@ -362,7 +383,10 @@ impl Scheduler {
             let num_tokens = want.min(self.kv.num_reservable_tokens(id));
             if num_tokens > 0 {
                 let slots = self.kv.reserve(id, num_tokens).expect("fits: num_reservable_tokens");
-                step.push(id, num_tokens, slots);
+                let seq = &self.seqs[&id];
+                let start = seq.num_computed_tokens;
+                let rows = seq.prompt_logit_rows(start..start + num_tokens).len();
+                step.push(id, num_tokens, slots, rows);
                 return true;
             }
             let victim = self.preemption_victim(id);
@@ -422,7 +446,11 @@ impl Scheduler {
                 idx += 1;
                 continue;
             }
-            let num_tokens = (seq.tokens.len() - num_cached).min(step.budget_left);
+            let cap = seq.prompt_logit_cap(num_cached, step.prompt_rows_left);
+            let num_tokens = (seq.tokens.len() - num_cached).min(step.budget_left).min(cap);
+            if num_tokens == 0 {
+                break; // no logit rows left for its prompt logits this step
+            }
             if !self.kv.can_begin(seq.namespace, seq.cacheable_tokens(), num_tokens) {
                 if self.kv.is_quota_bound_ns(seq.namespace) {
                     idx += 1; // its tenant is at its KV quota: it waits, others go ahead
@@ -444,7 +472,8 @@ impl Scheduler {
                 self.prompt_tokens += seq.num_prompt_tokens as u64;
             }
             self.running.push(id);
-            step.push(id, num_tokens, slots);
+            let rows = seq.prompt_logit_rows(hit..hit + num_tokens).len();
+            step.push(id, num_tokens, slots, rows);
         }
     }
 
@@ -471,7 +500,7 @@ impl Scheduler {
         let seqs = step
             .chunks
             .iter()
-            .map(|(id, num_tokens, slots)| {
+            .map(|(id, num_tokens, slots, _)| {
                 let (id, num_tokens) = (*id, *num_tokens);
                 let seq = &self.seqs[&id];
                 let start_pos = seq.num_computed_tokens;

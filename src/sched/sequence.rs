@@ -64,6 +64,16 @@ impl Sequence {
         }
     }
 
+    /// The most tokens a chunk from position `start` may take so that at most `rows` of them
+    /// are prompt positions whose logits are wanted (the positions before the first wanted one
+    /// are free); unbounded for a request that wants none.
+    pub fn prompt_logit_cap(&self, start: usize, rows: usize) -> usize {
+        match self.prompt_logits.is_empty() {
+            true => usize::MAX,
+            false => self.prompt_logits.start.saturating_sub(start).saturating_add(rows),
+        }
+    }
+
     /// Rows of a chunk over `positions` whose prompt logits are wanted, chunk-relative.
     pub fn prompt_logit_rows(&self, positions: std::ops::Range<usize>) -> std::ops::Range<usize> {
         let lo = positions.start.max(self.prompt_logits.start);

@@ -286,6 +286,18 @@ impl Sim {
         let bs = self.model.block_size;
         assert!(plan.seqs.len() <= config.max_num_seqs, "{} sequences", plan.seqs.len());
         assert!(plan.num_tokens() <= config.max_num_batched_tokens, "{} tokens", plan.num_tokens());
+        // the engine's logit rows (engine::logit_rows): the prompt positions that want logits,
+        // through the last one when the chunk samples, else the sampled row alone
+        let rows: usize = plan
+            .seqs
+            .iter()
+            .map(|s| match (s.sample, s.prompt_logits.is_empty()) {
+                (false, _) => s.prompt_logits.len(),
+                (true, true) => 1,
+                (true, false) => s.tokens.len() - s.prompt_logits.start,
+            })
+            .sum();
+        assert!(rows <= config.max_logit_rows.max(config.max_num_seqs), "{rows} logit rows");
         assert!(self.sched.stats().num_running <= config.max_num_seqs);
         assert!(
             !plan.is_empty() || !self.sched.has_unfinished(),

@@ -18,7 +18,12 @@ fn config(block_size: usize, num_blocks: usize, prefix_cache: bool) -> SimConfig
         block_size,
         num_blocks,
         prefix_cache,
-        sched: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 32, max_model_len: 64 },
+        sched: SchedulerConfig {
+            max_num_seqs: 8,
+            max_num_batched_tokens: 32,
+            max_model_len: 64,
+            max_logit_rows: 32,
+        },
         vocab: VOCAB,
     }
 }
@@ -53,7 +58,12 @@ fn run(config: SimConfig, requests: &[Request]) -> Sim {
 #[test]
 fn bad_requests_and_configs_are_refused_with_the_fix() {
     let layout = KvLayout::f16(1, 1, 1, 4).unwrap();
-    let limits = SchedulerConfig { max_num_seqs: 2, max_num_batched_tokens: 8, max_model_len: 16 };
+    let limits = SchedulerConfig {
+        max_num_seqs: 2,
+        max_num_batched_tokens: 8,
+        max_model_len: 16,
+        max_logit_rows: 2,
+    };
     let err = Scheduler::new(limits, KvManager::new(layout, 3).unwrap()).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -217,8 +227,12 @@ fn multi_turn_chat(users: u64, turns: u64, system_len: usize, prefix_cache: bool
     let mut cfg = config(16, 1024, prefix_cache);
     // A budget of 2048 tokens could admit two first turns (1124–1224 tokens) in one step: only
     // cache-aware deferral keeps the system prompt from being computed twice.
-    cfg.sched =
-        SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 2048, max_model_len: 4096 };
+    cfg.sched = SchedulerConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 2048,
+        max_model_len: 4096,
+        max_logit_rows: 8,
+    };
     let mut sim = Sim::new(cfg);
     let system = tokens(1, system_len);
     let message = |user: u64, turn: u64| {
@@ -328,6 +342,8 @@ struct Workload {
     extra_blocks: usize,
     max_num_seqs: usize,
     max_num_batched_tokens: usize,
+    /// At least max_num_seqs: few enough that prompt-logit chunks get cut short.
+    max_logit_rows: usize,
     prefix_cache: bool,
     /// A sliding-window group next to the full one (with the prefix cache as asked: hybrid
     /// caching).
@@ -339,50 +355,47 @@ struct Workload {
 
 fn workload() -> impl Strategy<Value = Workload> {
     let window = prop_oneof![Just(None), (1..=12usize).prop_map(Some)];
-    (1..=4usize, 8..=40usize, 0..8usize, 1..=5usize, 1..=24usize, any::<bool>(), window)
-        .prop_flat_map(
-            |(
-                block_size,
-                max_model_len,
-                extra_blocks,
-                max_num_seqs,
-                budget,
-                prefix_cache,
-                window,
-            )| {
-                let bases = prop::collection::vec(prop::collection::vec(0..4u32, max_model_len), 2);
-                let logits = prop_oneof![3 => Just(None), 1 => (0..40usize).prop_map(Some)];
-                let request =
-                    (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64, logits);
-                let requests = prop::collection::vec(request, 1..=8);
-                let cancels = prop::collection::vec((0..40usize, 0..8usize), 0..3);
-                (bases, requests, cancels).prop_map(move |(bases, requests, cancels)| {
-                    let requests = requests
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, (base, len, max_tokens, stops, ns, logits))| Request {
-                            id: i as RequestId,
-                            prompt: bases[base][..len].to_vec(),
-                            max_tokens,
-                            stop_token_ids: if stops { vec![2] } else { vec![] },
-                            namespace: (ns == 1).then_some(1),
-                            prompt_logits_from: logits,
-                        })
-                        .collect();
-                    Workload {
-                        block_size,
-                        max_model_len,
-                        extra_blocks,
-                        max_num_seqs,
-                        max_num_batched_tokens: budget,
-                        prefix_cache,
-                        window,
-                        requests,
-                        cancels,
-                    }
-                })
-            },
-        )
+    let dims = (1..=4usize, 8..=40usize, 0..8usize, 1..=5usize, 1..=24usize, 0..6usize);
+    (dims, any::<bool>(), window).prop_flat_map(
+        |(
+            (block_size, max_model_len, extra_blocks, max_num_seqs, budget, extra_rows),
+            prefix_cache,
+            window,
+        )| {
+            let bases = prop::collection::vec(prop::collection::vec(0..4u32, max_model_len), 2);
+            let logits = prop_oneof![3 => Just(None), 1 => (0..40usize).prop_map(Some)];
+            let request =
+                (0..2usize, 1..max_model_len, 1..=12usize, any::<bool>(), 0..2u64, logits);
+            let requests = prop::collection::vec(request, 1..=8);
+            let cancels = prop::collection::vec((0..40usize, 0..8usize), 0..3);
+            (bases, requests, cancels).prop_map(move |(bases, requests, cancels)| {
+                let requests = requests
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (base, len, max_tokens, stops, ns, logits))| Request {
+                        id: i as RequestId,
+                        prompt: bases[base][..len].to_vec(),
+                        max_tokens,
+                        stop_token_ids: if stops { vec![2] } else { vec![] },
+                        namespace: (ns == 1).then_some(1),
+                        prompt_logits_from: logits,
+                    })
+                    .collect();
+                Workload {
+                    block_size,
+                    max_model_len,
+                    extra_blocks,
+                    max_num_seqs,
+                    max_num_batched_tokens: budget,
+                    max_logit_rows: max_num_seqs + extra_rows,
+                    prefix_cache,
+                    window,
+                    requests,
+                    cancels,
+                }
+            })
+        },
+    )
 }
 
 /// Runs workload `w` to the end on the simulated engine, checking every step; returns the
@@ -410,6 +423,7 @@ fn run_workload(w: &Workload) -> Result<u64, TestCaseError> {
             max_num_seqs: w.max_num_seqs,
             max_num_batched_tokens: w.max_num_batched_tokens,
             max_model_len: w.max_model_len,
+            max_logit_rows: w.max_logit_rows,
         },
         vocab: 8,
     };
