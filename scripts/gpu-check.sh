@@ -131,14 +131,15 @@ for path in sorted(glob.glob(f"{out}/decode-*.json")):
     name = os.path.basename(path)[len("decode-"):-len(".json")]
     d = load(path)
     report["decode"][name] = d
-    md += [f"## {name}", "", "| context | decode tok/s | GPU ms/token | attention ms | host ms/token | dispatches/token | bytes/step | GB/s | of read bw |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    md += [f"## {name}", "", "| context | decode tok/s | GPU ms/token | attention ms | host ms/token | dispatches/token | readback B/token | bytes/step | GB/s | of read bw |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in d["points"]:
         r = p.get("roofline") or {}
         f = lambda v, fmt: fmt.format(v) if v is not None else "n/a"
         md.append(f"| {p['context_length']} | {p['decode_tokens_per_s']:.1f} | {f(p['gpu_ms_per_token'], '{:.3f}')} | "
                   f"{f(p['attention_gpu_ms_per_token'], '{:.3f}')} | {f(p.get('host_ms_per_token'), '{:.3f}')} | "
-                  f"{f(p.get('dispatches_per_token'), '{:.0f}')} | {p['step_bytes']['total'] / 2**20:.1f} MiB | "
+                  f"{f(p.get('dispatches_per_token'), '{:.0f}')} | {f(p.get('readback_bytes_per_token'), '{:.0f}')} | "
+                  f"{p['step_bytes']['total'] / 2**20:.1f} MiB | "
                   f"{f(r.get('achieved_gb_s'), '{:.1f}')} | {f(r.get('fraction') and 100 * r['fraction'], '{:.1f} %')} |")
     lb = f"{out}/llama-bench-{name}.json"
     if os.path.exists(lb) and os.path.getsize(lb):

@@ -62,7 +62,7 @@ fn perplexity_with_kld_reports_the_f16_baseline() {
 /// with or without the layers' two RMSNorm dispatches.
 fn tiny_dispatches(norm_dispatches: bool) -> f64 {
     let norms = if norm_dispatches { 2.0 } else { 0.0 };
-    (7.0 + norms) + (8.0 + norms) + 3.0
+    (7.0 + norms) + (8.0 + norms) + 4.0
 }
 
 #[test]
@@ -113,13 +113,15 @@ fn bench_decode_reports_each_context_length() {
         // Dispatches per decode step of the 2-layer tiny Llama: per layer RMSNorm, QKV (one
         // matmul), RoPE + KV write (one dispatch), attention partials + reduce, O, RMSNorm,
         // gate/up with the SiLU·mul epilogue (one matmul), down = 9, but layer 1's V is Q4_1
-        // beside Q4_0 Q/K, so its QKV is two matmuls (10); then embedding, final norm and LM
-        // head. Where the adapter's linear variant norms on load, the two RMSNorms of a layer
-        // are part of its matmuls.
+        // beside Q4_0 Q/K, so its QKV is two matmuls (10); then embedding, final norm, LM
+        // head and the greedy argmax. Where the adapter's linear variant norms on load, the two
+        // RMSNorms of a layer are part of its matmuls.
         assert_eq!(p["dispatches_per_token"].as_f64(), Some(tiny_dispatches(norms)), "{p}");
         // recording and submitting a step takes the host some time, never none (0 = unset)
         let host = num(&p["host_ms_per_token"]);
         assert!(host.is_finite() && host > 0.0, "host ms per token: {p}");
+        // greedy decode: the GPU picks the token, one u32 comes back a step
+        assert_eq!(p["readback_bytes_per_token"].as_f64(), Some(4.0), "{p}");
         let (ms, roof) = (num(&p["gpu_ms_per_token"]), &p["roofline"]);
         let achieved = num(&roof["achieved_gb_s"]);
         let want = b["total"].as_u64().unwrap() as f64 / (ms * 1e6);

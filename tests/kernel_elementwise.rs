@@ -322,3 +322,64 @@ fn rotate_matches_fwht_bit_for_bit() {
         }
     }
 }
+
+/// Greedy sampling on the GPU (`kernels::argmax`) against the CPU sampler's greedy choice
+/// (`sample::Sampler` at temperature 0), row by row: random rows; a maximum repeated at several
+/// indices (the lowest wins); NaN at and around the maximum (never picked); a row of NaN (0);
+/// +inf (wins, the first of two); −inf only; −0 and +0 as the maxima (equal: the lowest index);
+/// vocabularies not a multiple of the workgroup (1, 257, 1000) and Gemma 3's 262,144. The rows
+/// past the step's count keep their sentinel.
+#[test]
+fn argmax_matches_the_cpu_greedy_sampler() {
+    use kvrun::kernels::argmax::ArgmaxOp;
+    use kvrun::sample::{Sampler, SamplingParams};
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let greedy = || Sampler::new(&SamplingParams { temperature: 0.0, ..Default::default() });
+    for (i, vocab) in [1usize, 257, 1000, 262_144].into_iter().enumerate() {
+        let mut r = rng(700 + i as u64);
+        let mut rows: Vec<Vec<f32>> = (0..4).map(|_| uniform(&mut r, vocab, 8.0)).collect();
+        if vocab > 10 {
+            let top = vocab - 3;
+            for (j, row) in rows.iter_mut().enumerate().skip(1) {
+                match j {
+                    1 => {
+                        // ties: the maximum at three places, the lowest index must win
+                        row[top] = 100.0;
+                        row[5] = 100.0;
+                        row[vocab - 1] = 100.0;
+                    }
+                    2 => {
+                        // NaN where the maximum would be, and a +inf twice
+                        row[0] = f32::NAN;
+                        row[top] = f32::NAN;
+                        row[7] = f32::INFINITY;
+                        row[top - 1] = f32::INFINITY;
+                    }
+                    _ => {
+                        // −0 and +0 as the maxima
+                        row.iter_mut().for_each(|x| *x = -x.abs() - 1.0);
+                        row[top] = 0.0;
+                        row[9] = -0.0;
+                    }
+                }
+            }
+            rows.push(vec![f32::NAN; vocab]);
+            rows.push(vec![f32::NEG_INFINITY; vocab]);
+        }
+        let n = rows.len();
+        let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+        let logits = storage_f32(gpu, &flat);
+        let ids = storage_u32(gpu, &vec![0xDEAD_BEEF; n + 1]);
+        let step = step_uniform(gpu, StepInfo { num_logits: n as u32, ..Default::default() });
+        let op = ArgmaxOp::new(gpu, &t.kernels, &step, &logits, &ids, vocab as u32);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { argmax_rows: n as u32, ..Default::default() });
+        });
+        let got = gpu.read_u32(&ids, 0, n + 1).unwrap();
+        for (j, row) in rows.iter().enumerate() {
+            assert_eq!(got[j], greedy().sample(row), "vocab {vocab}, row {j}");
+        }
+        assert_eq!(got[n], 0xDEAD_BEEF, "vocab {vocab}: a row past the step's was written");
+    }
+}

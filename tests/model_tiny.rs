@@ -316,6 +316,40 @@ fn qwen3_perplexity_matches_transformers_and_llama_cpp() {
     check_tiny_perplexity("assets/tiny-qwen3", &files, 1e-4, 5e-3);
 }
 
+/// A step that reads back only its rows' argmaxes (`LogitReadback::Argmax`, greedy sampling on
+/// the GPU) gets, row for row, the token the CPU greedy sampler picks from the same step's
+/// logit rows read back whole: 40 prefill rows and a decode step's one, both kernel families.
+#[test]
+fn gpu_argmax_readback_is_the_cpu_greedy_choice() {
+    use kvrun::model::LogitReadback;
+    use kvrun::sample::{Sampler, SamplingParams};
+    let g = golden();
+    let greedy = Sampler::new(&SamplingParams { temperature: 0.0, ..Default::default() });
+    for family in FAMILIES {
+        let Some((mut model, _)) = load("tiny-llama-q.gguf", 16, family) else { return };
+        let table = table(16, 60);
+        for (start, n) in [(0usize, 40usize), (39, 1)] {
+            let chunk = SeqChunk {
+                tokens: &g.tokens[start..start + n],
+                start_pos: start,
+                block_tables: std::slice::from_ref(&table),
+                slot_mapping: None,
+                logits: LogitsWanted::Range(0..n),
+                stage_slot: 0,
+            };
+            let mut batch = ForwardBatch::new(&[chunk], 16, model.query_tile());
+            let rows = model.forward(&batch).unwrap();
+            assert!(rows.token_ids.is_none());
+            batch.readback = LogitReadback::Argmax;
+            let ids = model.forward(&batch).unwrap();
+            assert!(ids.data.is_empty(), "{family:?}: argmax readback also read the rows");
+            let ids = ids.token_ids.expect("argmax readback");
+            let want: Vec<u32> = (0..n).map(|r| greedy.clone().sample(rows.row(r))).collect();
+            assert_eq!(ids, want, "{family:?}, {n} rows from position {start}");
+        }
+    }
+}
+
 #[test]
 fn chunked_prefill_and_decode_steps_match_across_block_sizes() {
     let g = golden();

@@ -71,6 +71,10 @@ pub struct DecodePoint {
     /// (`StepTiming::host_ms`, the timed steps'): beside `gpu_ms_per_token`, whether decode is
     /// bound by the host's command encoding rather than the GPU.
     pub host_ms_per_token: Option<f64>,
+    /// Bytes of logits read back to the host per decoded token (`StepTiming::readback_bytes`,
+    /// the timed steps'): 4 where the GPU samples greedily (the bench decodes greedily), a
+    /// whole vocabulary row × 4 where the host samples.
+    pub readback_bytes_per_token: Option<f64>,
     /// GPU ms per decoded token by kernel kind (with `per_op`).
     pub gpu_ms_by_kind: BTreeMap<&'static str, f64>,
     /// GPU ms of the prompt's prefill by kernel kind (with `per_op`: the first run's, which
@@ -239,6 +243,11 @@ impl DecodeBench {
                 .as_ref()
                 .filter(|_| t.decode_steps > 0)
                 .map(|g| g.host_ms / t.decode_steps as f64);
+            let readback_bytes_per_token = t
+                .decode_gpu
+                .as_ref()
+                .filter(|_| t.decode_steps > 0)
+                .map(|g| g.readback_bytes as f64 / t.decode_steps as f64);
             // The timed decode steps attend to ctx + 1 … ctx + timed_steps keys.
             let step_bytes = step_bytes(engine, ctx + 1 + self.timed_steps.saturating_sub(1) / 2);
             let roofline = roofline(&step_bytes, (attn, total), &by_kind, self.bandwidth.as_ref());
@@ -250,6 +259,7 @@ impl DecodeBench {
                 gpu_ms_per_token: total,
                 dispatches_per_token,
                 host_ms_per_token,
+                readback_bytes_per_token,
                 gpu_ms_by_kind: by_kind,
                 prefill_gpu_ms_by_kind: out
                     .timing
@@ -296,8 +306,8 @@ impl DecodeReport {
                 b.copy_gb_s
             );
         }
-        s += "| context | prefill tok/s | decode tok/s | attention GPU ms/token | total GPU ms/token | dispatches/token | host ms/token | bytes/step | GB/s | of read bandwidth | KV bytes | KV bytes by group |\n";
-        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+        s += "| context | prefill tok/s | decode tok/s | attention GPU ms/token | total GPU ms/token | dispatches/token | host ms/token | readback B/token | bytes/step | GB/s | of read bandwidth | KV bytes | KV bytes by group |\n";
+        s += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
         let ms = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.2}"));
         for p in &self.points {
             let groups: Vec<String> =
@@ -309,7 +319,7 @@ impl DecodeReport {
                 None => ("n/a".into(), "n/a".into()),
             };
             s += &format!(
-                "| {} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {gbs} | {frac} | {} | {} |\n",
+                "| {} | {:.1} | {:.2} | {} | {} | {} | {} | {} | {} | {gbs} | {frac} | {} | {} |\n",
                 p.context_length,
                 p.prefill_tokens_per_s,
                 p.decode_tokens_per_s,
@@ -317,6 +327,7 @@ impl DecodeReport {
                 ms(p.gpu_ms_per_token),
                 p.dispatches_per_token.map_or("n/a".to_string(), |d| format!("{d:.0}")),
                 ms(p.host_ms_per_token),
+                p.readback_bytes_per_token.map_or("n/a".to_string(), |b| format!("{b:.0}")),
                 crate::kv::format_bytes(p.step_bytes.total),
                 crate::kv::format_bytes(p.kv_bytes_used),
                 groups.join(" · ")

@@ -42,7 +42,9 @@ use crate::gpu::{Gpu, GpuError};
 use crate::kernels::{KernelConfig, Kernels};
 use crate::kv::{KvError, KvLayout, KvManager};
 use crate::loader::{LoadError, ModelFile};
-use crate::model::{ForwardBatch, Logits, LogitsWanted, Model, ModelError, ModelOptions, SeqChunk};
+use crate::model::{
+    ForwardBatch, LogitReadback, Logits, LogitsWanted, Model, ModelError, ModelOptions, SeqChunk,
+};
 use crate::quant::KvQuantError;
 use crate::sched::{RequestId, SchedError, Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{ChatTemplate, Tokenizer, TokenizerError};
@@ -233,7 +235,19 @@ impl Engine {
                 stage_slot,
             })
             .collect();
-        ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile())
+        let mut batch =
+            ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile());
+        // Where every logit row is a greedy sample, the GPU picks the tokens and only their
+        // ids come back (4 bytes a row, not the vocabulary's logits).
+        let greedy_only = plan.seqs.iter().all(|s| {
+            logit_rows(s).is_empty()
+                || (s.prompt_logits.is_empty()
+                    && self.requests.get(&s.id).is_some_and(|a| a.sampler.is_greedy()))
+        });
+        if greedy_only {
+            batch.readback = LogitReadback::Argmax;
+        }
+        batch
     }
 
     /// Samples one token for each chunk that samples, by its request's own sampler, from its
@@ -250,7 +264,12 @@ impl Engine {
                 }
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
-                    sampled.push((s.id, active.sampler.sample(logits.row(row))));
+                    let token = match &logits.token_ids {
+                        // the GPU's argmax: the greedy sampler's choice (prepare asked for it)
+                        Some(ids) => ids[row],
+                        None => active.sampler.sample(logits.row(row)),
+                    };
+                    sampled.push((s.id, token));
                 }
                 row += 1;
             }

@@ -9,6 +9,7 @@
 //! Pipelines are cached by [`PipelineKey`], which wraps one key per family; variants are chosen
 //! at run time from the device's capabilities in one function, [`KernelConfig::choose`].
 
+pub mod argmax;
 pub mod attention;
 pub mod bandwidth;
 pub mod embedding;
@@ -87,6 +88,9 @@ pub struct StepShape {
     pub num_stage_rows: u32,
     /// Quantized KV: blocks completed in this step (`kv_quantize` workgroups along x).
     pub num_completed_blocks: u32,
+    /// Logit rows whose argmax the GPU computes (greedy sampling on the GPU,
+    /// `model::LogitReadback::Argmax`): `num_logits` then, else 0.
+    pub argmax_rows: u32,
 }
 
 /// How wide the components are that the CPU variants load lane by lane: the subgroup linear
@@ -209,6 +213,8 @@ pipeline_keys! {
     Attention(attention::AttnKey),
     /// Paged attention: the merge of the decode partials.
     AttnReduce(attention::ReduceKey),
+    /// Greedy sampling on the GPU: each logit row's argmax.
+    Argmax(argmax::ArgmaxKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.

@@ -76,6 +76,20 @@ pub struct ForwardBatch {
     /// of a sequence (the same entries but for the block id); the block is live in a sliding
     /// group too, as it holds the step's own positions.
     pub completed_blocks: Vec<Vec<[u32; 4]>>,
+    /// What the step reads back of its logit rows (the caller sets it; rows by default).
+    pub readback: LogitReadback,
+}
+
+/// What a step reads back of its logit rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogitReadback {
+    /// Every row whole: `rows × vocab × 4` bytes ([`Logits::data`]).
+    #[default]
+    Rows,
+    /// Only each row's argmax, computed on the GPU exactly as the CPU sampler's greedy choice
+    /// (`kernels::argmax`): 4 bytes a row ([`Logits::token_ids`]). For steps whose every logit
+    /// row is a greedy sample.
+    Argmax,
 }
 
 impl ForwardBatch {
@@ -210,15 +224,23 @@ impl ForwardBatch {
             num_prefill_tiles: self.prefill_tiles.len() as u32,
             num_stage_rows: self.stage_rows.len() as u32,
             num_completed_blocks: self.num_completed_blocks() as u32,
+            argmax_rows: match self.readback {
+                LogitReadback::Rows => 0,
+                LogitReadback::Argmax => self.logit_rows.len() as u32,
+            },
         }
     }
 }
 
-/// Logits of one step. [num_logits, vocab]
+/// Logits of one step: [num_logits, vocab], or with [`LogitReadback::Argmax`] only each row's
+/// argmax.
 #[derive(Clone, Debug, Default)]
 pub struct Logits {
     pub vocab: usize,
+    /// [num_logits, vocab]; empty when the step read back argmaxes.
     pub data: Vec<f32>,
+    /// [num_logits] each row's argmax, when the step asked for it ([`LogitReadback::Argmax`]).
+    pub token_ids: Option<Vec<u32>>,
     /// Chunk index (as given to [`ForwardBatch::new`]) of each row.
     pub chunks: Vec<usize>,
     /// GPU time of the step, when it was measured.
@@ -251,6 +273,9 @@ pub struct StepTiming {
     /// validation and the driver's submission; not the input upload nor the logits readback).
     /// Where it nears `total_ms` the step is bound by the host, not the GPU.
     pub host_ms: f64,
+    /// Bytes of logits read back to the host: rows × vocab × 4, or 4 a row when the GPU
+    /// sampled greedily ([`LogitReadback::Argmax`]).
+    pub readback_bytes: u64,
 }
 
 impl StepTiming {
@@ -260,6 +285,7 @@ impl StepTiming {
         self.total_ms += other.total_ms;
         self.dispatches += other.dispatches;
         self.host_ms += other.host_ms;
+        self.readback_bytes += other.readback_bytes;
         for (k, v) in &other.by_kind {
             *self.by_kind.entry(k).or_default() += v;
         }

@@ -127,6 +127,10 @@ pub(super) struct Activations {
     pub logits: wgpu::Buffer,
     /// MAP_READ copy of `logits`
     pub logits_staging: wgpu::Buffer,
+    /// [max_logit_rows] u32: each logit row's argmax (greedy sampling on the GPU)
+    pub token_ids: wgpu::Buffer,
+    /// MAP_READ copy of `token_ids`
+    pub token_ids_staging: wgpu::Buffer,
     /// [max_seqs, heads, max_partitions, head_dim + 2] decode split-K partials
     pub partials: wgpu::Buffer,
     /// One per distinct layer RoPE (`ModelConfig::distinct_ropes` order):
@@ -184,6 +188,13 @@ impl Activations {
             logits_staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("logits staging"),
                 size: logits_bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            token_ids: gpu.storage_buffer("argmax token ids", (o.max_logit_rows.max(1) * 4) as u64),
+            token_ids_staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("argmax token ids staging"),
+                size: (o.max_logit_rows.max(1) * 4) as u64,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),

@@ -10,10 +10,11 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use batch::{slot_of, ForwardBatch, Logits, LogitsWanted, SeqChunk, StepTiming};
+pub use batch::{slot_of, ForwardBatch, LogitReadback, Logits, LogitsWanted, SeqChunk, StepTiming};
 pub use buffers::KvPool;
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
+use crate::kernels::argmax::ArgmaxOp;
 use crate::kernels::attention::AttentionOp;
 use crate::kernels::embedding::EmbeddingOp;
 use crate::kernels::glu::GluOp;
@@ -149,6 +150,7 @@ enum Op {
     KvStage(KvStageOp),
     Attention(AttentionOp),
     Glu(GluOp),
+    Argmax(ArgmaxOp),
 }
 
 impl Op {
@@ -167,6 +169,7 @@ impl Op {
             Op::Attention(op) if op.is_windowed() => "attention_sliding",
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
+            Op::Argmax(_) => "argmax",
         }
     }
 
@@ -184,6 +187,7 @@ impl Op {
             Op::KvStage(op) => op.record(pass, shape),
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
+            Op::Argmax(op) => op.record(pass, shape),
         }
     }
 }
@@ -298,20 +302,32 @@ impl Model {
         };
         let rows = batch.logit_rows.len();
         let vocab = self.config.vocab_size;
-        let bytes = (rows * vocab * 4) as u64;
+        // the logit rows whole, or only their argmaxes (greedy sampling on the GPU)
+        let (src, staging, bytes) = match batch.readback {
+            LogitReadback::Rows => {
+                (&self.act.logits, &self.act.logits_staging, (rows * vocab * 4) as u64)
+            }
+            LogitReadback::Argmax => {
+                (&self.act.token_ids, &self.act.token_ids_staging, (rows * 4) as u64)
+            }
+        };
         if bytes > 0 {
-            encoder.copy_buffer_to_buffer(&self.act.logits, 0, &self.act.logits_staging, 0, bytes);
+            encoder.copy_buffer_to_buffer(src, 0, staging, 0, bytes);
         }
         if let Some(timer) = &self.timer {
             timer.resolve(&mut encoder);
         }
         self.gpu.queue.submit([encoder.finish()]);
         let host_ms = recording.elapsed().as_secs_f64() * 1e3;
-        let data = if bytes > 0 {
-            bytemuck::pod_collect_to_vec(&self.gpu.map_and_read(&self.act.logits_staging, bytes)?)
+        let read = if bytes > 0 {
+            self.gpu.map_and_read(staging, bytes)?
         } else {
             self.gpu.wait_idle()?;
             Vec::new()
+        };
+        let (data, token_ids) = match batch.readback {
+            LogitReadback::Rows => (bytemuck::pod_collect_to_vec(&read), None),
+            LogitReadback::Argmax => (Vec::new(), Some(bytemuck::pod_collect_to_vec(&read))),
         };
         // a validation error in this step's commands means the logits are not to be trusted
         self.gpu.check_errors()?;
@@ -319,11 +335,12 @@ impl Model {
             Some(timer) => Some(StepTiming {
                 dispatches: u64::from(dispatches),
                 host_ms,
+                readback_bytes: bytes,
                 ..split_timing(&self.ops, self.timing == Timing::PerOp, &timer.read_ms(&self.gpu)?)
             }),
             None => None,
         };
-        Ok(Logits { vocab, data, chunks: batch.logit_chunks.clone(), timing })
+        Ok(Logits { vocab, data, token_ids, chunks: batch.logit_chunks.clone(), timing })
     }
 
     fn check_capacity(&self, b: &ForwardBatch) -> Result<(), ModelError> {

@@ -50,6 +50,12 @@ impl Sampler {
         Sampler { mode, rng: StdRng::seed_from_u64(params.seed), candidates: Vec::new() }
     }
 
+    /// Whether this sampler is greedy: its choice is the argmax of the logits, which the GPU
+    /// computes the same way (`kernels::argmax`), so its step need not read the logits back.
+    pub fn is_greedy(&self) -> bool {
+        self.mode == Mode::Greedy
+    }
+
     /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no
     /// RNG draw. Random: O(vocab) plus O(vocab log vocab) when top-p is on; one RNG draw.
     ///

@@ -5,6 +5,7 @@ use super::super::buffers::{Activations, KvPool, StepBuffers};
 use super::super::weights::{self, matrix, FusedPart, GateUp};
 use super::super::{ModelError, ModelOptions, Op};
 use crate::gpu::Gpu;
+use crate::kernels::argmax::ArgmaxOp;
 use crate::kernels::attention::{partitions, AttentionIo, AttentionOp, KvQuantIo, MAX_HEAD_DIM};
 use crate::kernels::embedding::EmbeddingOp;
 use crate::kernels::glu::GluOp;
@@ -197,6 +198,12 @@ impl Builder<'_> {
         let lm_head =
             self.linear("lm_head", &head, &act.logits_in, &act.logits, false, TokenRows::Logits);
         ops.push(Op::Linear(lm_head));
+        // greedy sampling on the GPU, for steps that read back argmaxes only
+        let vocab = c.vocab_size as u32;
+        let step = &self.step.step;
+        let argmax =
+            ArgmaxOp::new(self.gpu, self.kernels, step, &act.logits, &act.token_ids, vocab);
+        ops.push(Op::Argmax(argmax));
         Ok(bytes)
     }
 
