@@ -54,7 +54,9 @@ pub(super) fn check_buffer_sizes(
             unit: "logit rows",
             unit_bytes: f32_row(Some(n(c.vocab_size))),
             count: o.max_logit_rows.max(1),
-            flag: "--max-num-seqs (perplexity: -c or --max-num-batched-tokens)",
+            // one row a sampling sequence; scoring requests take what fits
+            // (engine::ResolvedConfig::fit_logit_rows), so only sequences can overflow it
+            flag: "--max-num-seqs",
         },
         Scaled {
             buffer: "decode partials",
@@ -165,7 +167,8 @@ mod tests {
     fn defaults_fit_and_each_flag_is_named_with_the_largest_value() {
         let c = smollm2();
         check_buffer_sizes(&c, &options(512, 8, 8), LAVAPIPE).unwrap();
-        // logits: 49152 × 4 = 196,608 B a row; 128 MiB holds 682 rows (perplexity -c 1024)
+        // logits: 49152 × 4 = 196,608 B a row; 128 MiB holds 682 rows (one a sequence:
+        // serve --max-num-seqs 683 and more is refused; scoring steps are fitted to 682)
         let err = check_buffer_sizes(&c, &options(1024, 1, 1024), LAVAPIPE).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("logits") && msg.contains("682"), "{msg}");
