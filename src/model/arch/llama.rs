@@ -15,7 +15,8 @@
 //!                           (one rope_kv_write dispatch with rope, without --kv-rotate)
 //!                           attn = paged_attention(q, pool[layer])
 //!             quantized KV: kv_quantize(blocks completed this step → pool[layer])
-//!                           attn = paged_attention_kvq(q, pool[layer], staging, own rows)
+//!                           attn = paged_attention(q, pool[layer]; the quantized reader:
+//!                                  head blocks, the own block fresh from staging / qkv)
 //!                           kv_stage(rows of partial last blocks → staging[layer])
 //!             [rotate(attn)]                          undoes V's rotation
 //!             hidden += attn · Woᵀ
@@ -60,8 +61,9 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let q = (name("attn_q.weight"), q_rows, bias("attn_q"));
     let k = (name("attn_k.weight"), kv_rows, bias("attn_k"));
     let v = (name("attn_v.weight"), kv_rows, bias("attn_v"));
-    // with Q/K norms, Q|K go to the scratch the norms read and V straight into qkv
-    let (qkv, v) = match c.qk_norm {
+    // `proj`: Q|K|V into qkv; with Q/K norms Q|K only, into the scratch the norms read, and V
+    // (`v`) straight into qkv
+    let (proj, v) = match c.qk_norm {
         false => (fused(gpu, file, &name("attn_qkv"), &[q, k, v], hidden, max)?, Vec::new()),
         true => (
             fused(gpu, file, &name("attn_qk"), &[q, k], hidden, max)?,
@@ -72,17 +74,17 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
-    let parts = qkv.iter().chain(&v).map(|p| &p.weight);
+    let parts = proj.iter().chain(&v).map(|p| &p.weight);
     let bytes: u64 = parts.chain([&o, &down]).map(gpu_bytes).sum();
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
     if c.qk_norm {
         let qk_width = (q_rows + kv_rows) as u32;
-        b.fused_ops(&name("qk"), &qkv, &input, (&act.qk, qk_width, 0), ops);
+        b.fused_ops(&name("qk"), &proj, &input, (&act.qk, qk_width, 0), ops);
         b.fused_ops(&name("v"), &v, &input, (&act.qkv, layout.stride(), qk_width), ops);
         ops.push(b.qk_norms(l)?);
     } else {
-        b.fused_ops(&name("qkv"), &qkv, &input, (&act.qkv, layout.stride(), 0), ops);
+        b.fused_ops(&name("qkv"), &proj, &input, (&act.qkv, layout.stride(), 0), ops);
     }
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
