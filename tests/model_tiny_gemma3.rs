@@ -93,6 +93,34 @@ fn run_chunks(
     out
 }
 
+/// Runs `tokens` through the model in `chunks` (lengths), one block table per KV-cache group,
+/// returning every position's logits.
+fn run_grouped(
+    model: &mut Model,
+    tokens: &[u32],
+    chunks: &[usize],
+    tables: &[Vec<u32>],
+    bs: usize,
+) -> Vec<f32> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    for &len in chunks {
+        let chunk = SeqChunk {
+            tokens: &tokens[pos..pos + len],
+            start_pos: pos,
+            block_tables: tables,
+            slot_mapping: None,
+            logits: LogitsWanted::Range(0..len),
+            stage_slot: 0,
+        };
+        let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
+        out.extend(model.forward(&batch).unwrap().data);
+        pos += len;
+    }
+    assert_eq!(pos, tokens.len());
+    out
+}
+
 /// 120 tokens past the 48-token window: the sliding layers attend through their window, each
 /// group through its own shuffled table (disjoint blocks), in one prefill, chunks that start
 /// mid-window, and decode steps, both kernel families, bit-identical to each other.
@@ -139,21 +167,7 @@ fn past_the_window_the_sliding_layers_match_the_cpu_forward() {
             let mut steps = vec![60];
             steps.extend(std::iter::repeat_n(1, 60));
             for chunks in [vec![120], vec![37, 50, 33], steps] {
-                let mut out = Vec::new();
-                let mut pos = 0;
-                for len in chunks {
-                    let chunk = SeqChunk {
-                        tokens: &tokens[pos..pos + len],
-                        start_pos: pos,
-                        block_tables: &tables,
-                        slot_mapping: None,
-                        logits: LogitsWanted::Range(0..len),
-                        stage_slot: 0,
-                    };
-                    let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
-                    out.extend(model.forward(&batch).unwrap().data);
-                    pos += len;
-                }
+                let out = run_grouped(&mut model, &tokens, &chunks, &tables, bs);
                 check_logits(&format!("{family:?} past the window"), &out, &want, vocab);
                 runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             }
@@ -286,21 +300,7 @@ fn hf_gemma3_matches_transformers_as_directory_and_converted_gguf() {
             let mut steps = vec![27];
             steps.extend(std::iter::repeat_n(1, 13));
             for chunks in [vec![40], vec![13, 1, 26], steps] {
-                let mut out = Vec::new();
-                let mut pos = 0;
-                for len in chunks {
-                    let chunk = SeqChunk {
-                        tokens: &tokens[pos..pos + len],
-                        start_pos: pos,
-                        block_tables: &tables,
-                        slot_mapping: None,
-                        logits: LogitsWanted::Range(0..len),
-                        stage_slot: 0,
-                    };
-                    let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
-                    out.extend(model.forward(&batch).unwrap().data);
-                    pos += len;
-                }
+                let out = run_grouped(&mut model, &tokens, &chunks, &tables, bs);
                 check_logits(&format!("HF Gemma 3 {rel} {family:?}"), &out, &want, vocab);
                 runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             }

@@ -131,13 +131,22 @@ def perplexity_f64(model, ids):
 
 
 def llama_perplexity(gguf_path):
-    """llama.cpp's llama-perplexity on PPL_TEXT (its Final estimate)."""
-    out = subprocess.run(
-        [os.path.join(LLAMA_CPP_BIN, "llama-perplexity"), "-m", gguf_path, "-f", PPL_TEXT,
-         "-c", str(PPL_CTX), "--chunks", str(PPL_CHUNKS), "-b", str(PPL_CTX)],
-        check=True, capture_output=True, text=True)
-    line = [l for l in (out.stdout + out.stderr).splitlines() if "Final estimate" in l][-1]
-    return float(line.split("PPL = ")[1].split()[0])
+    """llama.cpp's llama-perplexity on PPL_TEXT: its running PPL after the last chunk (what its
+    Final estimate says). llama.cpp's logger writes from a thread of its own and may lose the
+    last lines at exit, so the running values (`[4]526.9747,`) count too, and a run that shows
+    neither is repeated."""
+    import re
+    for _ in range(3):
+        out = subprocess.run(
+            [os.path.join(LLAMA_CPP_BIN, "llama-perplexity"), "-m", gguf_path, "-f", PPL_TEXT,
+             "-c", str(PPL_CTX), "--chunks", str(PPL_CHUNKS), "-b", str(PPL_CTX)],
+            check=True, capture_output=True, text=True)
+        text = out.stdout + out.stderr
+        final = re.findall(r"Final estimate: PPL = ([0-9.]+)", text)
+        running = re.findall(rf"\[{PPL_CHUNKS}\]([0-9.]+),", text)
+        if final or running:
+            return float((final or running)[-1])
+    raise RuntimeError(f"llama-perplexity printed no PPL for {gguf_path}")
 
 
 def write_golden(path, ids, logits_by_variant, extra=None):
@@ -151,3 +160,60 @@ def write_golden(path, ids, logits_by_variant, extra=None):
     with open(path, "w") as f:
         json.dump(golden, f)
         f.write("\n")
+
+
+# GGUF names (llama.cpp's) of the tensors outside the layers → HF names.
+GGUF_TO_HF = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def hf_name(gguf_name, layer_names):
+    """The HF name of a GGUF tensor: `layer_names` maps a layer tensor's GGUF base name
+    (`attn_q`) to its HF module path (`self_attn.q_proj`)."""
+    if gguf_name in GGUF_TO_HF:
+        return GGUF_TO_HF[gguf_name]
+    _, layer, rest = gguf_name.split(".", 2)
+    base, suffix = rest.rsplit(".", 1)
+    return f"model.layers.{layer}.{layer_names[base]}.{suffix}"
+
+
+def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_shift=0.0):
+    """Writes everything a tiny model's script promises, next to it (`here`):
+    hf/ (the byte-level tokenizer and `make_model(vocab)`'s save_pretrained), NAME-f32.gguf and
+    NAME-q8_0.gguf (llama.cpp's converter, the pre-tokenizer declared as `pre`), golden.json
+    (40 token ids and transformers' float64 logits of hf/ and of the Q8_0 GGUF's dequantized
+    weights loaded back into the same model, their norms less the converter's `norm_shift`; the
+    perplexity of PPL_TEXT under both and llama.cpp's llama-perplexity on both GGUFs).
+    `make_model(vocab)` must build the same seeded model every call; `seed` draws the token ids."""
+    import torch
+    hf = os.path.join(here, "hf")
+    os.makedirs(hf, exist_ok=True)
+    vocab = write_tokenizer(hf, chat_template)
+    make_model(vocab).save_pretrained(hf, safe_serialization=True)
+    ids = np.random.default_rng(seed).integers(0, vocab, N_GOLDEN_TOKENS)
+    f32 = os.path.join(here, f"{name}-f32.gguf")
+    q8 = os.path.join(here, f"{name}-q8_0.gguf")
+    convert(hf, f32, "f32", pre)
+    convert(hf, q8, "q8_0", pre)
+    logits = {"hf_f32": logits_f64(make_model(vocab), ids.tolist())}
+    q_model = make_model(vocab).to(torch.float64)
+    state = {}
+    for k, v in gguf_arrays(q8).items():
+        state[hf_name(k, layer_names)] = torch.from_numpy(
+            v - norm_shift if k.endswith("norm.weight") else v)
+    missing, unexpected = q_model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    q_model.tie_weights()
+    logits["gguf_q8_0"] = logits_f64(q_model, ids.tolist())
+    text = text_ids(hf)
+    ppl = {
+        "text": "assets/text/alice-ch1-9.txt", "ctx": PPL_CTX, "chunks": PPL_CHUNKS,
+        "transformers_f64": {"hf_f32": perplexity_f64(make_model(vocab), text),
+                             "gguf_q8_0": perplexity_f64(q_model, text)},
+        "llama_cpp": {os.path.basename(f): llama_perplexity(f) for f in (f32, q8)},
+    }
+    write_golden(os.path.join(here, "golden.json"), ids, logits, {"perplexity": ppl})
+    print("wrote", hf, f32, q8, "golden.json")

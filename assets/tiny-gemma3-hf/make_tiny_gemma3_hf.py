@@ -26,7 +26,6 @@ Deterministic (seeded). Writes, next to this script:
 import os
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,10 +39,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
 
-GGUF_TO_HF = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-}
+# GGUF base names of a layer's tensors (llama.cpp's) → HF module paths.
 LAYER = {
     "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
@@ -52,14 +48,6 @@ LAYER = {
     "post_ffw_norm": "post_feedforward_layernorm", "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
-
-
-def hf_name(gguf_name):
-    if gguf_name in GGUF_TO_HF:
-        return GGUF_TO_HF[gguf_name]
-    _, layer, rest = gguf_name.split(".", 2)
-    base, suffix = rest.rsplit(".", 1)
-    return f"model.layers.{layer}.{LAYER[base]}.{suffix}"
 
 
 def make_model(vocab):
@@ -81,37 +69,8 @@ def make_model(vocab):
 
 
 def main():
-    hf = os.path.join(HERE, "hf")
-    os.makedirs(hf, exist_ok=True)
-    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE)
-    model = make_model(vocab)
-    model.save_pretrained(hf, safe_serialization=True)
-    ids = np.random.default_rng(SEED).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
-
-    f32 = os.path.join(HERE, "tiny-gemma3-hf-f32.gguf")
-    q8 = os.path.join(HERE, "tiny-gemma3-hf-q8_0.gguf")
-    tiny_hf.convert(hf, f32, "f32", "gpt-2")
-    tiny_hf.convert(hf, q8, "q8_0", "gpt-2")
-
-    logits = {"hf_f32": tiny_hf.logits_f64(make_model(vocab), ids.tolist())}
-    q_model = make_model(vocab).to(torch.float64)
-    state = {}
-    for k, v in tiny_hf.gguf_arrays(q8).items():
-        state[hf_name(k)] = torch.from_numpy(v - 1.0 if k.endswith("norm.weight") else v)
-    missing, unexpected = q_model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    q_model.tie_weights()
-    logits["gguf_q8_0"] = tiny_hf.logits_f64(q_model, ids.tolist())
-    text = tiny_hf.text_ids(hf)
-    ppl = {
-        "text": "assets/text/alice-ch1-9.txt", "ctx": tiny_hf.PPL_CTX,
-        "chunks": tiny_hf.PPL_CHUNKS,
-        "transformers_f64": {"hf_f32": tiny_hf.perplexity_f64(make_model(vocab), text),
-                             "gguf_q8_0": tiny_hf.perplexity_f64(q_model, text)},
-        "llama_cpp": {os.path.basename(f): tiny_hf.llama_perplexity(f) for f in (f32, q8)},
-    }
-    tiny_hf.write_golden(os.path.join(HERE, "golden.json"), ids, logits, {"perplexity": ppl})
-    print("wrote", hf, f32, q8, "golden.json")
+    tiny_hf.build(HERE, "tiny-gemma3-hf", SEED, make_model, CHAT_TEMPLATE, LAYER, "gpt-2",
+                  norm_shift=1.0)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Deterministic (seeded torch and numpy). Writes, next to this script:
 import os
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,12 +37,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-# GGUF names (llama.cpp's qwen3) → HF names, for loading a GGUF's weights back into transformers.
-GGUF_TO_HF = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
+# GGUF base names of a layer's tensors (llama.cpp's) → HF module paths.
 LAYER = {
     "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
@@ -51,14 +45,6 @@ LAYER = {
     "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
-
-
-def hf_name(gguf_name):
-    if gguf_name in GGUF_TO_HF:
-        return GGUF_TO_HF[gguf_name]
-    _, layer, rest = gguf_name.split(".", 2)
-    base, suffix = rest.rsplit(".", 1)
-    return f"model.layers.{layer}.{LAYER[base]}.{suffix}"
 
 
 def make_model(vocab):
@@ -82,35 +68,7 @@ def make_model(vocab):
 
 
 def main():
-    hf = os.path.join(HERE, "hf")
-    os.makedirs(hf, exist_ok=True)
-    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE)
-    model = make_model(vocab)
-    model.save_pretrained(hf, safe_serialization=True)
-    ids = np.random.default_rng(SEED).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
-
-    f32 = os.path.join(HERE, "tiny-qwen3-f32.gguf")
-    q8 = os.path.join(HERE, "tiny-qwen3-q8_0.gguf")
-    tiny_hf.convert(hf, f32, "f32", "qwen2")
-    tiny_hf.convert(hf, q8, "q8_0", "qwen2")
-
-    logits = {"hf_f32": tiny_hf.logits_f64(make_model(vocab), ids.tolist())}
-    q_model = make_model(vocab).to(torch.float64)
-    state = {hf_name(k): torch.from_numpy(v) for k, v in tiny_hf.gguf_arrays(q8).items()}
-    missing, unexpected = q_model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    q_model.tie_weights()
-    logits["gguf_q8_0"] = tiny_hf.logits_f64(q_model, ids.tolist())
-    text = tiny_hf.text_ids(hf)
-    ppl = {
-        "text": "assets/text/alice-ch1-9.txt", "ctx": tiny_hf.PPL_CTX,
-        "chunks": tiny_hf.PPL_CHUNKS,
-        "transformers_f64": {"hf_f32": tiny_hf.perplexity_f64(make_model(vocab), text),
-                             "gguf_q8_0": tiny_hf.perplexity_f64(q_model, text)},
-        "llama_cpp": {os.path.basename(f): tiny_hf.llama_perplexity(f) for f in (f32, q8)},
-    }
-    tiny_hf.write_golden(os.path.join(HERE, "golden.json"), ids, logits, {"perplexity": ppl})
-    print("wrote", hf, f32, q8, "golden.json")
+    tiny_hf.build(HERE, "tiny-qwen3", SEED, make_model, CHAT_TEMPLATE, LAYER, "qwen2")
 
 
 if __name__ == "__main__":
