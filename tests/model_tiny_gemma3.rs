@@ -93,6 +93,37 @@ fn run_chunks(
     out
 }
 
+/// The model with `groups` for contexts of `max_len` tokens in blocks of `bs` (one prefill of
+/// up to `max_len` tokens a step), and one shuffled block table per group over disjoint blocks
+/// (`seed`); `None` without a GPU.
+fn load_grouped(
+    f: &ModelFile,
+    family: KernelFamily,
+    groups: &kvrun::kv::KvGroups,
+    (max_len, bs): (usize, usize),
+    seed: u64,
+) -> Option<(Model, Vec<Vec<u32>>)> {
+    let t = gpu()?;
+    let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
+    let per_table = max_len.div_ceil(bs);
+    let num_blocks = groups.len() * per_table + 3;
+    let options = ModelOptions {
+        max_num_batched_tokens: max_len,
+        max_num_seqs: 1,
+        max_logit_rows: max_len,
+        max_model_len: max_len,
+        block_size: bs,
+        num_blocks,
+        kv_cache: Default::default(),
+        kv_groups: groups.clone(),
+    };
+    let model = Model::load(t.gpu.clone(), &kernels, f, options).unwrap();
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    ids.shuffle(&mut rng(seed));
+    let tables = ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
+    Some((model, tables))
+}
+
 /// Runs `tokens` through the model in `chunks` (lengths), one block table per KV-cache group,
 /// returning every position's logits.
 fn run_grouped(
@@ -143,26 +174,11 @@ fn past_the_window_the_sliding_layers_match_the_cpu_forward() {
         kvrun::kv::KvGroups::with_slots(&kinds, 5),
     ] {
         eprintln!("groups: {} of {} slots", groups.len(), groups.slots_per_block());
-        let per_table = max_len.div_ceil(bs);
-        let num_blocks = groups.len() * per_table + 3;
         for family in [KernelFamily::Auto, KernelFamily::Gpu] {
-            let Some(t) = gpu() else { return };
-            let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
-            let options = ModelOptions {
-                max_num_batched_tokens: 128,
-                max_num_seqs: 1,
-                max_logit_rows: 128,
-                max_model_len: max_len,
-                block_size: bs,
-                num_blocks,
-                kv_cache: Default::default(),
-                kv_groups: groups.clone(),
+            let Some((mut model, tables)) = load_grouped(&f, family, &groups, (max_len, bs), 7)
+            else {
+                return;
             };
-            let mut model = Model::load(t.gpu.clone(), &kernels, &f, options).unwrap();
-            let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-            ids.shuffle(&mut rng(7));
-            let tables: Vec<Vec<u32>> =
-                ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
             let mut runs = Vec::new();
             let mut steps = vec![60];
             steps.extend(std::iter::repeat_n(1, 60));
@@ -276,26 +292,11 @@ fn hf_gemma3_matches_transformers_as_directory_and_converted_gguf() {
         let groups = kvrun::engine::kv_groups(c, max_len);
         assert!(groups.len() > 1, "{rel}: the sliding layers get their own groups");
         let want = golden_logits(&g, variant);
-        let per_table = max_len.div_ceil(bs);
-        let num_blocks = groups.len() * per_table + 3;
         for family in [KernelFamily::Auto, KernelFamily::Gpu] {
-            let Some(t) = gpu() else { return };
-            let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
-            let options = ModelOptions {
-                max_num_batched_tokens: 64,
-                max_num_seqs: 1,
-                max_logit_rows: 64,
-                max_model_len: max_len,
-                block_size: bs,
-                num_blocks,
-                kv_cache: Default::default(),
-                kv_groups: groups.clone(),
+            let Some((mut model, tables)) = load_grouped(&f, family, &groups, (max_len, bs), 11)
+            else {
+                return;
             };
-            let mut model = Model::load(t.gpu.clone(), &kernels, &f, options).unwrap();
-            let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-            ids.shuffle(&mut rng(11));
-            let tables: Vec<Vec<u32>> =
-                ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
             let mut runs = Vec::new();
             let mut steps = vec![27];
             steps.extend(std::iter::repeat_n(1, 13));
