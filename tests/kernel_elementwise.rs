@@ -239,6 +239,45 @@ fn rope_rotates_only_the_tail_of_latent_heads() {
     assert_close("rope tail", &got, &want, 2e-6, 2e-6);
 }
 
+/// Partial RoPE: only the first `rot_dim` channels of each Q and K head (`RopeHeads::head`),
+/// in both pair layouts within those channels (NEOX pairs (j, j + rot/2), as transformers'
+/// partial_rotary_factor and llama.cpp's n_rot below head_dim rotate them); the rest of each
+/// head and the V heads untouched.
+#[test]
+fn rope_rotates_only_the_head_of_partial_heads() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let (head_dim, rot) = (32usize, 8usize);
+    let layout = QkvLayout::new(4, 2, head_dim as u32);
+    let stride = layout.stride() as usize;
+    for (i, pairs) in [RopePairs::Interleaved, RopePairs::Neox].into_iter().enumerate() {
+        let mut r = rng(30 + i as u64);
+        let positions: Vec<u32> = vec![0, 7, 1000];
+        let tokens = positions.len();
+        let qkv = uniform(&mut r, tokens * stride, 2.0);
+        let theta = 10000.0;
+        let table = rope_table(rot, &Rope { theta, scaling: RopeScaling::None }, 1024);
+        let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+        let qkv_b = storage_f32(gpu, &qkv);
+        let pos_b = storage_u32(gpu, &positions);
+        let table_b = gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table));
+        let heads = RopeHeads::head(layout, rot as u32);
+        let op = RopeOp::new(gpu, &t.kernels, &step, &qkv_b, &pos_b, &table_b, heads, pairs);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
+        });
+        let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
+        let mut want = qkv.clone();
+        for (ti, &pos) in positions.iter().enumerate() {
+            for h in 0..6 {
+                let base = ti * stride + h * head_dim;
+                reference::rope_head(&mut want[base..base + rot], pos as usize, theta, pairs);
+            }
+        }
+        assert_close(&format!("partial rope {pairs:?}"), &got, &want, 2e-6, 2e-6);
+    }
+}
+
 /// Both GLU activations vs their references: SiLU (Llama) and tanh-GELU (Gemma), the gate
 /// spread over ±12 so the tails (where a naive tanh overflows) are covered.
 #[test]

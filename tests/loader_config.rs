@@ -184,7 +184,15 @@ fn gguf_refusals_name_the_key() {
     })
     .unwrap_err()
     .to_string();
-    assert!(err.contains("partial rotary"), "{err}");
+    assert!(err.contains("partial rotary") && err.contains("llama.cpp refuses"), "{err}");
+    for arch in ["qwen2", "qwen3"] {
+        let err = gguf_llama(arch, |w| {
+            w.add_u32(&format!("{arch}.rope.dimension_count"), 8);
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(&format!("the {arch} architecture rotates whole heads")), "{err}");
+    }
     let err = gguf_llama("llama", |w| {
         w.add_f32_tensor("rope_freqs.weight", &[4], &[1.0; 4]).unwrap();
     })

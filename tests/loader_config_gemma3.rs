@@ -133,3 +133,35 @@ fn gguf_gemma3_metadata() {
     assert_eq!(c.attention_scale, (1.0 / 160f64.sqrt()) as f32);
     assert_eq!((c.layers[59], c.layers[61]), (global(RopeScaling::None), local(1024)));
 }
+
+/// `rope.dimension_count` below head_dim: partial RoPE on the first channels of each head
+/// (llama.cpp's gemma3 graph rotates `n_rot` channels); equal to head_dim is whole heads; more
+/// is refused, as are freq factors that do not match the rotated pairs.
+#[test]
+fn gguf_gemma3_partial_rotary_dims() {
+    let c = gguf_gemma3(6, |w| {
+        w.add_u32("gemma3.rope.dimension_count", 64);
+    })
+    .unwrap();
+    assert_eq!((c.rotary_dims, c.rope_dim()), (Some(64), 64));
+    let c = gguf_gemma3(6, |w| {
+        w.add_u32("gemma3.rope.dimension_count", 256);
+    })
+    .unwrap();
+    assert_eq!((c.rotary_dims, c.rope_dim()), (None, 256));
+    let err =
+        |extra: &dyn Fn(&mut GgufWriter)| gguf_gemma3(6, |w| extra(w)).unwrap_err().to_string();
+    let e = err(&|w| {
+        w.add_u32("gemma3.rope.dimension_count", 512);
+    });
+    assert!(e.contains("dimension_count = 512 exceeds head_dim = 256"), "{e}");
+    let e = err(&|w| {
+        w.add_u32("gemma3.rope.dimension_count", 63);
+    });
+    assert!(e.contains("63 rotary channels of a 256-channel head"), "{e}");
+    let e = err(&|w| {
+        w.add_u32("gemma3.rope.dimension_count", 64);
+        w.add_f32_tensor("rope_freqs.weight", &[128], &[1.0; 128]).unwrap();
+    });
+    assert!(e.contains("128 factors for head_dim = 256 (needs one per rotated channel pair, 32"));
+}

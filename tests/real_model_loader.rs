@@ -46,6 +46,7 @@ fn smollm2_config_and_tensors() {
         norm_weight_offset: 0.0,
         rope_freq_factors: None,
         mla: None,
+        rotary_dims: None,
         moe_layers: 0,
     };
     assert_eq!(m.config(), &expected);

@@ -162,6 +162,11 @@ def write_golden(path, ids, logits_by_variant, extra=None):
         f.write("\n")
 
 
+def read_golden(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 # GGUF names (llama.cpp's) of the tensors outside the layers → HF names.
 GGUF_TO_HF = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -187,7 +192,8 @@ def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_sh
     (40 token ids and transformers' float64 logits of hf/ and of the Q8_0 GGUF's dequantized
     weights loaded back into the same model, their norms less the converter's `norm_shift`; the
     perplexity of PPL_TEXT under both and llama.cpp's llama-perplexity on both GGUFs).
-    `make_model(vocab)` must build the same seeded model every call; `seed` draws the token ids."""
+    `make_model(vocab)` must build the same seeded model every call; `seed` draws the token ids.
+    Returns the vocabulary size."""
     import torch
     hf = os.path.join(here, "hf")
     os.makedirs(hf, exist_ok=True)
@@ -217,3 +223,4 @@ def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_sh
     }
     write_golden(os.path.join(here, "golden.json"), ids, logits, {"perplexity": ppl})
     print("wrote", hf, f32, q8, "golden.json")
+    return vocab

@@ -22,6 +22,15 @@ Deterministic (seeded). Writes, next to this script:
                         "perplexity": of assets/text/alice-ch1-9.txt (128-token chunks, 4 of
                         them, llama-perplexity's convention) under both transformers forwards
                         and llama.cpp's llama-perplexity on both GGUFs
+  golden-partial-rope.json
+                        partial RoPE (the first 16 of each head's 32 channels, NEOX pairs within
+                        them, frequencies base^(-2i/16)) on the same weights: the 40 ids' logits
+                        "hf_f32" and the perplexity of transformers' float64 forward with
+                        Qwen3-Next's apply_rotary_pos_emb (transformers' own partial-rotary code)
+                        and partial_rotary_factor 0.5's frequencies, and llama.cpp's
+                        llama-perplexity on tiny-gemma3-hf-f32.gguf with
+                        gemma3.rope.dimension_count = 16 added by gguf-py (not committed: the
+                        test writes the same file)
 """
 import os
 import sys
@@ -68,9 +77,61 @@ def make_model(vocab):
     return model.float()
 
 
+ROTARY_DIMS = 16
+
+
+def make_partial_model(vocab):
+    """make_model's weights, RoPE on the first ROTARY_DIMS channels of each head only.
+    transformers' Gemma 3 rotates whole heads whatever its config says, so this swaps in the
+    partial-rotary application of Qwen3-Next (rotates cos.shape[-1] channels, passes the rest)
+    and the frequencies `_compute_default_rope_parameters` gives partial_rotary_factor 0.5."""
+    import transformers.models.gemma3.modeling_gemma3 as gemma3
+    import transformers.models.qwen3_next.modeling_qwen3_next as qwen3_next
+    gemma3.apply_rotary_pos_emb = qwen3_next.apply_rotary_pos_emb
+    model = make_model(vocab)
+    rotary = model.model.rotary_emb
+    for layer_type in rotary.layer_types:
+        params = model.config.rope_parameters[layer_type]
+        assert params["rope_type"] == "default", params
+        base = params["rope_theta"]
+        inv_freq = 1.0 / (base ** (torch.arange(0, ROTARY_DIMS, 2, dtype=torch.float)
+                                   / ROTARY_DIMS))
+        setattr(rotary, f"{layer_type}_inv_freq", inv_freq)
+        setattr(rotary, f"{layer_type}_original_inv_freq", inv_freq.clone())
+    return model
+
+
+def partial_rope(vocab):
+    """golden-partial-rope.json (see the module's docstring)."""
+    import tempfile
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+    ids = tiny_hf.read_golden(os.path.join(HERE, "golden.json"))["token_ids"]
+    name = "tiny-gemma3-hf-f32.gguf"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        writer = gguf.GGUFWriter(path, "gemma3")
+        key = MetadataDetails(gguf.GGUFValueType.UINT32, ROTARY_DIMS)
+        copy_with_new_metadata(gguf.GGUFReader(os.path.join(HERE, name)), writer,
+                               {"gemma3.rope.dimension_count": key}, [])
+        llama = tiny_hf.llama_perplexity(path)
+    text = tiny_hf.text_ids(os.path.join(HERE, "hf"))
+    ppl = {
+        "text": "assets/text/alice-ch1-9.txt", "ctx": tiny_hf.PPL_CTX,
+        "chunks": tiny_hf.PPL_CHUNKS, "rotary_dims": ROTARY_DIMS,
+        "transformers_f64": {"hf_f32": tiny_hf.perplexity_f64(make_partial_model(vocab), text)},
+        "llama_cpp": {name: llama},
+    }
+    logits = {"hf_f32": tiny_hf.logits_f64(make_partial_model(vocab), ids)}
+    tiny_hf.write_golden(os.path.join(HERE, "golden-partial-rope.json"), ids, logits,
+                         {"perplexity": ppl})
+    print("wrote golden-partial-rope.json:", ppl)
+
+
 def main():
-    tiny_hf.build(HERE, "tiny-gemma3-hf", SEED, make_model, CHAT_TEMPLATE, LAYER, "gpt-2",
-                  norm_shift=1.0)
+    vocab = tiny_hf.build(HERE, "tiny-gemma3-hf", SEED, make_model, CHAT_TEMPLATE, LAYER,
+                          "gpt-2", norm_shift=1.0)
+    partial_rope(vocab)
 
 
 if __name__ == "__main__":

@@ -233,6 +233,11 @@ impl From<QkvLayout> for RopeHeads {
 }
 
 impl RopeHeads {
+    /// The first `rot_dim` channels of every Q and K head of `l` (partial RoPE).
+    pub fn head(l: QkvLayout, rot_dim: u32) -> Self {
+        RopeHeads { rot_dim, ..RopeHeads::from(l) }
+    }
+
     /// The last `rot_dim` channels of every Q and K head of `l`.
     pub fn tail(l: QkvLayout, rot_dim: u32) -> Self {
         let skip = l.head_dim - rot_dim;

@@ -193,6 +193,11 @@ pub struct ModelConfig {
     /// `rope_freqs.weight`, in which llama.cpp's converter precomputes Llama 3.1's `llama3`
     /// scaling (the GGUF carries no scaling keys then). `None`: no divisors.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Partial rotary embeddings: RoPE rotates the first `d` channels of every Q and K head
+    /// (pairs as `rope_style` says, within those `d`) and leaves the rest as they are (GGUF
+    /// `rope.dimension_count` below head_dim, which llama.cpp passes as `n_rot`; HF
+    /// `partial_rotary_factor` × head_dim). `None`: whole heads. Even, below head_dim.
+    pub rotary_dims: Option<usize>,
     /// Multi-head latent attention (DeepSeek); `None` for every other architecture.
     pub mla: Option<Mla>,
     /// Layers whose MLP is a mixture of experts, which kvrun does not run: a model with any is
@@ -301,6 +306,16 @@ impl ModelConfig {
                 self.norm_weight_offset, self.embedding_scale
             )));
         }
+        if let Some(d) = self.rotary_dims {
+            if d == 0 || d % 2 != 0 || d >= self.head_dim || self.mla.is_some() {
+                return Err(LoadError::config(format!(
+                    "{d} rotary channels of a {}-channel head: partial RoPE needs an even \
+                     count below head_dim (and no MLA, whose RoPE part has its own width); the \
+                     model's config is broken",
+                    self.head_dim
+                )));
+            }
+        }
         self.validate_mla()?;
         self.validate_layers()
     }
@@ -333,19 +348,24 @@ impl ModelConfig {
         if let Some(f) = &self.rope_freq_factors {
             if f.len() != self.rope_dim() / 2 || f.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
                 return Err(LoadError::config(format!(
-                    "rope_freqs.weight has {} factors for head_dim = {} (needs head_dim / 2, all \
-                     positive); re-convert the model",
+                    "rope_freqs.weight has {} factors for head_dim = {} (needs one per rotated \
+                     channel pair, {}, all positive); re-convert the model",
                     f.len(),
-                    self.head_dim
+                    self.head_dim,
+                    self.rope_dim() / 2
                 )));
             }
         }
         Ok(())
     }
 
-    /// Channels RoPE rotates in each Q/K head: `qk_rope_head_dim` with MLA, else `head_dim`.
+    /// Channels RoPE rotates in each Q/K head: `qk_rope_head_dim` with MLA (the last ones),
+    /// [`ModelConfig::rotary_dims`] with partial RoPE (the first ones), else `head_dim`.
     pub fn rope_dim(&self) -> usize {
-        self.mla.map_or(self.head_dim, |m| m.qk_rope_head_dim)
+        match self.mla {
+            Some(m) => m.qk_rope_head_dim,
+            None => self.rotary_dims.unwrap_or(self.head_dim),
+        }
     }
 
     /// Whether the values live inside the cached keys (MLA's latent): the KV cache then holds

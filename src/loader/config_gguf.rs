@@ -52,9 +52,11 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         )));
     }
     let head_dim = m.usize_or("attention.key_length", hidden_size / num_heads)?;
-    if arch != Architecture::Deepseek2 {
-        check_rotary_dims(&m, head_dim)?;
-    }
+    // DeepSeek's rope.dimension_count is its MLA RoPE part (deepseek2 below)
+    let rotary_dims = match arch {
+        Architecture::Deepseek2 => None,
+        _ => rotary_dims(&m, arch, head_dim)?,
+    };
     let vocab_size = match m.opt_usize("vocab_size")? {
         Some(v) => v,
         None => gguf_vocab_len(file)?,
@@ -95,6 +97,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         norm_weight_offset: 0.0,
         rope_freq_factors: rope_freq_factors(file)?,
         mla: None,
+        rotary_dims,
         moe_layers: 0,
     };
     if arch == Architecture::Gemma3 {
@@ -188,18 +191,33 @@ fn deepseek2(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Partial rotary embeddings (`rope.dimension_count` < head_dim) are refused.
-fn check_rotary_dims(m: &GgufKeys<'_>, head_dim: usize) -> Result<(), LoadError> {
-    if let Some(dims) = m.opt_usize("rope.dimension_count")? {
-        if dims != head_dim {
-            return Err(LoadError::config(format!(
-                "{}.rope.dimension_count = {dims} differs from head_dim = {head_dim} (partial \
-                 rotary embeddings), which kvrun does not support yet",
-                m.arch
-            )));
-        }
+/// Partial rotary embeddings: `rope.dimension_count` below head_dim is llama.cpp's `n_rot`, the
+/// channels its RoPE rotates at the start of each head (NEOX or interleaved pairs within them).
+/// Only architectures whose llama.cpp graph rotates `n_rot` channels take it (Gemma 3); Llama,
+/// Qwen2 and Qwen3 assert `n_rot == head_dim` there, so such a file is refused, as by llama.cpp.
+/// `None` when absent or whole heads; more than head_dim is an error.
+fn rotary_dims(
+    m: &GgufKeys<'_>,
+    arch: Architecture,
+    head_dim: usize,
+) -> Result<Option<usize>, LoadError> {
+    let Some(dims) = m.opt_usize("rope.dimension_count")? else { return Ok(None) };
+    if dims > head_dim {
+        return Err(LoadError::config(format!(
+            "{}.rope.dimension_count = {dims} exceeds head_dim = {head_dim}: RoPE cannot rotate \
+             more channels than a head has; re-convert the model",
+            m.arch
+        )));
     }
-    Ok(())
+    if dims < head_dim && arch != Architecture::Gemma3 {
+        return Err(LoadError::config(format!(
+            "{0}.rope.dimension_count = {dims} differs from head_dim = {head_dim} (partial rotary \
+             embeddings): the {0} architecture rotates whole heads (llama.cpp refuses this file \
+             too); re-convert the model, or fix the key if the model rotates whole heads",
+            m.arch
+        )));
+    }
+    Ok((dims < head_dim).then_some(dims))
 }
 
 /// `{arch}.rope.scaling.*` (llama.cpp `LLM_KV_ROPE_SCALING_*`): type "none" / absent, "linear"

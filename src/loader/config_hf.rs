@@ -168,6 +168,7 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         norm_weight_offset: 0.0,
         rope_freq_factors: None,
         mla: None,
+        rotary_dims: None,
         moe_layers: 0,
     }
 }

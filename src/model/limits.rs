@@ -144,6 +144,7 @@ mod tests {
             norm_weight_offset: 0.0,
             rope_freq_factors: None,
             mla: None,
+            rotary_dims: None,
             moe_layers: 0,
         }
     }

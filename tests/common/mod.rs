@@ -357,22 +357,36 @@ pub fn check_logits(what: &str, got: &[f32], want: &[f32], vocab: usize) {
 }
 
 /// The perplexity check of a tiny model built with HF transformers as its reference
-/// (`assets/hf-reference/tiny_hf.py`): kvrun's `perplexity` of the golden's text (its ctx and
-/// chunks) for each of `files` (paths under `dir`, with the golden variant whose forward they
-/// run), against transformers' float64 forward of that variant within `rel_tol_hf`, and for a
-/// GGUF against llama.cpp's llama-perplexity on the same file within `rel_tol_llama`, with the
-/// kernels this adapter selects and the discrete-GPU ones forced.
+/// (`assets/hf-reference/tiny_hf.py`): [`check_perplexity`] for each of `files` (paths under
+/// `dir`, with the variant of `dir/golden.json` whose forward they run).
 pub fn check_tiny_perplexity(
     dir: &str,
     files: &[(&str, &str)],
     rel_tol_hf: f64,
     rel_tol_llama: f64,
 ) {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+    for &(file, variant) in files {
+        check_perplexity(&golden, &dir.join(file), variant, rel_tol_hf, rel_tol_llama);
+    }
+}
+
+/// kvrun's `perplexity` of `model` on a golden's text (its `perplexity` entry: text, ctx and
+/// chunks) against transformers' float64 forward of `variant` within `rel_tol_hf`, and, where
+/// the golden has llama.cpp's llama-perplexity for a file of `model`'s name, against that
+/// within `rel_tol_llama`; with the kernels this adapter selects and the discrete-GPU ones
+/// forced.
+pub fn check_perplexity(
+    golden: &serde_json::Value,
+    model: &std::path::Path,
+    variant: &str,
+    rel_tol_hf: f64,
+    rel_tol_llama: f64,
+) {
     use kvrun::engine::{Engine, EngineConfig, PerplexityOptions};
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let golden: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(dir).join("golden.json")).unwrap())
-            .unwrap();
     let ppl = &golden["perplexity"];
     let text = std::fs::read_to_string(root.join(ppl["text"].as_str().unwrap())).unwrap();
     let ctx = ppl["ctx"].as_u64().unwrap() as usize;
@@ -380,23 +394,22 @@ pub fn check_tiny_perplexity(
     if gpu().is_none() {
         return;
     }
+    let file = model.file_name().unwrap().to_str().unwrap();
     for family in [kvrun::kernels::KernelFamily::Auto, kvrun::kernels::KernelFamily::Gpu] {
-        for &(file, variant) in files {
-            let mut cfg = EngineConfig::new(root.join(dir).join(file));
-            cfg.kernel_family = family;
-            cfg.max_model_len = Some(ctx);
-            cfg.max_num_batched_tokens = ctx;
-            cfg.max_logit_rows = Some(ctx);
-            let mut engine = Engine::load(&cfg).unwrap();
-            let opts = PerplexityOptions { ctx, max_chunks: Some(chunks) };
-            let got = engine.perplexity(&text, &opts, |_, _| {}).unwrap().ppl;
-            let hf = ppl["transformers_f64"][variant].as_f64().unwrap();
-            let what = format!("{dir}/{file} {family:?}: kvrun PPL {got}");
-            eprintln!("{what}, transformers {hf}, llama.cpp {}", ppl["llama_cpp"][file]);
-            assert!((got / hf - 1.0).abs() < rel_tol_hf, "{what} vs transformers {hf}");
-            if let Some(llama) = ppl["llama_cpp"][file].as_f64() {
-                assert!((got / llama - 1.0).abs() < rel_tol_llama, "{what} vs llama.cpp {llama}");
-            }
+        let mut cfg = EngineConfig::new(model.to_path_buf());
+        cfg.kernel_family = family;
+        cfg.max_model_len = Some(ctx);
+        cfg.max_num_batched_tokens = ctx;
+        cfg.max_logit_rows = Some(ctx);
+        let mut engine = Engine::load(&cfg).unwrap();
+        let opts = PerplexityOptions { ctx, max_chunks: Some(chunks) };
+        let got = engine.perplexity(&text, &opts, |_, _| {}).unwrap().ppl;
+        let hf = ppl["transformers_f64"][variant].as_f64().unwrap();
+        let what = format!("{} {family:?}: kvrun PPL {got}", model.display());
+        eprintln!("{what}, transformers {hf}, llama.cpp {}", ppl["llama_cpp"][file]);
+        assert!((got / hf - 1.0).abs() < rel_tol_hf, "{what} vs transformers {hf}");
+        if let Some(llama) = ppl["llama_cpp"][file].as_f64() {
+            assert!((got / llama - 1.0).abs() < rel_tol_llama, "{what} vs llama.cpp {llama}");
         }
     }
 }

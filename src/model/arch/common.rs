@@ -323,9 +323,10 @@ impl Builder<'_> {
         let (c, s) = (self.c, self.step);
         let (table, pairs) = self.rope_table(l);
         let (gpu, k, qkv) = (self.gpu, self.kernels, &self.act.qkv);
-        let heads = match c.mla {
-            Some(m) => RopeHeads::tail(self.layout(), m.qk_rope_head_dim as u32),
-            None => self.layout().into(),
+        let heads = match (c.mla, c.rotary_dims) {
+            (Some(m), _) => RopeHeads::tail(self.layout(), m.qk_rope_head_dim as u32),
+            (None, Some(d)) => RopeHeads::head(self.layout(), d as u32),
+            (None, None) => self.layout().into(),
         };
         Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, heads, pairs))
     }
@@ -336,8 +337,11 @@ impl Builder<'_> {
     /// and no rotation — and the heads fit its 4-channel units; otherwise each op runs alone.
     pub fn rope_attention(&self, l: usize, ops: &mut Vec<Op>) {
         let layout = self.layout();
-        let fused =
-            self.kv.quant.is_none() && !self.o.kv_cache.rotate && rope_kv_write::fits(layout);
+        // the fused kernel rotates whole heads: partial RoPE runs rope, then the KV write
+        let fused = self.kv.quant.is_none()
+            && !self.o.kv_cache.rotate
+            && self.c.rotary_dims.is_none()
+            && rope_kv_write::fits(layout);
         if !fused {
             ops.push(self.rope(l));
             self.kv_rotate(true, ops);
