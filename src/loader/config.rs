@@ -194,9 +194,11 @@ pub struct ModelConfig {
     /// scaling (the GGUF carries no scaling keys then). `None`: no divisors.
     pub rope_freq_factors: Option<Vec<f32>>,
     /// Partial rotary embeddings: RoPE rotates the first `d` channels of every Q and K head
-    /// (pairs as `rope_style` says, within those `d`) and leaves the rest as they are (GGUF
-    /// `rope.dimension_count` below head_dim, which llama.cpp passes as `n_rot`; HF
-    /// `partial_rotary_factor` × head_dim). `None`: whole heads. Even, below head_dim.
+    /// (pairs as `rope_style` says, within those `d`, frequencies `base^(-2i/d)`) and leaves
+    /// the rest as they are: a Gemma 3 GGUF's `rope.dimension_count` below head_dim, which
+    /// llama.cpp passes as `n_rot` (the HF architectures kvrun loads rotate whole heads, as
+    /// transformers does whatever `partial_rotary_factor` says). `None`: whole heads. Even,
+    /// below head_dim.
     pub rotary_dims: Option<usize>,
     /// Multi-head latent attention (DeepSeek); `None` for every other architecture.
     pub mla: Option<Mla>,
