@@ -442,9 +442,102 @@ fn fusions(c: &mut Criterion) {
     group.finish();
 }
 
+/// A Gated DeltaNet layer's kernels (`kernels::delta_net`) at Qwen3.5's linear-attention
+/// shape (16 key heads and 32 value heads of 128 channels, a 4-tap conv over 8,192 channels),
+/// one sequence: a decode token and a 512-token prompt. The scan's bytes are its recurrent
+/// state read and written once (4 MiB: the decode cost), plus q, k, v and its outputs.
+fn delta_net(c: &mut Criterion) {
+    use kvrun::kernels::delta_net::*;
+    let Some(b) = open() else { return };
+    let gpu = &b.gpu;
+    let (_, kernels) = &b.families[0];
+    let mut group = c.benchmark_group("delta_net");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    let (k_heads, v_heads, dk, dv, taps) = (16u32, 32u32, 128u32, 128u32, 4u32);
+    let channels = 2 * k_heads * dk + v_heads * dv;
+    let vd = v_heads * dv;
+    let state_bytes = u64::from(v_heads * dk * dv * 4);
+    for tokens in [1u32, 512] {
+        let t = tokens as usize;
+        let info = StepInfo { num_tokens: tokens, num_seqs: 1, ..Default::default() };
+        let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
+        let seq = SeqInfo { q_len: tokens, ctx_len: tokens, ..Default::default() };
+        let seqs = gpu.storage_buffer_init("seqs", bytemuck::bytes_of(&seq));
+        let shape = StepShape {
+            num_tokens: tokens,
+            num_seqs: 1,
+            max_seq_tokens: tokens,
+            ..Default::default()
+        };
+        let x = f32_buffer(gpu, t * channels as usize, 1);
+        let w = f32_buffer(gpu, (channels * taps) as usize, 2);
+        let conv_state = f32_buffer(gpu, ((taps - 1) * channels) as usize, 3);
+        let qkv = gpu.storage_buffer("qkv", u64::from(tokens * channels * 4));
+        let ab = f32_buffer(gpu, t * 2 * v_heads as usize, 4);
+        let head_params = f32_buffer(gpu, 2 * v_heads as usize, 5);
+        let rec_state = gpu.storage_buffer("state", state_bytes);
+        let out = gpu.storage_buffer("out", u64::from(tokens * vd * 4));
+        let z = f32_buffer(gpu, t * vd as usize, 6);
+        let norm_w = f32_buffer(gpu, dv as usize, 7);
+        let conv_io =
+            ConvIo { step: &step, seqs: &seqs, x: &x, weight: &w, state: &conv_state, out: &qkv };
+        let conv_dims =
+            ConvDims { channels, taps, x_stride: channels, x_offset: 0, out_stride: channels };
+        let conv = ConvOp::new(gpu, kernels, conv_io, conv_dims);
+        let scan_io = ScanIo {
+            step: &step,
+            seqs: &seqs,
+            qkv: &qkv,
+            ab: &ab,
+            head_params: &head_params,
+            state: &rec_state,
+            out: &out,
+        };
+        let scan_dims = ScanDims {
+            k_heads,
+            v_heads,
+            dk,
+            dv,
+            qkv_stride: channels,
+            q_offset: 0,
+            k_offset: k_heads * dk,
+            v_offset: 2 * k_heads * dk,
+            ab_stride: 2 * v_heads,
+            b_offset: 0,
+            a_offset: v_heads,
+            out_stride: vd,
+            max_seq_tokens: tokens,
+        };
+        let scan = ScanOp::new(gpu, kernels, scan_io, scan_dims);
+        let norm_io = GatedNormIo { step: &step, z: &z, weight: &norm_w, o: &out };
+        let norm_dims =
+            GatedNormDims { v_heads, dv, o_stride: vd, z_stride: vd, z_offset: 0, eps: 1e-6 };
+        let norm = GatedNormOp::new(gpu, kernels, norm_io, norm_dims);
+        let io_bytes = |per_token: u32| u64::from(tokens * per_token * 4);
+        group.throughput(Throughput::Bytes(
+            io_bytes(3 * channels) + 2 * u64::from((taps - 1) * channels * 4),
+        ));
+        bench_gpu(&mut group, BenchmarkId::new("conv", tokens), gpu, &|pass| {
+            conv.record(pass, &shape);
+        });
+        group.throughput(Throughput::Bytes(2 * state_bytes + io_bytes(channels + vd)));
+        bench_gpu(&mut group, BenchmarkId::new("scan", tokens), gpu, &|pass| {
+            scan.record(pass, &shape);
+        });
+        group.throughput(Throughput::Bytes(io_bytes(3 * vd)));
+        bench_gpu(&mut group, BenchmarkId::new("gated_norm", tokens), gpu, &|pass| {
+            norm.record(pass, &shape);
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = linear, linear_prefill, attention_decode, rms_norm, fusions
+    targets = linear, linear_prefill, attention_decode, rms_norm, fusions, delta_net
 }
 criterion_main!(benches);

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/gpu-bundle.sh DIR}
 mkdir -p "$dir"
 tests=(kernel_attention kernel_attention_kvq kernel_linear kernel_elementwise kernel_kv_quant
-    kernel_bandwidth model_tiny model_tiny_gemma3)
+    kernel_bandwidth kernel_delta_net model_tiny model_tiny_gemma3)
 
 cargo build --release
 exes=$( (cargo test --release --no-run --message-format json "${tests[@]/#/--test=}"

@@ -42,7 +42,7 @@ log() { printf '== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)" | tee -a "$out/gpu-che
 limit=()
 [ -z "${GPU_CHECK_STEP_TIMEOUT:-}" ] || limit=(timeout "$GPU_CHECK_STEP_TIMEOUT")
 tests=(kernel_attention kernel_attention_kvq kernel_linear kernel_elementwise kernel_kv_quant
-    kernel_bandwidth model_tiny model_tiny_gemma3)
+    kernel_bandwidth kernel_delta_net model_tiny model_tiny_gemma3)
 
 if [ -n "${GPU_CHECK_BIN:-}" ]; then
     kvrun=$GPU_CHECK_BIN/kvrun

@@ -19,7 +19,7 @@ struct SeqInfo {
     ctx_len: u32,      // tokens in the KV cache once this step's K/V are written
     table_start: u32,  // index of the sequence's first block id in block_tables
     stage_slot: u32,   // quantized KV: the sequence's f16 staging slot (its partial last block)
-    _pad0: u32,
+    state_slot: u32,   // recurrent layers: the sequence's state slot (kernels::delta_net)
     _pad1: u32,
     _pad2: u32,
 }

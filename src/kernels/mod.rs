@@ -12,6 +12,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod bandwidth;
+pub mod delta_net;
 pub mod embedding;
 pub mod glu;
 pub mod kv_quantize;
@@ -71,7 +72,10 @@ pub struct SeqInfo {
     pub table_start: u32,
     /// Quantized KV: the f16 staging slot holding the sequence's partial last block.
     pub stage_slot: u32,
-    pub _pad: [u32; 3],
+    /// Recurrent layers (Gated DeltaNet): the slot of the sequence's conv and recurrent states
+    /// (`kernels::delta_net`).
+    pub state_slot: u32,
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(std::mem::size_of::<SeqInfo>() == 32);
 
@@ -88,6 +92,11 @@ pub struct StepShape {
     pub num_stage_rows: u32,
     /// Quantized KV: blocks completed in this step (`kv_quantize` workgroups along x).
     pub num_completed_blocks: u32,
+    /// Sequences in the step (decode ones first).
+    pub num_seqs: u32,
+    /// Most query tokens of any sequence in the step (the recurrent layers' dispatches walk
+    /// each sequence's tokens in order: `kernels::delta_net`).
+    pub max_seq_tokens: u32,
     /// Logit rows whose argmax the GPU computes (greedy sampling on the GPU,
     /// `model::LogitReadback::Argmax`): `num_logits` then, else 0.
     pub argmax_rows: u32,
@@ -215,6 +224,8 @@ pipeline_keys! {
     AttnReduce(attention::ReduceKey),
     /// Greedy sampling on the GPU: each logit row's argmax.
     Argmax(argmax::ArgmaxKey),
+    /// A Gated DeltaNet layer's conv, state advance, scan and gated norm.
+    DeltaNet(delta_net::DeltaNetKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.

@@ -125,7 +125,8 @@ impl ForwardBatch {
                 ctx_len: end as u32,
                 table_start: b.block_tables[0].len() as u32,
                 stage_slot: c.stage_slot,
-                _pad: [0; 3],
+                state_slot: 0,
+                _pad: [0; 2],
             });
             b.add_quantized_kv_work(c, q_start, block_size);
             for (g, table) in c.block_tables.iter().enumerate() {
@@ -224,6 +225,8 @@ impl ForwardBatch {
             num_prefill_tiles: self.prefill_tiles.len() as u32,
             num_stage_rows: self.stage_rows.len() as u32,
             num_completed_blocks: self.num_completed_blocks() as u32,
+            num_seqs: self.seqs.len() as u32,
+            max_seq_tokens: self.seqs.iter().map(|s| s.q_len).max().unwrap_or(0),
             argmax_rows: match self.readback {
                 LogitReadback::Rows => 0,
                 LogitReadback::Argmax => self.logit_rows.len() as u32,

@@ -134,6 +134,110 @@ pub fn bandwidth_read(src: &[[u32; 4]], invocations: usize) -> Vec<[u32; 4]> {
     out
 }
 
+/// Causal depthwise conv1d + SiLU over one sequence's `t` tokens (transformers'
+/// `causal_conv1d_update` with activation "silu"), continuing `state` (the `taps − 1` inputs
+/// before the first token, oldest first: [taps − 1, channels]), which is advanced in place.
+/// x: [t, channels], w: [channels, taps] → [t, channels]
+pub fn causal_conv1d_silu(x: &[f32], w: &[f32], state: &mut [f32], channels: usize) -> Vec<f32> {
+    let taps = w.len() / channels;
+    let n = taps - 1;
+    let mut inputs: Vec<f32> = state.to_vec();
+    inputs.extend_from_slice(x);
+    let t = x.len() / channels;
+    let mut y = vec![0.0f32; x.len()];
+    for ti in 0..t {
+        for c in 0..channels {
+            let acc: f64 = (0..taps)
+                .map(|j| f64::from(w[c * taps + j]) * f64::from(inputs[(ti + j) * channels + c]))
+                .sum();
+            y[ti * channels + c] = (acc / (1.0 + (-acc).exp())) as f32;
+        }
+    }
+    state.copy_from_slice(&inputs[t * channels..(t + n) * channels]);
+    y
+}
+
+/// Head counts and sizes of a Gated DeltaNet layer.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaRuleDims {
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub dk: usize,
+    pub dv: usize,
+}
+
+/// The gated delta rule over one sequence's tokens (transformers'
+/// `torch_recurrent_gated_delta_rule` with the Q/K L2 norm in the kernel), continuing `state`
+/// ([v_heads, dk, dv], advanced in place):
+/// `q, k ← l2norm (q also / sqrt(dk)); g = neg_a · softplus(a + dt_bias); β = sigmoid(b);
+/// S ← e^g S; δ = (v − Sᵀk) β; S ← S + k δᵀ; o = Sᵀq`. Value head h reads key head
+/// h / (v_heads / k_heads).
+/// q, k: [t, k_heads · dk], v: [t, v_heads · dv], a, b: [t, v_heads], neg_a, dt_bias:
+/// [v_heads] → [t, v_heads · dv]
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    a: &[f32],
+    b: &[f32],
+    neg_a: &[f32],
+    dt_bias: &[f32],
+    state: &mut [f32],
+    d: DeltaRuleDims,
+) -> Vec<f32> {
+    let t = a.len() / d.v_heads;
+    let group = d.v_heads / d.k_heads;
+    let mut s: Vec<f64> = state.iter().map(|&x| f64::from(x)).collect();
+    let mut out = vec![0.0f32; t * d.v_heads * d.dv];
+    let l2 = |x: &[f32]| -> Vec<f64> {
+        let inv = 1.0 / (x.iter().map(|&e| f64::from(e) * f64::from(e)).sum::<f64>() + 1e-6).sqrt();
+        x.iter().map(|&e| f64::from(e) * inv).collect()
+    };
+    for ti in 0..t {
+        for h in 0..d.v_heads {
+            let hk = h / group;
+            let kq = |x: &[f32]| l2(&x[(ti * d.k_heads + hk) * d.dk..][..d.dk]);
+            let qh: Vec<f64> = kq(q).iter().map(|e| e / (d.dk as f64).sqrt()).collect();
+            let kh = kq(k);
+            let vh = &v[(ti * d.v_heads + h) * d.dv..][..d.dv];
+            let x = f64::from(a[ti * d.v_heads + h]) + f64::from(dt_bias[h]);
+            let softplus = if x > 20.0 { x } else { x.exp().ln_1p() };
+            let decay = (f64::from(neg_a[h]) * softplus).exp();
+            let beta = 1.0 / (1.0 + (-f64::from(b[ti * d.v_heads + h])).exp());
+            let sh = &mut s[h * d.dk * d.dv..][..d.dk * d.dv];
+            sh.iter_mut().for_each(|e| *e *= decay);
+            for j in 0..d.dv {
+                let kv_mem: f64 = (0..d.dk).map(|i| sh[i * d.dv + j] * kh[i]).sum();
+                let delta = (f64::from(vh[j]) - kv_mem) * beta;
+                for i in 0..d.dk {
+                    sh[i * d.dv + j] += kh[i] * delta;
+                }
+                let o: f64 = (0..d.dk).map(|i| sh[i * d.dv + j] * qh[i]).sum();
+                out[(ti * d.v_heads + h) * d.dv + j] = o as f32;
+            }
+        }
+    }
+    for (dst, src) in state.iter_mut().zip(&s) {
+        *dst = *src as f32;
+    }
+    out
+}
+
+/// The gated RMSNorm of each row of `w.len()` channels (transformers' `Qwen3_5RMSNormGated`):
+/// `o · rsqrt(mean(o²) + eps) · w · silu(z)`. o, z: [rows, dim], w: [dim] → [rows, dim]
+pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let normed = rms_norm(o, w, eps);
+    normed
+        .iter()
+        .zip(z)
+        .map(|(n, g)| {
+            let g = f64::from(*g);
+            (f64::from(*n) * g / (1.0 + (-g).exp())) as f32
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::attention;

@@ -1,0 +1,40 @@
+// Advances each sequence's conv state past the step's query tokens (after conv.wgsl read it):
+// the new state is the last CONV_K − 1 inputs, taken from this step's rows of x where the
+// sequence has that many, else shifted from the old state. One invocation per (channel,
+// sequence); in place, oldest first: entry m reads the old entry m + q_len (not yet written).
+
+override CONV_K: u32 = 4u;
+
+struct ConvParams {
+    channels: u32,
+    x_stride: u32,
+    x_offset: u32,
+    out_stride: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: ConvParams;
+@group(0) @binding(2) var<storage, read> seqs: array<SeqInfo>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;            // [tokens, x_stride]
+@group(0) @binding(4) var<storage, read_write> state: array<f32>;  // [slots, CONV_K − 1, channels]
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let c = gid.x;
+    if (c >= p.channels || wid.y >= step.num_seqs) {
+        return;
+    }
+    let seq = seqs[wid.y];
+    let n = CONV_K - 1u;
+    let s_base = seq.state_slot * n * p.channels + c;
+    for (var m = 0u; m < n; m++) {
+        let r = i32(seq.q_len) - i32(n) + i32(m);
+        var v: f32;
+        if (r >= 0) {
+            v = x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
+        } else {
+            v = state[s_base + (m + seq.q_len) * p.channels];
+        }
+        state[s_base + m * p.channels] = v;
+    }
+}
