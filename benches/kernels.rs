@@ -464,7 +464,8 @@ fn delta_net(c: &mut Criterion) {
         let t = tokens as usize;
         let info = StepInfo { num_tokens: tokens, num_seqs: 1, ..Default::default() };
         let step = gpu.uniform_buffer_init("step", bytemuck::bytes_of(&info));
-        let seq = SeqInfo { q_len: tokens, ctx_len: tokens, ..Default::default() };
+        // a sequence continuing its state (position 1000), so the scan reads and writes it
+        let seq = SeqInfo { q_len: tokens, ctx_len: 1000 + tokens, ..Default::default() };
         let seqs = gpu.storage_buffer_init("seqs", bytemuck::bytes_of(&seq));
         let shape = StepShape {
             num_tokens: tokens,
@@ -510,6 +511,7 @@ fn delta_net(c: &mut Criterion) {
             a_offset: v_heads,
             out_stride: vd,
             max_seq_tokens: tokens,
+            k_tiled: false,
         };
         let scan = ScanOp::new(gpu, kernels, scan_io, scan_dims);
         let norm_io = GatedNormIo { step: &step, z: &z, weight: &norm_w, o: &out };

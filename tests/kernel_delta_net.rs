@@ -26,6 +26,8 @@ struct Dims {
     dk: usize,
     dv: usize,
     taps: usize,
+    /// GGUF order: value head h reads key head h % k_heads.
+    tiled: bool,
 }
 
 impl Dims {
@@ -52,7 +54,8 @@ impl Dims {
         2 + self.value_dim() + 1
     }
     fn rule(&self) -> DeltaRuleDims {
-        DeltaRuleDims { k_heads: self.k_heads, v_heads: self.v_heads, dk: self.dk, dv: self.dv }
+        let (k_heads, v_heads, dk, dv) = (self.k_heads, self.v_heads, self.dk, self.dv);
+        DeltaRuleDims { k_heads, v_heads, dk, dv, tiled: self.tiled }
     }
 }
 
@@ -127,16 +130,19 @@ struct StepOut {
     normed: Vec<f32>,
 }
 
-/// Runs one step of the three kernels over `parts` (state slot, inputs, token range of the
-/// inputs), reading back each kernel's output (so each can be checked against its reference
+/// One sequence of a step: its state slot, its inputs, the range of them the step computes,
+/// and the position of the inputs' first token (a step at position 0 starts from zero states).
+type Part<'a> = (usize, &'a SeqInput, std::ops::Range<usize>, usize);
+
+/// Runs one step of the three kernels over `parts`, reading back each kernel's output (so each can be checked against its reference
 /// given the previous kernel's GPU output). A sentinel row follows every output.
-fn step(t: &TestGpu, l: &Layer, parts: &[(usize, &SeqInput, std::ops::Range<usize>)]) -> StepOut {
+fn step(t: &TestGpu, l: &Layer, parts: &[Part<'_>]) -> StepOut {
     let (gpu, d) = (&t.gpu, l.d);
     let (mut x, mut ab, mut z, mut infos) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by_key(|&i| parts[i].2.len() != 1); // decode sequences first, as ForwardBatch
     for &i in &order {
-        let (slot, input, range) = &parts[i];
+        let (slot, input, range, pos0) = &parts[i];
         let q_start = x.len() / d.x_stride();
         for tok in range.clone() {
             x.extend(vec![SENTINEL; Dims::X_PAD.0]);
@@ -152,7 +158,7 @@ fn step(t: &TestGpu, l: &Layer, parts: &[(usize, &SeqInput, std::ops::Range<usiz
         infos.push(SeqInfo {
             q_start: q_start as u32,
             q_len: range.len() as u32,
-            ctx_len: range.end as u32,
+            ctx_len: (pos0 + range.end) as u32,
             state_slot: *slot as u32,
             ..Default::default()
         });
@@ -224,6 +230,7 @@ fn step(t: &TestGpu, l: &Layer, parts: &[(usize, &SeqInput, std::ops::Range<usiz
             a_offset: 1 + d.v_heads as u32,
             out_stride: vd as u32,
             max_seq_tokens,
+            k_tiled: d.tiled,
         },
     );
     let norm = GatedNormOp::new(
@@ -305,17 +312,22 @@ fn check_step(
     what: &str,
     t: &TestGpu,
     l: &Layer,
-    parts: &[(usize, &SeqInput, std::ops::Range<usize>)],
+    parts: &[Part<'_>],
     conv_states: &mut [f32],
     rec_states: &mut [f32],
 ) {
     let d = l.d;
     let got = step(t, l, parts);
     let (mut row_c, mut row_v) = (0, 0);
-    for (slot, input, range) in parts {
+    for (slot, input, range, pos0) in parts {
         let n = range.len();
-        let what = format!("{what}, slot {slot}, tokens {range:?}");
+        let what = format!("{what}, slot {slot}, tokens {range:?} from position {pos0}");
         let x = &input.x[range.start * d.channels()..range.end * d.channels()];
+        if pos0 + range.start == 0 {
+            // the sequence starts: zero states, whatever the slot held
+            l.conv_slot(conv_states, *slot).fill(0.0);
+            l.rec_slot(rec_states, *slot).fill(0.0);
+        }
         let conv_state = l.conv_slot(conv_states, *slot);
         let want = reference::causal_conv1d_silu(x, &l.conv_w, conv_state, d.channels());
         let conv = &got.conv[row_c..row_c + n * d.channels()];
@@ -351,18 +363,20 @@ fn check_step(
 }
 
 /// Every scan key size, value heads taking each column tile (dv 128 → 64 columns a
-/// workgroup, 24 → 8, 20 → 4), GQA (two value heads a key head), conv taps 2 to 4; a decode
-/// step, a prompt longer than one conv invocation's and two scan dispatches' tokens, a
-/// sequence shorter than its conv window; states in shuffled slots; then a second step
-/// continuing them.
+/// workgroup, 24 → 8, 20 → 4), GQA (two value heads a key head, grouped as transformers and
+/// tiled as a GGUF), conv taps 2 to 4; a decode step, a prompt longer than one conv
+/// invocation's and two scan dispatches' tokens, a sequence shorter than its conv window;
+/// sequences continuing random states in shuffled slots and sequences starting (position 0:
+/// zero states, the slot's garbage unread); then a second step continuing them all.
 #[test]
 fn delta_net_kernels_match_reference() {
     let Some(t) = gpu() else { return };
     let cases = [
-        Dims { k_heads: 1, v_heads: 2, dk: 64, dv: 24, taps: 4 },
-        Dims { k_heads: 2, v_heads: 4, dk: 128, dv: 20, taps: 3 },
-        Dims { k_heads: 1, v_heads: 1, dk: 256, dv: 128, taps: 2 },
-        Dims { k_heads: 2, v_heads: 2, dk: 128, dv: 128, taps: 4 },
+        Dims { k_heads: 1, v_heads: 2, dk: 64, dv: 24, taps: 4, tiled: false },
+        Dims { k_heads: 2, v_heads: 4, dk: 128, dv: 20, taps: 3, tiled: false },
+        Dims { k_heads: 2, v_heads: 4, dk: 64, dv: 32, taps: 4, tiled: true },
+        Dims { k_heads: 1, v_heads: 1, dk: 256, dv: 128, taps: 2, tiled: false },
+        Dims { k_heads: 2, v_heads: 2, dk: 128, dv: 128, taps: 4, tiled: false },
     ];
     let long = CONV_TOKENS as usize + 2 * SCAN_TOKENS as usize - 200; // 312: 2 conv chunks, 3 scans
     assert!(long > CONV_TOKENS as usize && long > 2 * SCAN_TOKENS as usize);
@@ -373,12 +387,20 @@ fn delta_net_kernels_match_reference() {
         let seqs: Vec<SeqInput> =
             [1 + long, 2, 9, 1].iter().map(|&n| SeqInput::random(&mut r, d, n)).collect();
         let what = format!("{d:?} step 1");
-        let parts =
-            [(2, &seqs[0], 0..long), (0, &seqs[1], 0..1), (3, &seqs[2], 0..9), (1, &seqs[3], 0..1)];
+        // slots 2 and 3 continue their states; 0 and 1 start their sequences
+        let parts = [
+            (2, &seqs[0], 0..long, 50),
+            (0, &seqs[1], 0..1, 0),
+            (3, &seqs[2], 0..9, 7),
+            (1, &seqs[3], 0..1, 0),
+        ];
         check_step(&what, t, &l, &parts, &mut conv_states, &mut rec_states);
         let what = format!("{d:?} step 2");
-        let parts = [(0, &seqs[1], 1..2), (2, &seqs[0], long..long + 1)];
+        let parts = [(0, &seqs[1], 1..2, 0), (2, &seqs[0], long..long + 1, 50)];
         check_step(&what, t, &l, &parts, &mut conv_states, &mut rec_states);
+        // a prompt starting in slot 3 after another sequence left its state there
+        let what = format!("{d:?} step 3");
+        check_step(&what, t, &l, &[(3, &seqs[2], 0..9, 0)], &mut conv_states, &mut rec_states);
     }
 }
 
@@ -388,7 +410,7 @@ fn delta_net_kernels_match_reference() {
 #[test]
 fn delta_net_steps_are_batch_invariant() {
     let Some(t) = gpu() else { return };
-    let d = Dims { k_heads: 2, v_heads: 4, dk: 128, dv: 32, taps: 4 };
+    let d = Dims { k_heads: 2, v_heads: 4, dk: 128, dv: 32, taps: 4, tiled: false };
     let n = 300;
     let mut r = rng(7);
     let a = SeqInput::random(&mut r, d, n);
@@ -397,7 +419,7 @@ fn delta_net_steps_are_batch_invariant() {
 
     let (whole, whole_conv, whole_rec) = {
         let (l, _, _) = Layer::new(t, d, 3, 5);
-        let out = step(t, &l, &[(0, &a, 0..n), (1, &b, 0..n)]);
+        let out = step(t, &l, &[(0, &a, 0..n, 9), (1, &b, 0..n, 9)]);
         let conv = t.gpu.read_f32(&l.conv_state, 0, 2 * (d.taps - 1) * d.channels()).unwrap();
         let rec = t.gpu.read_f32(&l.rec_state, 0, 2 * d.v_heads * d.dk * d.dv).unwrap();
         (out, conv, rec)
@@ -416,13 +438,13 @@ fn delta_net_steps_are_batch_invariant() {
     let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
     let vd = d.value_dim();
     // a: 13, 64, the rest; b: 64 beside a's first two steps then the rest; `other` beside
-    let s1 = step(t, &l, &[(2, &a, 0..13), (1, &other, 0..80), (0, &b, 0..64)]);
+    let s1 = step(t, &l, &[(2, &a, 0..13, 9), (1, &other, 0..80, 0), (0, &b, 0..64, 9)]);
     got_a.extend_from_slice(&s1.normed[..13 * vd]);
     got_b.extend_from_slice(&s1.normed[(13 + 80) * vd..]);
-    let s2 = step(t, &l, &[(0, &b, 64..n), (2, &a, 13..77)]);
+    let s2 = step(t, &l, &[(0, &b, 64..n, 9), (2, &a, 13..77, 9)]);
     got_b.extend_from_slice(&s2.normed[..(n - 64) * vd]);
     got_a.extend_from_slice(&s2.normed[(n - 64) * vd..]);
-    let s3 = step(t, &l, &[(2, &a, 77..n)]);
+    let s3 = step(t, &l, &[(2, &a, 77..n, 9)]);
     got_a.extend_from_slice(&s3.normed);
     let same = |x: &[f32], y: &[f32]| {
         x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
@@ -443,9 +465,10 @@ fn delta_net_steps_are_batch_invariant() {
 #[test]
 fn delta_net_long_prompt_in_one_step() {
     let Some(t) = gpu() else { return };
-    let d = Dims { k_heads: 1, v_heads: 1, dk: 256, dv: 32, taps: 4 };
+    let d = Dims { k_heads: 1, v_heads: 1, dk: 256, dv: 32, taps: 4, tiled: false };
     let n = 4096;
     let (l, mut conv_states, mut rec_states) = Layer::new(t, d, 1, 11);
     let input = SeqInput::random(&mut rng(12), d, n);
-    check_step("4096 tokens", t, &l, &[(0, &input, 0..n)], &mut conv_states, &mut rec_states);
+    let parts = [(0, &input, 0..n, 0)];
+    check_step("4096 tokens", t, &l, &parts, &mut conv_states, &mut rec_states);
 }

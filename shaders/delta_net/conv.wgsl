@@ -4,7 +4,8 @@
 //
 //   out[t, c] = silu(Σ_{j < CONV_K} w[c, j] · in[t − (CONV_K − 1) + j, c])
 //
-// where in[·] before the step's first token reads the state. Invocation: one channel (x) of one
+// where in[·] before the step's first token reads the state — or 0 when the step starts the
+// sequence (position 0: ctx_len = q_len), whatever its slot holds. Invocation: one channel (x) of one
 // sequence (y) over one chunk of CT tokens (z); chunks are independent (each rebuilds its window
 // from the inputs before it), so a long prompt spreads over the grid and no invocation walks
 // more than CT tokens (llvmpipe's 65,535 loop iterations, DESIGN "Traps"). The state is only
@@ -47,6 +48,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let t1 = min(t0 + CT, seq.q_len);
     let n = CONV_K - 1u;
     let s_base = seq.state_slot * n * p.channels + c;
+    let fresh = seq.ctx_len == seq.q_len;
     var wv: array<f32, MAX_TAPS>;
     var win: array<f32, MAX_TAPS>;  // the n inputs before token t, oldest first
     for (var j = 0u; j < CONV_K; j++) {
@@ -56,8 +58,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         let r = i32(t0) - i32(n) + i32(j);
         if (r >= 0) {
             win[j] = x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
-        } else {
+        } else if (!fresh) {
             win[j] = state[s_base + u32(i32(n) + r) * p.channels];
+        } else {
+            win[j] = 0.0;
         }
     }
     for (var t = t0; t < t1; t++) {

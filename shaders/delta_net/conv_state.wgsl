@@ -1,7 +1,8 @@
 // Advances each sequence's conv state past the step's query tokens (after conv.wgsl read it):
 // the new state is the last CONV_K − 1 inputs, taken from this step's rows of x where the
 // sequence has that many, else shifted from the old state. One invocation per (channel,
-// sequence); in place, oldest first: entry m reads the old entry m + q_len (not yet written).
+// sequence); in place, oldest first: entry m reads the old entry m + q_len (not yet written),
+// or 0 when the step starts the sequence (conv.wgsl's `fresh`).
 
 override CONV_K: u32 = 4u;
 
@@ -29,10 +30,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     let s_base = seq.state_slot * n * p.channels + c;
     for (var m = 0u; m < n; m++) {
         let r = i32(seq.q_len) - i32(n) + i32(m);
-        var v: f32;
+        var v = 0.0;
         if (r >= 0) {
             v = x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
-        } else {
+        } else if (seq.ctx_len != seq.q_len) {
             v = state[s_base + (m + seq.q_len) * p.channels];
         }
         state[s_base + m * p.channels] = v;

@@ -6,7 +6,10 @@
 //   g = neg_a[h] · softplus(a + dt_bias[h]),  β = sigmoid(b)   (neg_a = −exp(A_log))
 //   S ← exp(g) · S;  δ = (v − Sᵀk) · β;  S ← S + k ⊗ δ;  o = Sᵀq
 //
-// Value head h reads query/key head h / (v_heads / k_heads) (transformers' repeat_interleave).
+// Value head h reads query/key head h / (v_heads / k_heads) (transformers' repeat_interleave),
+// or h % k_heads where p.k_tiled says so (llama.cpp's converter reorders a GGUF's value heads
+// that way). A step that starts its sequence (position 0: ctx_len = q_len) starts from a zero
+// state, whatever the slot holds.
 // Workgroup: COLS columns j of one value head's state (x: head × column tile) of one sequence
 // (y); an invocation keeps its column S[:, j] in registers for the dispatch and computes
 // its output channel o[j]. Every token takes the same operations in the same order whatever
@@ -31,7 +34,7 @@ struct ScanParams {
     out_stride: u32,  // floats per row of out (head h's channels at h · dv)
     token_base: u32,  // first token (of each sequence's step tokens) of this dispatch
     token_count: u32, // tokens per dispatch at most (SCAN_TOKENS)
-    _pad0: u32,
+    k_tiled: u32,     // 1: value head h reads key head h % k_heads; 0: h / (v_heads / k_heads)
     _pad1: u32,
     _pad2: u32,
 }
@@ -71,16 +74,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let tiles = p.dv / COLS;
     let hv = wid.x / tiles;
     let j = (wid.x % tiles) * COLS + lid;
-    let hk = hv / (p.v_heads / p.k_heads);
+    let hk = select(hv / (p.v_heads / p.k_heads), hv % p.k_heads, p.k_tiled != 0u);
     let neg_a = head_params[2u * hv];
     let dt_bias = head_params[2u * hv + 1u];
     let q_scale = inverseSqrt(f32(DK));
 
     var s: array<vec4<f32>, DK / 4u>;
     let s_base = (seq.state_slot * p.v_heads + hv) * DK * p.dv + j;
-    for (var i = 0u; i < DK / 4u; i++) {
-        let b = s_base + 4u * i * p.dv;
-        s[i] = vec4<f32>(state[b], state[b + p.dv], state[b + 2u * p.dv], state[b + 3u * p.dv]);
+    if (seq.ctx_len != seq.q_len || p.token_base != 0u) {
+        for (var i = 0u; i < DK / 4u; i++) {
+            let b = s_base + 4u * i * p.dv;
+            s[i] = vec4<f32>(state[b], state[b + p.dv], state[b + 2u * p.dv], state[b + 3u * p.dv]);
+        }
     }
 
     for (var t = p.token_base; t < t_end; t++) {

@@ -11,6 +11,9 @@
 //!
 //! States live in slots (`SeqInfo::state_slot`): the conv pool is `[slots, taps − 1,
 //! channels]` f32, the recurrent pool `[slots, v_heads, DK, dv]` f32 (transformers' layout).
+//! A step that starts its sequence (position 0) starts from zero states whatever its slot
+//! holds, so slots are never cleared and a preempted sequence recomputed from its start is
+//! right.
 //! Prefill and decode run the same per-token update in one fixed order, so a state's bits do
 //! not depend on how its tokens were split into steps or batched with others
 //! (`tests/kernel_delta_net.rs` checks it bit for bit); the scan walks at most
@@ -68,7 +71,8 @@ pub struct ScanParams {
     pub out_stride: u32,
     pub token_base: u32,
     pub token_count: u32,
-    pub _pad: [u32; 3],
+    pub k_tiled: u32,
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(std::mem::size_of::<ScanParams>() == 64);
 
@@ -339,6 +343,9 @@ pub struct ScanDims {
     /// Most query tokens a sequence may have in one step (bind groups are made for that many
     /// [`SCAN_TOKENS`] dispatches).
     pub max_seq_tokens: u32,
+    /// Value head h reads key head h % k_heads (a GGUF's order: llama.cpp's converter tiles
+    /// the value heads) instead of h / (v_heads / k_heads) (transformers').
+    pub k_tiled: bool,
 }
 
 /// The gated delta rule: ⌈longest sequence's step tokens / [`SCAN_TOKENS`]⌉ dispatches, each
@@ -384,7 +391,8 @@ impl ScanOp {
                     out_stride: d.out_stride,
                     token_base: i * SCAN_TOKENS,
                     token_count: SCAN_TOKENS,
-                    _pad: [0; 3],
+                    k_tiled: u32::from(d.k_tiled),
+                    _pad: [0; 2],
                 };
                 let ubuf = gpu.uniform_buffer_init("delta_net scan", bytemuck::bytes_of(&params));
                 pipeline.bind_group(

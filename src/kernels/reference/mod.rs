@@ -164,6 +164,8 @@ pub struct DeltaRuleDims {
     pub v_heads: usize,
     pub dk: usize,
     pub dv: usize,
+    /// Value head h reads key head h % k_heads (a GGUF's tiled order), else h / group.
+    pub tiled: bool,
 }
 
 /// The gated delta rule over one sequence's tokens (transformers'
@@ -171,7 +173,7 @@ pub struct DeltaRuleDims {
 /// ([v_heads, dk, dv], advanced in place):
 /// `q, k ← l2norm (q also / sqrt(dk)); g = neg_a · softplus(a + dt_bias); β = sigmoid(b);
 /// S ← e^g S; δ = (v − Sᵀk) β; S ← S + k δᵀ; o = Sᵀq`. Value head h reads key head
-/// h / (v_heads / k_heads).
+/// h / (v_heads / k_heads), or h % k_heads when `d.tiled`.
 /// q, k: [t, k_heads · dk], v: [t, v_heads · dv], a, b: [t, v_heads], neg_a, dt_bias:
 /// [v_heads] → [t, v_heads · dv]
 #[allow(clippy::too_many_arguments)]
@@ -196,7 +198,7 @@ pub fn gated_delta_rule(
     };
     for ti in 0..t {
         for h in 0..d.v_heads {
-            let hk = h / group;
+            let hk = if d.tiled { h % d.k_heads } else { h / group };
             let kq = |x: &[f32]| l2(&x[(ti * d.k_heads + hk) * d.dk..][..d.dk]);
             let qh: Vec<f64> = kq(q).iter().map(|e| e / (d.dk as f64).sqrt()).collect();
             let kh = kq(k);
