@@ -463,6 +463,50 @@ def new_architectures(out):
     cases.append(entry("hf_gemma3_no_post_ffw_norm", "hf_gemma3_no_post_ffw_norm", "hf-config",
                        GEN_RAW, ["blk.3.post_ffw_norm.weight", "post_feedforward_layernorm"],
                        "HF Gemma 3 without one layer's post-MLP norm"))
+    cases += qwen35_cases(out)
+    return cases
+
+
+def qwen35_cases(out):
+    """Qwen3.5 (assets/tiny-qwen35): a Gated DeltaNet layer without its decay, a conv of the
+    wrong width, value channels that contradict the heads, a recurrent-layer list of the wrong
+    type, a value-head count that is not whole groups of key heads, every layer recurrent, and
+    an HF directory without one layer's dt_bias."""
+    cases = []
+    q = Base(os.path.join(REPO, "assets", "tiny-qwen35", "tiny-qwen35-q8_0.gguf"))
+    name = "qwen35_missing_ssm_a.gguf"
+    write_gguf(q, os.path.join(out, name), tensors=without_tensor(q, "blk.1.ssm_a"))
+    cases.append(entry("qwen35_missing_ssm_a", name, "missing-tensor", GEN, ["blk.1.ssm_a"],
+                       "Qwen3.5 without one DeltaNet layer's decay (ssm_a)"))
+    name = "qwen35_conv_3_taps.gguf"
+    write_gguf(q, os.path.join(out, name), tensors=replace_tensor(
+        q, "blk.0.ssm_conv1d.weight", np.ones((512, 3), dtype=np.float32), Q.F32))
+    cases.append(entry("qwen35_conv_3_taps", name, "wrong-shape", GEN,
+                       ["blk.0.ssm_conv1d.weight"], "Qwen3.5 conv of 3 taps, ssm.conv_kernel is 4"))
+    name = "qwen35_inner_size_200.gguf"
+    write_gguf(q, os.path.join(out, name), set_kv={"qwen35.ssm.inner_size": (200, VT.UINT32)})
+    cases.append(entry("qwen35_inner_size_200", name, "metadata", GEN,
+                       ["inner_size"], "Qwen3.5 ssm.inner_size 200, not value heads × state size"))
+    name = "qwen35_recurrent_layers_ints.gguf"
+    write_gguf(q, os.path.join(out, name), drop_kv=("qwen35.attention.recurrent_layers",),
+               add_kv=[("qwen35.attention.recurrent_layers", [1, 1, 1, 0], VT.ARRAY, VT.INT32)])
+    cases.append(entry("qwen35_recurrent_layers_ints", name, "metadata", GEN,
+                       ["recurrent_layers"], "Qwen3.5 recurrent_layers as integers, not booleans"))
+    name = "qwen35_value_heads_3.gguf"
+    write_gguf(q, os.path.join(out, name), set_kv={
+        "qwen35.ssm.time_step_rank": (3, VT.UINT32), "qwen35.ssm.inner_size": (192, VT.UINT32)})
+    cases.append(entry("qwen35_value_heads_3", name, "metadata", GEN, ["value heads"],
+                       "Qwen3.5 with 3 value heads over 2 key heads"))
+    name = "qwen35_all_recurrent.gguf"
+    write_gguf(q, os.path.join(out, name), drop_kv=("qwen35.attention.recurrent_layers",),
+               add_kv=[("qwen35.attention.recurrent_layers", [True] * 4, VT.ARRAY, VT.BOOL)])
+    cases.append(entry("qwen35_all_recurrent", name, "metadata", GEN, ["attention layer"],
+                       "Qwen3.5 whose every layer is recurrent: no layer attends"))
+    d = os.path.join(out, "hf_qwen35_no_dt_bias")
+    shutil.copytree(os.path.join(REPO, "assets", "tiny-qwen35", "hf"), d)
+    drop_safetensor(os.path.join(d, "model.safetensors"), "model.layers.2.linear_attn.dt_bias")
+    cases.append(entry("hf_qwen35_no_dt_bias", "hf_qwen35_no_dt_bias", "hf-config", GEN_RAW,
+                       ["blk.2.ssm_dt.bias", "dt_bias"], "HF Qwen3.5 without one layer's dt_bias"))
     return cases
 
 

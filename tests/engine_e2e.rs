@@ -306,6 +306,50 @@ fn mla_outputs_identical_across_cache_preemption_and_batching() {
     assert!(preempted && hits, "MLA: preempted {preempted}, prefix hits {hits}");
 }
 
+/// A hybrid model (the tiny Qwen3.5: three Gated DeltaNet layers, whose memory is a state per
+/// sequence, and one attention layer with paged KV): greedy outputs identical across block
+/// sizes, chunking, batching and forced preemption (a preempted sequence recomputes from its
+/// start, from zero states), for both kernel families. The prefix cache, asked for, stays off
+/// (no state snapshots yet): no prefix hits.
+#[test]
+fn recurrent_layers_outputs_identical_across_preemption_chunking_and_batching() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    let mut preempted = false;
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let config = |bs: usize, blocks: usize, cache, seqs, chunk| {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
+            EngineConfig {
+                kernel_family: family,
+                // 1 attention layer × 2 KV heads × head_dim 32 × K and V × f16 = 256 B a token
+                kv_cache_memory: Some((blocks * bs * 256) as u64),
+                ..EngineConfig { model: path, ..tiny_config(bs, blocks, cache, seqs, chunk) }
+            }
+        };
+        let reference = run(&config(16, 64, false, 1, 256), &w);
+        let variants = [
+            ("cache asked, batched", config(16, 64, true, 4, 256)),
+            ("block 1, chunks of 13", config(1, 1024, false, 6, 13)),
+            ("block 4, tiny pool (preemption)", config(4, 36, false, 6, 64)),
+            ("block 64", config(64, 8, false, 3, 100)),
+        ];
+        for (name, cfg) in variants {
+            let got = same_as(
+                &reference,
+                &format!("Qwen3.5 (recurrent) {family:?} kernels"),
+                name,
+                &cfg,
+                &w,
+            );
+            preempted |= got.preemptions > 0;
+            assert_eq!(got.hit_tokens, 0, "{name}: the prefix cache is off for hybrids");
+        }
+    }
+    assert!(preempted, "Qwen3.5: no variant preempted");
+}
+
 /// A quantized MLA latent (one code read as keys and as values: the same granularity for both):
 /// int8 per-token, fp8-e4m3 per-channel and int4 per-token give identical greedy outputs across
 /// the prefix cache, chunking, batching and forced preemption, and int8's prompt logits stay

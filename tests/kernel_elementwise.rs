@@ -1,7 +1,7 @@
 //! RMSNorm (plain, gathering, accumulating, and per head past 65,535 workgroups; both variants,
-//! the same bits), RoPE (interleaved and NEOX
-//! pairs) and both GLU activations (SiLU, tanh-GELU) vs the CPU reference, with odd sizes and
-//! sentinels around the outputs.
+//! the same bits), RoPE (interleaved and NEOX pairs), both GLU activations (SiLU, tanh-GELU)
+//! and the sigmoid output gate vs the CPU reference, with odd sizes and sentinels around the
+//! outputs.
 
 mod common;
 
@@ -420,5 +420,50 @@ fn argmax_matches_the_cpu_greedy_sampler() {
             assert_eq!(got[j], greedy().sample(row), "vocab {vocab}, row {j}");
         }
         assert_eq!(got[n], 0xDEAD_BEEF, "vocab {vocab}: a row past the step's was written");
+    }
+}
+
+/// Gated attention's output gate (`kernels::gate`, Qwen3.5) against `reference::sigmoid_gate`:
+/// a width that is not a multiple of the workgroup, gates at an offset inside wider rows, large
+/// gates of both signs (sigmoid saturating), and the columns past the width and the row past
+/// the step left alone.
+#[test]
+fn sigmoid_gate_matches_reference() {
+    use kvrun::kernels::gate::{GateDims, GateOp};
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let (tokens, width, x_stride, g_stride, g_offset) = (5, 100, 103, 130, 17);
+    let mut r = rng(77);
+    let mut x = uniform(&mut r, (tokens + 1) * x_stride, 3.0);
+    let mut g = uniform(&mut r, tokens * g_stride, 6.0);
+    g[g_offset] = 95.0;
+    g[g_offset + 1] = -95.0;
+    let xb = storage_f32(gpu, &x);
+    let gb = storage_f32(gpu, &g);
+    let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
+    let dims = GateDims {
+        width: width as u32,
+        x_stride: x_stride as u32,
+        g_stride: g_stride as u32,
+        g_offset: g_offset as u32,
+    };
+    let op = GateOp::new(gpu, &t.kernels, &step, &gb, &xb, dims);
+    run(gpu, |pass| {
+        op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
+    });
+    let got = gpu.read_f32(&xb, 0, x.len()).unwrap();
+    for tok in 0..tokens {
+        let row = &x[tok * x_stride..][..width];
+        let gates = &g[tok * g_stride + g_offset..][..width];
+        let want = reference::sigmoid_gate(row, gates);
+        let what = format!("sigmoid gate, token {tok}");
+        assert_close(&what, &got[tok * x_stride..][..width], &want, 1e-6, 2e-6);
+        x[tok * x_stride..][..width].copy_from_slice(&want);
+    }
+    // untouched: the columns past the width and the row past the step
+    for (i, (a, b)) in got.iter().zip(&x).enumerate() {
+        if i % x_stride >= width || i >= tokens * x_stride {
+            assert_eq!(a.to_bits(), b.to_bits(), "sigmoid gate wrote outside its rows at {i}");
+        }
     }
 }

@@ -12,10 +12,11 @@ use kvrun::tokenizer::{Tokenizer, TokenizerSource};
 use std::path::{Path, PathBuf};
 
 /// The vocabularies whose model and pre-tokenizer kvrun supports.
-const VOCABS: [&str; 9] = [
+const VOCABS: [&str; 10] = [
     "gpt-2",
     "llama-bpe",
     "qwen2",
+    "qwen35",
     "starcoder",
     "refact",
     "mpt",

@@ -48,6 +48,8 @@ fn smollm2_config_and_tensors() {
         mla: None,
         rotary_dims: None,
         moe_layers: 0,
+        delta_net: None,
+        attn_output_gate: false,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

@@ -66,10 +66,11 @@ def write_tokenizer(out, chat_template, bos=None, eos=None, special=()):
     return 257 + len(special)
 
 
-def convert(hf_dir, out_path, outtype, pre):
+def convert(hf_dir, out_path, outtype, pre, extra_args=()):
     """llama.cpp's convert_hf_to_gguf.py on hf_dir, with the tokenizer's pre-tokenizer declared
     as `pre` (the converter identifies it by hashing how the tokenizer splits a test text, which
-    no tiny vocabulary reproduces; the weights and every other key are the converter's own)."""
+    no tiny vocabulary reproduces; the weights and every other key are the converter's own) and
+    the converter's own `extra_args` (e.g. --no-mtp)."""
     code = (
         "import sys, runpy\n"
         f"sys.path.insert(0, {LLAMA_CPP!r})\n"
@@ -77,7 +78,7 @@ def convert(hf_dir, out_path, outtype, pre):
         "import conversion.base as base\n"
         f"base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}\n"
         f"sys.argv = ['convert_hf_to_gguf.py', {hf_dir!r}, '--outfile', {out_path!r},"
-        f" '--outtype', {outtype!r}]\n"
+        f" '--outtype', {outtype!r}] + {list(extra_args)!r}\n"
         f"runpy.run_path({os.path.join(LLAMA_CPP, 'convert_hf_to_gguf.py')!r},"
         " run_name='__main__')\n"
     )

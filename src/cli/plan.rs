@@ -6,7 +6,7 @@ use std::path::Path;
 use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
-use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
+use crate::loader::{AttentionKind, HfConfigExtras, ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -47,7 +47,9 @@ fn parameter_count(c: &ModelConfig) -> u64 {
         None => {
             let q = h * c.head_dim as u64;
             let kv = (c.num_kv_heads * c.head_dim) as u64;
-            d * q + 2 * d * kv + q * d
+            // Qwen3.5's output gate: q_proj holds a gate row for every query row
+            let q_proj = if c.attn_output_gate { 2 * d * q } else { d * q };
+            q_proj + 2 * d * kv + q * d
         }
         Some(m) => {
             let q_out = h * m.q_head_dim() as u64;
@@ -65,9 +67,24 @@ fn parameter_count(c: &ModelConfig) -> u64 {
     let norms = 2 * d
         + if c.post_norms { 2 * d } else { 0 }
         + if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
-    let per_layer = attention + 3 * d * f + norms;
+    let mlp = 3 * d * f + norms;
+    // a Gated DeltaNet layer: q|k|v, z, b, a in; the conv; A_log, dt_bias; the gated norm; out
+    let recurrent = c.delta_net.map_or(0, |n| {
+        let (conv, value, heads) =
+            (n.conv_channels() as u64, n.value_dim() as u64, n.value_heads as u64);
+        d * (conv + value + 2 * heads)
+            + conv * n.conv_taps as u64
+            + 2 * heads
+            + n.value_head_dim as u64
+            + value * d
+    });
+    let recurrent_layers =
+        c.layers.iter().filter(|l| l.attention == AttentionKind::Recurrent).count() as u64;
     let embeddings = if c.tie_word_embeddings { v * d } else { 2 * v * d };
-    embeddings + c.num_layers as u64 * per_layer + d
+    embeddings
+        + (c.num_layers as u64 - recurrent_layers) * (attention + mlp)
+        + recurrent_layers * (recurrent + mlp - if c.qk_norm { 2 * c.head_dim as u64 } else { 0 })
+        + d
 }
 
 fn dtype_bytes(extras: &HfConfigExtras) -> u64 {
@@ -113,6 +130,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     }
     // The groups and the block the engine would use (engine::ResolvedConfig does the same).
     let groups = kv_groups(&config, max_model_len);
+    let (groups_layers, groups_kv_layers) = (groups.num_layers(), groups.num_kv_layers());
     let storage = model_kv_storage(&spec, args.block_size, &config)?;
     let layout = KvLayout::new(
         groups.slots_per_block(),
@@ -134,6 +152,8 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
             let per_head = (m.q_head_dim() + m.v_head_dim) as u64;
             config.num_layers as u64 * config.num_heads as u64 * per_head * 2
         }),
+        state_bytes_per_layer: config.delta_net.map_or(0, |d| d.state_bytes()),
+        state_layers: groups_layers - groups_kv_layers,
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::gpu::GpuOptions;
 use crate::kv::{format_bytes, GroupKind, HeadBlockStorage, KvGroups, KvLayout, KvStorage};
-use crate::loader::{AttentionKind, ModelConfig};
+use crate::loader::ModelConfig;
 use crate::quant::{head_block_words, KvCacheSpec, KvQuant, KvQuantError};
 
 use super::EngineError;
@@ -172,17 +172,12 @@ pub struct ResolvedConfig {
 /// up to `max_model_len` tokens: a window that covers the whole context is full attention (and
 /// keeps the prefix cache available).
 pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
-    let kinds: Vec<GroupKind> = model
+    let kinds: Vec<Option<GroupKind>> = model
         .layers
         .iter()
-        .map(|layer| match layer.attention {
-            AttentionKind::Sliding { window } if window < max_model_len => {
-                GroupKind::Sliding { window }
-            }
-            AttentionKind::Sliding { .. } | AttentionKind::Full => GroupKind::Full,
-        })
+        .map(|layer| crate::model::layer_group_kind(layer.attention, max_model_len))
         .collect();
-    KvGroups::from_layer_kinds(&kinds)
+    KvGroups::from_model_layers(&kinds)
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -236,11 +231,20 @@ impl ResolvedConfig {
         let kv_groups = kv_groups(model, max_model_len);
         // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
         let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
-        let enable_prefix_cache = cfg.enable_prefix_cache && has_full;
+        // A recurrent layer's state cannot be cut back to a prefix: until the prefix cache keeps
+        // state snapshots, a hybrid model recomputes every prompt from its start.
+        let recurrent = kv_groups.num_kv_layers() < kv_groups.num_layers();
+        let enable_prefix_cache = cfg.enable_prefix_cache && has_full && !recurrent;
         if cfg.enable_prefix_cache && !enable_prefix_cache {
             tracing::warn!(
-                "prefix caching is off: every layer of this model uses a sliding window shorter \
-                 than the context, and the cache needs one full-attention layer"
+                "prefix caching is off: {}",
+                if recurrent {
+                    "this model's recurrent (linear attention) layers keep a state per \
+                     sequence that the prefix cache does not snapshot yet"
+                } else {
+                    "every layer of this model uses a sliding window shorter than the context, \
+                     and the cache needs one full-attention layer"
+                }
             );
         }
         let storage = model_kv_storage(&cfg.kv_cache, cfg.block_size, model)?;
@@ -290,6 +294,7 @@ impl ResolvedConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::AttentionKind;
     use crate::quant::{KvFormat, ScaleGranularity};
 
     const SMOLLM2: &str = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576,

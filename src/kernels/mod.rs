@@ -14,6 +14,7 @@ pub mod attention;
 pub mod bandwidth;
 pub mod delta_net;
 pub mod embedding;
+pub mod gate;
 pub mod glu;
 pub mod kv_quantize;
 pub mod kv_write;
@@ -226,6 +227,8 @@ pipeline_keys! {
     Argmax(argmax::ArgmaxKey),
     /// A Gated DeltaNet layer's conv, state advance, scan and gated norm.
     DeltaNet(delta_net::DeltaNetKey),
+    /// Gated attention's output gate, x · sigmoid(g).
+    Gate(gate::GateKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.

@@ -79,9 +79,10 @@ pub struct KvGroup {
 pub struct KvGroups {
     groups: Vec<KvGroup>,
     slots_per_block: usize,
-    /// `[num_layers]` (group, slot) of each layer.
+    /// `[model layers]` (group, slot) of each layer with KV; `None` for a layer without
+    /// (a recurrent layer: its memory is a state, `kernels::delta_net`).
     #[serde(skip)]
-    layer_slot: Vec<(usize, usize)>,
+    layer_slot: Vec<Option<(usize, usize)>>,
 }
 
 /// Most padding [`KvGroups::from_layer_kinds`] accepts, as a fraction of the layers: 1/16.
@@ -97,50 +98,64 @@ impl KvGroups {
     /// appearance order; within a kind, layers ascend. Panics if `kinds` is empty or a sliding
     /// window is 0 (the loader refuses both).
     pub fn from_layer_kinds(kinds: &[GroupKind]) -> KvGroups {
-        assert!(!kinds.is_empty(), "a model has at least one layer");
+        let kinds: Vec<Option<GroupKind>> = kinds.iter().copied().map(Some).collect();
+        KvGroups::from_model_layers(&kinds)
+    }
+
+    /// Like [`KvGroups::from_layer_kinds`] for a model some of whose layers keep no KV
+    /// (`None`: recurrent layers, whose memory is a fixed-size state): those layers take no
+    /// slot, and the padding rule counts the KV layers only. Panics if no layer keeps KV.
+    pub fn from_model_layers(kinds: &[Option<GroupKind>]) -> KvGroups {
+        let kv_layers = kinds.iter().flatten().count();
+        assert!(kv_layers > 0, "a model has at least one layer with KV");
         assert!(
-            kinds.iter().all(|k| k.window() > 0 || *k == GroupKind::Full),
+            kinds.iter().flatten().all(|k| k.window() > 0 || *k == GroupKind::Full),
             "a sliding window of 0 tokens"
         );
-        let mut by_kind: Vec<(GroupKind, Vec<usize>)> = Vec::new();
-        for (layer, &kind) in kinds.iter().enumerate() {
-            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, layers)) => layers.push(layer),
-                None => by_kind.push((kind, vec![layer])),
-            }
-        }
+        let by_kind = Self::by_kind(kinds);
         let largest = by_kind.iter().map(|(_, l)| l.len()).max().expect("non-empty");
         let padding = |s: usize| -> usize {
             by_kind.iter().map(|(_, l)| l.len().div_ceil(s) * s - l.len()).sum()
         };
         let slots_per_block = (1..=largest)
             .rev()
-            .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kinds.len())
+            .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kv_layers)
             .unwrap_or(1);
-        KvGroups::with_slots(kinds, slots_per_block)
+        KvGroups::with_slots_of(kinds, slots_per_block)
     }
 
-    /// Like [`KvGroups::from_layer_kinds`] with `slots_per_block` chosen by the caller (tests
-    /// of other groupings). Panics if it is 0.
-    pub fn with_slots(kinds: &[GroupKind], slots_per_block: usize) -> KvGroups {
-        assert!(slots_per_block > 0, "a block holds at least one layer slot");
+    /// The KV layers of each kind, kinds in first appearance order.
+    fn by_kind(kinds: &[Option<GroupKind>]) -> Vec<(GroupKind, Vec<usize>)> {
         let mut by_kind: Vec<(GroupKind, Vec<usize>)> = Vec::new();
-        for (layer, &kind) in kinds.iter().enumerate() {
+        for (layer, kind) in kinds.iter().enumerate() {
+            let Some(kind) = *kind else { continue };
             match by_kind.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, layers)) => layers.push(layer),
                 None => by_kind.push((kind, vec![layer])),
             }
         }
+        by_kind
+    }
+
+    /// Like [`KvGroups::from_layer_kinds`] with `slots_per_block` chosen by the caller (tests
+    /// of other groupings). Panics if it is 0.
+    pub fn with_slots(kinds: &[GroupKind], slots_per_block: usize) -> KvGroups {
+        let kinds: Vec<Option<GroupKind>> = kinds.iter().copied().map(Some).collect();
+        KvGroups::with_slots_of(&kinds, slots_per_block)
+    }
+
+    fn with_slots_of(kinds: &[Option<GroupKind>], slots_per_block: usize) -> KvGroups {
+        assert!(slots_per_block > 0, "a block holds at least one layer slot");
         let mut groups = Vec::new();
-        for (kind, layers) in by_kind {
+        for (kind, layers) in Self::by_kind(kinds) {
             for chunk in layers.chunks(slots_per_block) {
                 groups.push(KvGroup { kind, layers: chunk.to_vec() });
             }
         }
-        let mut layer_slot = vec![(0, 0); kinds.len()];
+        let mut layer_slot = vec![None; kinds.len()];
         for (g, group) in groups.iter().enumerate() {
             for (j, &layer) in group.layers.iter().enumerate() {
-                layer_slot[layer] = (g, j);
+                layer_slot[layer] = Some((g, j));
             }
         }
         KvGroups { groups, slots_per_block, layer_slot }
@@ -167,19 +182,36 @@ impl KvGroups {
         self.slots_per_block
     }
 
-    /// Layers of the model.
+    /// Layers of the model, with KV or not.
     pub fn num_layers(&self) -> usize {
         self.layer_slot.len()
     }
 
-    /// Slots without a layer, over all groups (allocated, never used).
-    pub fn num_padding_slots(&self) -> usize {
-        self.groups.len() * self.slots_per_block - self.num_layers()
+    /// Layers that keep KV (in a group).
+    pub fn num_kv_layers(&self) -> usize {
+        self.layer_slot.iter().flatten().count()
     }
 
-    /// (group, slot) of `layer`. Panics if out of range.
+    /// Slots without a layer, over all groups (allocated, never used).
+    pub fn num_padding_slots(&self) -> usize {
+        self.groups.len() * self.slots_per_block - self.num_kv_layers()
+    }
+
+    /// (group, slot) of `layer`. Panics if out of range or the layer keeps no KV.
     pub fn layer_slot(&self, layer: usize) -> (usize, usize) {
-        self.layer_slot[layer]
+        self.layer_slot[layer].expect("a layer with KV")
+    }
+
+    /// Whether `layer` keeps KV (is in a group). Panics if out of range.
+    pub fn has_kv(&self, layer: usize) -> bool {
+        self.layer_slot[layer].is_some()
+    }
+
+    /// `layer`'s index among the layers that keep KV (per-layer KV buffers such as quantized
+    /// staging are allocated for those only). Panics if the layer keeps none.
+    pub fn kv_index(&self, layer: usize) -> usize {
+        assert!(self.has_kv(layer), "layer {layer} keeps no KV");
+        self.layer_slot[..layer].iter().flatten().count()
     }
 
     /// Kind of group `g`.
@@ -252,6 +284,21 @@ mod tests {
         let g = KvGroups::from_layer_kinds(&gemma3(18, 512));
         assert_eq!(g.groups()[5].layers, [5, 11, 17]);
         assert_eq!(g.groups()[0].layers, [0, 1, 2]);
+    }
+
+    /// Qwen3.5's 3-in-4 recurrent layers keep no KV: 8 full layers of 32 make one group of 8
+    /// slots, no padding; the recurrent layers have no slot.
+    #[test]
+    fn recurrent_layers_take_no_slot() {
+        let kinds: Vec<Option<GroupKind>> =
+            (0..32).map(|l| (l % 4 == 3).then_some(GroupKind::Full)).collect();
+        let g = KvGroups::from_model_layers(&kinds);
+        assert_eq!((g.len(), g.slots_per_block(), g.num_padding_slots()), (1, 8, 0));
+        assert_eq!((g.num_layers(), g.num_kv_layers()), (32, 8));
+        assert_eq!(g.groups()[0].layers, [3, 7, 11, 15, 19, 23, 27, 31]);
+        assert_eq!((g.layer_slot(7), g.kv_index(7), g.kv_index(31)), ((0, 1), 1, 7));
+        assert!(!g.has_kv(0) && g.has_kv(3));
+        assert_eq!(g.blocks_for_lone_sequence(16, 100, 512), 7);
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct PlanInput {
     /// (`layers × heads × (qk_nope + qk_rope + v_head_dim) × element bytes`), for comparison;
     /// `None` for other attention.
     pub kv_bytes_per_token_expanded: Option<u64>,
+    /// Recurrent layers (Gated DeltaNet): bytes of one sequence's state in one such layer
+    /// (conv state + recurrent state, f32), whatever the context; 0 without them.
+    pub state_bytes_per_layer: u64,
+    /// Layers that keep a state instead of KV.
+    pub state_layers: usize,
 }
 
 /// One KV-cache group in a [`Plan`].
@@ -112,6 +117,14 @@ pub struct Plan {
     /// MLA only: what the same heads would cache per token as per-head K and V.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_bytes_per_token_expanded: Option<u64>,
+    /// Layers whose memory is a fixed-size state per sequence instead of KV (Qwen3.5's Gated
+    /// DeltaNet); 0 for attention-only models.
+    pub state_layers: usize,
+    /// One running sequence's states over those layers, whatever its length.
+    pub state_bytes_per_sequence: u64,
+    /// The states of `max_num_seqs` running sequences (one slot each). Not part of
+    /// `kv_cache_memory`.
+    pub state_bytes_needed: u64,
 }
 
 /// Works out the plan. O(1). Byte products saturate at `u64::MAX` (16 EiB) rather than wrap.
@@ -133,6 +146,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
     let groups = &input.groups;
     let num_groups = groups.len() as u64;
     let staging = staging_bytes_per_sequence(layout, groups);
+    let state = input.state_bytes_per_layer.saturating_mul(input.state_layers as u64);
     let bytes_per_block = layout.bytes_per_block();
     let all_blocks = layout.blocks_for_tokens(input.max_model_len) as u64;
     let step = input.max_num_batched_tokens.min(input.max_model_len);
@@ -187,14 +201,18 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         max_num_seqs: input.max_num_seqs,
         kv_bytes_needed,
         kv_bytes_per_token_expanded: input.kv_bytes_per_token_expanded,
+        state_layers: input.state_layers,
+        state_bytes_per_sequence: state,
+        state_bytes_needed: state.saturating_mul(input.max_num_seqs as u64),
     })
 }
 
-/// The f16 staging of one running sequence with quantized KV: per model layer (padding slots
-/// have none), one slot's share of [`KvLayout::staging_bytes_per_sequence`]. 0 for f16.
+/// The f16 staging of one running sequence with quantized KV: per layer with KV (padding slots
+/// and recurrent layers have none), one slot's share of
+/// [`KvLayout::staging_bytes_per_sequence`]. 0 for f16.
 pub fn staging_bytes_per_sequence(layout: &KvLayout, groups: &KvGroups) -> u64 {
     layout.staging_bytes_per_sequence() / layout.num_layers.max(1) as u64
-        * groups.num_layers() as u64
+        * groups.num_kv_layers() as u64
 }
 
 /// Serializes a byte figure as a JSON integer when it is whole, else as a float.
@@ -270,6 +288,16 @@ impl std::fmt::Display for Plan {
             );
             row(f, "staging", self.kv_staging_bytes_needed, note)?;
         }
+        if self.state_layers > 0 {
+            let note = format!(
+                "recurrent states of {} running sequences ({} per sequence in {} layers, any \
+                 length), outside the budget",
+                self.max_num_seqs,
+                format_bytes(self.state_bytes_per_sequence),
+                self.state_layers
+            );
+            row(f, "states", self.state_bytes_needed, note)?;
+        }
         if self.sequences_fit < self.max_num_seqs as u64 {
             writeln!(
                 f,
@@ -292,6 +320,8 @@ mod tests {
 
     fn input(layout: KvLayout, ctx: usize, seqs: usize, budget: Option<u64>) -> PlanInput {
         PlanInput {
+            state_bytes_per_layer: 0,
+            state_layers: 0,
             groups: KvGroups::uniform(layout.num_layers),
             max_num_batched_tokens: 512,
             layout,

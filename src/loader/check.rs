@@ -5,7 +5,7 @@
 //! must be refused here, before anything is allocated from those numbers.
 
 use super::error::LoadError;
-use super::ModelFile;
+use super::{Architecture, AttentionKind, ModelFile};
 use std::collections::BTreeSet;
 
 /// One dimension the config implies: its config name and value.
@@ -38,15 +38,24 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     if file.has_tensor("output.weight") {
         expect(file, "output.weight", &[vocab, hidden])?;
     }
+    // Qwen3.5's gated attention: each head's q_proj rows are its query, then its gate
+    let q_proj_rows = match c.attn_output_gate {
+        true => product("2 × num_heads × head_dim", ("2", 2), q_rows)?,
+        false => q_rows,
+    };
     for l in 0..c.num_layers {
         let name = |t: &str| format!("blk.{l}.{t}");
         expect(file, &name("attn_norm.weight"), &[hidden])?;
-        if let Some(m) = c.mla {
+        let recurrent = c.layers[l].attention == AttentionKind::Recurrent;
+        if let (true, Some(d)) = (recurrent, c.delta_net) {
+            delta_net(file, l, d, hidden)?;
+        } else if let Some(m) = c.mla {
             mla_attention(file, l, m, c.num_heads, hidden)?;
         } else {
-            llama_attention(file, l, c.attention_bias, q_rows, kv_rows, hidden)?;
+            let rows = (q_proj_rows, q_rows, kv_rows);
+            llama_attention(file, l, c.attention_bias, rows, hidden)?;
         }
-        if c.qk_norm {
+        if c.qk_norm && !recurrent {
             // Qwen3, Gemma 3: one RMSNorm weight over each Q head and each K head
             expect(file, &name("attn_q_norm.weight"), &[head_dim])?;
             expect(file, &name("attn_k_norm.weight"), &[head_dim])?;
@@ -55,7 +64,13 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
             expect(file, &name("post_attention_norm.weight"), &[hidden])?;
             expect(file, &name("post_ffw_norm.weight"), &[hidden])?;
         }
-        expect(file, &name("ffn_norm.weight"), &[hidden])?;
+        // Qwen3.5's GGUF names the norm before the MLP post_attention_norm (Gemma's
+        // post_attention_norm is the norm after attention, checked above)
+        let ffn_norm = match c.arch {
+            Architecture::Qwen35 => "post_attention_norm.weight",
+            _ => "ffn_norm.weight",
+        };
+        expect(file, &name(ffn_norm), &[hidden])?;
         expect(file, &name("ffn_gate.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_up.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_down.weight"), &[hidden, ffn])?;
@@ -63,18 +78,48 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Q, K, V (and biases) and the output projection of a Llama-style layer.
+/// A Gated DeltaNet layer's tensors (llama.cpp's `qwen35` names; HF's mapped by
+/// `hf::canonical_name_for`): its conv weight [channels, taps] (GGUF) or [channels, 1, taps]
+/// (HF), its decay as GGUF's `ssm_a` (−exp(A_log)) or HF's `ssm_a_log`.
+fn delta_net(file: &ModelFile, l: usize, d: super::DeltaNet, hidden: Dim) -> Result<(), LoadError> {
+    let name = |t: &str| format!("blk.{l}.{t}");
+    let channels =
+        ("2 × key heads × key_head_dim + value heads × value_head_dim", d.conv_channels());
+    let value = ("linear value heads × value_head_dim", d.value_dim());
+    let heads = ("linear value heads", d.value_heads);
+    let taps = ("linear conv kernel", d.conv_taps);
+    expect(file, &name("attn_qkv.weight"), &[channels, hidden])?;
+    expect(file, &name("attn_gate.weight"), &[value, hidden])?;
+    expect(file, &name("ssm_beta.weight"), &[heads, hidden])?;
+    expect(file, &name("ssm_alpha.weight"), &[heads, hidden])?;
+    let conv = name("ssm_conv1d.weight");
+    if file.tensor(&conv)?.shape.len() == 3 {
+        expect(file, &conv, &[channels, ("1", 1), taps])?;
+    } else {
+        expect(file, &conv, &[channels, taps])?;
+    }
+    expect(file, &name("ssm_dt.bias"), &[heads])?;
+    // the decay: GGUF's −exp(A_log), HF's A_log (named for the file's format when missing)
+    match file.format() {
+        super::SourceFormat::Gguf => expect(file, &name("ssm_a"), &[heads])?,
+        super::SourceFormat::HfSafetensors => expect(file, &name("ssm_a_log"), &[heads])?,
+    }
+    expect(file, &name("ssm_norm.weight"), &[("linear value_head_dim", d.value_head_dim)])?;
+    expect(file, &name("ssm_out.weight"), &[hidden, value])
+}
+
+/// Q (with its gate rows, Qwen3.5), K, V (and biases) and the output projection of a
+/// Llama-style layer; `rows`: (q_proj rows, query channels, K/V rows).
 fn llama_attention(
     file: &ModelFile,
     l: usize,
     bias: bool,
-    q_rows: Dim,
-    kv_rows: Dim,
+    (q_proj_rows, q_rows, kv_rows): (Dim, Dim, Dim),
     hidden: Dim,
 ) -> Result<(), LoadError> {
     let name = |t: &str| format!("blk.{l}.{t}");
     {
-        expect(file, &name("attn_q.weight"), &[q_rows, hidden])?;
+        expect(file, &name("attn_q.weight"), &[q_proj_rows, hidden])?;
         expect(file, &name("attn_k.weight"), &[kv_rows, hidden])?;
         expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
         if bias {

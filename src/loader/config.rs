@@ -6,8 +6,8 @@ use super::gguf::GgufFile;
 use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
-pub(super) const SUPPORTED: &str =
-    "Llama (incl. Mistral), Qwen2, Qwen3 (dense), Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
+pub(super) const SUPPORTED: &str = "Llama (incl. Mistral), Qwen2, Qwen3 (dense), Qwen3.5 (dense), \
+     Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -26,6 +26,73 @@ pub enum Architecture {
     /// DeepSeek-V2/V3 (`DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM`): multi-head latent
     /// attention ([`Mla`]) and SwiGLU MLPs; its mixture-of-experts layers are refused at load.
     Deepseek2,
+    /// Qwen3.5 (dense; `Qwen3_5ForCausalLM`, the text model of
+    /// `Qwen3_5ForConditionalGeneration`, GGUF `qwen35`): a hybrid whose layers are mostly Gated
+    /// DeltaNet ([`DeltaNet`], [`AttentionKind::Recurrent`]: a fixed-size state per sequence,
+    /// no KV) with every fourth a full attention layer with an output gate, Q/K norms and
+    /// partial RoPE; RMSNorms `x · (1 + w)` (zero-centred).
+    Qwen35,
+}
+
+/// A Gated DeltaNet layer's shape (Qwen3.5's linear attention, transformers'
+/// `Qwen3_5GatedDeltaNet`): q and k heads of `key_head_dim`, v heads of `value_head_dim`, a
+/// causal conv of `conv_taps` over the q|k|v channels. Its per-sequence memory is a conv state
+/// of `conv_taps − 1` inputs and a recurrent state `[value_heads, key_head_dim,
+/// value_head_dim]` f32, whatever the context length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct DeltaNet {
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub key_head_dim: usize,
+    pub value_head_dim: usize,
+    pub conv_taps: usize,
+    /// Value head h reads key head h % key_heads: llama.cpp's converter reorders a GGUF's value
+    /// heads that way; transformers' (HF) order is h / (value_heads / key_heads).
+    pub key_heads_tiled: bool,
+}
+
+impl DeltaNet {
+    /// Channels of the conv (and of `in_proj_qkv`'s output): q, k, v.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
+    }
+
+    /// Channels of the values (and of the gate `z` and the output's input).
+    pub fn value_dim(&self) -> usize {
+        self.value_heads * self.value_head_dim
+    }
+
+    /// f32 bytes of one sequence's state in one layer: the conv state and the recurrent state.
+    pub fn state_bytes(&self) -> u64 {
+        let conv = (self.conv_taps.saturating_sub(1) * self.conv_channels()) as u64;
+        let rec = (self.value_heads * self.key_head_dim * self.value_head_dim) as u64;
+        4 * (conv + rec)
+    }
+
+    /// Every size in `1..=2^16`, value heads whole groups of key heads, taps ≥ 2.
+    pub(super) fn check(&self) -> Result<(), LoadError> {
+        let dims = [
+            ("linear key heads", self.key_heads),
+            ("linear value heads", self.value_heads),
+            ("linear key head dim", self.key_head_dim),
+            ("linear value head dim", self.value_head_dim),
+            ("linear conv kernel", self.conv_taps),
+        ];
+        if let Some((name, v)) = dims.iter().find(|(_, v)| *v == 0 || *v > 1 << 16) {
+            return Err(LoadError::config(format!(
+                "Gated DeltaNet {name} = {v} is 0 or absurdly large; the model's config is broken"
+            )));
+        }
+        if self.value_heads % self.key_heads != 0 || self.conv_taps < 2 {
+            return Err(LoadError::config(format!(
+                "Gated DeltaNet with {} value heads over {} key heads and a {}-tap conv: the \
+                 value heads must be whole groups of key heads and the conv at least 2 taps; \
+                 the model's config is broken",
+                self.value_heads, self.key_heads, self.conv_taps
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3): per token and layer the KV cache holds one
@@ -84,7 +151,9 @@ pub enum AttentionKind {
     Full,
     /// A query at position p sees keys at positions (p - window, p].
     Sliding { window: usize },
-    // MLA's Latent comes later.
+    /// No attention and no KV: a recurrent layer (Gated DeltaNet, [`ModelConfig::delta_net`])
+    /// whose memory of the past is a fixed-size state per sequence.
+    Recurrent,
 }
 
 /// How RoPE's rotation frequencies are changed for long contexts, as HF's
@@ -205,6 +274,12 @@ pub struct ModelConfig {
     /// Layers whose MLP is a mixture of experts, which kvrun does not run: a model with any is
     /// refused at load (`plan` still sizes its KV).
     pub moe_layers: usize,
+    /// The shape of the [`AttentionKind::Recurrent`] layers (Qwen3.5's Gated DeltaNet);
+    /// `None` when there are none.
+    pub delta_net: Option<DeltaNet>,
+    /// The attention output is multiplied by `sigmoid(gate)` before `o_proj`, the gate being
+    /// the second half of each head's `q_proj` rows (Qwen3.5's gated attention).
+    pub attn_output_gate: bool,
 }
 
 /// What an HF `config.json` says beyond [`ModelConfig`] (for `kvrun plan` on a bare config).
@@ -319,7 +394,33 @@ impl ModelConfig {
             }
         }
         self.validate_mla()?;
+        self.validate_delta_net()?;
         self.validate_layers()
+    }
+
+    /// Recurrent layers exactly when there is a [`DeltaNet`] shape, and at least one layer with
+    /// attention (the KV cache, positions and the scheduler hang on it).
+    fn validate_delta_net(&self) -> Result<(), LoadError> {
+        let recurrent = self.layers.iter().filter(|l| l.attention == AttentionKind::Recurrent);
+        let recurrent = recurrent.count();
+        match self.delta_net {
+            Some(d) => d.check()?,
+            None if recurrent > 0 => {
+                return Err(LoadError::config(format!(
+                    "{recurrent} recurrent (linear attention) layers but no Gated DeltaNet \
+                     shape; the model's config is broken"
+                )))
+            }
+            None => {}
+        }
+        if recurrent == self.layers.len() && !self.layers.is_empty() {
+            return Err(LoadError::config(
+                "every layer is recurrent (linear attention); kvrun needs at least one \
+                 attention layer"
+                    .to_string(),
+            ));
+        }
+        Ok(())
     }
 
     /// One [`LayerSpec`] per layer, each window at least 1, each RoPE well-formed.

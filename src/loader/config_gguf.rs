@@ -2,11 +2,12 @@
 //! them) and the tensor list: Llama, Qwen2, Qwen3, Gemma 3, DeepSeek-V2/V3.
 
 use super::config::{
-    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, LayerSpec, Mla, ModelConfig,
-    Rope, RopeScaling, RopeStyle, SUPPORTED,
+    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, DeltaNet, LayerSpec, Mla,
+    ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use super::gguf::GgufFile;
+use super::gguf_value::GgufArray;
 use crate::quant::dequantize_row;
 
 /// Gemma 3's local (sliding) layers: RoPE base 10,000, unscaled (llama.cpp hard-codes
@@ -35,6 +36,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
         // not permuted by the converter; RoPE on adjacent pairs (ggml's NORM), as HF DeepSeek
         "deepseek2" => (Architecture::Deepseek2, RopeStyle::Interleaved),
+        // llama.cpp's IMROPE: NEOX pairs, each from one of three positions, equal for text
+        "qwen35" => (Architecture::Qwen35, RopeStyle::Neox),
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: other.to_string(),
@@ -99,6 +102,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         mla: None,
         rotary_dims,
         moe_layers: 0,
+        delta_net: None,
+        attn_output_gate: false,
     };
     if arch == Architecture::Gemma3 {
         gemma3(&m, &mut config)?;
@@ -106,8 +111,64 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     if arch == Architecture::Deepseek2 {
         deepseek2(&m, &mut config)?;
     }
+    if arch == Architecture::Qwen35 {
+        qwen35(&m, &mut config)?;
+    }
     config.validate()?;
     Ok(config)
+}
+
+/// Qwen3.5 (llama.cpp `llama_model_qwen35::load_arch_hparams`): the Gated DeltaNet's shape
+/// from `ssm.*` (`state_size` is both head sizes, `group_count` the key heads,
+/// `time_step_rank` the value heads, `inner_size` all value channels), its layers from
+/// `attention.recurrent_layers` or else every layer but each `full_attention_interval`-th
+/// (default 4); value heads tiled over the key heads (the converter reorders them); the
+/// converter already added 1 to the zero-centred norms, so `norm_weight_offset` stays 0.
+fn qwen35(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let state = m.usize("ssm.state_size")?;
+    let value_heads = m.usize("ssm.time_step_rank")?;
+    let inner = m.usize("ssm.inner_size")?;
+    if value_heads == 0 || inner != value_heads * state {
+        return Err(LoadError::config(format!(
+            "{0}.ssm.inner_size = {inner} is not ssm.time_step_rank ({value_heads}) × \
+             ssm.state_size ({state}); re-convert the model",
+            m.arch
+        )));
+    }
+    let delta = DeltaNet {
+        key_heads: m.usize("ssm.group_count")?,
+        value_heads,
+        key_head_dim: state,
+        value_head_dim: state,
+        conv_taps: m.usize("ssm.conv_kernel")?,
+        key_heads_tiled: true,
+    };
+    delta.check()?;
+    let key = format!("{}.attention.recurrent_layers", m.arch);
+    let recurrent: Vec<bool> = match m.file.get(&key) {
+        Some(v) => match v.as_array() {
+            Some(GgufArray::Bool(b)) if b.len() >= c.num_layers => b[..c.num_layers].to_vec(),
+            _ => {
+                return Err(LoadError::config(format!(
+                    "{key} must be an array of {} booleans; re-convert the model",
+                    c.num_layers
+                )))
+            }
+        },
+        None => {
+            let interval = m.usize_or("full_attention_interval", 4)?.max(1);
+            (0..c.num_layers).map(|i| (i + 1) % interval != 0).collect()
+        }
+    };
+    for (layer, r) in c.layers.iter_mut().zip(recurrent) {
+        if r {
+            layer.attention = AttentionKind::Recurrent;
+        }
+    }
+    c.delta_net = Some(delta);
+    c.qk_norm = true;
+    c.attn_output_gate = true;
+    Ok(())
 }
 
 /// Gemma 3 (llama.cpp `llama_load_hparams_gemma3`): with `attention.sliding_window` > 0, layers
@@ -193,7 +254,8 @@ fn deepseek2(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
 
 /// Partial rotary embeddings: `rope.dimension_count` below head_dim is llama.cpp's `n_rot`, the
 /// channels its RoPE rotates at the start of each head (NEOX or interleaved pairs within them).
-/// Only architectures whose llama.cpp graph rotates `n_rot` channels take it (Gemma 3); Llama,
+/// Only architectures whose llama.cpp graph rotates `n_rot` channels take it (Gemma 3, Qwen3.5:
+/// a quarter of each head); Llama,
 /// Qwen2 and Qwen3 assert `n_rot == head_dim` there, so such a file is refused, as by llama.cpp.
 /// `None` when absent or whole heads; more than head_dim is an error.
 fn rotary_dims(
@@ -209,7 +271,7 @@ fn rotary_dims(
             m.arch
         )));
     }
-    if dims < head_dim && arch != Architecture::Gemma3 {
+    if dims < head_dim && !matches!(arch, Architecture::Gemma3 | Architecture::Qwen35) {
         return Err(LoadError::config(format!(
             "{0}.rope.dimension_count = {dims} differs from head_dim = {head_dim} (partial rotary \
              embeddings): the {0} architecture rotates whole heads (llama.cpp refuses this file \

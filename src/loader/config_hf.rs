@@ -3,8 +3,8 @@
 //! `text_config`), each layer's attention kind and RoPE as `transformers` derives them.
 
 use super::config::{
-    inv_sqrt, token_id_list, yarn_mscale, Activation, Architecture, AttentionKind, HfConfigExtras,
-    LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    inv_sqrt, token_id_list, yarn_mscale, Activation, Architecture, AttentionKind, DeltaNet,
+    HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use serde::Deserialize;
@@ -50,6 +50,14 @@ struct HfConfigJson {
     n_routed_experts: Option<usize>,
     first_k_dense_replace: Option<usize>,
     moe_layer_freq: Option<usize>,
+    // Qwen3.5 (Gated DeltaNet layers)
+    linear_conv_kernel_dim: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    full_attention_interval: Option<usize>,
+    partial_rotary_factor: Option<f64>,
     torch_dtype: Option<String>,
     dtype: Option<String>,
     bos_token_id: Option<u32>,
@@ -90,6 +98,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "Qwen3ForCausalLM" => Architecture::Qwen3,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
+        "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Architecture::Qwen35,
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: if other.is_empty() { "(none given)" } else { other }.to_string(),
@@ -98,10 +107,12 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         }
     };
     let mut text = match arch_name.as_str() {
-        "Gemma3ForConditionalGeneration" => match top.get("text_config") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => Map::new(),
-        },
+        "Gemma3ForConditionalGeneration" | "Qwen3_5ForConditionalGeneration" => {
+            match top.get("text_config") {
+                Some(Value::Object(m)) => m.clone(),
+                _ => Map::new(),
+            }
+        }
         _ => top.as_object().cloned().unwrap_or_default(),
     };
     if arch == Architecture::Gemma3 {
@@ -116,6 +127,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     let config = match arch {
         Architecture::Gemma3 => gemma3(&c)?,
         Architecture::Deepseek2 => deepseek2(&c)?,
+        Architecture::Qwen35 => qwen35(&c)?,
         _ => llama_like(arch, &c)?,
     };
     config.validate()?;
@@ -170,6 +182,8 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         mla: None,
         rotary_dims: None,
         moe_layers: 0,
+        delta_net: None,
+        attn_output_gate: false,
     }
 }
 
@@ -308,6 +322,89 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         mla: Some(mla),
         moe_layers,
         ..base(Architecture::Deepseek2, c, layers)
+    })
+}
+
+/// Qwen3.5 (dense) as `modeling_qwen3_5.py` defines it: `layer_types` (else every
+/// `full_attention_interval`-th layer, default 4, full) of Gated DeltaNet (`linear_attention`)
+/// and gated full attention; Q/K norms; partial RoPE over `partial_rotary_factor` (default
+/// 0.25) of each head, NEOX pairs (its interleaved mRoPE sections coincide for text, whose
+/// three position ids are equal); RMSNorms `x · (1 + w)` except the DeltaNet's gated norm.
+fn qwen35(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let max_pos = c.max_position_embeddings.unwrap_or(32_768);
+    let need = |key: &str, v: Option<usize>| {
+        v.ok_or_else(|| {
+            LoadError::config(format!(
+                "a Qwen3.5 config needs '{key}'; pass the model's own config.json"
+            ))
+        })
+    };
+    let delta_net = DeltaNet {
+        key_heads: need("linear_num_key_heads", c.linear_num_key_heads)?,
+        value_heads: need("linear_num_value_heads", c.linear_num_value_heads)?,
+        key_head_dim: need("linear_key_head_dim", c.linear_key_head_dim)?,
+        value_head_dim: need("linear_value_head_dim", c.linear_value_head_dim)?,
+        conv_taps: c.linear_conv_kernel_dim.unwrap_or(4),
+        key_heads_tiled: false,
+    };
+    delta_net.check()?;
+    let kinds: Vec<AttentionKind> = match &c.layer_types {
+        Some(types) => {
+            if types.len() != c.num_hidden_layers {
+                return Err(LoadError::config(format!(
+                    "layer_types lists {} layers but num_hidden_layers = {}; the config is \
+                     broken",
+                    types.len(),
+                    c.num_hidden_layers
+                )));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "full_attention" => Ok(AttentionKind::Full),
+                    "linear_attention" => Ok(AttentionKind::Recurrent),
+                    other => Err(LoadError::config(format!(
+                        "Qwen3.5 layer type '{other}' is not supported (full_attention, \
+                         linear_attention)"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        None => {
+            let interval = c.full_attention_interval.unwrap_or(4).max(1);
+            (0..c.num_hidden_layers)
+                .map(|i| match (i + 1) % interval {
+                    0 => AttentionKind::Full,
+                    _ => AttentionKind::Recurrent,
+                })
+                .collect()
+        }
+    };
+    let (theta, params) = rope_params(c, "full_attention")?;
+    let rope = hf_rope(theta, params, max_pos)?;
+    let factor = params
+        .and_then(|p| p.get("partial_rotary_factor"))
+        .and_then(Value::as_f64)
+        .or(c.partial_rotary_factor)
+        .unwrap_or(0.25);
+    let base = base(Architecture::Qwen35, c, Vec::new());
+    if !(factor.is_finite() && factor > 0.0 && factor <= 1.0) {
+        return Err(LoadError::config(format!(
+            "partial_rotary_factor = {factor} must be in (0, 1]; fix the model's config.json"
+        )));
+    }
+    let dims = (base.head_dim as f64 * factor) as usize;
+    let rotary_dims = (dims < base.head_dim).then_some(dims);
+    let layers = kinds.into_iter().map(|attention| LayerSpec { attention, rope }).collect();
+    Ok(ModelConfig {
+        layers,
+        qk_norm: true,
+        norm_weight_offset: 1.0,
+        rotary_dims,
+        max_position_embeddings: max_pos,
+        delta_net: Some(delta_net),
+        attn_output_gate: true,
+        ..base
     })
 }
 

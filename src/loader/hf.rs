@@ -43,6 +43,9 @@ pub struct HfModel {
 /// inside `Gemma3ForConditionalGeneration` is `model.language_model.*` (transformers ≥ 5) or
 /// `language_model.model.*` (4.x); the vision tower's tensors keep their names and are unused.
 pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
+    if arch == Architecture::Qwen35 {
+        return qwen35_name(hf);
+    }
     if arch != Architecture::Gemma3 {
         return canonical_name(hf);
     }
@@ -69,6 +72,37 @@ pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
         .and_then(|rest| rest.split_once('.'))
         .and_then(|(layer, param)| gemma(layer, param))
         .unwrap_or_else(|| canonical_name(&hf))
+}
+
+/// Qwen3.5's HF names → llama.cpp's `qwen35` GGUF names: the text model of
+/// `Qwen3_5ForConditionalGeneration` is `model.language_model.*` (its vision tower and MTP
+/// head keep their names and are unused); `post_attention_layernorm` (the norm before the MLP)
+/// is GGUF `post_attention_norm`; the Gated DeltaNet's tensors are `attn_qkv`, `attn_gate`,
+/// `ssm_*`. `A_log` keeps a name of its own: GGUF stores `ssm_a = −exp(A_log)` instead.
+fn qwen35_name(hf: &str) -> String {
+    let hf = match hf.strip_prefix("model.language_model.") {
+        Some(rest) => format!("model.{rest}"),
+        None => hf.to_string(),
+    };
+    let mapped = hf.strip_prefix("model.layers.").and_then(|rest| rest.split_once('.')).and_then(
+        |(layer, param)| {
+            let name = match param {
+                "post_attention_layernorm.weight" => "post_attention_norm.weight",
+                "linear_attn.in_proj_qkv.weight" => "attn_qkv.weight",
+                "linear_attn.in_proj_z.weight" => "attn_gate.weight",
+                "linear_attn.in_proj_b.weight" => "ssm_beta.weight",
+                "linear_attn.in_proj_a.weight" => "ssm_alpha.weight",
+                "linear_attn.conv1d.weight" => "ssm_conv1d.weight",
+                "linear_attn.dt_bias" => "ssm_dt.bias",
+                "linear_attn.A_log" => "ssm_a_log",
+                "linear_attn.norm.weight" => "ssm_norm.weight",
+                "linear_attn.out_proj.weight" => "ssm_out.weight",
+                _ => return None,
+            };
+            Some(format!("blk.{layer}.{name}"))
+        },
+    );
+    mapped.unwrap_or_else(|| canonical_name(&hf))
 }
 
 /// HF Llama/Qwen2/Qwen3/DeepSeek parameter names → kvrun's canonical (GGUF) names. Names this

@@ -19,8 +19,8 @@ mod hf;
 mod mmap;
 
 pub use config::{
-    Activation, Architecture, AttentionKind, HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope,
-    RopeScaling, RopeStyle,
+    Activation, Architecture, AttentionKind, DeltaNet, HfConfigExtras, LayerSpec, Mla, ModelConfig,
+    Rope, RopeScaling, RopeStyle,
 };
 pub use error::LoadError;
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
@@ -124,7 +124,7 @@ impl TensorView<'_> {
 
 enum Source {
     Gguf(GgufFile),
-    Hf(HfModel),
+    Hf(Box<HfModel>),
 }
 
 /// An opened model: a GGUF file or an HF directory, chosen by what the path is.
@@ -151,7 +151,7 @@ impl ModelFile {
 
     fn open_unnamed(path: &Path) -> Result<Self, LoadError> {
         let source = match path_kind(path)? {
-            PathKind::Dir => Source::Hf(HfModel::open(path)?),
+            PathKind::Dir => Source::Hf(Box::new(HfModel::open(path)?)),
             PathKind::File if path.file_name().is_some_and(|n| n == "config.json") => {
                 return Err(LoadError::UnknownSource { path: path.to_path_buf() });
             }

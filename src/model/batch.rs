@@ -125,7 +125,8 @@ impl ForwardBatch {
                 ctx_len: end as u32,
                 table_start: b.block_tables[0].len() as u32,
                 stage_slot: c.stage_slot,
-                state_slot: 0,
+                // a running sequence's staging slot is its state slot too (recurrent layers)
+                state_slot: c.stage_slot,
                 _pad: [0; 2],
             });
             b.add_quantized_kv_work(c, q_start, block_size);

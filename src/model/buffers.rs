@@ -6,7 +6,7 @@ use crate::kernels::attention::{partials_bytes, partitions};
 use crate::kernels::kv_quantize::stage_words;
 use crate::kernels::rope::rope_table_with_freq_factors;
 use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
-use crate::loader::ModelConfig;
+use crate::loader::{AttentionKind, ModelConfig};
 use crate::quant::head_block_words;
 
 /// The small inputs rewritten every step.
@@ -117,6 +117,11 @@ pub(super) struct Activations {
     pub attn: wgpu::Buffer,
     /// MLA's intermediate rows (`None` for other models).
     pub mla: Option<MlaActivations>,
+    /// Gated attention (Qwen3.5): [max_tokens, heads · head_dim] the output gates (1 float
+    /// otherwise)
+    pub attn_gate: wgpu::Buffer,
+    /// Gated DeltaNet layers' rows (`None` without recurrent layers).
+    pub delta: Option<DeltaActivations>,
     /// [max_tokens, 2 · ffn] fused gate and up projections
     pub gate_up: wgpu::Buffer,
     /// [max_tokens, ffn]
@@ -152,6 +157,23 @@ pub(super) struct MlaActivations {
     pub v: wgpu::Buffer,
 }
 
+/// A Gated DeltaNet layer's rows (`kernels::delta_net`).
+pub(super) struct DeltaActivations {
+    /// [max_tokens, proj_width()] the input projections, stacked: q|k|v (the conv's input),
+    /// z (the gates), b, a
+    pub proj: wgpu::Buffer,
+    /// [max_tokens, conv channels] the conv's output (the scan's q, k, v)
+    pub conv: wgpu::Buffer,
+    /// [max_tokens, value heads · value_head_dim] the scan's outputs, gated-normed in place
+    pub o: wgpu::Buffer,
+}
+
+/// Columns of [`DeltaActivations::proj`]: conv channels, then z, then b and a (one a value
+/// head each).
+pub(super) fn delta_proj_width(d: &crate::loader::DeltaNet) -> usize {
+    d.conv_channels() + d.value_dim() + 2 * d.value_heads
+}
+
 impl Activations {
     pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
         let f32s = |label: &str, rows: usize, cols: usize| {
@@ -180,6 +202,15 @@ impl Activations {
                 q: f32s("mla q", t, c.num_heads * m.q_head_dim()),
                 c_kv: f32s("mla c_kv", t, m.kv_lora_rank),
                 v: f32s("mla v", t, c.num_heads * m.v_head_dim),
+            }),
+            attn_gate: match c.attn_output_gate {
+                true => f32s("attention gates", t, c.num_heads * c.head_dim),
+                false => f32s("no attention gates", 1, 1),
+            },
+            delta: c.delta_net.map(|d| DeltaActivations {
+                proj: f32s("delta_net projections", t, delta_proj_width(&d)),
+                conv: f32s("delta_net conv out", t, d.conv_channels()),
+                o: f32s("delta_net out", t, d.value_dim()),
             }),
             gate_up: f32s("gate_up", t, 2 * c.intermediate_size),
             ffn: f32s("ffn", t, c.intermediate_size),
@@ -218,6 +249,44 @@ impl Activations {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The recurrent layers' states (Gated DeltaNet), `max_num_seqs` slots each: a sequence's
+/// slot is its running slot (`SeqInfo::state_slot`, the engine's staging slot); a step at
+/// position 0 starts from zero states whatever the slot holds (`kernels::delta_net`).
+pub struct StatePool {
+    /// Per recurrent layer, in layer order: `[slots, taps − 1, conv channels]` f32.
+    pub conv: Vec<wgpu::Buffer>,
+    /// Per recurrent layer: `[slots, value heads, key_head_dim, value_head_dim]` f32.
+    pub recurrent: Vec<wgpu::Buffer>,
+    /// Bytes of all of them.
+    pub bytes: u64,
+}
+
+impl StatePool {
+    pub(super) fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
+        let (mut conv, mut recurrent, mut bytes) = (Vec::new(), Vec::new(), 0);
+        let Some(d) = c.delta_net else {
+            return StatePool { conv, recurrent, bytes };
+        };
+        let slots = o.max_num_seqs as u64;
+        let conv_slot = 4 * ((d.conv_taps - 1) * d.conv_channels()) as u64;
+        let rec_slot = 4 * (d.value_heads * d.key_head_dim * d.value_head_dim) as u64;
+        // sizes checked against the binding limit by limits::check_buffer_sizes
+        let layers = c.layers.iter().enumerate();
+        for (l, _) in layers.filter(|(_, s)| s.attention == AttentionKind::Recurrent) {
+            conv.push(gpu.storage_buffer(&format!("conv state layer {l}"), slots * conv_slot));
+            recurrent
+                .push(gpu.storage_buffer(&format!("recurrent state layer {l}"), slots * rec_slot));
+            bytes += slots * (conv_slot + rec_slot);
+        }
+        StatePool { conv, recurrent, bytes }
+    }
+
+    /// Index of recurrent layer `l`'s buffers.
+    pub fn index(c: &ModelConfig, l: usize) -> usize {
+        c.layers[..l].iter().filter(|s| s.attention == AttentionKind::Recurrent).count()
     }
 }
 
@@ -298,7 +367,7 @@ impl KvPool {
         // Staging is per layer, not per slot: layers of different groups share a slot's pool
         // buffer at different blocks, but a sequence's partial last block has one staging row
         // range per layer.
-        let num_layers = o.kv_groups.num_layers();
+        let num_layers = o.kv_groups.num_kv_layers();
         if quant.is_some() {
             for l in 0..num_layers {
                 stage.push(gpu.storage_buffer(&format!("kv staging layer {l}"), stage_layer));

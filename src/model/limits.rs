@@ -32,9 +32,25 @@ pub(super) fn check_buffer_sizes(
     let qkv = n(c.num_kv_heads)
         .checked_mul(2)
         .and_then(|kv| kv.checked_add(n(c.num_heads))?.checked_mul(n(c.head_dim)));
-    let widest_token_row = [Some(n(c.hidden_size)), qkv, q, n(c.intermediate_size).checked_mul(2)]
-        .into_iter()
-        .try_fold(0u64, |m, v| v.map(|v| m.max(v)));
+    // Gated DeltaNet: the stacked input projections (q|k|v, z, b, a) are its widest row
+    let delta_row = c.delta_net.map_or(Some(0), |d| {
+        let conv = n(d.key_heads).checked_mul(n(d.key_head_dim))?.checked_mul(2)?;
+        let value = n(d.value_heads).checked_mul(n(d.value_head_dim))?;
+        conv.checked_add(value.checked_mul(2)?)?.checked_add(n(d.value_heads) * 2)
+    });
+    let widest_token_row =
+        [Some(n(c.hidden_size)), qkv, q, n(c.intermediate_size).checked_mul(2), delta_row]
+            .into_iter()
+            .try_fold(0u64, |m, v| v.map(|v| m.max(v)));
+    // per sequence and recurrent layer: the larger of its conv state and recurrent state
+    let state_row = c.delta_net.map_or(Some(0), |d| {
+        let keys = n(d.key_heads).checked_mul(n(d.key_head_dim))?.checked_mul(2)?;
+        let channels = keys.checked_add(n(d.value_heads).checked_mul(n(d.value_head_dim))?)?;
+        let conv = n(d.conv_taps - 1).checked_mul(channels)?;
+        let rec =
+            n(d.value_heads).checked_mul(n(d.key_head_dim))?.checked_mul(n(d.value_head_dim))?;
+        conv.max(rec).checked_mul(4)
+    });
     // per sequence: [heads, partitions, head_dim + 2] f32 decode partials
     let partitions = n(o.max_model_len.div_ceil(PARTITION as usize));
     let partials_row = n(c.num_heads)
@@ -76,6 +92,13 @@ pub(super) fn check_buffer_sizes(
             buffer: "sequence records",
             unit: "sequences",
             unit_bytes: Some(std::mem::size_of::<SeqInfo>() as u64),
+            count: o.max_num_seqs,
+            flag: "--max-num-seqs",
+        },
+        Scaled {
+            buffer: "recurrent state (one layer)",
+            unit: "sequences",
+            unit_bytes: state_row,
             count: o.max_num_seqs,
             flag: "--max-num-seqs",
         },
@@ -146,6 +169,8 @@ mod tests {
             mla: None,
             rotary_dims: None,
             moe_layers: 0,
+            delta_net: None,
+            attn_output_gate: false,
         }
     }
 

@@ -11,12 +11,14 @@ mod weights;
 use std::sync::Arc;
 
 pub use batch::{slot_of, ForwardBatch, LogitReadback, Logits, LogitsWanted, SeqChunk, StepTiming};
-pub use buffers::KvPool;
+pub use buffers::{KvPool, StatePool};
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
 use crate::kernels::argmax::ArgmaxOp;
 use crate::kernels::attention::AttentionOp;
+use crate::kernels::delta_net::{ConvOp, GatedNormOp, ScanOp};
 use crate::kernels::embedding::EmbeddingOp;
+use crate::kernels::gate::GateOp;
 use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
@@ -55,9 +57,23 @@ pub struct ModelOptions {
     pub kv_groups: KvGroups,
 }
 
+/// The KV-cache group kind a layer of `attention` kind belongs to at a context of
+/// `max_model_len` tokens: a window covering the context is full attention; a recurrent layer
+/// keeps no KV (`None`). The one place that decides it (`engine::kv_groups` builds the groups
+/// from it, [`check_kv_groups`] checks them against it).
+pub fn layer_group_kind(attention: AttentionKind, max_model_len: usize) -> Option<GroupKind> {
+    match attention {
+        AttentionKind::Sliding { window } if window < max_model_len => {
+            Some(GroupKind::Sliding { window })
+        }
+        AttentionKind::Sliding { .. } | AttentionKind::Full => Some(GroupKind::Full),
+        AttentionKind::Recurrent => None,
+    }
+}
+
 /// The KV-cache groups must be the ones the config's layers call for at this context
 /// (`engine::kv_groups`): each layer in a group of its own attention kind, so that no layer
-/// attends wider or narrower than its config says.
+/// attends wider or narrower than its config says, and no recurrent layer in any.
 fn check_kv_groups(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let groups = &o.kv_groups;
     if groups.num_layers() != c.num_layers {
@@ -68,18 +84,18 @@ fn check_kv_groups(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> 
         )));
     }
     for (l, layer) in c.layers.iter().enumerate() {
-        let want = match layer.attention {
-            AttentionKind::Sliding { window } if window < o.max_model_len => {
-                GroupKind::Sliding { window }
-            }
-            AttentionKind::Sliding { .. } | AttentionKind::Full => GroupKind::Full,
-        };
-        let (g, _) = groups.layer_slot(l);
-        if groups.kind(g) != want {
+        let want = layer_group_kind(layer.attention, o.max_model_len);
+        let got = groups.has_kv(l).then(|| groups.kind(groups.layer_slot(l).0));
+        if got != want {
+            let name = |k: Option<GroupKind>| match k {
+                Some(k) => format!("{k:?}"),
+                None => "recurrent (no KV)".to_string(),
+            };
             return Err(ModelError::Unsupported(format!(
-                "layer {l} attends as {want:?} but its KV-cache group is {:?}; build the groups \
-                 with engine::kv_groups",
-                groups.kind(g)
+                "layer {l} attends as {} but its KV-cache group is {}; build the groups with \
+                 engine::kv_groups",
+                name(want),
+                name(got)
             )));
         }
     }
@@ -151,6 +167,14 @@ enum Op {
     Attention(AttentionOp),
     Glu(GluOp),
     Argmax(ArgmaxOp),
+    /// Gated attention's output gate (Qwen3.5).
+    Gate(GateOp),
+    /// A Gated DeltaNet layer's conv and its state's advance.
+    DeltaConv(ConvOp),
+    /// A Gated DeltaNet layer's scan (the recurrent state's update).
+    DeltaScan(ScanOp),
+    /// A Gated DeltaNet layer's gated RMSNorm.
+    DeltaNorm(GatedNormOp),
 }
 
 impl Op {
@@ -170,6 +194,10 @@ impl Op {
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
             Op::Argmax(_) => "argmax",
+            Op::Gate(_) => "gate",
+            Op::DeltaConv(_) => "delta_conv",
+            Op::DeltaScan(_) => "delta_scan",
+            Op::DeltaNorm(_) => "delta_norm",
         }
     }
 
@@ -188,6 +216,10 @@ impl Op {
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
             Op::Argmax(op) => op.record(pass, shape),
+            Op::Gate(op) => op.record(pass, shape),
+            Op::DeltaConv(op) => op.record(pass, shape),
+            Op::DeltaScan(op) => op.record(pass, shape),
+            Op::DeltaNorm(op) => op.record(pass, shape),
         }
     }
 }
@@ -201,6 +233,9 @@ pub struct Model {
     step: StepBuffers,
     act: Activations,
     kv: KvPool,
+    /// The recurrent layers' states; held for the model's life (its ops bind them).
+    #[allow(dead_code)]
+    states: StatePool,
     weight_bytes: u64,
     timer: Option<GpuTimer>,
     timing: Timing,

@@ -87,6 +87,48 @@ pub fn matrix_rows(
     Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, data, max_binding)?)
 }
 
+/// Row ranges `ranges` of the matrix `name` ([total_rows, cols]), concatenated in that order,
+/// on the GPU as stored (e.g. the query rows of Qwen3.5's `attn_q`, whose heads interleave
+/// query and gate rows).
+pub fn matrix_row_ranges(
+    gpu: &Gpu,
+    file: &ModelFile,
+    name: &str,
+    [total_rows, cols]: [usize; 2],
+    ranges: &[std::ops::Range<usize>],
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[total_rows, cols])?;
+    let row_bytes = t
+        .dtype
+        .row_bytes(cols)
+        .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
+    let mut data = Vec::new();
+    let mut n = 0;
+    for r in ranges {
+        assert!(r.start < r.end && r.end <= total_rows, "rows {r:?} of {total_rows}");
+        data.extend_from_slice(&t.data[r.start * row_bytes..r.end * row_bytes]);
+        n += r.len();
+    }
+    Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, &data, max_binding)?)
+}
+
+/// A tensor of `len` values as f32, whatever its shape (a conv weight [channels, taps] in
+/// GGUF is [channels, 1, taps] in HF); the caller's shape check (`loader::check`) ran at open.
+pub fn values(file: &ModelFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = file.tensor(name)?;
+    let count: usize = t.shape.iter().product();
+    if count != len {
+        return Err(ModelError::BadShape {
+            tensor: t.name.clone(),
+            shape: t.shape.clone(),
+            expected: vec![len],
+        });
+    }
+    t.to_f32().map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))
+}
+
 /// The matrix `name` ([rows, cols]) dequantized to f32 on the CPU, row-major.
 pub fn matrix_values(
     file: &ModelFile,

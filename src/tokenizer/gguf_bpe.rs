@@ -22,6 +22,9 @@ const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
 /// Qwen2's split pattern (single digits).
 const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's split pattern: Qwen2's with combining marks (`\p{M}`) kept in letter runs.
+const QWEN35_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// How a `tokenizer.ggml.pre` profile splits text before BPE.
 struct PreProfile {
     /// Applied in order, each as an isolated split of every piece the previous one left.
@@ -41,6 +44,7 @@ fn pre_profile(pre: &str) -> Option<PreProfile> {
         | "lfm2" => (&[LLAMA3_RE], true),
         "dbrx" | "smaug-bpe" => (&[LLAMA3_RE], false),
         "qwen2" | "stablelm2" | "deepseek-r1-qwen" => (&[QWEN2_RE], false),
+        "qwen35" => (&[QWEN35_RE], false),
         _ => return None,
     };
     Some(PreProfile { regexes, ignore_merges })
@@ -50,7 +54,7 @@ fn pre_profile(pre: &str) -> Option<PreProfile> {
 const KNOWN_PRE: &str = "gpt-2, phi-2, mpt, olmo, jais, smollm, starcoder, refact, command-r, \
                          codeshell, exaone, minerva, llama3, llama-v3, llama-bpe, falcon3, \
                          falcon-h1, pixtral, midm-2.0, lfm2, dbrx, smaug-bpe, qwen2, stablelm2, \
-                         deepseek-r1-qwen";
+                         deepseek-r1-qwen, qwen35";
 
 /// Token types that are matched in input text as whole tokens (everything but normal = 1 and
 /// byte = 6). Control (3), unknown (2) and unused (5) are special (skipped by

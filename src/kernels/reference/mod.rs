@@ -157,6 +157,11 @@ pub fn causal_conv1d_silu(x: &[f32], w: &[f32], state: &mut [f32], channels: usi
     y
 }
 
+/// Gated attention's output gate: x[i] · sigmoid(g[i]).
+pub fn sigmoid_gate(x: &[f32], g: &[f32]) -> Vec<f32> {
+    x.iter().zip(g).map(|(x, g)| (f64::from(*x) / (1.0 + (-f64::from(*g)).exp())) as f32).collect()
+}
+
 /// Head counts and sizes of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaRuleDims {

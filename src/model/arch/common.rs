@@ -1,7 +1,7 @@
 //! The pieces every architecture's builder shares: [`Builder`] holds what `arch::load` allocated
 //! and appends ops; [`validate`] checks what every kernel needs.
 
-use super::super::buffers::{Activations, KvPool, StepBuffers};
+use super::super::buffers::{Activations, KvPool, StatePool, StepBuffers};
 use super::super::weights::{self, matrix, FusedPart, GateUp};
 use super::super::{ModelError, ModelOptions, Op};
 use crate::gpu::Gpu;
@@ -117,6 +117,8 @@ pub(super) struct Builder<'a> {
     pub step: &'a StepBuffers,
     pub act: &'a Activations,
     pub kv: &'a KvPool,
+    /// The recurrent layers' states (empty without them).
+    pub states: &'a StatePool,
     pub max_binding: u64,
 }
 
@@ -371,7 +373,9 @@ impl Builder<'_> {
     /// of its slot and the group's block table and slot mapping.
     fn layer_kv(&self, l: usize) -> LayerKv<'_> {
         let (group, slot) = self.o.kv_groups.layer_slot(l);
-        let quant = self.kv.quant.map(|q| KvQuantIo { layout: q, stage: &self.kv.stage[l] });
+        let stage =
+            |q| KvQuantIo { layout: q, stage: &self.kv.stage[self.o.kv_groups.kv_index(l)] };
+        let quant = self.kv.quant.map(stage);
         LayerKv { group, k: &self.kv.k[slot], v: &self.kv.v[slot], quant }
     }
 

@@ -7,6 +7,7 @@
 //! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (Q/K norms) |
 //! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
 //! | `deepseek2.rs` | DeepSeek-V2/V3 with dense layers: multi-head latent attention, absorbed |
+//! | `qwen35.rs` | Qwen3.5 (dense): Gated DeltaNet layers with their states, gated full attention with partial RoPE |
 //!
 //! [`AttentionKind`]: crate::loader::AttentionKind
 
@@ -14,10 +15,11 @@ mod common;
 mod deepseek2;
 mod gemma3;
 mod llama;
+mod qwen35;
 
 use std::sync::Arc;
 
-use super::buffers::{Activations, KvPool, StepBuffers};
+use super::buffers::{Activations, KvPool, StatePool, StepBuffers};
 use super::{Model, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::Kernels;
@@ -43,6 +45,7 @@ pub(super) fn load(
     let step = StepBuffers::new(&gpu, &options);
     let act = Activations::new(&gpu, &c, &options);
     let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
+    let states = StatePool::new(&gpu, &c, &options);
     let b = Builder {
         gpu: &gpu,
         kernels,
@@ -52,16 +55,18 @@ pub(super) fn load(
         step: &step,
         act: &act,
         kv: &kv,
+        states: &states,
         max_binding,
     };
     let (ops, weight_bytes) = match c.arch {
         Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
         Architecture::Deepseek2 => b.build(deepseek2::layer)?,
+        Architecture::Qwen35 => b.build(qwen35::layer)?,
     };
     scope.finish(
         "the weights, activations and KV pool",
-        weight_bytes + kv.bytes + kv.staging_bytes,
+        weight_bytes + kv.bytes + kv.staging_bytes + states.bytes,
     )?;
     let variant = kernels.config.attention(c.head_dim as u32);
     let query_tile = crate::kernels::attention::query_tile(variant, c.head_dim as u32) as usize;
@@ -73,6 +78,7 @@ pub(super) fn load(
         step,
         act,
         kv,
+        states,
         weight_bytes,
         timer: None,
         timing: super::Timing::Off,
