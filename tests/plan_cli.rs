@@ -83,6 +83,7 @@ fn every_config_has_the_stable_json_keys() {
         "deepseek-v3",
         "qwen3-0.6b",
         "qwen3-8b",
+        "qwen3.5-9b-shape",
     ];
     for name in names {
         let p = plan_json(&config(name), &[]);
@@ -99,6 +100,32 @@ fn every_config_has_the_stable_json_keys() {
             "{name}"
         );
     }
+}
+
+/// Qwen3.5-9B's shape (transformers' `Qwen3_5TextConfig` defaults): only its 8 attention layers
+/// of 32 keep KV, 8 × 4 KV heads × 256 × 2 (K, V) × 2 bytes = 32 KiB a token in one group of 8
+/// slots; its 24 Gated DeltaNet layers keep per sequence a conv state (3 × 8,192 f32) and a
+/// recurrent state (32 × 128 × 128 f32): 24 × (96 KiB + 2 MiB) = 50.25 MiB, whatever `-c`;
+/// 8,953,803,264 parameters (transformers counts them so) in bf16.
+#[test]
+fn qwen35_hybrid_figures() {
+    let c = config("qwen3.5-9b-shape");
+    let p = plan_json(&c, &["-c", "32768", "--max-num-seqs", "4"]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 32 * KIB);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), GIB);
+    let groups = p["kv_groups"].as_array().unwrap();
+    assert_eq!((groups.len(), u(&groups[0], "layers")), (1, 8));
+    assert_eq!(u(&p, "kv_padding_slots"), 0);
+    assert_eq!(u(&p, "state_layers"), 24);
+    let state = 24 * (3 * 8192 * 4 + 32 * 128 * 128 * 4);
+    assert_eq!(u(&p, "state_bytes_per_sequence"), state);
+    assert_eq!(u(&p, "state_bytes_needed"), 4 * state);
+    assert_eq!(u(&p, "weight_bytes"), 8_953_803_264 * 2);
+    let short = plan_json(&c, &["-c", "1024"]);
+    assert_eq!(u(&short, "state_bytes_per_sequence"), state, "states do not grow with -c");
+    // an attention-only model has none
+    let qwen3 = plan_json(&config("qwen3-8b"), &[]);
+    assert_eq!((u(&qwen3, "state_layers"), u(&qwen3, "state_bytes_needed")), (0, 0));
 }
 
 /// DESIGN.md: 32 layers × 32 KV heads × 128 × 2 (K, V) × 2 bytes = 512 KiB a token; 4096 tokens

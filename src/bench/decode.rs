@@ -39,6 +39,9 @@ pub struct StepBytes {
     pub kv_full: u64,
     /// KV read by the attention of sliding groups: the keys of the window.
     pub kv_sliding: u64,
+    /// Recurrent layers (Gated DeltaNet): each one's conv and recurrent state of the sequence,
+    /// read and written once a step (2 × the state bytes), whatever the context; 0 without.
+    pub state: u64,
     pub total: u64,
 }
 
@@ -51,7 +54,8 @@ pub struct Roofline {
     /// KV read by all attention (both group kinds) per GPU ms of attention, and its fraction.
     pub attention_gb_s: Option<f64>,
     pub attention_fraction: Option<f64>,
-    /// GB/s and fraction of "linear", "attention", "attention_sliding" (with `per_op`).
+    /// GB/s and fraction of "linear", "attention", "attention_sliding", "delta_scan" (the
+    /// recurrent states; the conv state's few bytes are counted there too) (with `per_op`).
     pub gb_s_by_kind: BTreeMap<&'static str, f64>,
     pub fraction_by_kind: BTreeMap<&'static str, f64>,
 }
@@ -129,8 +133,9 @@ fn per_token(
 }
 
 /// Bytes a decode step reads when each sequence attends to `keys` keys: the linear weights,
-/// and per group `layers × min(keys, window) × bytes per token and layer` (the layout's
-/// bytes per token cover the group's layer slots; padding slots are never read).
+/// per group `layers × min(keys, window) × bytes per token and layer` (the layout's bytes per
+/// token cover the group's layer slots; padding slots are never read), and the recurrent
+/// layers' states read and written.
 fn step_bytes(engine: &Engine, keys: usize) -> StepBytes {
     let layout = engine.kv_layout();
     let per_layer_token = layout.bytes_per_token() / layout.num_layers.max(1) as f64;
@@ -143,7 +148,12 @@ fn step_bytes(engine: &Engine, keys: usize) -> StepBytes {
         *sum += (group.layers.len() as f64 * read as f64 * per_layer_token).round() as u64;
     }
     let weights = engine.model().linear_weight_bytes();
-    StepBytes { weights, kv_full, kv_sliding, total: weights + kv_full + kv_sliding }
+    let groups = &engine.config().kv_groups;
+    let recurrent_layers = (groups.num_layers() - groups.num_kv_layers()) as u64;
+    let per_layer = engine.model().config().delta_net.map_or(0, |d| d.state_bytes());
+    let state = 2 * recurrent_layers * per_layer;
+    let total = weights + kv_full + kv_sliding + state;
+    StepBytes { weights, kv_full, kv_sliding, state, total }
 }
 
 /// GB/s (10^9 bytes per second) of `bytes` moved in `ms`.
@@ -166,6 +176,7 @@ fn roofline(
         ("linear", bytes.weights),
         ("attention", bytes.kv_full),
         ("attention_sliding", bytes.kv_sliding),
+        ("delta_scan", bytes.state),
     ] {
         if let Some(&t) = by_kind_ms.get(kind).filter(|&&t| t > 0.0 && b > 0) {
             gb_s_by_kind.insert(kind, gb_s(b, t));

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `kvrun:num_requests_running` / `_waiting` | gauge | sequences running / waiting |
 //! | `kvrun:kv_cache_usage_perc` | gauge | fraction (0–1) of KV blocks held by live sequences |
+//! | `kvrun:recurrent_state_bytes` | gauge | bytes of the running sequences' recurrent-layer states (Qwen3.5; 0 without such layers) |
 //! | `kvrun:prefix_cache_queries_total` / `_hits_total` | counter | prompt tokens looked up / found in the prefix cache |
 //! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
@@ -58,6 +59,9 @@ pub struct Metrics {
     num_requests_running: Gauge,
     num_requests_waiting: Gauge,
     kv_cache_usage_perc: Gauge<f64, AtomicU64>,
+    recurrent_state_bytes: Gauge,
+    /// One running sequence's recurrent states (`set_cache_config`); 0 without such layers.
+    state_bytes_per_sequence: AtomicU64,
     prefix_cache_queries: Counter,
     prefix_cache_hits: Counter,
     num_preemptions: Counter,
@@ -97,6 +101,8 @@ impl Metrics {
             num_requests_running: Gauge::default(),
             num_requests_waiting: Gauge::default(),
             kv_cache_usage_perc: Gauge::default(),
+            recurrent_state_bytes: Gauge::default(),
+            state_bytes_per_sequence: AtomicU64::new(0),
             prefix_cache_queries: Counter::default(),
             prefix_cache_hits: Counter::default(),
             num_preemptions: Counter::default(),
@@ -125,6 +131,11 @@ impl Metrics {
             "kvrun:kv_cache_usage_perc",
             "KV-cache usage: fraction of blocks held by live sequences (1 = full)",
             m.kv_cache_usage_perc.clone(),
+        );
+        r.register(
+            "kvrun:recurrent_state_bytes",
+            "Bytes of the running sequences' recurrent-layer states (fixed per sequence)",
+            m.recurrent_state_bytes.clone(),
         );
         r.register(
             "kvrun:prefix_cache_queries",
@@ -208,6 +219,9 @@ impl Metrics {
         self.num_requests_running.set(stats.num_running as i64);
         self.num_requests_waiting.set(stats.num_waiting as i64);
         self.kv_cache_usage_perc.set(f64::from(stats.kv_usage));
+        let per_seq = self.state_bytes_per_sequence.load(std::sync::atomic::Ordering::Relaxed);
+        let state = per_seq.saturating_mul(stats.num_running as u64);
+        self.recurrent_state_bytes.set(i64::try_from(state).unwrap_or(i64::MAX));
         for (counter, total) in [
             (&self.prefix_cache_queries, stats.prefix_query_tokens),
             (&self.prefix_cache_hits, stats.prefix_hit_tokens),
@@ -258,6 +272,12 @@ impl Metrics {
         self.request_disconnects.inc();
     }
 
+    /// Records one running sequence's recurrent-layer states in bytes (`recurrent_state_bytes`
+    /// is that times the running sequences).
+    pub fn set_state_bytes_per_sequence(&self, bytes: u64) {
+        self.state_bytes_per_sequence.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Records the KV pool's shape (`cache_config_info`).
     pub fn set_cache_config(&self, block_size: usize, num_blocks: usize) {
         let labels = vec![
@@ -282,6 +302,7 @@ mod tests {
     #[test]
     fn exports_vllm_names_and_tracks_scheduler_totals() {
         let metrics = Metrics::new();
+        metrics.set_state_bytes_per_sequence(1000);
         let mut stats = SchedulerStats {
             num_running: 3,
             num_waiting: 2,
@@ -305,6 +326,7 @@ mod tests {
             "kvrun:num_requests_running 1",
             "kvrun:num_requests_waiting 2",
             "kvrun:kv_cache_usage_perc 0.25",
+            "kvrun:recurrent_state_bytes 1000",
             "# TYPE kvrun:prefix_cache_queries counter",
             "kvrun:prefix_cache_queries_total 1000",
             "kvrun:prefix_cache_hits_total 640",

@@ -159,8 +159,8 @@ pub(super) struct MlaActivations {
 
 /// A Gated DeltaNet layer's rows (`kernels::delta_net`).
 pub(super) struct DeltaActivations {
-    /// [max_tokens, proj_width()] the input projections, stacked: q|k|v (the conv's input),
-    /// z (the gates), b, a
+    /// [max_tokens, delta_proj_width] the input projections, stacked: q|k|v (the conv's
+    /// input), z (the gates), b, a
     pub proj: wgpu::Buffer,
     /// [max_tokens, conv channels] the conv's output (the scan's q, k, v)
     pub conv: wgpu::Buffer,

@@ -87,31 +87,42 @@ pub fn matrix_rows(
     Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, data, max_binding)?)
 }
 
-/// Row ranges `ranges` of the matrix `name` ([total_rows, cols]), concatenated in that order,
-/// on the GPU as stored (e.g. the query rows of Qwen3.5's `attn_q`, whose heads interleave
-/// query and gate rows).
-pub fn matrix_row_ranges(
+/// Row ranges of matrices with `cols` columns, concatenated in order, on the GPU as stored (rows
+/// of every format are independent byte ranges) — e.g. the query rows of Qwen3.5's `attn_q`,
+/// whose heads interleave query and gate rows, followed by all of `attn_k`. `sources`: (name,
+/// its rows, the ranges of them taken). `None` when the matrices' formats differ (one weight
+/// holds one format).
+pub fn gathered_rows(
     gpu: &Gpu,
     file: &ModelFile,
-    name: &str,
-    [total_rows, cols]: [usize; 2],
-    ranges: &[std::ops::Range<usize>],
+    label: &str,
+    cols: usize,
+    sources: &[(&str, usize, &[std::ops::Range<usize>])],
     max_binding: u64,
-) -> Result<GpuWeight, ModelError> {
-    let t = file.tensor(name)?;
-    check_shape(&t, &[total_rows, cols])?;
-    let row_bytes = t
-        .dtype
-        .row_bytes(cols)
-        .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
+) -> Result<Option<GpuWeight>, ModelError> {
+    let mut format = None;
     let mut data = Vec::new();
     let mut n = 0;
-    for r in ranges {
-        assert!(r.start < r.end && r.end <= total_rows, "rows {r:?} of {total_rows}");
-        data.extend_from_slice(&t.data[r.start * row_bytes..r.end * row_bytes]);
-        n += r.len();
+    for &(name, total_rows, ranges) in sources {
+        let t = file.tensor(name)?;
+        check_shape(&t, &[total_rows, cols])?;
+        let f = weight_format(&t)?;
+        if format.is_some_and(|first| first != f) {
+            return Ok(None);
+        }
+        format = Some(f);
+        let row_bytes = t
+            .dtype
+            .row_bytes(cols)
+            .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
+        for r in ranges {
+            assert!(r.start < r.end && r.end <= total_rows, "rows {r:?} of {total_rows}");
+            data.extend_from_slice(&t.data[r.start * row_bytes..r.end * row_bytes]);
+            n += r.len();
+        }
     }
-    Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, &data, max_binding)?)
+    let format = format.expect("at least one source");
+    Ok(Some(GpuWeight::upload(gpu, label, format, n, cols, &data, max_binding)?))
 }
 
 /// A tensor of `len` values as f32, whatever its shape (a conv weight [channels, taps] in

@@ -14,7 +14,8 @@
 //! attention layer (AttentionKind::Full):
 //!             normed = rms_norm(hidden)            · (1 + attn_norm)
 //!             qk     = normed · [Wq|Wk]ᵀ            Wq: the query rows of each head's
-//!                                                  [query; gate] rows of attn_q
+//!                                                  [query; gate] rows of attn_q, gathered
+//!                                                  with attn_k into one weight at load
 //!             gate   = normed · Wgateᵀ              the gate rows
 //!             v      = normed · Wvᵀ                 into qkv
 //!             q, k   = rms_norm(q_h) · (1 + attn_q_norm), … k → qkv
@@ -41,7 +42,7 @@ use crate::kernels::gate::{GateDims, GateOp};
 use crate::kernels::linear::TokenRows;
 use crate::loader::{Activation, AttentionKind, DeltaNet, SourceFormat};
 use crate::model::buffers::{delta_proj_width, StatePool};
-use crate::model::weights::{fused, gpu_bytes, matrix, matrix_row_ranges, values, vector};
+use crate::model::weights::{fused, gathered_rows, gpu_bytes, matrix, values, vector, FusedPart};
 use crate::model::{ModelError, Op};
 
 /// Appends one Qwen3.5 layer's ops; returns the bytes of its weights.
@@ -181,36 +182,49 @@ fn delta_net(b: &Builder, l: usize, d: DeltaNet, ops: &mut Vec<Op>) -> Result<u6
 }
 
 /// A full attention layer with Qwen3.5's output gate: each head's `attn_q` rows are its query
-/// rows then its gate rows, split at load into the Q|K projection (for the Q/K norms) and the
-/// gate projection.
+/// rows then its gate rows, gathered at load into the Q|K projection (for the Q/K norms; two
+/// when `attn_q` and `attn_k` differ in format) and the gate projection.
 fn gated_attention(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
     let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
     let name = |t: &str| format!("blk.{l}.{t}");
     let (hidden, hd, heads) = (c.hidden_size, c.head_dim, c.num_heads);
     let layout = b.layout();
     let (q_rows, kv_rows) = (heads * hd, c.num_kv_heads * hd);
-    let q_name = name("attn_q.weight");
-    let shape = [2 * q_rows, hidden];
+    let (q_name, k_name) = (name("attn_q.weight"), name("attn_k.weight"));
     let query: Vec<_> = (0..heads).map(|h| 2 * h * hd..(2 * h + 1) * hd).collect();
     let gate: Vec<_> = (0..heads).map(|h| (2 * h + 1) * hd..(2 * h + 2) * hd).collect();
-    let wq = matrix_row_ranges(gpu, file, &q_name, shape, &query, max)?;
-    let wgate = matrix_row_ranges(gpu, file, &q_name, shape, &gate, max)?;
-    let k =
-        fused(gpu, file, &name("attn_k"), &[(name("attn_k.weight"), kv_rows, None)], hidden, max)?;
+    let all_k: Vec<_> = std::iter::once(0..kv_rows).collect(); // every row of attn_k
+    let gather = |label: &str, sources: &[(&str, usize, &[std::ops::Range<usize>])]| {
+        gathered_rows(gpu, file, label, hidden, sources, max)
+    };
+    let (q_src, k_src) =
+        ((q_name.as_str(), 2 * q_rows, &query[..]), (k_name.as_str(), kv_rows, &all_k[..]));
+    // Q|K as one weight where the formats agree, else Q and K apart (offsets in the qk scratch)
+    let qk: Vec<FusedPart> = match gather(&name("attn_qk"), &[q_src, k_src])? {
+        Some(weight) => vec![FusedPart { weight, out_offset: 0, bias: None }],
+        None => {
+            let q = gather(&name("attn_q"), &[q_src])?.expect("one source");
+            let k = gather(&name("attn_k"), &[k_src])?.expect("one source");
+            vec![
+                FusedPart { weight: q, out_offset: 0, bias: None },
+                FusedPart { weight: k, out_offset: q_rows as u32, bias: None },
+            ]
+        }
+    };
+    let g_src = (q_name.as_str(), 2 * q_rows, &gate[..]);
+    let wgate = gather(&name("attn_gate"), &[g_src])?.expect("one source");
     let v =
         fused(gpu, file, &name("attn_v"), &[(name("attn_v.weight"), kv_rows, None)], hidden, max)?;
     let o_name = name("attn_output.weight");
     let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
-    let parts = k.iter().chain(&v).map(|p| &p.weight);
-    let bytes: u64 = parts.chain([&wq, &wgate, &o]).map(gpu_bytes).sum();
+    let parts = qk.iter().chain(&v).map(|p| &p.weight);
+    let bytes: u64 = parts.chain([&wgate, &o]).map(gpu_bytes).sum();
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
     let qk_width = (q_rows + kv_rows) as u32;
-    let q_part = [crate::model::weights::FusedPart { weight: wq, out_offset: 0, bias: None }];
-    b.fused_ops(&name("q"), &q_part, &input, (&act.qk, qk_width, 0), ops);
-    b.fused_ops(&name("k"), &k, &input, (&act.qk, qk_width, q_rows as u32), ops);
+    b.fused_ops(&name("qk"), &qk, &input, (&act.qk, qk_width, 0), ops);
     b.fused_ops(&name("v"), &v, &input, (&act.qkv, layout.stride(), qk_width), ops);
-    let g_part = [crate::model::weights::FusedPart { weight: wgate, out_offset: 0, bias: None }];
+    let g_part = [FusedPart { weight: wgate, out_offset: 0, bias: None }];
     b.fused_ops(&name("gate"), &g_part, &input, (&act.attn_gate, q_rows as u32, 0), ops);
     ops.push(b.qk_norms(l)?);
     b.rope_attention(l, ops);
