@@ -23,21 +23,7 @@ const DIR: &str = "assets/tiny-gemma3";
 const MAX_MODEL_LEN: usize = 48; // the sliding window: full attention is exact up to here
 
 fn golden() -> (Vec<u32>, usize, Value) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join("golden.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let tokens =
-        v["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = v["logits_shape"][1].as_u64().unwrap() as usize;
-    (tokens, vocab, v)
-}
-
-fn golden_logits(v: &Value, variant: &str) -> Vec<f32> {
-    v["logits"][variant]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect()
+    read_golden(&format!("{DIR}/golden.json"))
 }
 
 fn file(name: &str) -> ModelFile {
@@ -157,11 +143,7 @@ fn run_grouped(
 /// mid-window, and decode steps, both kernel families, bit-identical to each other.
 #[test]
 fn past_the_window_the_sliding_layers_match_the_cpu_forward() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join("golden-long.json");
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let tokens: Vec<u32> =
-        g["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = g["logits_shape"][1].as_u64().unwrap() as usize;
+    let (tokens, vocab, g) = read_golden(&format!("{DIR}/golden-long.json"));
     let want = golden_logits(&g, "f32");
     let (max_len, bs) = (128, 16);
     let f = file("tiny-gemma3-f32.gguf");
@@ -272,11 +254,7 @@ fn groups_that_do_not_match_the_layers_are_refused() {
 #[test]
 fn hf_gemma3_matches_transformers_as_directory_and_converted_gguf() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma3-hf");
-    let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
-    let tokens: Vec<u32> =
-        g["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = g["logits_shape"][1].as_u64().unwrap() as usize;
+    let (tokens, vocab, g) = read_golden("assets/tiny-gemma3-hf/golden.json");
     let (max_len, bs) = (64, 8);
     let files = [
         ("hf", "hf_f32"),
@@ -355,13 +333,7 @@ fn partial_rope_gguf(dir: &std::path::Path) -> PathBuf {
 #[test]
 fn partial_rope_gguf_matches_transformers_and_llama_cpp() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma3-hf");
-    let g: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("golden-partial-rope.json")).unwrap(),
-    )
-    .unwrap();
-    let tokens: Vec<u32> =
-        g["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = g["logits_shape"][1].as_u64().unwrap() as usize;
+    let (tokens, vocab, g) = read_golden("assets/tiny-gemma3-hf/golden-partial-rope.json");
     let path = partial_rope_gguf(&dir);
     let f = ModelFile::open(&path).unwrap();
     assert_eq!((f.config().rotary_dims, f.config().head_dim), (Some(16), 32));

@@ -21,21 +21,7 @@ use std::path::PathBuf;
 const DIR: &str = "assets/tiny-qwen35";
 
 fn golden() -> (Vec<u32>, usize, Value) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join("golden.json");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let tokens =
-        v["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = v["logits_shape"][1].as_u64().unwrap() as usize;
-    (tokens, vocab, v)
-}
-
-fn golden_logits(v: &Value, variant: &str) -> Vec<f32> {
-    v["logits"][variant]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-        .collect()
+    read_golden(&format!("{DIR}/golden.json"))
 }
 
 fn file(rel: &str) -> ModelFile {

@@ -13,14 +13,6 @@
 
 const CT: u32 = 256u;      // tokens per invocation (kernels::delta_net::CONV_TOKENS)
 const MAX_TAPS: u32 = 8u;  // kernels::delta_net::MAX_TAPS
-override CONV_K: u32 = 4u; // taps (the layer's conv kernel size)
-
-struct ConvParams {
-    channels: u32,
-    x_stride: u32,   // floats per row of x
-    x_offset: u32,   // column of channel 0 in a row of x
-    out_stride: u32, // floats per row of out (channel c at column c)
-}
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: ConvParams;

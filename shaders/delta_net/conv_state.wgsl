@@ -4,14 +4,6 @@
 // sequence); in place, oldest first: entry m reads the old entry m + q_len (not yet written),
 // or 0 when the step starts the sequence (conv.wgsl's `fresh`).
 
-override CONV_K: u32 = 4u;
-
-struct ConvParams {
-    channels: u32,
-    x_stride: u32,
-    x_offset: u32,
-    out_stride: u32,
-}
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: ConvParams;

@@ -148,10 +148,7 @@ fn step_bytes(engine: &Engine, keys: usize) -> StepBytes {
         *sum += (group.layers.len() as f64 * read as f64 * per_layer_token).round() as u64;
     }
     let weights = engine.model().linear_weight_bytes();
-    let groups = &engine.config().kv_groups;
-    let recurrent_layers = (groups.num_layers() - groups.num_kv_layers()) as u64;
-    let per_layer = engine.model().config().delta_net.map_or(0, |d| d.state_bytes());
-    let state = 2 * recurrent_layers * per_layer;
+    let state = 2 * engine.model().config().state_bytes_per_sequence();
     let total = weights + kv_full + kv_sliding + state;
     StepBytes { weights, kv_full, kv_sliding, state, total }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
-use crate::loader::{AttentionKind, HfConfigExtras, ModelConfig, ModelFile};
+use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
@@ -78,8 +78,7 @@ fn parameter_count(c: &ModelConfig) -> u64 {
             + n.value_head_dim as u64
             + value * d
     });
-    let recurrent_layers =
-        c.layers.iter().filter(|l| l.attention == AttentionKind::Recurrent).count() as u64;
+    let recurrent_layers = c.num_recurrent_layers() as u64;
     let embeddings = if c.tie_word_embeddings { v * d } else { 2 * v * d };
     embeddings
         + (c.num_layers as u64 - recurrent_layers) * (attention + mlp)
@@ -130,7 +129,6 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     }
     // The groups and the block the engine would use (engine::ResolvedConfig does the same).
     let groups = kv_groups(&config, max_model_len);
-    let (groups_layers, groups_kv_layers) = (groups.num_layers(), groups.num_kv_layers());
     let storage = model_kv_storage(&spec, args.block_size, &config)?;
     let layout = KvLayout::new(
         groups.slots_per_block(),
@@ -153,7 +151,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
             config.num_layers as u64 * config.num_heads as u64 * per_head * 2
         }),
         state_bytes_per_layer: config.delta_net.map_or(0, |d| d.state_bytes()),
-        state_layers: groups_layers - groups_kv_layers,
+        state_layers: config.num_recurrent_layers(),
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

@@ -135,7 +135,7 @@ impl Engine {
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
         let metrics = Arc::new(Metrics::new());
         metrics.set_cache_config(resolved.block_size, resolved.num_blocks);
-        metrics.set_state_bytes_per_sequence(model.state_bytes_per_sequence());
+        metrics.set_state_bytes_per_sequence(model.config().state_bytes_per_sequence());
         Ok(Engine {
             gpu,
             model,

@@ -22,8 +22,11 @@
 //!
 //! GPU shape: the conv spreads over channels × sequences × token chunks; the scan over value
 //! heads × column tiles × sequences, each invocation holding one state column in registers
-//! (vec4s) with q and k shared in workgroup memory; the gated norm a 64-wide workgroup per
-//! (token, head) row.
+//! (vec4s) with q and k shared in workgroup memory — the layout of llama.cpp's
+//! `ggml-webgpu/wgsl-shaders/gated_delta_net.wgsl` and `ggml-vulkan/…/gated_delta_net.comp`
+//! (one invocation per state column, the column in registers), with the column tiles added so
+//! a decode batch fills more workgroups; the gated norm a 64-wide workgroup per (token, head)
+//! row. Nothing here was shaped by lavapipe's speed.
 
 use std::sync::Arc;
 
@@ -131,6 +134,8 @@ pub const GATED_NORM_BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageReadWrite, // o: [tokens, o_stride], normed in place
 ];
 
+/// The conv's taps and `ConvParams`, shared by `conv.wgsl` and `conv_state.wgsl`.
+const CONV_PARAMS: &str = include_str!("../../shaders/delta_net/conv_params.wgsl");
 const DK_64: &str = "const DK: u32 = 64u;\n";
 const DK_128: &str = "const DK: u32 = 128u;\n";
 const DK_256: &str = "const DK: u32 = 256u;\n";
@@ -160,10 +165,10 @@ impl Kernel for DeltaNetKey {
     fn parts(&self) -> Vec<&'static str> {
         match self {
             DeltaNetKey::Conv { .. } => {
-                vec![STEP, include_str!("../../shaders/delta_net/conv.wgsl")]
+                vec![STEP, CONV_PARAMS, include_str!("../../shaders/delta_net/conv.wgsl")]
             }
             DeltaNetKey::ConvState { .. } => {
-                vec![STEP, include_str!("../../shaders/delta_net/conv_state.wgsl")]
+                vec![STEP, CONV_PARAMS, include_str!("../../shaders/delta_net/conv_state.wgsl")]
             }
             DeltaNetKey::Scan { dk, .. } => {
                 let dk = match dk {

@@ -72,7 +72,7 @@ impl TokenTile {
     }
 
     /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
-    /// costs ~0.9 × as much per token as its 8-token one on lavapipe (README "Measured"), but
+    /// costs ~0.9 × as much per token as its 8-token one on lavapipe (docs/measured.md), but
     /// tiles past the last token compute copies: it takes the wide tile where
     /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens).
     pub fn for_count(count: u32, variant: LinearVariant) -> Self {

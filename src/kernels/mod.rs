@@ -243,7 +243,7 @@ pub struct KernelConfig {
     /// Whether the GPU linear variant splits a row over invocations in short steps (split-K,
     /// [`linear::split_groups`]): on GPUs. A CPU adapter forced onto the GPU variant runs it
     /// one invocation a row: there the split's barriers made the kernel 1.4–1.6× slower
-    /// (README "Measured").
+    /// (docs/measured.md).
     pub split_k: bool,
     /// Whether the lane-parallel attention kernels can run (subgroups of exactly 8 lanes and
     /// 64-bit shader integers on a CPU adapter); they are used for head sizes 64, 128 and 256.

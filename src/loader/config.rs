@@ -401,8 +401,7 @@ impl ModelConfig {
     /// Recurrent layers exactly when there is a [`DeltaNet`] shape, and at least one layer with
     /// attention (the KV cache, positions and the scheduler hang on it).
     fn validate_delta_net(&self) -> Result<(), LoadError> {
-        let recurrent = self.layers.iter().filter(|l| l.attention == AttentionKind::Recurrent);
-        let recurrent = recurrent.count();
+        let recurrent = self.num_recurrent_layers();
         match self.delta_net {
             Some(d) => d.check()?,
             None if recurrent > 0 => {
@@ -498,6 +497,18 @@ impl ModelConfig {
             )));
         }
         Ok(())
+    }
+
+    /// Layers whose memory is a recurrent state instead of KV ([`AttentionKind::Recurrent`]).
+    pub fn num_recurrent_layers(&self) -> usize {
+        self.layers.iter().filter(|l| l.attention == AttentionKind::Recurrent).count()
+    }
+
+    /// f32 bytes of one sequence's states over every recurrent layer (conv + recurrent state,
+    /// [`DeltaNet::state_bytes`] each), whatever its length; 0 for attention-only models.
+    pub fn state_bytes_per_sequence(&self) -> u64 {
+        let per_layer = self.delta_net.map_or(0, |d| d.state_bytes());
+        per_layer.saturating_mul(self.num_recurrent_layers() as u64)
     }
 
     /// Every distinct [`Rope`] of the layers, in order of first use (one RoPE table each).

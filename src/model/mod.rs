@@ -264,14 +264,6 @@ impl Model {
         arch::load(gpu, kernels, file, options)
     }
 
-    /// One sequence's recurrent-layer states (conv + recurrent, every such layer) in bytes;
-    /// 0 for attention-only models.
-    pub fn state_bytes_per_sequence(&self) -> u64 {
-        let layers = self.config.layers.iter();
-        let recurrent = layers.filter(|l| l.attention == AttentionKind::Recurrent).count();
-        self.config.delta_net.map_or(0, |d| d.state_bytes() * recurrent as u64)
-    }
-
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }

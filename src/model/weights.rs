@@ -65,8 +65,8 @@ pub fn matrix(
     Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, rows, cols, t.data, max_binding)?)
 }
 
-/// Rows `rows` of the matrix `name` ([total_rows, cols]) on the GPU, as stored (rows of every
-/// format are independent byte ranges).
+/// Rows `rows` of the matrix `name` ([total_rows, cols]) on the GPU, as stored
+/// ([`gathered_rows`] of one range).
 pub fn matrix_rows(
     gpu: &Gpu,
     file: &ModelFile,
@@ -75,16 +75,9 @@ pub fn matrix_rows(
     rows: std::ops::Range<usize>,
     max_binding: u64,
 ) -> Result<GpuWeight, ModelError> {
-    let t = file.tensor(name)?;
-    check_shape(&t, &[total_rows, cols])?;
-    assert!(rows.start < rows.end && rows.end <= total_rows, "rows {rows:?} of {total_rows}");
-    let row_bytes = t
-        .dtype
-        .row_bytes(cols)
-        .map_err(|e| ModelError::Unsupported(format!("tensor '{name}': {e}")))?;
-    let data = &t.data[rows.start * row_bytes..rows.end * row_bytes];
-    let n = rows.len();
-    Ok(GpuWeight::upload(gpu, name, weight_format(&t)?, n, cols, data, max_binding)?)
+    let ranges = [rows];
+    let w = gathered_rows(gpu, file, name, cols, &[(name, total_rows, &ranges)], max_binding)?;
+    Ok(w.expect("one source has one format"))
 }
 
 /// Row ranges of matrices with `cols` columns, concatenated in order, on the GPU as stored (rows

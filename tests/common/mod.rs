@@ -356,6 +356,28 @@ pub fn check_logits(what: &str, got: &[f32], want: &[f32], vocab: usize) {
     }
 }
 
+/// A tiny model's `golden.json`-style file (`assets/…`, relative to the crate): its token ids,
+/// its vocabulary size (`logits_shape[1]`) and the whole document.
+pub fn read_golden(rel: &str) -> (Vec<u32>, usize, serde_json::Value) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let tokens =
+        v["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let vocab = v["logits_shape"][1].as_u64().unwrap() as usize;
+    (tokens, vocab, v)
+}
+
+/// The logits of one forward (`variant`) of a golden document, row-major.
+pub fn golden_logits(v: &serde_json::Value, variant: &str) -> Vec<f32> {
+    v["logits"][variant]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect()
+}
+
 /// The perplexity check of a tiny model built with HF transformers as its reference
 /// (`assets/hf-reference/tiny_hf.py`): [`check_perplexity`] for each of `files` (paths under
 /// `dir`, with the variant of `dir/golden.json` whose forward they run).
