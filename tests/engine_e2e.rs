@@ -34,11 +34,18 @@ struct Run {
     outputs: BTreeMap<usize, Vec<u32>>,
     preemptions: u64,
     hit_tokens: u64,
+    computed_prompt_tokens: u64,
 }
 
 /// Runs the workload to the end; checks the KV bookkeeping after every step and at the end.
 fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
     let mut engine = Engine::load(cfg).unwrap_or_else(|e| panic!("load: {e}"));
+    run_on(&mut engine, workload)
+}
+
+/// [`run`] on a loaded engine (whose prefix cache may hold earlier runs' blocks); the counts
+/// are the engine's totals so far.
+fn run_on(engine: &mut Engine, workload: &Workload) -> Run {
     let mut outputs: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
     let mut ids = BTreeMap::new();
     let mut submitted = 0;
@@ -69,7 +76,12 @@ fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
         "blocks leaked after all requests finished ({stats:?})"
     );
     let s = engine.scheduler().stats();
-    Run { outputs, preemptions: s.num_preemptions, hit_tokens: s.prefix_hit_tokens }
+    Run {
+        outputs,
+        preemptions: s.num_preemptions,
+        hit_tokens: s.prefix_hit_tokens,
+        computed_prompt_tokens: s.computed_prefill_tokens,
+    }
 }
 
 /// Runs `cfg` on `w` and asserts every output equals `reference`'s (`what`, `name`: the test
@@ -306,48 +318,91 @@ fn mla_outputs_identical_across_cache_preemption_and_batching() {
     assert!(preempted && hits, "MLA: preempted {preempted}, prefix hits {hits}");
 }
 
-/// A hybrid model (the tiny Qwen3.5: three Gated DeltaNet layers, whose memory is a state per
-/// sequence, and one attention layer with paged KV): greedy outputs identical across block
-/// sizes, chunking, batching and forced preemption (a preempted sequence recomputes from its
-/// start, from zero states), for both kernel families. The prefix cache, asked for, stays off
-/// (no state snapshots yet): no prefix hits.
+/// The tiny Qwen3.5 (three Gated DeltaNet layers, whose memory is a state per sequence, and
+/// one attention layer with paged KV) as an engine config.
+fn qwen35_config(
+    family: KernelFamily,
+) -> impl Fn(usize, usize, bool, usize, usize) -> EngineConfig {
+    move |bs, blocks, cache, seqs, chunk| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
+        EngineConfig {
+            kernel_family: family,
+            // 1 attention layer × 2 KV heads × head_dim 32 × K and V × f16 = 256 B a token
+            kv_cache_memory: Some((blocks * bs * 256) as u64),
+            ..EngineConfig { model: path, ..tiny_config(bs, blocks, cache, seqs, chunk) }
+        }
+    }
+}
+
+/// A hybrid model (the tiny Qwen3.5): greedy outputs identical with the prefix cache on (a
+/// cached prefix is reused where a state snapshot ends it) and off, across block sizes,
+/// chunks of 13 / 64 / 512 tokens, batching, forced preemption (a preempted sequence
+/// recomputes from a snapshot, or from its start and zero states) and a single snapshot slot
+/// (snapshots evicted), for both kernel families. The KV bookkeeping, snapshot slots included,
+/// is checked after every step.
 #[test]
-fn recurrent_layers_outputs_identical_across_preemption_chunking_and_batching() {
+fn recurrent_layers_outputs_identical_across_cache_preemption_chunking_and_batching() {
     if common::gpu().is_none() {
         return;
     }
     let w = tiny_workload();
-    let mut preempted = false;
+    let (mut preempted, mut hits) = (false, false);
     for family in [KernelFamily::Auto, KernelFamily::Gpu] {
-        let config = |bs: usize, blocks: usize, cache, seqs, chunk| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
-            EngineConfig {
-                kernel_family: family,
-                // 1 attention layer × 2 KV heads × head_dim 32 × K and V × f16 = 256 B a token
-                kv_cache_memory: Some((blocks * bs * 256) as u64),
-                ..EngineConfig { model: path, ..tiny_config(bs, blocks, cache, seqs, chunk) }
-            }
-        };
+        let config = qwen35_config(family);
         let reference = run(&config(16, 64, false, 1, 256), &w);
+        let one_snapshot = EngineConfig { state_snapshots: Some(1), ..config(4, 256, true, 3, 13) };
         let variants = [
-            ("cache asked, batched", config(16, 64, true, 4, 256)),
-            ("block 1, chunks of 13", config(1, 1024, false, 6, 13)),
-            ("block 4, tiny pool (preemption)", config(4, 36, false, 6, 64)),
-            ("block 64", config(64, 8, false, 3, 100)),
+            ("cache on, batched", config(16, 64, true, 4, 256)),
+            ("cache on, block 1, chunks of 13", config(1, 1024, true, 6, 13)),
+            ("cache on, block 4, chunks of 64, tiny pool (preemption)", config(4, 36, true, 6, 64)),
+            ("cache on, chunks of 512", config(16, 64, true, 3, 512)),
+            ("cache on, one snapshot slot, chunks of 13", one_snapshot),
+            ("cache off, block 64", config(64, 8, false, 3, 100)),
         ];
         for (name, cfg) in variants {
-            let got = same_as(
-                &reference,
-                &format!("Qwen3.5 (recurrent) {family:?} kernels"),
-                name,
-                &cfg,
-                &w,
-            );
+            let what = format!("Qwen3.5 (recurrent) {family:?} kernels");
+            let got = same_as(&reference, &what, name, &cfg, &w);
             preempted |= got.preemptions > 0;
-            assert_eq!(got.hit_tokens, 0, "{name}: the prefix cache is off for hybrids");
+            hits |= got.hit_tokens > 0;
+            if !cfg.enable_prefix_cache {
+                assert_eq!(got.hit_tokens, 0, "{name}");
+            }
         }
     }
-    assert!(preempted, "Qwen3.5: no variant preempted");
+    assert!(preempted && hits, "Qwen3.5: preempted {preempted}, prefix hits {hits}");
+}
+
+/// Multi-turn chat on the hybrid: each conversation's next prompt is its last prompt, the
+/// reply and a new message. With the prefix cache the turns after the first restore a state
+/// snapshot and compute only the tail (the reply's last partial block and the new message):
+/// outputs identical to the cache off, and at least 3× fewer prompt tokens computed.
+#[test]
+fn recurrent_layers_reuse_prefixes_across_chat_turns() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let config = qwen35_config(KernelFamily::Auto);
+    let mut r = common::rng(11);
+    let mut convs: Vec<Vec<u32>> =
+        (0..3).map(|_| (0..50).map(|_| r.random_range(3..256)).collect()).collect();
+    // one engine each across turns: the cached one's prefix cache holds the earlier turns
+    let chat = |cache| EngineConfig { max_model_len: Some(256), ..config(16, 64, cache, 3, 64) };
+    let mut off_engine = Engine::load(&chat(false)).unwrap();
+    let mut on_engine = Engine::load(&chat(true)).unwrap();
+    let mut computed = [0u64; 2];
+    for turn in 0..6 {
+        let w: Workload = convs.iter().map(|p| (0, p.clone(), 8)).collect();
+        let off = run_on(&mut off_engine, &w);
+        let on = run_on(&mut on_engine, &w);
+        computed = [off.computed_prompt_tokens, on.computed_prompt_tokens];
+        assert_eq!(on.outputs, off.outputs, "turn {turn}: the cache changed a reply");
+        for (i, conv) in convs.iter_mut().enumerate() {
+            conv.extend(&off.outputs[&i]);
+            conv.extend((0..20).map(|_| r.random_range(3..256u32)));
+        }
+    }
+    eprintln!("computed prompt tokens: cache off {}, on {}", computed[0], computed[1]);
+    assert!(computed[0] >= 3 * computed[1], "computed prompt tokens {computed:?}");
 }
 
 /// A quantized MLA latent (one code read as keys and as values: the same granularity for both):

@@ -179,6 +179,7 @@ fn gpu_step(
             slot_mapping: None,
             logits: LogitsWanted::None,
             stage_slot: slots[si],
+            states: Default::default(),
         })
         .collect();
     let qt = attention::query_tile(kernels.config.attention(hd as u32), hd as u32) as usize;

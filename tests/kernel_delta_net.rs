@@ -137,6 +137,17 @@ type Part<'a> = (usize, &'a SeqInput, std::ops::Range<usize>, usize);
 /// Runs one step of the three kernels over `parts`, reading back each kernel's output (so each can be checked against its reference
 /// given the previous kernel's GPU output). A sentinel row follows every output.
 fn step(t: &TestGpu, l: &Layer, parts: &[Part<'_>]) -> StepOut {
+    step_with_snapshots(t, l, parts, &vec![None; parts.len()])
+}
+
+/// [`step`] where part `i` also writes its states after `n` of its step's tokens to slot
+/// `slot` when `snapshots[i]` is `Some((slot, n))` (a prefix-cache snapshot).
+fn step_with_snapshots(
+    t: &TestGpu,
+    l: &Layer,
+    parts: &[Part<'_>],
+    snapshots: &[Option<(usize, usize)>],
+) -> StepOut {
     let (gpu, d) = (&t.gpu, l.d);
     let (mut x, mut ab, mut z, mut infos) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut order: Vec<usize> = (0..parts.len()).collect();
@@ -160,6 +171,8 @@ fn step(t: &TestGpu, l: &Layer, parts: &[Part<'_>]) -> StepOut {
             q_len: range.len() as u32,
             ctx_len: (pos0 + range.end) as u32,
             state_slot: *slot as u32,
+            snapshot_slot: snapshots[i].map_or(0, |(s, _)| s as u32),
+            snapshot_len: snapshots[i].map_or(0, |(_, n)| n as u32),
             ..Default::default()
         });
     }
@@ -457,6 +470,57 @@ fn delta_net_steps_are_batch_invariant() {
     assert!(same(&conv[..cs], &whole_conv[cs..]), "prompt b: conv state differs");
     assert!(same(&rec[2 * rs..], &whole_rec[..rs]), "prompt a: recurrent state differs");
     assert!(same(&rec[..rs], &whole_rec[rs..]), "prompt b: recurrent state differs");
+}
+
+/// Prefix-cache snapshots: a step that also writes its states after `n` of its tokens into
+/// another slot writes exactly the states a step ending there leaves (bit for bit), for a
+/// snapshot past the scan's first dispatch (140 of 150 tokens), one within the conv's window
+/// (2 tokens: the conv state comes partly from the old state), after a decode token, and at the
+/// step's end; and the step's own outputs and states are those of a step without snapshots.
+#[test]
+fn delta_net_snapshots_equal_the_states_of_a_step_ending_there() {
+    let Some(t) = gpu() else { return };
+    let d = Dims { k_heads: 2, v_heads: 4, dk: 64, dv: 32, taps: 4, tiled: false };
+    let mut r = rng(21);
+    let (a, b, c, e) = (
+        SeqInput::random(&mut r, d, 150),
+        SeqInput::random(&mut r, d, 50),
+        SeqInput::random(&mut r, d, 1),
+        SeqInput::random(&mut r, d, 30),
+    );
+    let (cs, rs) = ((d.taps - 1) * d.channels(), d.v_heads * d.dk * d.dv);
+    let read = |l: &Layer, slot: usize| {
+        let conv = t.gpu.read_f32(&l.conv_state, slot * cs, cs).unwrap();
+        let rec = t.gpu.read_f32(&l.rec_state, slot * rs, rs).unwrap();
+        (conv, rec)
+    };
+    let same = |x: &[f32], y: &[f32]| {
+        x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+    };
+    // (slot, input, range, position of its first token): a from 0 (zero states), the others
+    // continuing their slots' random states
+    let parts: [Part<'_>; 4] =
+        [(0, &a, 0..150, 0), (1, &b, 0..50, 9), (2, &c, 0..1, 30), (3, &e, 0..30, 4)];
+    let snaps = [Some((4, 140)), Some((5, 2)), Some((6, 1)), Some((7, 30))];
+    let (plain, _, _) = Layer::new(t, d, 8, 3);
+    let want = step(t, &plain, &parts);
+    let (l, _, _) = Layer::new(t, d, 8, 3);
+    let got = step_with_snapshots(t, &l, &parts, &snaps);
+    assert!(same(&got.normed, &want.normed), "a snapshot changed the step's outputs");
+    for slot in 0..4 {
+        let (x, y) = (read(&l, slot), read(&plain, slot));
+        assert!(same(&x.0, &y.0) && same(&x.1, &y.1), "a snapshot changed slot {slot}'s states");
+    }
+    for (i, (part, snap)) in parts.iter().zip(snaps).enumerate() {
+        let (snap_slot, n) = snap.unwrap();
+        let (ended, _, _) = Layer::new(t, d, 8, 3);
+        let (slot, input, range, pos0) = part.clone();
+        step(t, &ended, &[(slot, input, range.start..range.start + n, pos0)]);
+        let (want_conv, want_rec) = read(&ended, slot);
+        let (conv, rec) = read(&l, snap_slot);
+        assert!(same(&conv, &want_conv), "part {i}: the conv state snapshot after {n} tokens");
+        assert!(same(&rec, &want_rec), "part {i}: the recurrent state snapshot after {n} tokens");
+    }
 }
 
 /// A 4,096-token prompt in one step, key heads of 256 (the most loop iterations per token):

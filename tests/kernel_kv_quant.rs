@@ -331,6 +331,7 @@ fn check_quantize(spec: KvCacheSpec, case: &QuantCase, seed: u64) {
             slot_mapping: None,
             logits: LogitsWanted::None,
             stage_slot: slots[si],
+            states: Default::default(),
         })
         .collect();
     let batch = ForwardBatch::new(&chunks, bs, 8);

@@ -80,6 +80,7 @@ fn load_from(
         num_blocks: 2 * 128usize.div_ceil(block_size) + 3,
         kv_cache: Default::default(),
         kv_groups: kvrun::engine::kv_groups(file.config(), 128),
+        state_snapshots: 0,
     };
     let model = Model::load(t.gpu.clone(), &kernels, &file, options).unwrap();
     Some((model, file))
@@ -113,6 +114,7 @@ fn run_chunks(
             slot_mapping: None,
             logits: LogitsWanted::Range(0..n),
             stage_slot: 0,
+            states: Default::default(),
         };
         let batch = ForwardBatch::new(&[chunk], block_size, model.query_tile());
         out.extend(model.forward(&batch).unwrap().data);
@@ -336,6 +338,7 @@ fn gpu_argmax_readback_is_the_cpu_greedy_choice() {
                 slot_mapping: None,
                 logits: LogitsWanted::Range(0..n),
                 stage_slot: 0,
+                states: Default::default(),
             };
             let mut batch = ForwardBatch::new(&[chunk], 16, model.query_tile());
             let rows = model.forward(&batch).unwrap();
@@ -403,6 +406,7 @@ fn mixed_batch_equals_sequences_alone() {
         slot_mapping: None,
         logits: LogitsWanted::None,
         stage_slot: 0,
+        states: Default::default(),
     };
     let b0 = SeqChunk {
         tokens: &g.tokens[..20],
@@ -411,6 +415,7 @@ fn mixed_batch_equals_sequences_alone() {
         slot_mapping: None,
         logits: LogitsWanted::None,
         stage_slot: 1,
+        states: Default::default(),
     };
     model.forward(&ForwardBatch::new(&[a0, b0], 16, qt)).unwrap();
     // one step: A decodes token 30, B prefills 20..40
@@ -421,6 +426,7 @@ fn mixed_batch_equals_sequences_alone() {
         slot_mapping: None,
         logits: LogitsWanted::Last,
         stage_slot: 0,
+        states: Default::default(),
     };
     let b1 = SeqChunk {
         tokens: &g.tokens[20..40],
@@ -429,6 +435,7 @@ fn mixed_batch_equals_sequences_alone() {
         slot_mapping: None,
         logits: LogitsWanted::Range(0..20),
         stage_slot: 1,
+        states: Default::default(),
     };
     let mixed = model.forward(&ForwardBatch::new(&[a1, b1], 16, qt)).unwrap();
     assert_eq!(mixed.chunks[0], 0);

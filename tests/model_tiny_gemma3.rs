@@ -43,6 +43,7 @@ fn load(name: &str, block_size: usize, family: KernelFamily) -> Option<Model> {
         num_blocks: 2 * blocks + 3,
         kv_cache: Default::default(),
         kv_groups: kvrun::engine::kv_groups(file(name).config(), MAX_MODEL_LEN),
+        state_snapshots: 0,
     };
     Some(Model::load(t.gpu.clone(), &kernels, &file(name), options).unwrap())
 }
@@ -69,6 +70,7 @@ fn run_chunks(
             slot_mapping: None,
             logits: LogitsWanted::Range(0..len),
             stage_slot: 0,
+            states: Default::default(),
         };
         out.extend(
             model.forward(&ForwardBatch::new(&[chunk], bs, model.query_tile())).unwrap().data,
@@ -102,6 +104,7 @@ fn load_grouped(
         num_blocks,
         kv_cache: Default::default(),
         kv_groups: groups.clone(),
+        state_snapshots: 0,
     };
     let model = Model::load(t.gpu.clone(), &kernels, f, options).unwrap();
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
@@ -129,6 +132,7 @@ fn run_grouped(
             slot_mapping: None,
             logits: LogitsWanted::Range(0..len),
             stage_slot: 0,
+            states: Default::default(),
         };
         let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
         out.extend(model.forward(&batch).unwrap().data);
@@ -233,6 +237,7 @@ fn groups_that_do_not_match_the_layers_are_refused() {
         num_blocks: 32,
         kv_cache: Default::default(),
         kv_groups: kvrun::kv::KvGroups::uniform(f.config().num_layers),
+        state_snapshots: 0,
     };
     let err = Model::load(t.gpu.clone(), &kernels, &f, options.clone())
         .err()

@@ -50,6 +50,7 @@ fn load(
         num_blocks,
         kv_cache: Default::default(),
         kv_groups: groups,
+        state_snapshots: 0,
     };
     let model = Model::load(t.gpu.clone(), &kernels, f, options).unwrap();
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
@@ -79,6 +80,7 @@ fn run(
             slot_mapping: None,
             logits: LogitsWanted::Range(0..len),
             stage_slot: slot,
+            states: Default::default(),
         };
         let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
         out.extend(model.forward(&batch).unwrap().data);
@@ -155,6 +157,7 @@ fn qwen35_matches_transformers_as_directory_and_converted_gguf() {
                         slot_mapping: None,
                         logits: LogitsWanted::Range(0..0),
                         stage_slot: 0,
+                        states: Default::default(),
                     },
                     SeqChunk {
                         tokens: &tokens[pos..pos + len],
@@ -163,6 +166,7 @@ fn qwen35_matches_transformers_as_directory_and_converted_gguf() {
                         slot_mapping: None,
                         logits: LogitsWanted::Range(0..len),
                         stage_slot: 1,
+                        states: Default::default(),
                     },
                 ];
                 let batch = ForwardBatch::new(&chunks, bs, model.query_tile());

@@ -20,6 +20,6 @@ struct SeqInfo {
     table_start: u32,  // index of the sequence's first block id in block_tables
     stage_slot: u32,   // quantized KV: the sequence's f16 staging slot (its partial last block)
     state_slot: u32,   // recurrent layers: the sequence's state slot (kernels::delta_net)
-    _pad1: u32,
-    _pad2: u32,
+    snapshot_slot: u32, // recurrent layers: also write the states after token snapshot_len − 1
+    snapshot_len: u32,  //   of the step into this state slot (0: no snapshot)
 }

@@ -9,7 +9,8 @@
 // Value head h reads query/key head h / (v_heads / k_heads) (transformers' repeat_interleave),
 // or h % k_heads where p.k_tiled says so (llama.cpp's converter reorders a GGUF's value heads
 // that way). A step that starts its sequence (position 0: ctx_len = q_len) starts from a zero
-// state, whatever the slot holds.
+// state, whatever the slot holds. Where seq.snapshot_len > 0 the state after that many of the
+// step's tokens is also written to slot seq.snapshot_slot (a prefix-cache snapshot).
 // Workgroup: COLS columns j of one value head's state (x: head × column tile) of one sequence
 // (y); an invocation keeps its column S[:, j] in registers for the dispatch and computes
 // its output channel o[j]. Every token takes the same operations in the same order whatever
@@ -132,6 +133,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             o += dot(s[i], sh_q[i] * q_mul);
         }
         out[row * p.out_stride + hv * p.dv + j] = o;
+        if (t + 1u == seq.snapshot_len) {
+            // a prefix-cache snapshot: the state after this token, into another slot
+            let snap = (seq.snapshot_slot * p.v_heads + hv) * DK * p.dv + j;
+            for (var i = 0u; i < DK / 4u; i++) {
+                let b = snap + 4u * i * p.dv;
+                state[b] = s[i].x;
+                state[b + p.dv] = s[i].y;
+                state[b + 2u * p.dv] = s[i].z;
+                state[b + 3u * p.dv] = s[i].w;
+            }
+        }
         workgroupBarrier();  // sh_q, sh_k and red are free for the next token
     }
 

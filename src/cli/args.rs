@@ -53,6 +53,11 @@ pub struct KvArgs {
     /// Do not reuse KV blocks of earlier requests that share a prefix (for comparison).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Recurrent models (Qwen3.5): state slots kept for prefix-cache snapshots, one sequence's
+    /// states each (`kvrun plan` prints their bytes); 0 turns prefix reuse off for them.
+    /// Default: 2 per --max-num-seqs.
+    #[arg(long)]
+    pub state_snapshots: Option<usize>,
     #[command(flatten)]
     pub format: KvFormatArgs,
     /// Kernel variants: auto (chosen from the adapter) or gpu (the discrete-GPU variants —
@@ -112,6 +117,7 @@ impl KvArgs {
             max_logit_rows: None,
             kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
+            state_snapshots: self.state_snapshots,
             tenants: Vec::new(),
             kernel_family: self.kernel_family,
         })

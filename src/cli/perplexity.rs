@@ -45,6 +45,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,
+        state_snapshots: None,
         format: args.format.clone(),
         kernel_family: Default::default(),
     };

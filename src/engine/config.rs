@@ -34,6 +34,10 @@ pub struct EngineConfig {
     pub kv_cache: KvCacheSpec,
     /// Reuse full KV blocks of earlier requests with the same prefix (`--no-prefix-cache` off).
     pub enable_prefix_cache: bool,
+    /// Recurrent models (Qwen3.5): state slots for prefix-cache snapshots
+    /// (`--state-snapshots`); default [`DEFAULT_STATE_SNAPSHOTS_PER_SEQ`] × `max_num_seqs`,
+    /// fewer where a layer's buffer would outgrow a binding. 0 turns prefix reuse off for them.
+    pub state_snapshots: Option<usize>,
     /// Tenants to track (per-tenant metrics) and their KV quotas (`--tenant-kv-quota`).
     pub tenants: Vec<TenantConfig>,
     /// Kernel variants: from the device (default), or forced (tests run the GPU family end to
@@ -87,6 +91,7 @@ impl EngineConfig {
             max_logit_rows: None,
             kv_cache: KvCacheSpec::default(),
             enable_prefix_cache: true,
+            state_snapshots: None,
             tenants: Vec::new(),
             kernel_family: Default::default(),
         }
@@ -166,7 +171,14 @@ pub struct ResolvedConfig {
     pub kv_groups: KvGroups,
     /// Prefix caching as asked, and possible for these groups.
     pub enable_prefix_cache: bool,
+    /// Recurrent models with the prefix cache: state snapshot slots (each one sequence's
+    /// states, `ModelConfig::state_bytes_per_sequence`); 0 otherwise.
+    pub state_snapshots: usize,
 }
+
+/// Default state snapshot slots per `--max-num-seqs` sequence: room for a conversation's
+/// newest two (the end of its last prompt and of its last reply).
+pub const DEFAULT_STATE_SNAPSHOTS_PER_SEQ: usize = 2;
 
 /// The KV-cache groups of `model`'s layers ([`KvGroups::from_layer_kinds`]) for contexts of
 /// up to `max_model_len` tokens: a window that covers the whole context is full attention (and
@@ -204,6 +216,26 @@ impl ResolvedConfig {
         }
     }
 
+    /// The state snapshots left at their default are cut to what one storage binding holds
+    /// next to the running slots (a recurrent layer's state buffer holds `max_num_seqs +
+    /// state_snapshots` slots of `slot_bytes`); a number given by flag is checked at load,
+    /// where a too-large one is refused naming the flag.
+    pub fn fit_state_snapshots(&mut self, cfg: &EngineConfig, slot_bytes: u64, max_binding: u64) {
+        if cfg.state_snapshots.is_some() || slot_bytes == 0 {
+            return;
+        }
+        let fit = usize::try_from(max_binding / slot_bytes).unwrap_or(usize::MAX);
+        let fit = fit.saturating_sub(self.max_num_seqs);
+        if fit < self.state_snapshots {
+            tracing::info!(
+                "{} state snapshots do not fit one buffer binding of {max_binding} bytes; \
+                 keeping {fit}",
+                self.state_snapshots
+            );
+            self.state_snapshots = fit;
+        }
+    }
+
     /// Resolves `cfg` against the model. Refuses a budget that holds no block, or less than
     /// one sequence of `max_model_len` tokens (the fix is named in the error).
     pub fn resolve(
@@ -231,16 +263,24 @@ impl ResolvedConfig {
         let kv_groups = kv_groups(model, max_model_len);
         // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
         let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
-        // A recurrent layer's state cannot be cut back to a prefix: until the prefix cache keeps
-        // state snapshots, a hybrid model recomputes every prompt from its start.
+        // A recurrent layer's state cannot be cut back to a prefix: a cached prefix is usable
+        // where a state snapshot ends it (`kv/manager_snapshots.rs`), so no slots, no reuse.
         let recurrent = kv_groups.num_kv_layers() < kv_groups.num_layers();
-        let enable_prefix_cache = cfg.enable_prefix_cache && has_full && !recurrent;
+        let state_snapshots = match recurrent {
+            true => {
+                cfg.state_snapshots.unwrap_or(DEFAULT_STATE_SNAPSHOTS_PER_SEQ * cfg.max_num_seqs)
+            }
+            false => 0,
+        };
+        let enable_prefix_cache =
+            cfg.enable_prefix_cache && has_full && (!recurrent || state_snapshots > 0);
+        let state_snapshots = if enable_prefix_cache { state_snapshots } else { 0 };
         if cfg.enable_prefix_cache && !enable_prefix_cache {
             tracing::warn!(
                 "prefix caching is off: {}",
                 if recurrent {
-                    "this model's recurrent (linear attention) layers keep a state per \
-                     sequence that the prefix cache does not snapshot yet"
+                    "this model's recurrent (linear attention) layers need state snapshots to \
+                     reuse a prefix, and --state-snapshots is 0"
                 } else {
                     "every layer of this model uses a sliding window shorter than the context, \
                      and the cache needs one full-attention layer"
@@ -286,6 +326,7 @@ impl ResolvedConfig {
             kv_bytes_per_token: layout.bytes_per_token(),
             kv_groups,
             enable_prefix_cache,
+            state_snapshots,
         };
         Ok((resolved, layout))
     }

@@ -44,6 +44,7 @@ use crate::kv::{KvError, KvLayout, KvManager};
 use crate::loader::{LoadError, ModelFile};
 use crate::model::{
     ForwardBatch, LogitReadback, Logits, LogitsWanted, Model, ModelError, ModelOptions, SeqChunk,
+    StateWork,
 };
 use crate::quant::KvQuantError;
 use crate::sched::{RequestId, SchedError, Scheduler, SchedulerConfig, StepPlan};
@@ -117,13 +118,16 @@ impl Engine {
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
         resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
+        let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
+        resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
         let kv = KvManager::with_groups(
             layout,
             resolved.kv_groups.clone(),
             resolved.num_blocks,
             resolved.enable_prefix_cache,
-        )?;
+        )?
+        .with_state_snapshots(resolved.state_snapshots as u32);
         let sched_config = SchedulerConfig {
             max_num_seqs: resolved.max_num_seqs,
             max_num_batched_tokens: resolved.max_num_batched_tokens,
@@ -234,6 +238,10 @@ impl Engine {
                     rows => LogitsWanted::Range(rows),
                 },
                 stage_slot,
+                states: StateWork {
+                    restore_from: s.restore_state.map(|slot| self.model.snapshot_slot(slot)),
+                    snapshot: s.snapshot.map(|(slot, n)| (self.model.snapshot_slot(slot), n)),
+                },
             })
             .collect();
         let mut batch =
@@ -449,6 +457,7 @@ fn model_options(r: &ResolvedConfig) -> ModelOptions {
         num_blocks: r.num_blocks,
         kv_cache: r.kv_cache,
         kv_groups: r.kv_groups.clone(),
+        state_snapshots: r.state_snapshots,
     }
 }
 

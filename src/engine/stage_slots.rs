@@ -60,6 +60,8 @@ mod tests {
             prompt_logits: 0..0,
             sample: true,
             num_cached_tokens: 0,
+            restore_state: None,
+            snapshot: None,
         };
         StepPlan { seqs: ids.iter().map(seq).collect() }
     }

@@ -76,7 +76,10 @@ pub struct SeqInfo {
     /// Recurrent layers (Gated DeltaNet): the slot of the sequence's conv and recurrent states
     /// (`kernels::delta_net`).
     pub state_slot: u32,
-    pub _pad: [u32; 2],
+    /// Recurrent layers: the state slot that also receives the states after the step's first
+    /// `snapshot_len` tokens (a prefix-cache snapshot); `snapshot_len` 0 = none.
+    pub snapshot_slot: u32,
+    pub snapshot_len: u32,
 }
 const _: () = assert!(std::mem::size_of::<SeqInfo>() == 32);
 

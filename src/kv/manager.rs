@@ -71,6 +71,25 @@ pub struct KvStats {
     pub num_evicted_blocks: u64,
     /// Fraction of blocks held by live sequences, `0.0..=1.0` (see [`KvManager::usage`]).
     pub usage: f32,
+    /// Recurrent models: state snapshot slots in all, and those holding a cached prefix's
+    /// snapshot (the rest are free or being written).
+    pub num_snapshot_slots: u32,
+    pub num_snapshots: usize,
+    /// Snapshots evicted to free a slot, ever.
+    pub num_evicted_snapshots: u64,
+}
+
+/// Where a step of a sequence writes its recurrent states' snapshot
+/// ([`KvManager::snapshot_target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotTarget {
+    /// The snapshot slot written (`0..state_snapshots`).
+    pub slot: u32,
+    /// The position the snapshot is at: a block boundary, the states after token `pos − 1`.
+    pub pos: usize,
+    /// Kept when a newer one of the same sequence comes (a branch point, the prompt's last
+    /// boundary); else only the sequence's newest such snapshot stays.
+    keep: bool,
 }
 
 /// The KV state of one live sequence.
@@ -87,6 +106,11 @@ pub(super) struct SeqKv {
     locked: Option<BlockId>,
     /// The `next_pos` of the last [`KvManager::slide_windows`] (0 before any).
     slid_to: usize,
+    /// Recurrent models: the snapshot slot the sequence's current step writes, until the step
+    /// is cached ([`KvManager::cache_full_blocks`] gives it to its node).
+    snapshot_target: Option<SnapshotTarget>,
+    /// Its newest snapshot not kept `(node, slot)`: dropped when a newer one comes.
+    newest_snapshot: Option<(BlockId, u32)>,
 }
 
 /// KV bookkeeping of every live sequence, and the prefix cache if enabled. A block's ref count
@@ -308,6 +332,7 @@ impl KvManager {
         let locked = matched.last().copied();
         if let (Some(cache), Some(last)) = (&mut self.cache, locked) {
             cache.lock_in(&self.pool, last);
+            cache.touch_snapshot(last); // restored from (recurrent models)
         }
         if self.cache.is_some() {
             let hit = matched.len() * self.layout.block_size;
@@ -390,6 +415,7 @@ impl KvManager {
         );
         let full = computed_tokens.len() / self.layout.block_size;
         if full <= s.num_cached_blocks {
+            self.settle_snapshot(seq, full);
             return Ok(());
         }
         let prefix = &computed_tokens[..full * self.layout.block_size];
@@ -415,6 +441,7 @@ impl KvManager {
             }
         }
         s.num_cached_blocks = full;
+        self.settle_snapshot(seq, full);
         Ok(())
     }
 
@@ -425,6 +452,9 @@ impl KvManager {
     pub fn release_sequence(&mut self, seq: SeqId, computed_tokens: &[u32]) -> Result<(), KvError> {
         self.cache_full_blocks(seq, computed_tokens)?;
         let mut s = self.seqs.remove(&seq).expect("cache_full_blocks checked it");
+        if let (Some(cache), Some(target)) = (&mut self.cache, s.snapshot_target) {
+            cache.give_back_snapshot_slot(target.slot); // its step was never computed
+        }
         if let (Some(cache), Some(last)) = (&mut self.cache, s.locked) {
             cache.unlock(last);
         }
@@ -545,6 +575,12 @@ impl KvManager {
             prefix_hit_tokens: self.prefix_hit_tokens,
             num_evicted_blocks: self.num_evicted_blocks,
             usage: self.usage(),
+            num_snapshot_slots: self.cache.as_ref().map_or(0, |c| c.num_snapshots().0),
+            num_snapshots: self.cache.as_ref().map_or(0, |c| c.num_snapshots().1),
+            num_evicted_snapshots: self
+                .cache
+                .as_ref()
+                .map_or(0, PrefixCache::num_evicted_snapshots),
         }
     }
 
@@ -572,6 +608,16 @@ impl KvManager {
         }
         if let Some(cache) = &self.cache {
             cache.check_integrity(&self.pool)?;
+            let mut taken = cache.check_snapshots()?;
+            let mut targets: Vec<u32> =
+                self.seqs.values().filter_map(|s| s.snapshot_target).map(|t| t.slot).collect();
+            taken.sort_unstable();
+            targets.sort_unstable();
+            if taken != targets {
+                return Err(format!(
+                    "snapshot slots {taken:?} are neither free nor cached; sequences write {targets:?}"
+                ));
+            }
             for id in 0..self.pool.num_blocks() as BlockId {
                 holders[id as usize] += u32::from(cache.holds(id));
                 let Some(count) = cache.lock_count(id) else { continue };
@@ -767,10 +813,24 @@ impl KvManager {
         let num_cached_blocks = if locked.is_some() { tables[anchor].num_blocks() } else { 0 };
         // A hit's sliding tables start at the window of its first computed query.
         let slid_to = if locked.is_some() { tables[anchor].num_tokens() } else { 0 };
-        self.seqs.insert(seq, SeqKv { tables, namespace, num_cached_blocks, locked, slid_to });
+        self.seqs.insert(
+            seq,
+            SeqKv {
+                tables,
+                namespace,
+                num_cached_blocks,
+                locked,
+                slid_to,
+                snapshot_target: None,
+                newest_snapshot: None,
+            },
+        );
         Ok(())
     }
 }
+
+#[path = "manager_snapshots.rs"]
+mod snapshots;
 
 #[cfg(test)]
 mod tests {

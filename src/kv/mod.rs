@@ -13,7 +13,9 @@
 //! | `block_table.rs` | [`BlockTable`]: one sequence's blocks in token order; position → slot; blocks dropped out of a window |
 //! | `prefix_cache.rs` | [`PrefixCache`]: radix tree over full blocks keyed by token ids (+ [`Namespace`]); lock, LRU evict |
 //! | `prefix_cache_companions.rs` | other groups' blocks on each node (companions): usable length across a window, loose companions |
+//! | `prefix_cache_snapshots.rs` | recurrent models: state snapshot slots owned by nodes; a prefix is usable where one ends it |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
+//! | `manager_snapshots.rs` | recurrent models: which step writes a snapshot where, restore on a hit |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
 //!
@@ -59,6 +61,8 @@ mod manager;
 mod manager_cache_tests;
 #[cfg(test)]
 mod manager_groups_tests;
+#[cfg(test)]
+mod manager_snapshot_tests;
 mod plan;
 mod prefix_cache;
 #[cfg(test)]
@@ -73,7 +77,7 @@ pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
 pub use groups::{GroupKind, KvGroup, KvGroups};
 pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
-pub use manager::{KvManager, KvStats, SeqId};
+pub use manager::{KvManager, KvStats, SeqId, SnapshotTarget};
 pub use plan::{plan, staging_bytes_per_sequence, Plan, PlanInput};
 pub use prefix_cache::{Namespace, PrefixCache};
 pub use quota::TenantKvStats;

@@ -20,6 +20,15 @@
 //! holds (pool ref count 1: every sequence has slid past it) is *loose*: evictable although its
 //! node is locked.
 //!
+//! ## State snapshots
+//!
+//! A model with recurrent layers ([`PrefixCache::with_state_snapshots`]) keeps a state per
+//! sequence that cannot be cut back to a shorter prefix, so a node may also own a *snapshot
+//! slot*: the states after its block's last token. A cached prefix is then usable only up to a
+//! node holding one; snapshots add no block reference and no lock, are freed with their node,
+//! and are evicted on their own, least recently used, when a slot is wanted
+//! (`prefix_cache_snapshots.rs`).
+//!
 //! ## Contract
 //!
 //! - **References.** The tree holds one pool reference on each cached block (anchors and
@@ -84,6 +93,9 @@ struct Node {
     /// [groups] the block of each other group at this node's index; `None` for the anchor, and
     /// for a sliding group whose block is not cached. A full group's is always `Some`.
     companions: Box<[Option<BlockId>]>,
+    /// The state snapshot slot after this block's last token (recurrent models,
+    /// `prefix_cache_snapshots.rs`).
+    snapshot: Option<u32>,
 }
 
 impl Node {
@@ -118,6 +130,9 @@ pub struct PrefixCache {
     /// with it.
     per_namespace: HashMap<Namespace, NamespaceCount>,
     clock: u64,
+    /// Recurrent models: the state snapshot slots (`prefix_cache_snapshots.rs`); `None` for
+    /// models whose layers all attend.
+    snapshots: Option<SnapshotSlots>,
 }
 
 /// Blocks of one namespace in the tree.
@@ -155,6 +170,7 @@ impl PrefixCache {
             num_unlocked: 0,
             per_namespace: HashMap::new(),
             clock: 0,
+            snapshots: None,
         }
     }
 
@@ -518,6 +534,7 @@ impl PrefixCache {
             return Err("the LRU index is not the set of unlocked leaves".into());
         }
         self.check_companion_index(pool)?;
+        self.check_snapshots()?;
         Ok(())
     }
 
@@ -586,6 +603,7 @@ impl PrefixCache {
             lock_count: 0,
             last_access: self.clock,
             companions: vec![None; self.kinds.len()].into(),
+            snapshot: None,
         };
         self.nodes.insert(block, node);
         self.num_unlocked += 1;
@@ -632,6 +650,7 @@ impl PrefixCache {
             pool.decref(c);
             out.push(c);
         }
+        self.free_snapshot_of_removed(node.snapshot);
         pool.decref(id);
         out.push(id);
     }
@@ -697,6 +716,9 @@ impl PrefixCache {
 
 #[path = "prefix_cache_companions.rs"]
 mod companions;
+#[path = "prefix_cache_snapshots.rs"]
+mod snapshots;
+use snapshots::SnapshotSlots;
 
 #[cfg(test)]
 #[path = "prefix_cache_group_tests.rs"]

@@ -27,7 +27,9 @@ impl PrefixCache {
     /// Longest usable start of `path` (nodes from the root, as [`PrefixCache::peek`] returns):
     /// the largest `k ≤ path.len()` such that, for every sliding group, each node from the one
     /// holding the first key a query at position `k·b` sees up to node `k − 1` has that
-    /// group's companion. `path.len()` with one group. O(path.len() · g).
+    /// group's companion, and, with state snapshots (recurrent models), node `k − 1` holds one
+    /// (`prefix_cache_snapshots.rs`). `path.len()` with one group and no snapshots.
+    /// O(path.len() · g).
     pub fn usable_len(&self, path: &[BlockId]) -> usize {
         let b = self.block_size;
         // missing[i]: 1 + the last node index < i without a companion in some group, per group.
@@ -39,7 +41,7 @@ impl PrefixCache {
             .map(|(g, &k)| (g, k))
             .collect();
         if sliding.is_empty() {
-            return path.len();
+            return self.snapshot_usable_len(path, path.len());
         }
         let mut last_missing = vec![vec![0usize; sliding.len()]; path.len() + 1];
         for (i, &node) in path.iter().enumerate() {
@@ -53,10 +55,11 @@ impl PrefixCache {
         (0..=path.len())
             .rev()
             .find(|&k| {
-                sliding
-                    .iter()
-                    .enumerate()
-                    .all(|(j, &(_, kind))| last_missing[k][j] <= kind.first_visible(k * b) / b)
+                self.snapshot_usable_len(path, k) == k
+                    && sliding
+                        .iter()
+                        .enumerate()
+                        .all(|(j, &(_, kind))| last_missing[k][j] <= kind.first_visible(k * b) / b)
             })
             .unwrap_or(0)
     }

@@ -62,11 +62,16 @@ impl DeltaNet {
         self.value_heads * self.value_head_dim
     }
 
+    /// f32 bytes of one sequence's recurrent state `[value heads, key_head_dim,
+    /// value_head_dim]` in one layer (the larger of a slot's two buffers).
+    pub fn recurrent_state_bytes(&self) -> u64 {
+        4 * (self.value_heads * self.key_head_dim * self.value_head_dim) as u64
+    }
+
     /// f32 bytes of one sequence's state in one layer: the conv state and the recurrent state.
     pub fn state_bytes(&self) -> u64 {
         let conv = (self.conv_taps.saturating_sub(1) * self.conv_channels()) as u64;
-        let rec = (self.value_heads * self.key_head_dim * self.value_head_dim) as u64;
-        4 * (conv + rec)
+        4 * conv + self.recurrent_state_bytes()
     }
 
     /// Every size in `1..=2^16`, value heads whole groups of key heads, taps ≥ 2.

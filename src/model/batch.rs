@@ -31,6 +31,19 @@ pub struct SeqChunk<'a> {
     /// Quantized KV: the sequence's f16 staging slot (`0..max_num_seqs`), the same in every
     /// step while it runs; it holds the sequence's partial last block. Unused with f16 KV.
     pub stage_slot: u32,
+    /// Recurrent layers: state snapshot work beyond the sequence's own states.
+    pub states: StateWork,
+}
+
+/// A sequence chunk's state snapshot work (recurrent layers, prefix reuse): slots are the state
+/// buffers' (`StatePool`: running slots, then snapshot slots, [`super::Model::snapshot_slot`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateWork {
+    /// Copy this slot's states into the sequence's own (`stage_slot`) before the step: its
+    /// cached prefix ends where that snapshot was taken.
+    pub restore_from: Option<u32>,
+    /// `(slot, n)`: also write the states after the chunk's first `n` tokens into `slot`.
+    pub snapshot: Option<(u32, usize)>,
 }
 
 impl SeqChunk<'_> {
@@ -78,6 +91,8 @@ pub struct ForwardBatch {
     pub completed_blocks: Vec<Vec<[u32; 4]>>,
     /// What the step reads back of its logit rows (the caller sets it; rows by default).
     pub readback: LogitReadback,
+    /// Recurrent layers: [num_restores] (from slot, to slot) state copies made before the step.
+    pub state_restores: Vec<[u32; 2]>,
 }
 
 /// What a step reads back of its logit rows.
@@ -127,8 +142,15 @@ impl ForwardBatch {
                 stage_slot: c.stage_slot,
                 // a running sequence's staging slot is its state slot too (recurrent layers)
                 state_slot: c.stage_slot,
-                _pad: [0; 2],
+                snapshot_slot: c.states.snapshot.map_or(0, |(slot, _)| slot),
+                snapshot_len: c.states.snapshot.map_or(0, |(_, n)| {
+                    assert!(n >= 1 && n <= q_len, "a snapshot after 1..=q_len tokens");
+                    n as u32
+                }),
             });
+            if let Some(from) = c.states.restore_from {
+                b.state_restores.push([from, c.stage_slot]);
+            }
             b.add_quantized_kv_work(c, q_start, block_size);
             for (g, table) in c.block_tables.iter().enumerate() {
                 b.block_tables[g].extend_from_slice(&table[..table_len]);

@@ -252,9 +252,13 @@ impl Activations {
     }
 }
 
-/// The recurrent layers' states (Gated DeltaNet), `max_num_seqs` slots each: a sequence's
-/// slot is its running slot (`SeqInfo::state_slot`, the engine's staging slot); a step at
-/// position 0 starts from zero states whatever the slot holds (`kernels::delta_net`).
+/// The recurrent layers' states (Gated DeltaNet), `max_num_seqs + state_snapshots` slots each:
+/// a running sequence's slot is its running slot (`SeqInfo::state_slot`, the engine's staging
+/// slot); a step at position 0 starts from zero states whatever the slot holds
+/// (`kernels::delta_net`). The slots after them hold prefix-cache snapshots
+/// (`Model::snapshot_slot`): the scan and conv-state kernels write one where a step asks
+/// (`SeqInfo::snapshot_slot`), and a hit copies it into the sequence's slot before its first
+/// step ([`StatePool::record_restores`]).
 pub struct StatePool {
     /// Per recurrent layer, in layer order: `[slots, taps − 1, conv channels]` f32.
     pub conv: Vec<wgpu::Buffer>,
@@ -262,15 +266,20 @@ pub struct StatePool {
     pub recurrent: Vec<wgpu::Buffer>,
     /// Bytes of all of them.
     pub bytes: u64,
+    /// Bytes of one slot's conv state and recurrent state, in each layer.
+    slot_bytes: (u64, u64),
+    /// One slot of the larger kind: restores go through it (a copy within one buffer is not
+    /// allowed). `None` without recurrent layers.
+    scratch: Option<wgpu::Buffer>,
 }
 
 impl StatePool {
     pub(super) fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
         let (mut conv, mut recurrent, mut bytes) = (Vec::new(), Vec::new(), 0);
         let Some(d) = c.delta_net else {
-            return StatePool { conv, recurrent, bytes };
+            return StatePool { conv, recurrent, bytes, slot_bytes: (0, 0), scratch: None };
         };
-        let slots = o.max_num_seqs as u64;
+        let slots = (o.max_num_seqs + o.state_snapshots) as u64;
         let conv_slot = 4 * ((d.conv_taps - 1) * d.conv_channels()) as u64;
         let rec_slot = 4 * (d.value_heads * d.key_head_dim * d.value_head_dim) as u64;
         // sizes checked against the binding limit by limits::check_buffer_sizes
@@ -281,7 +290,26 @@ impl StatePool {
                 .push(gpu.storage_buffer(&format!("recurrent state layer {l}"), slots * rec_slot));
             bytes += slots * (conv_slot + rec_slot);
         }
-        StatePool { conv, recurrent, bytes }
+        let scratch = Some(gpu.storage_buffer("state restore scratch", conv_slot.max(rec_slot)));
+        StatePool { conv, recurrent, bytes, slot_bytes: (conv_slot, rec_slot), scratch }
+    }
+
+    /// Records the copies of `restores` (`[from slot, to slot]`) in every recurrent layer.
+    pub(super) fn record_restores(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        restores: &[[u32; 2]],
+    ) {
+        let (conv_slot, rec_slot) = self.slot_bytes;
+        for &[from, to] in restores {
+            let (from, to) = (u64::from(from), u64::from(to));
+            let scratch = self.scratch.as_ref().expect("restores need recurrent layers");
+            let conv = self.conv.iter().map(|b| (b, conv_slot));
+            for (buf, slot) in conv.chain(self.recurrent.iter().map(|b| (b, rec_slot))) {
+                encoder.copy_buffer_to_buffer(buf, from * slot, scratch, 0, slot);
+                encoder.copy_buffer_to_buffer(scratch, 0, buf, to * slot, slot);
+            }
+        }
     }
 
     /// Index of recurrent layer `l`'s buffers.

@@ -97,10 +97,10 @@ pub(super) fn check_buffer_sizes(
         },
         Scaled {
             buffer: "recurrent state (one layer)",
-            unit: "sequences",
+            unit: "sequences and state snapshots",
             unit_bytes: state_row,
-            count: o.max_num_seqs,
-            flag: "--max-num-seqs",
+            count: o.max_num_seqs + o.state_snapshots,
+            flag: "--max-num-seqs or --state-snapshots",
         },
         Scaled {
             buffer: "rope table",
@@ -184,6 +184,7 @@ mod tests {
             num_blocks: 64,
             kv_cache: KvCacheSpec::default(),
             kv_groups: crate::kv::KvGroups::uniform(30),
+            state_snapshots: 0,
         }
     }
 

@@ -10,7 +10,9 @@ mod weights;
 
 use std::sync::Arc;
 
-pub use batch::{slot_of, ForwardBatch, LogitReadback, Logits, LogitsWanted, SeqChunk, StepTiming};
+pub use batch::{
+    slot_of, ForwardBatch, LogitReadback, Logits, LogitsWanted, SeqChunk, StateWork, StepTiming,
+};
 pub use buffers::{KvPool, StatePool};
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
@@ -55,6 +57,9 @@ pub struct ModelOptions {
     /// Which layers share a block table ([`KvGroups::uniform`] when every layer attends
     /// fully); one pool buffer per slot of a block, one table and slot mapping per group.
     pub kv_groups: KvGroups,
+    /// Recurrent layers: state slots kept for prefix-cache snapshots, after the
+    /// `max_num_seqs` running slots ([`Model::snapshot_slot`]); 0 for other models.
+    pub state_snapshots: usize,
 }
 
 /// The KV-cache group kind a layer of `attention` kind belongs to at a context of
@@ -313,6 +318,12 @@ impl Model {
         self.timer = if timing == Timing::Off { None } else { GpuTimer::new(&self.gpu, passes) };
     }
 
+    /// The state slot of prefix-cache snapshot `snapshot` (`0..state_snapshots`): after the
+    /// running slots.
+    pub fn snapshot_slot(&self, snapshot: u32) -> u32 {
+        self.options.max_num_seqs as u32 + snapshot
+    }
+
     /// Runs one step: uploads the batch's inputs, records every op, reads the logits back.
     pub fn forward(&mut self, batch: &ForwardBatch) -> Result<Logits, ModelError> {
         self.check_capacity(batch)?;
@@ -323,6 +334,8 @@ impl Model {
             .gpu
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        // before any kernel: a restored snapshot's slot may be written again in this step
+        self.states.record_restores(&mut encoder, &batch.state_restores);
         let dispatches: u32 = match self.timer.as_mut() {
             None => {
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -410,6 +423,16 @@ impl Model {
                     max: o.max_num_seqs - 1,
                 });
             }
+        }
+        let state_slots = (o.max_num_seqs + o.state_snapshots) as u32;
+        let snapshots = b.seqs.iter().filter(|s| s.snapshot_len > 0).map(|s| s.snapshot_slot);
+        let restores = b.state_restores.iter().flatten().copied();
+        if let Some(slot) = snapshots.chain(restores).find(|&s| s >= state_slots) {
+            return Err(ModelError::BatchTooLarge {
+                what: "as state slot index",
+                got: slot as usize,
+                max: state_slots as usize - 1,
+            });
         }
         if let Some(s) = b.seqs.iter().find(|s| s.ctx_len as usize > o.max_model_len) {
             return Err(ModelError::BatchTooLarge {

@@ -51,6 +51,13 @@ pub struct ScheduledSeq {
     pub prompt_logits: Range<usize>,
     /// Prefix-cache hit of the request at its first admission, for usage reporting.
     pub num_cached_tokens: usize,
+    /// Recurrent models, the first step after a prefix-cache hit: the state snapshot slot
+    /// holding the states after `start_pos − 1`, which the engine copies into the sequence's own
+    /// states before the step ([`crate::kv::KvManager::snapshot_restore`]).
+    pub restore_state: Option<u32>,
+    /// Recurrent models: `(snapshot slot, n)`: the step also writes the states after its first
+    /// `n` tokens into that slot, a block boundary ([`crate::kv::KvManager::snapshot_target`]).
+    pub snapshot: Option<(u32, usize)>,
 }
 
 impl ScheduledSeq {

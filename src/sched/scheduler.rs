@@ -92,6 +92,11 @@ struct Step {
     /// (sequence, tokens to compute, their slots `[group][token]` as reserved, prompt-logit
     /// rows), in scheduling order.
     chunks: Vec<(RequestId, usize, Vec<Vec<u32>>, usize)>,
+    /// Recurrent models: sequences admitted on a cached prefix → the snapshot slot they
+    /// restore their states from.
+    restores: HashMap<RequestId, u32>,
+    /// Recurrent models: sequence → (snapshot slot, tokens of its chunk before the snapshot).
+    snapshots: HashMap<RequestId, (u32, usize)>,
 }
 
 impl Step {
@@ -212,6 +217,8 @@ impl Scheduler {
             budget_left: c.max_num_batched_tokens,
             prompt_rows_left: c.max_logit_rows.max(c.max_num_seqs) + 1 - c.max_num_seqs,
             chunks: Vec::new(),
+            restores: HashMap::new(),
+            snapshots: HashMap::new(),
         };
         for phase in [Phase::Decode, Phase::Prefill] {
             for id in self.running.clone() {
@@ -232,7 +239,23 @@ impl Scheduler {
             }
         }
         self.admit_waiting(&mut step);
+        self.snapshot_targets(&mut step);
         self.build_plan(&step)
+    }
+
+    /// Recurrent models: which of the step's chunks write a state snapshot, and where (the last
+    /// block boundary each crosses, or a branch point; `kv/manager_snapshots.rs`).
+    fn snapshot_targets(&mut self, step: &mut Step) {
+        let b = self.kv.layout().block_size;
+        for &(id, num_tokens, ..) in &step.chunks {
+            let seq = &self.seqs[&id];
+            let (start, end) = (seq.num_computed_tokens, seq.num_computed_tokens + num_tokens);
+            let prompt_end = seq.num_prompt_tokens / b * b;
+            let target = self.kv.snapshot_target(id, &seq.tokens[..end], start, end, prompt_end);
+            if let Some(t) = target.expect("scheduled sequences are live") {
+                step.snapshots.insert(id, (t.slot, t.pos - start));
+            }
+        }
     }
 
     /// Records what the engine computed for `plan` (the last one [`Scheduler::schedule`]
@@ -465,6 +488,9 @@ impl Scheduler {
                 .begin_sequence(id, seq.namespace, seq.cacheable_tokens())
                 .expect("not live");
             debug_assert_eq!(hit, num_cached);
+            if let Some(slot) = self.kv.snapshot_restore(id) {
+                step.restores.insert(id, slot);
+            }
             let slots = self.kv.reserve(id, num_tokens).expect("fits: can_begin");
             seq.num_computed_tokens = hit;
             if seq.first_num_cached_tokens.is_none() {
@@ -515,6 +541,8 @@ impl Scheduler {
                     sample: end == seq.tokens.len(),
                     prompt_logits: seq.prompt_logit_rows(start_pos..end),
                     num_cached_tokens: seq.first_num_cached_tokens.unwrap_or(0),
+                    restore_state: step.restores.get(&id).copied(),
+                    snapshot: step.snapshots.get(&id).copied(),
                 }
             })
             .collect();
