@@ -120,6 +120,10 @@ fn qwen35_hybrid_figures() {
     let state = 24 * (3 * 8192 * 4 + 32 * 128 * 128 * 4);
     assert_eq!(u(&p, "state_bytes_per_sequence"), state);
     assert_eq!(u(&p, "state_bytes_needed"), 4 * state);
+    // snapshots for prefix reuse: 2 per sequence by default, as asked otherwise
+    assert_eq!((u(&p, "state_snapshots"), u(&p, "state_snapshot_bytes")), (8, 8 * state));
+    let few = plan_json(&c, &["-c", "32768", "--state-snapshots", "3"]);
+    assert_eq!(u(&few, "state_snapshot_bytes"), 3 * state);
     assert_eq!(u(&p, "weight_bytes"), 8_953_803_264 * 2);
     let short = plan_json(&c, &["-c", "1024"]);
     assert_eq!(u(&short, "state_bytes_per_sequence"), state, "states do not grow with -c");

@@ -142,20 +142,25 @@ impl MultiturnReport {
 
     fn summary_markdown(&self) -> String {
         let mut s = "\n### Summary\n\n| budget | prefix cache | computed prefill | ÷ ideal | \
-                     cached | TTFT p50 ms | TTFT p99 ms | evictions | preemptions | wall s | \
-                     replies sha256 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+                     cached | prompt reused | TTFT p50 ms | TTFT p99 ms | evictions | \
+                     preemptions | wall s | replies sha256 |\n\
+                     |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
             .to_string();
         let ideal = self.arithmetic.ideal_prefill_tokens.max(1) as f64;
         for r in &self.runs {
             let t = &r.totals;
             s += &format!(
-                "| {} ({}) | {} | {} | {:.2} | {} | {:.0} | {:.0} | {} | {} | {:.1} | `{}` |\n",
+                "| {} ({}) | {} | {} | {:.2} | {} | {:.1}% | {:.0} | {:.0} | {} | {} | {:.1} | `{}` \
+                 |\n",
                 r.label,
                 format_bytes(r.kv_cache_memory),
                 if r.prefix_cache { "on" } else { "off" },
                 t.computed_prefill_tokens,
                 t.computed_prefill_tokens as f64 / ideal,
                 t.cached_tokens,
+                // of the prompt tokens: taken from the cache
+                100.0 * t.cached_tokens as f64
+                    / (t.cached_tokens + t.computed_prefill_tokens).max(1) as f64,
                 t.ttft_ms_p50,
                 t.ttft_ms_p99,
                 t.evictions,

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use super::args::{KvFormatArgs, ModelArgs};
-use crate::engine::{kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP};
+use crate::engine::{
+    kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+};
 use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
@@ -36,6 +38,9 @@ pub struct PlanArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Recurrent models: state snapshot slots for prefix reuse (default 2 per sequence).
+    #[arg(long)]
+    pub state_snapshots: Option<usize>,
 }
 
 /// Parameters of a config with dense MLPs, for the weight bytes of a bare config.json (an MoE
@@ -152,6 +157,14 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         }),
         state_bytes_per_layer: config.delta_net.map_or(0, |d| d.state_bytes()),
         state_layers: config.num_recurrent_layers(),
+        // as the engine resolves it (where a layer's buffer would outgrow a binding, the
+        // engine keeps fewer; the adapter decides that, plan does not open one)
+        state_snapshots: match config.num_recurrent_layers() {
+            0 => 0,
+            _ => {
+                args.state_snapshots.unwrap_or(DEFAULT_STATE_SNAPSHOTS_PER_SEQ * args.max_num_seqs)
+            }
+        },
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);

@@ -174,6 +174,18 @@ pub struct ResolvedConfig {
     /// Recurrent models with the prefix cache: state snapshot slots (each one sequence's
     /// states, `ModelConfig::state_bytes_per_sequence`); 0 otherwise.
     pub state_snapshots: usize,
+    /// Recurrent models: one sequence's states (a running slot or a snapshot slot); 0 for
+    /// attention-only models.
+    pub state_bytes_per_sequence: u64,
+}
+
+impl ResolvedConfig {
+    /// Bytes of the recurrent-state pool: `max_num_seqs` running slots and the snapshot slots,
+    /// outside `kv_cache_memory`; 0 for attention-only models.
+    pub fn state_pool_bytes(&self) -> u64 {
+        let slots = (self.max_num_seqs + self.state_snapshots) as u64;
+        self.state_bytes_per_sequence.saturating_mul(slots)
+    }
 }
 
 /// Default state snapshot slots per `--max-num-seqs` sequence: room for a conversation's
@@ -327,6 +339,7 @@ impl ResolvedConfig {
             kv_groups,
             enable_prefix_cache,
             state_snapshots,
+            state_bytes_per_sequence: model.state_bytes_per_sequence(),
         };
         Ok((resolved, layout))
     }
@@ -403,6 +416,32 @@ mod tests {
         cfg.max_model_len = Some(512); // the window covers the context: full attention
         let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
         assert!(resolved.enable_prefix_cache);
+    }
+
+    /// A hybrid (the tiny Qwen3.5): the prefix cache stays on with state snapshot slots (2 per
+    /// sequence by default, cut to one binding), goes off with `--state-snapshots 0`; an
+    /// attention-only model gets no slots.
+    #[test]
+    fn recurrent_models_cache_prefixes_with_state_snapshots() {
+        let json = include_str!("../../assets/tiny-qwen35/hf/config.json");
+        let model = ModelConfig::from_hf_config_json(json).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        cfg.max_num_seqs = 3;
+        let (mut resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(resolved.enable_prefix_cache);
+        assert_eq!(resolved.state_snapshots, 6);
+        let slot = model.delta_net.unwrap().recurrent_state_bytes();
+        resolved.fit_state_snapshots(&cfg, slot, 5 * slot);
+        assert_eq!(resolved.state_snapshots, 2, "5 slots a binding, 3 running");
+        cfg.state_snapshots = Some(0);
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert!(!resolved.enable_prefix_cache);
+        assert_eq!(resolved.state_snapshots, 0);
+        let smol = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        cfg.state_snapshots = Some(4);
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &smol).unwrap();
+        assert!(resolved.enable_prefix_cache);
+        assert_eq!(resolved.state_snapshots, 0);
     }
 
     #[test]

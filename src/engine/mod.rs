@@ -30,7 +30,7 @@ use std::time::Instant;
 
 pub use config::{
     kv_groups, kv_storage, model_kv_storage, tenant_namespace, EngineConfig, KvQuota,
-    ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
+    ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
@@ -121,13 +121,16 @@ impl Engine {
         let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
         resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
         let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
-        let kv = KvManager::with_groups(
+        let mut kv = KvManager::with_groups(
             layout,
             resolved.kv_groups.clone(),
             resolved.num_blocks,
             resolved.enable_prefix_cache,
-        )?
-        .with_state_snapshots(resolved.state_snapshots as u32);
+        )?;
+        if resolved.state_snapshots > 0 {
+            // recurrent layers: a cached prefix is usable where a state snapshot ends it
+            kv = kv.with_state_snapshots(resolved.state_snapshots as u32);
+        }
         let sched_config = SchedulerConfig {
             max_num_seqs: resolved.max_num_seqs,
             max_num_batched_tokens: resolved.max_num_batched_tokens,

@@ -48,6 +48,8 @@ pub struct PlanInput {
     pub state_bytes_per_layer: u64,
     /// Layers that keep a state instead of KV.
     pub state_layers: usize,
+    /// State snapshot slots for prefix reuse (`--state-snapshots`; 0 without state layers).
+    pub state_snapshots: usize,
 }
 
 /// One KV-cache group in a [`Plan`].
@@ -125,6 +127,11 @@ pub struct Plan {
     /// The states of `max_num_seqs` running sequences (one slot each). Not part of
     /// `kv_cache_memory`.
     pub state_bytes_needed: u64,
+    /// Prefix-cache state snapshot slots (one sequence's states each), and their bytes: a
+    /// cached prefix of a hybrid is usable where a snapshot ends it. Not part of
+    /// `kv_cache_memory`.
+    pub state_snapshots: usize,
+    pub state_snapshot_bytes: u64,
 }
 
 /// Works out the plan. O(1). Byte products saturate at `u64::MAX` (16 EiB) rather than wrap.
@@ -204,6 +211,8 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         state_layers: input.state_layers,
         state_bytes_per_sequence: state,
         state_bytes_needed: state.saturating_mul(input.max_num_seqs as u64),
+        state_snapshots: input.state_snapshots,
+        state_snapshot_bytes: state.saturating_mul(input.state_snapshots as u64),
     })
 }
 
@@ -297,6 +306,11 @@ impl std::fmt::Display for Plan {
                 self.state_layers
             );
             row(f, "states", self.state_bytes_needed, note)?;
+            let note = format!(
+                "{} state snapshots for prefix reuse (--state-snapshots), outside the budget",
+                self.state_snapshots
+            );
+            row(f, "snapshots", self.state_snapshot_bytes, note)?;
         }
         if self.sequences_fit < self.max_num_seqs as u64 {
             writeln!(
@@ -322,6 +336,7 @@ mod tests {
         PlanInput {
             state_bytes_per_layer: 0,
             state_layers: 0,
+            state_snapshots: 0,
             groups: KvGroups::uniform(layout.num_layers),
             max_num_batched_tokens: 512,
             layout,

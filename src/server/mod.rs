@@ -151,13 +151,28 @@ pub fn run(addr: SocketAddr, engine_cfg: EngineConfig, opts: ServeOptions) -> an
                 return Err(anyhow::Error::new(e).context("cannot load the model"));
             }
         };
+        let c = handle.config();
+        let states = match c.state_pool_bytes() {
+            0 => String::new(),
+            bytes => format!(
+                ", recurrent states {} ({} running + {} snapshot slots)",
+                crate::kv::format_bytes(bytes),
+                c.max_num_seqs,
+                c.state_snapshots
+            ),
+        };
         eprintln!(
-            "kvrun serve: ready: model {:?}, {} KV blocks of {} tokens, context {}, {} sequences",
+            "kvrun serve: ready: model {:?}, {} KV blocks of {} tokens ({}), context {}, {} \
+             sequences{states}",
             state.opts.served_model_name,
-            handle.config().num_blocks,
-            handle.config().block_size,
-            handle.config().max_model_len,
-            handle.config().max_num_seqs
+            c.num_blocks,
+            c.block_size,
+            // the pool: whole blocks of the budget
+            crate::kv::format_bytes(
+                (c.num_blocks as f64 * c.block_size as f64 * c.kv_bytes_per_token) as u64
+            ),
+            c.max_model_len,
+            c.max_num_seqs
         );
         state.set_engine(handle.clone());
         let served = server.await?;
