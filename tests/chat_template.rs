@@ -44,6 +44,14 @@ fn qwen3_template_matches_jinja2() {
     check_cases(&t, "qwen3_cases.json");
 }
 
+/// Qwen3.5's template (macros, `is string` tests, the `<think>` block opened for the answer,
+/// earlier answers' reasoning dropped, the last one's kept) renders as jinja2 renders it.
+#[test]
+fn qwen35_template_matches_jinja2() {
+    let t = ChatTemplate::new(&fixture("qwen35.jinja"), "", "<|im_end|>").unwrap();
+    check_cases(&t, "qwen35_cases.json");
+}
+
 #[test]
 fn real_model_template_is_the_fixture() {
     let Some(path) = common::real_model("real_model_template_is_the_fixture") else {
