@@ -24,7 +24,7 @@ fn main() -> anyhow::Result<()> {
 
     // 1. A reply streamed piece by piece, as a chat window shows it.
     let mut conversation = vec![ChatMessage::new("user", "What is the capital of France?")];
-    let request = PromptRequest::new(Prompt::Chat(conversation.clone()), 64);
+    let request = PromptRequest::new(Prompt::Chat(conversation.clone().into()), 64);
     let mut reply = String::new();
     let mut stream = engine.submit_prompt(request)?;
     while let Some(event) = stream.next_blocking() {
@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
     // Its KV blocks come back; the conversation so far stays in the prefix cache.
     conversation.push(ChatMessage::new("assistant", reply));
     conversation.push(ChatMessage::new("user", "Tell me a long story about Paris."));
-    let mut stream = engine.submit_prompt(PromptRequest::new(Prompt::Chat(conversation), 200))?;
+    let mut stream = engine.submit_prompt(PromptRequest::new(Prompt::Chat(conversation.into()), 200))?;
     let mut pieces = 0;
     while let Some(event) = stream.next_blocking() {
         match event {

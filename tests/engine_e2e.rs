@@ -623,8 +623,8 @@ fn real_model_outputs_identical_with_cache_and_preemption() {
     let mut w = Workload::new();
     for q in ["What is the capital of France?", "Name a river in Egypt.", "Where is Mount Fuji?"] {
         let messages = [
-            kvrun::tokenizer::ChatMessage { role: "system".into(), content: system.into() },
-            kvrun::tokenizer::ChatMessage { role: "user".into(), content: q.to_string() },
+            kvrun::tokenizer::ChatMessage::new("system", system),
+            kvrun::tokenizer::ChatMessage::new("user", q.to_string()),
         ];
         let text = template.render(&messages, true).unwrap();
         w.push((0, probe.tokenizer().encode(&text, true).unwrap(), 16));

@@ -32,6 +32,7 @@ fn options() -> ServeOptions {
         max_queued_requests: 64,
         tenant_header: "x-tenant-id".into(),
         metrics_vllm_names: false,
+        reasoning_parser: Default::default(),
     }
 }
 
@@ -524,4 +525,98 @@ async fn bench_serve_drives_the_multiturn_workload_over_http() {
     for key in ["cached_share", "ttft_ms", "tpot_ms", "throughput_tokens_per_s", "turns"] {
         assert!(json.get(key).is_some(), "--json key {key}");
     }
+}
+
+/// A copy of the tiny Qwen3.5 whose chat template, like Qwen3.5's, opens a `<think>` block for
+/// the answer unless `enable_thinking` is false (then it writes an empty one).
+fn thinking_model() -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
+    let dir = std::env::temp_dir().join(format!("kvrun-thinking-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                    {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n\
+                    {% if enable_thinking is defined and enable_thinking is false %}\
+                    <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+    let config = json!({ "chat_template": template, "eos_token": "<|im_end|>" });
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    dir
+}
+
+/// Chat answers of a reasoning model: `chat_template_kwargs` reach the template
+/// (`enable_thinking: false` renders the empty block: more prompt tokens), the answer is split
+/// into `reasoning_content` and `content` exactly as the parser splits the raw text (a server
+/// with `--reasoning-parser none` gives that text), the stream's deltas add up to the same
+/// split, and kwargs naming what the request sets are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_is_split_and_template_kwargs_reach_the_template() {
+    use kvrun::output::ReasoningParser;
+    use kvrun::server::ReasoningParserMode;
+    if common::gpu().is_none() {
+        return;
+    }
+    let model = thinking_model();
+    let cfg = || {
+        let mut cfg = EngineConfig::new(model.clone());
+        cfg.max_model_len = Some(256);
+        cfg
+    };
+    let raw = ServeOptions { reasoning_parser: ReasoningParserMode::None, ..options() };
+    let (raw, split) = (Server::start(cfg(), raw).await, Server::start(cfg(), options()).await);
+    let body = |thinking: Option<bool>, stream: bool| {
+        let mut b = chat("What is 2+2?", 24, stream);
+        if let Some(t) = thinking {
+            b["chat_template_kwargs"] = json!({ "enable_thinking": t });
+        }
+        b
+    };
+    let mut prompt_tokens = Vec::new();
+    for thinking in [None, Some(false)] {
+        let text: Value =
+            raw.post("/v1/chat/completions", body(thinking, false)).await.json().await.unwrap();
+        let message = &text["choices"][0]["message"];
+        assert!(message.get("reasoning_content").is_none(), "no parser: {message}");
+        let raw_text = message["content"].as_str().unwrap();
+        prompt_tokens.push(text["usage"]["prompt_tokens"].as_u64().unwrap());
+
+        let mut parser = ReasoningParser::new(thinking.is_none());
+        let mut want = parser.push(raw_text);
+        let rest = parser.finish();
+        want.reasoning += &rest.reasoning;
+        want.content += &rest.content;
+        let got: Value =
+            split.post("/v1/chat/completions", body(thinking, false)).await.json().await.unwrap();
+        let message = &got["choices"][0]["message"];
+        assert_eq!(message["content"].as_str().unwrap(), want.content, "{thinking:?}");
+        let reasoning = message["reasoning_content"].as_str().unwrap_or("");
+        assert_eq!(reasoning, want.reasoning, "{thinking:?}");
+        if thinking.is_none() {
+            assert!(!reasoning.is_empty(), "the prompt opened the block: {message}");
+        }
+
+        let streamed =
+            split.post("/v1/chat/completions", body(thinking, true)).await.text().await.unwrap();
+        let (mut r, mut c) = (String::new(), String::new());
+        for event in sse_events(&streamed) {
+            let Ok(v) = serde_json::from_str::<Value>(&event) else { continue };
+            let delta = &v["choices"][0]["delta"];
+            r += delta["reasoning_content"].as_str().unwrap_or("");
+            c += delta["content"].as_str().unwrap_or("");
+        }
+        assert_eq!((r, c), (want.reasoning, want.content), "streamed, {thinking:?}");
+    }
+    assert!(
+        prompt_tokens[1] > prompt_tokens[0],
+        "enable_thinking: false renders more: {prompt_tokens:?}"
+    );
+
+    let mut bad = body(None, false);
+    bad["chat_template_kwargs"] = json!({ "messages": [] });
+    let response = split.post("/v1/chat/completions", bad).await;
+    assert_eq!(response.status(), 400);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"]["param"], "chat_template_kwargs", "{err}");
+    std::fs::remove_dir_all(&model).ok();
 }

@@ -59,7 +59,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         }
         messages.push(ChatMessage::new("user", line));
         let req = engine.frontend().request(PromptRequest {
-            prompt: Prompt::Chat(messages.clone()),
+            prompt: Prompt::Chat(messages.clone().into()),
             params: args.sampling.params(),
             stop: Vec::new(),
             namespace: None,

@@ -42,7 +42,7 @@ pub fn prompt(system: Option<&str>, user: &str, raw: bool) -> Prompt {
         messages.push(ChatMessage::new("system", s));
     }
     messages.push(ChatMessage::new("user", user));
-    Prompt::Chat(messages)
+    Prompt::Chat(messages.into())
 }
 
 pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {

@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Also export every metric under vLLM's `vllm:` names (for routers that read them).
     #[arg(long)]
     pub metrics_vllm_names: bool,
+    /// Split chat answers' `<think>…</think>` into `reasoning_content`: auto (when the chat
+    /// template writes `</think>`), think (always; vLLM's qwen3 / deepseek_r1), none.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub reasoning_parser: crate::server::ReasoningParserMode,
     /// Cap a tenant's KV blocks (running + cached): TENANT=FRACTION of the pool (0.25) or
     /// TENANT=BYTES (64MiB). Over it, the tenant's own cached blocks go first, then its
     /// requests wait; other tenants are not preempted for it. Repeatable.
@@ -84,6 +88,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_queued_requests: args.max_queued_requests,
         tenant_header,
         metrics_vllm_names: args.metrics_vllm_names,
+        reasoning_parser: args.reasoning_parser,
     };
     server::run(SocketAddr::new(args.host, args.port), cfg, opts)
 }

@@ -5,7 +5,7 @@
 //! (`Arc`) so callers tokenize on their own threads, never on the engine's.
 
 use crate::sample::SamplingParams;
-use crate::tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatMessage, ChatTemplate, TemplateVars, Tokenizer, TokenizerError};
 
 use super::CompletionRequest;
 
@@ -13,11 +13,25 @@ use super::CompletionRequest;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prompt {
     /// A conversation, rendered with the model's chat template (ending with the assistant's turn).
-    Chat(Vec<ChatMessage>),
+    Chat(Conversation),
     /// Text used as is (BOS added when the tokenizer wants one).
     Text(String),
     /// Token ids used as is.
     Tokens(Vec<u32>),
+}
+
+/// A conversation and the variables its template gets beside it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Conversation {
+    pub messages: Vec<ChatMessage>,
+    /// `chat_template_kwargs` (e.g. `enable_thinking: false`).
+    pub vars: TemplateVars,
+}
+
+impl From<Vec<ChatMessage>> for Conversation {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Conversation { messages, vars: TemplateVars::new() }
+    }
 }
 
 /// A request as a caller states it; [`Frontend::request`] turns it into a [`CompletionRequest`].
@@ -120,13 +134,18 @@ impl Frontend {
         self.max_model_len
     }
 
+    /// A conversation's prompt text: the chat template rendered, ending with the assistant's
+    /// turn (what [`Frontend::tokens`] tokenizes, as `Prompt::Text` would).
+    pub fn chat_text(&self, conversation: &Conversation) -> Result<String, FrontendError> {
+        let template = self.chat_template.as_ref().ok_or(FrontendError::NoChatTemplate)?;
+        Ok(template.render_with(&conversation.messages, true, &conversation.vars)?)
+    }
+
     /// The prompt's token ids (chat template rendered, BOS as the tokenizer wants).
     pub fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, FrontendError> {
         let ids = match prompt {
-            Prompt::Chat(messages) => {
-                let template = self.chat_template.as_ref().ok_or(FrontendError::NoChatTemplate)?;
-                let text = template.render(messages, true)?;
-                self.tokenizer.encode(&text, true)?
+            Prompt::Chat(conversation) => {
+                self.tokenizer.encode(&self.chat_text(conversation)?, true)?
             }
             Prompt::Text(text) => self.tokenizer.encode(text, true)?,
             Prompt::Tokens(ids) => {

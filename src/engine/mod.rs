@@ -32,7 +32,7 @@ pub use config::{
     kv_groups, kv_storage, model_kv_storage, tenant_namespace, EngineConfig, KvQuota,
     ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
-pub use frontend::{Frontend, FrontendError, Prompt, PromptRequest};
+pub use frontend::{Conversation, Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
 pub use handle::{EngineHandle, RequestStream, StreamEvent};
 pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, PerplexityReport};

@@ -1,8 +1,11 @@
 //! The output side of generation: incremental detokenization ([`Detokenizer`]), stop
-//! conditions and finish reasons ([`OutputStream`]). Imports the tokenizer only.
+//! conditions and finish reasons ([`OutputStream`]), reasoning split from the answer
+//! ([`ReasoningParser`]). Imports the tokenizer only.
 
 mod detokenizer;
+mod reasoning;
 mod stop;
 
 pub use detokenizer::Detokenizer;
+pub use reasoning::{prompt_opens_reasoning, template_reasons, ReasoningParser, Split};
 pub use stop::{FinishReason, OutputDelta, OutputStream, StopCondition};

@@ -45,6 +45,21 @@ pub struct ServeOptions {
     pub tenant_header: String,
     /// Also export every metric under vLLM's `vllm:` names (routers hard-code them).
     pub metrics_vllm_names: bool,
+    /// Whether chat answers are split into `reasoning_content` and `content`.
+    pub reasoning_parser: ReasoningParserMode,
+}
+
+/// `--reasoning-parser`: split `<think>…</think>` from chat answers into `reasoning_content`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReasoningParserMode {
+    /// When the model's chat template writes `</think>` (Qwen3, Qwen3.5, DeepSeek-R1).
+    #[default]
+    Auto,
+    /// Always (`qwen3` and `deepseek_r1`, vLLM's names, mean this too).
+    #[value(alias = "qwen3", alias = "deepseek_r1", alias = "deepseek-r1")]
+    Think,
+    /// Never: the reasoning stays in `content`.
+    None,
 }
 
 /// What every handler shares.

@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::engine::{Prompt, PromptRequest};
+use crate::engine::{Conversation, Prompt, PromptRequest};
 use crate::sample::SamplingParams;
-use crate::tokenizer::ChatMessage;
+use crate::tokenizer::{ChatMessage, TemplateVars, RESERVED_TEMPLATE_VARS};
 
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -50,6 +50,13 @@ pub enum Stop {
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
     pub messages: Vec<Message>,
+    /// More variables for the chat template (vLLM's and llama-server's field), e.g.
+    /// `{"enable_thinking": false}` for Qwen3.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<TemplateVars>,
+    /// Passed to the template as `reasoning_effort` (gpt-oss's reads it).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -59,6 +66,9 @@ pub struct Message {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An earlier assistant turn's reasoning, as this server returned it.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 /// A message's content: a string, or parts of which kvrun reads the text ones.
@@ -194,6 +204,24 @@ impl CommonFields {
 }
 
 impl ChatCompletionRequest {
+    /// The conversation for the chat template: the messages, `chat_template_kwargs` and
+    /// `reasoning_effort` (refused where they would replace what the request itself sets).
+    pub fn conversation(&self) -> Result<Conversation, ApiError> {
+        let mut vars = self.chat_template_kwargs.clone().unwrap_or_default();
+        if let Some(name) = RESERVED_TEMPLATE_VARS.iter().find(|n| vars.contains_key(**n)) {
+            return Err(ApiError::bad_field(
+                "chat_template_kwargs",
+                format!(
+                    "chat_template_kwargs sets `{name}`, which the request itself sets; remove it"
+                ),
+            ));
+        }
+        if let Some(effort) = &self.reasoning_effort {
+            vars.insert("reasoning_effort".into(), Value::String(effort.clone()));
+        }
+        Ok(Conversation { messages: self.messages()?, vars })
+    }
+
     /// The conversation as chat-template messages (text parts joined).
     pub fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         if self.messages.is_empty() {
@@ -224,7 +252,10 @@ impl ChatCompletionRequest {
                         text
                     }
                 };
-                Ok(ChatMessage::new(m.role.clone(), content))
+                Ok(ChatMessage {
+                    reasoning_content: m.reasoning_content.clone(),
+                    ..ChatMessage::new(m.role.clone(), content)
+                })
             })
             .collect()
     }

@@ -16,8 +16,10 @@ use serde_json::json;
 use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
 use super::stream::{Generation, Kind};
+use super::ReasoningParserMode;
 use super::{status, AppState};
-use crate::engine::{tenant_namespace, Prompt};
+use crate::engine::{tenant_namespace, FrontendError, Prompt};
+use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser};
 use crate::tokenizer::ChatMessage;
 
 /// Largest request body accepted (bigger ones get a 413).
@@ -141,7 +143,7 @@ async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let req: ChatCompletionRequest = parse(body)?;
     check_model(&state, &req.common)?;
-    let prompt = Prompt::Chat(req.messages()?);
+    let prompt = Prompt::Chat(req.conversation()?);
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
     generate(state, namespace, prompt, &req.common, Kind::Chat).await
 }
@@ -170,13 +172,29 @@ async fn generate(
     let admission = state.admit()?;
     let engine = state.engine()?.clone();
     let frontend = engine.frontend().clone();
-    let ids = tokio::task::spawn_blocking(move || frontend.tokens(&prompt))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    // a chat answer of a reasoning model is split: does its template write <think> blocks
+    let reasons = match state.opts.reasoning_parser {
+        ReasoningParserMode::None => false,
+        ReasoningParserMode::Think => true,
+        ReasoningParserMode::Auto => {
+            frontend.tokenizer().chat_template_source().is_some_and(template_reasons)
+        }
+    };
+    let (ids, opens_reasoning) = tokio::task::spawn_blocking(move || match &prompt {
+        Prompt::Chat(conversation) => {
+            let text = frontend.chat_text(conversation)?;
+            let opens = prompt_opens_reasoning(&text);
+            Ok::<_, FrontendError>((frontend.tokens(&Prompt::Text(text))?, opens))
+        }
+        other => Ok((frontend.tokens(other)?, false)),
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let context_left = engine.config().max_model_len.saturating_sub(ids.len());
     let req = openai::prompt_request(Prompt::Tokens(ids), common, context_left, namespace)?;
     let events = engine.submit_prompt(req)?;
-    let generation = Generation::new(engine, events, admission);
+    let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
+    let generation = Generation::new(engine, events, admission, reasoning);
     let model = state.opts.served_model_name.clone();
     if common.stream() {
         Ok(generation.sse(kind, model, common.include_usage()))
@@ -229,7 +247,9 @@ async fn tokenize(
             .tokenizer()
             .encode(&text, req.add_special_tokens)
             .map_err(|e| ApiError::bad_request(e.to_string())),
-        (None, Some(messages)) => frontend.tokens(&Prompt::Chat(messages)).map_err(ApiError::from),
+        (None, Some(messages)) => {
+            frontend.tokens(&Prompt::Chat(messages.into())).map_err(ApiError::from)
+        }
         _ => Err(ApiError::bad_request("send exactly one of `prompt` and `messages`")),
     })
     .await

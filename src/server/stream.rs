@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::Admission;
 use crate::engine::{EngineHandle, OutputEvent, RequestStream, StreamEvent};
+use crate::output::{ReasoningParser, Split};
 use crate::sched::{FinishReason, Usage};
 
 /// Which endpoint the answer is for.
@@ -34,6 +35,8 @@ pub struct Generation {
     engine: EngineHandle,
     events: RequestStream,
     finished: bool,
+    /// Chat answers of reasoning models: splits `reasoning_content` from `content`.
+    reasoning: Option<ReasoningParser>,
     _admission: Admission,
 }
 
@@ -53,8 +56,28 @@ impl Drop for Generation {
 }
 
 impl Generation {
-    pub(super) fn new(engine: EngineHandle, events: RequestStream, admission: Admission) -> Self {
-        Generation { engine, events, finished: false, _admission: admission }
+    pub(super) fn new(
+        engine: EngineHandle,
+        events: RequestStream,
+        admission: Admission,
+        reasoning: Option<ReasoningParser>,
+    ) -> Self {
+        Generation { engine, events, finished: false, reasoning, _admission: admission }
+    }
+
+    /// A piece of the answer as reasoning and content (all content without a parser); the
+    /// last piece (`end`) also flushes what the parser held back.
+    fn split(&mut self, text: &str, end: bool) -> Split {
+        let Some(parser) = self.reasoning.as_mut() else {
+            return Split { reasoning: String::new(), content: text.to_string() };
+        };
+        let mut split = parser.push(text);
+        if end {
+            let rest = parser.finish();
+            split.reasoning.push_str(&rest.reasoning);
+            split.content.push_str(&rest.content);
+        }
+        split
     }
 
     /// The next piece of text, or how the request ended (with its last text).
@@ -82,15 +105,22 @@ impl Generation {
 
     /// Waits for the whole answer: one `chat.completion` or `text_completion` object.
     pub async fn collect(mut self, kind: Kind, model: &str) -> Result<Value, ApiError> {
-        let mut text = String::new();
+        let (mut text, mut reasoning) = (String::new(), String::new());
         loop {
             let (piece, ending) = self.next().await?;
-            text.push_str(&piece);
+            let split = self.split(&piece, ending.is_some());
+            text.push_str(&split.content);
+            reasoning.push_str(&split.reasoning);
             if let Some(end) = ending {
+                let mut message = json!({ "role": "assistant", "content": text });
+                if self.reasoning.is_some() {
+                    message["reasoning_content"] =
+                        if reasoning.is_empty() { Value::Null } else { Value::String(reasoning) };
+                }
                 let choice = match kind {
                     Kind::Chat => json!({
                         "index": 0,
-                        "message": { "role": "assistant", "content": text },
+                        "message": message,
                         "logprobs": null,
                         "finish_reason": finish_reason(end.reason),
                     }),
@@ -135,12 +165,17 @@ impl Generation {
                 };
                 let events = match next {
                     Ok((text, None)) if text.is_empty() => continue,
-                    Ok((text, None)) => vec![chunks.text(&text, None)],
+                    Ok((text, None)) => {
+                        let split = gen.split(&text, false);
+                        match chunks.pieces(&split) {
+                            Some(event) => vec![event],
+                            None => continue, // held back (a tag may be starting)
+                        }
+                    }
                     Ok((text, Some(end))) => {
                         let mut out = Vec::new();
-                        if !text.is_empty() {
-                            out.push(chunks.text(&text, None));
-                        }
+                        let split = gen.split(&text, true);
+                        out.extend(chunks.pieces(&split));
                         out.push(chunks.text("", Some(end.reason)));
                         if include_usage {
                             out.push(chunks.usage(&end.usage));
@@ -210,6 +245,27 @@ impl Chunks {
                 let choice = json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": reason.map(finish_reason) });
                 self.envelope(json!([choice]), Value::Null)
             }
+        }
+    }
+
+    /// The chunk of a split piece of text (`reasoning_content` and/or `content` in a chat
+    /// delta), or `None` when both parts are empty.
+    fn pieces(&self, split: &Split) -> Option<Event> {
+        if split.reasoning.is_empty() && split.content.is_empty() {
+            return None;
+        }
+        match self.kind {
+            Kind::Chat => {
+                let mut delta = serde_json::Map::new();
+                if !split.reasoning.is_empty() {
+                    delta.insert("reasoning_content".into(), json!(split.reasoning));
+                }
+                if !split.content.is_empty() {
+                    delta.insert("content".into(), json!(split.content));
+                }
+                Some(self.chunk(Value::Object(delta), None))
+            }
+            Kind::Completion => Some(self.text(&split.content, None)),
         }
     }
 

@@ -11,13 +11,25 @@ use serde::{Deserialize, Serialize};
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant turn's reasoning, given apart from its content (templates such as
+    /// Qwen3.5's read it); absent from the template's view when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage { role: role.into(), content: content.into(), reasoning_content: None }
     }
 }
+
+/// Variables a caller passes to the chat template beside the conversation (OpenAI servers'
+/// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`).
+pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
+
+/// The variables every render sets itself, which [`TemplateVars`] may not name.
+pub const RESERVED_TEMPLATE_VARS: [&str; 4] =
+    ["messages", "add_generation_prompt", "bos_token", "eos_token"];
 
 /// A compiled chat template.
 pub struct ChatTemplate {
@@ -88,6 +100,23 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        self.render_with(messages, add_generation_prompt, &TemplateVars::new())
+    }
+
+    /// [`ChatTemplate::render`] with more variables for the template. Errors if `vars` names
+    /// one of [`RESERVED_TEMPLATE_VARS`].
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+    ) -> Result<String, TokenizerError> {
+        if let Some(name) = RESERVED_TEMPLATE_VARS.iter().find(|n| vars.contains_key(**n)) {
+            return Err(TokenizerError::Template(format!(
+                "the template variable `{name}` is set from the request itself; remove it from \
+                 chat_template_kwargs"
+            )));
+        }
         let origin = &self.origin;
         let tmpl = self.env.get_template(NAME).map_err(|e| template_err(origin, e))?;
         let mut out = CappedWriter { buf: Vec::new(), cap: MAX_PROMPT_BYTES, full: false };
@@ -96,6 +125,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos,
             eos_token => &self.eos,
+            ..minijinja::Value::from_serialize(vars)
         };
         match tmpl.render_captured_to(ctx, &mut out) {
             Ok(_) => String::from_utf8(out.buf)

@@ -8,7 +8,7 @@ mod gguf_bpe;
 mod gguf_spm;
 mod source;
 
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::{ChatMessage, ChatTemplate, TemplateVars, RESERVED_TEMPLATE_VARS};
 pub use source::{gguf_default_add_bos, GgufVocab, HfTokenizerConfig, TokenizerSource};
 
 use std::path::PathBuf;
