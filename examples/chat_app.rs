@@ -54,7 +54,8 @@ fn main() -> anyhow::Result<()> {
     // Its KV blocks come back; the conversation so far stays in the prefix cache.
     conversation.push(ChatMessage::new("assistant", reply));
     conversation.push(ChatMessage::new("user", "Tell me a long story about Paris."));
-    let mut stream = engine.submit_prompt(PromptRequest::new(Prompt::Chat(conversation.into()), 200))?;
+    let mut stream =
+        engine.submit_prompt(PromptRequest::new(Prompt::Chat(conversation.into()), 200))?;
     let mut pieces = 0;
     while let Some(event) = stream.next_blocking() {
         match event {

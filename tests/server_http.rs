@@ -311,11 +311,11 @@ async fn bad_bodies_get_4xx_and_the_server_keeps_serving() {
         ),
         ("n = 2", "/v1/completions", br#"{"prompt":"hi","n":2}"#.to_vec(), 400, Some("n")),
         (
-            "logprobs",
+            "an unsupported field",
             "/v1/completions",
-            br#"{"prompt":"hi","logprobs":5}"#.to_vec(),
+            br#"{"prompt":"hi","min_tokens":5}"#.to_vec(),
             400,
-            Some("logprobs"),
+            Some("min_tokens"),
         ),
         (
             "bad temperature",
@@ -619,4 +619,124 @@ async fn reasoning_is_split_and_template_kwargs_reach_the_template() {
     let err: Value = response.json().await.unwrap();
     assert_eq!(err["error"]["param"], "chat_template_kwargs", "{err}");
     std::fs::remove_dir_all(&model).ok();
+}
+
+/// Log-probabilities against an independent reference: the engine's prompt logits of the same
+/// tokens (a prefill, not the decode steps the server ran), log-softmaxed in f64 here. Chat
+/// and completions shapes, streamed and not; a logit bias that forces a token; bad values 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_match_the_prompt_logits_and_logit_bias_forces_a_token() {
+    use kvrun::engine::{CompletionRequest, Engine};
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Server::start(engine_config(2), options()).await;
+    let prompt: Vec<u32> = vec![5, 17, 42, 9, 100, 7];
+    let body = json!({
+        "model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0, "logprobs": 3,
+    });
+    let got: Value = server.post("/v1/completions", body.clone()).await.json().await.unwrap();
+    let lp = &got["choices"][0]["logprobs"];
+    let token_logprobs: Vec<f64> =
+        lp["token_logprobs"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(token_logprobs.len(), 4, "{got}");
+    let tokens: Vec<&str> =
+        lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let text = got["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(tokens.concat(), text);
+
+    // the reference: greedy ids, then the logits of every position in one prefill
+    let (ids, rows) = tokio::task::spawn_blocking(move || {
+        let mut engine = Engine::load(&engine_config(1)).unwrap();
+        let ids =
+            engine.generate(&CompletionRequest::new(prompt.clone(), 4), |_| {}).unwrap().tokens;
+        let mut all = prompt.clone();
+        all.extend(&ids[..3]);
+        let mut req = CompletionRequest::new(all, 1);
+        req.prompt_logits_from = Some(prompt.len() - 1);
+        let id = engine.add_request(req).unwrap();
+        while engine.has_unfinished() {
+            engine.step().unwrap();
+        }
+        (ids, engine.take_prompt_logits(id))
+    })
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 4);
+    for (i, (row, &id)) in rows.iter().zip(&ids).enumerate() {
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+        let z = row.iter().map(|&l| (f64::from(l) - max).exp()).sum::<f64>().ln() + max;
+        let want = f64::from(row[id as usize]) - z;
+        assert!(
+            (token_logprobs[i] - want).abs() < 1e-4,
+            "token {i}: {} vs {want}",
+            token_logprobs[i]
+        );
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!(top.len() <= 3 && !top.is_empty());
+        let best = top.values().map(|v| v.as_f64().unwrap()).fold(f64::NEG_INFINITY, f64::max);
+        // greedy: nothing is likelier than the chosen token (the map is keyed by token text,
+        // so tokens that decode alike, such as partial characters, share one entry)
+        assert!(best <= want + 1e-4, "token {i}: an alternative {best} above {want}");
+    }
+    let offsets: Vec<u64> =
+        lp["text_offset"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(offsets[0], 0);
+
+    // chat: logprobs true + top_logprobs; the stream's entries are the collected ones
+    let mut chat_body = chat("hello", 5, false);
+    chat_body["logprobs"] = json!(true);
+    chat_body["top_logprobs"] = json!(2);
+    let got: Value =
+        server.post("/v1/chat/completions", chat_body.clone()).await.json().await.unwrap();
+    let content = got["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    assert_eq!(content.len() as u64, got["usage"]["completion_tokens"].as_u64().unwrap());
+    for e in &content {
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2);
+        assert!(e["logprob"].as_f64().unwrap() <= 0.0);
+        assert!(top[0]["logprob"].as_f64() >= top[1]["logprob"].as_f64());
+    }
+    chat_body["stream"] = json!(true);
+    let streamed = server.post("/v1/chat/completions", chat_body).await.text().await.unwrap();
+    let mut entries = Vec::new();
+    for event in sse_events(&streamed) {
+        let Ok(v) = serde_json::from_str::<Value>(&event) else { continue };
+        if let Some(c) = v["choices"][0]["logprobs"]["content"].as_array() {
+            entries.extend(c.iter().cloned());
+        }
+    }
+    assert_eq!(entries, content, "streamed log-probabilities");
+
+    // a bias of +100 makes one token the greedy choice every time
+    let biased = json!({
+        "model": MODEL, "prompt": [5, 17, 42], "max_tokens": 3, "temperature": 0,
+        "logit_bias": {"77": 100}, "logprobs": 1,
+    });
+    let got: Value = server.post("/v1/completions", biased).await.json().await.unwrap();
+    let tokens = &got["choices"][0]["logprobs"]["tokens"];
+    let one =
+        server.post("/detokenize", json!({"tokens": [77]})).await.json::<Value>().await.unwrap();
+    assert!(tokens.as_array().unwrap().iter().all(|t| *t == one["prompt"]), "{got}");
+
+    for (field, value) in [
+        ("logit_bias", json!({"abc": 1})),
+        ("logit_bias", json!({"999999": 1})),
+        ("logit_bias", json!({"3": 500})),
+        ("top_logprobs", json!(21)),
+        ("min_p", json!(1.5)),
+        ("presence_penalty", json!(3)),
+        ("repetition_penalty", json!(0)),
+    ] {
+        let mut b = chat("hi", 2, false);
+        b[field] = value.clone();
+        if field == "top_logprobs" {
+            b["logprobs"] = json!(true);
+        }
+        let response = server.post("/v1/chat/completions", b).await;
+        assert_eq!(response.status(), 400, "{field} = {value}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"]["param"], field, "{err}");
+    }
+    server.wait_idle().await;
 }

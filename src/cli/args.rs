@@ -154,6 +154,13 @@ pub struct SamplingArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Drop tokens less likely than this fraction of the most likely one (0–1).
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// Penalize tokens already in the prompt or the output (> 0; 1 = off; llama.cpp's
+    /// --repeat-penalty, over the whole sequence).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
 }
 
 impl SamplingArgs {
@@ -164,6 +171,9 @@ impl SamplingArgs {
             top_p: self.top_p,
             seed: self.seed,
             max_tokens: self.max_tokens,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            ..crate::sample::SamplingParams::default()
         }
     }
 }

@@ -63,6 +63,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             params: args.sampling.params(),
             stop: Vec::new(),
             namespace: None,
+            logit_bias: Vec::new(),
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

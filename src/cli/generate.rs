@@ -53,6 +53,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         params: args.sampling.params(),
         stop: args.stop.clone(),
         namespace: None,
+        logit_bias: Vec::new(),
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

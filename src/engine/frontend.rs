@@ -43,6 +43,8 @@ pub struct PromptRequest {
     pub stop: Vec<String>,
     /// Prefix-cache isolation key (a tenant): requests share cached blocks only within one.
     pub namespace: Option<u64>,
+    /// (token id, added to its logit) for every sampled token (OpenAI's `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl PromptRequest {
@@ -53,6 +55,7 @@ impl PromptRequest {
             params: SamplingParams { max_tokens, ..SamplingParams::default() },
             stop: Vec::new(),
             namespace: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -94,6 +97,10 @@ impl FrontendError {
                 crate::sample::SampleError::Temperature(_) => "temperature",
                 crate::sample::SampleError::TopK => "top_k",
                 crate::sample::SampleError::TopP(_) => "top_p",
+                crate::sample::SampleError::MinP(_) => "min_p",
+                crate::sample::SampleError::Penalty(name, _) => name,
+                crate::sample::SampleError::RepetitionPenalty(_) => "repetition_penalty",
+                crate::sample::SampleError::TopLogprobs(_) => "top_logprobs",
             }),
             FrontendError::Tokenizer(_) => None,
         }
@@ -180,6 +187,7 @@ impl Frontend {
             ignore_eos: false,
             namespace: req.namespace,
             prompt_logits_from: None,
+            logit_bias: req.logit_bias,
         };
         request.validate()?;
         Ok(request)

@@ -44,7 +44,7 @@ impl Engine {
         loop {
             for event in self.step()? {
                 match event {
-                    OutputEvent::Delta { id: e, text: t, token } if e == id => {
+                    OutputEvent::Delta { id: e, text: t, token, .. } if e == id => {
                         tokens.push(token);
                         text.push_str(&t);
                         on_text(&t);

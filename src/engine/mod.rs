@@ -254,7 +254,10 @@ impl Engine {
         let greedy_only = plan.seqs.iter().all(|s| {
             logit_rows(s).is_empty()
                 || (s.prompt_logits.is_empty()
-                    && self.requests.get(&s.id).is_some_and(|a| a.sampler.is_greedy()))
+                    && self
+                        .requests
+                        .get(&s.id)
+                        .is_some_and(|a| a.sampler.is_greedy() && a.logprobs.is_none()))
         });
         if greedy_only {
             batch.readback = LogitReadback::Argmax;
@@ -281,6 +284,10 @@ impl Engine {
                         Some(ids) => ids[row],
                         None => active.sampler.sample(logits.row(row)),
                     };
+                    if let Some(k) = active.logprobs {
+                        let lp = crate::sample::token_logprobs(logits.row(row), token, k);
+                        active.sampled_logprobs = Some(Box::new(lp));
+                    }
                     sampled.push((s.id, token));
                 }
                 row += 1;
@@ -321,7 +328,8 @@ impl Engine {
                     let Some(active) = self.requests.get_mut(&id) else { continue };
                     let (delta, end) =
                         active.push(self.frontend.tokenizer(), token, now, &self.metrics);
-                    out.push(OutputEvent::Delta { id, text: delta, token });
+                    let logprobs = active.sampled_logprobs.take();
+                    out.push(OutputEvent::Delta { id, text: delta, token, logprobs });
                     if let Some(reason) = end {
                         if let Some(usage) = self.sched.finish(id, reason) {
                             let active = self.requests.remove(&id).expect("active");

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::model::StepTiming;
 use crate::output::{Detokenizer, OutputStream, StopCondition};
-use crate::sample::{Sampler, SamplingParams};
+use crate::sample::{Sampler, SamplingParams, TokenLogprobs};
 use crate::sched::{FinishReason, Request, RequestId, Usage};
 use crate::tokenizer::Tokenizer;
 
@@ -28,6 +28,8 @@ pub struct CompletionRequest {
     /// Also compute the logits of the prompt positions from this one on (perplexity); the
     /// engine keeps them for [`super::Engine::take_prompt_logits`].
     pub prompt_logits_from: Option<usize>,
+    /// (token id, added to its logit) for every sampled token.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl CompletionRequest {
@@ -40,6 +42,7 @@ impl CompletionRequest {
             ignore_eos: false,
             namespace: None,
             prompt_logits_from: None,
+            logit_bias: Vec::new(),
         }
     }
 
@@ -97,7 +100,9 @@ pub struct RequestTiming {
 pub enum OutputEvent {
     /// A generated token and the text it completes (may be empty while a character or a
     /// possible stop string is incomplete).
-    Delta { id: RequestId, text: String, token: u32 },
+    /// `logprobs`: the token's log-probability and the most likely alternatives, when the
+    /// request asked for them ([`SamplingParams::logprobs`]).
+    Delta { id: RequestId, text: String, token: u32, logprobs: Option<Box<TokenLogprobs>> },
     /// The request ended. `text` is what was still held back; `usage` counts tokens.
     Finished {
         id: RequestId,
@@ -119,6 +124,10 @@ impl OutputEvent {
 /// An unfinished request's state in the engine.
 pub(super) struct Active {
     pub sampler: Sampler,
+    /// Alternatives to report with each token's log-probability; `None`: none asked.
+    pub logprobs: Option<usize>,
+    /// The log-probabilities of the token sampled this step, until its event goes out.
+    pub sampled_logprobs: Option<Box<TokenLogprobs>>,
     out: OutputStream,
     arrived: Instant,
     first_token: Option<Instant>,
@@ -132,7 +141,9 @@ impl Active {
     pub fn new(req: &CompletionRequest, tokenizer: &Tokenizer, max_model_len: usize) -> Self {
         let stop = req.stop_condition(tokenizer, max_model_len);
         Active {
-            sampler: Sampler::new(&req.params),
+            sampler: Sampler::with_context(&req.params, &req.prompt, &req.logit_bias),
+            logprobs: req.params.logprobs,
+            sampled_logprobs: None,
             out: OutputStream::new(stop, Detokenizer::new(true)),
             arrived: Instant::now(),
             first_token: None,

@@ -3,8 +3,8 @@
 //!
 //! | file | concept |
 //! |---|---|
-//! | `params.rs` | [`SamplingParams`], [`SampleError`]: temperature, top-k, top-p, seed, max tokens |
-//! | `sampler.rs` | [`Sampler`]: greedy fast path (one pass, no allocation); temperature → top-k → softmax → top-p → draw |
+//! | `params.rs` | [`SamplingParams`], [`SampleError`]: temperature, top-k, top-p, min-p, penalties, log-probabilities, seed, max tokens |
+//! | `sampler.rs` | [`Sampler`]: greedy fast path (one pass, no allocation); bias → penalties → temperature → top-k → softmax → min-p → top-p → draw; [`token_logprobs`] |
 //!
 //! Rules: temperature 0 is greedy (argmax, ties → lowest token id); NaN logits are never picked
 //! (all NaN → token 0); ties in top-k and top-p go to the lower token id; the same seed and logits
@@ -13,5 +13,5 @@
 mod params;
 mod sampler;
 
-pub use params::{SampleError, SamplingParams};
-pub use sampler::Sampler;
+pub use params::{SampleError, SamplingParams, MAX_TOP_LOGPROBS};
+pub use sampler::{token_logprobs, Sampler, TokenLogprobs};

@@ -16,12 +16,39 @@ pub struct SamplingParams {
     pub seed: u64,
     /// Most tokens to generate (enforced by the scheduler, not the sampler).
     pub max_tokens: usize,
+    /// Drop tokens whose probability is below `min_p` × the most likely one's, in `[0, 1]`;
+    /// `None` = none dropped.
+    pub min_p: Option<f32>,
+    /// Subtracted once from the logit of every token the output already holds, in `[-2, 2]`.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit per time the output holds it, in `[-2, 2]`.
+    pub frequency_penalty: f32,
+    /// Divides a positive (multiplies a negative) logit of every token in the prompt or the
+    /// output, > 0; 1 = off (HF's and vLLM's repetition penalty).
+    pub repetition_penalty: f32,
+    /// Report the chosen token's log-probability and this many most likely alternatives
+    /// (`0..=20`); `None` = no log-probabilities.
+    pub logprobs: Option<usize>,
 }
 
+/// Most alternatives a request may ask log-probabilities for (OpenAI's cap).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
 impl Default for SamplingParams {
-    /// Greedy, no top-k/top-p, seed 0, 256 tokens.
+    /// Greedy, no top-k/top-p/min-p, no penalties, seed 0, 256 tokens.
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: None, top_p: None, seed: 0, max_tokens: 256 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+            max_tokens: 256,
+            min_p: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logprobs: None,
+        }
     }
 }
 
@@ -39,7 +66,34 @@ impl SamplingParams {
                 return Err(SampleError::TopP(p));
             }
         }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(SampleError::MinP(p));
+            }
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(SampleError::Penalty(name, v));
+            }
+        }
+        let r = self.repetition_penalty;
+        if !(r.is_finite() && r > 0.0) {
+            return Err(SampleError::RepetitionPenalty(r));
+        }
+        if self.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+            return Err(SampleError::TopLogprobs(self.logprobs.unwrap_or(0)));
+        }
         Ok(())
+    }
+
+    /// Whether the logits are changed before choosing (penalties, `min_p` aside).
+    pub fn has_penalties(&self) -> bool {
+        self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+            || self.repetition_penalty != 1.0
     }
 
     /// Whether these parameters pick the argmax (temperature 0).
@@ -57,6 +111,14 @@ pub enum SampleError {
     TopK,
     #[error("--top-p {0} is invalid; use a value in (0, 1] (1 keeps every token)")]
     TopP(f32),
+    #[error("min_p {0} is invalid; use a value in [0, 1] (0 keeps every token)")]
+    MinP(f32),
+    #[error("{0} {1} is invalid; use a value in [-2, 2] (0 = off)")]
+    Penalty(&'static str, f32),
+    #[error("repetition_penalty {0} is invalid; use a finite value > 0 (1 = off)")]
+    RepetitionPenalty(f32),
+    #[error("top_logprobs {0} is invalid; use at most 20")]
+    TopLogprobs(usize),
 }
 
 #[cfg(test)]

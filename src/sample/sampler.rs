@@ -7,8 +7,15 @@
 //! 4. top-p: sort descending (ties → lower token id) and keep the shortest prefix whose
 //!    probability reaches `p`;
 //! 5. draw from the kept tokens with the sequence's seeded RNG.
+//!
+//! Before either, when asked: `logit_bias` added, then the repetition penalty (prompt and
+//! output tokens), the frequency and presence penalties (output tokens), as vLLM orders them;
+//! `min_p` drops, after the softmax, tokens below `min_p` × the largest probability.
+//! Log-probabilities ([`token_logprobs`]) are those of the model's own logits (vLLM's default,
+//! `raw_logprobs`).
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -24,6 +31,24 @@ pub struct Sampler {
     rng: StdRng,
     /// [num_candidates] (scaled logit, then weight; token id): scratch reused across steps.
     candidates: Vec<(f32, u32)>,
+    min_p: Option<f32>,
+    /// What changes the logits first; `None` when nothing does.
+    shaping: Option<Box<Shaping>>,
+    /// [vocab] the shaped logits: scratch reused across steps.
+    shaped: Vec<f32>,
+}
+
+/// Logit bias and penalties, with the tokens they count.
+#[derive(Clone, Debug)]
+struct Shaping {
+    bias: Vec<(u32, f32)>,
+    presence: f32,
+    frequency: f32,
+    repetition: f32,
+    /// The prompt's distinct tokens (the repetition penalty counts them).
+    prompt: Vec<u32>,
+    /// Output tokens so far, with their counts.
+    output: HashMap<u32, u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,13 +72,46 @@ impl Sampler {
         } else {
             Mode::Greedy
         };
-        Sampler { mode, rng: StdRng::seed_from_u64(params.seed), candidates: Vec::new() }
+        Sampler {
+            mode,
+            rng: StdRng::seed_from_u64(params.seed),
+            candidates: Vec::new(),
+            min_p: params.min_p.filter(|&p| p > 0.0),
+            shaping: None,
+            shaped: Vec::new(),
+        }
     }
 
-    /// Whether this sampler is greedy: its choice is the argmax of the logits, which the GPU
-    /// computes the same way (`kernels::argmax`), so its step need not read the logits back.
+    /// [`Sampler::new`] for a sequence whose prompt is `prompt`, with `logit_bias` (token id,
+    /// added to its logit; ids beyond the vocabulary are ignored) and the penalties of
+    /// `params`.
+    pub fn with_context(
+        params: &SamplingParams,
+        prompt: &[u32],
+        logit_bias: &[(u32, f32)],
+    ) -> Self {
+        let mut sampler = Sampler::new(params);
+        if params.has_penalties() || !logit_bias.is_empty() {
+            let mut prompt = prompt.to_vec();
+            prompt.sort_unstable();
+            prompt.dedup();
+            sampler.shaping = Some(Box::new(Shaping {
+                bias: logit_bias.to_vec(),
+                presence: params.presence_penalty,
+                frequency: params.frequency_penalty,
+                repetition: params.repetition_penalty,
+                prompt,
+                output: HashMap::new(),
+            }));
+        }
+        sampler
+    }
+
+    /// Whether this sampler's choice is the plain argmax of the logits (greedy, nothing shaping
+    /// them), which the GPU computes the same way (`kernels::argmax`), so its step need not
+    /// read the logits back.
     pub fn is_greedy(&self) -> bool {
-        self.mode == Mode::Greedy
+        self.mode == Mode::Greedy && self.shaping.is_none()
     }
 
     /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no
@@ -63,12 +121,25 @@ impl Sampler {
     /// wins outright (the first one, if several). Panics if `logits` is empty.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         assert!(!logits.is_empty(), "cannot sample from empty logits");
-        match self.mode {
+        let mut shaped = std::mem::take(&mut self.shaped);
+        let logits = match &self.shaping {
+            Some(s) => {
+                s.apply(logits, &mut shaped);
+                &shaped[..]
+            }
+            None => logits,
+        };
+        let token = match self.mode {
             Mode::Greedy => argmax(logits),
             Mode::Random { temperature, top_k, top_p } => {
                 self.sample_random(logits, temperature, top_k, top_p)
             }
+        };
+        self.shaped = shaped;
+        if let Some(s) = &mut self.shaping {
+            *s.output.entry(token).or_default() += 1;
         }
+        token
     }
 
     fn sample_random(
@@ -99,6 +170,11 @@ impl Sampler {
             *value = (*value - max).exp();
             total += f64::from(*value);
         }
+        if let Some(min_p) = self.min_p {
+            // the largest weight is exp(0) = 1 (the argmax is always kept): drop below min_p
+            candidates.retain(|&(w, _)| w >= min_p);
+            total = candidates.iter().map(|&(w, _)| f64::from(w)).sum();
+        }
         if let Some(p) = top_p {
             candidates.sort_unstable_by(descending);
             let target = f64::from(p) * total;
@@ -120,6 +196,65 @@ impl Sampler {
             }
         }
         best // unreachable in exact arithmetic: cumulative ends at total > draw
+    }
+}
+
+impl Shaping {
+    /// `out` = `logits` with the bias added and the penalties applied.
+    fn apply(&self, logits: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        out.extend_from_slice(logits);
+        for &(id, bias) in &self.bias {
+            if let Some(l) = out.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
+        if self.repetition != 1.0 {
+            let seen = self.prompt.iter().copied().chain(self.output.keys().copied());
+            let mut done = std::collections::HashSet::new();
+            for id in seen {
+                let Some(l) = out.get_mut(id as usize) else { continue };
+                if done.insert(id) {
+                    *l = if *l > 0.0 { *l / self.repetition } else { *l * self.repetition };
+                }
+            }
+        }
+        for (&id, &count) in &self.output {
+            if let Some(l) = out.get_mut(id as usize) {
+                *l -= self.frequency * count as f32 + self.presence;
+            }
+        }
+    }
+}
+
+/// The log-probability of a chosen token and of the most likely tokens, from the model's own
+/// logits (log-softmax in f64; NaN logits count as −∞).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub token: u32,
+    pub logprob: f32,
+    /// The `k` most likely tokens, most likely first (ties: lower id).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// [`TokenLogprobs`] of `token` with the `k` most likely alternatives. O(vocab + k log vocab).
+pub fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
+    let finite = |l: f32| if l.is_nan() { f32::NEG_INFINITY } else { l };
+    let max = logits.iter().copied().map(finite).fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| (f64::from(finite(l)) - f64::from(max)).exp()).sum();
+    let log_z = f64::from(max) + sum.ln();
+    let lp = |l: f32| (f64::from(finite(l)) - log_z) as f32;
+    let mut top: Vec<(f32, u32)> = (0u32..).zip(logits).map(|(id, &l)| (finite(l), id)).collect();
+    let k = k.min(top.len());
+    if k > 0 && k < top.len() {
+        top.select_nth_unstable_by(k - 1, descending);
+    }
+    top.truncate(k);
+    top.sort_unstable_by(descending);
+    TokenLogprobs {
+        token,
+        logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: top.into_iter().map(|(l, id)| (id, lp(l))).collect(),
     }
 }
 
@@ -324,5 +459,75 @@ mod tests {
         assert_eq!(sampler(-1.0, None, None, 0).sample(&logits), 2);
         let mut s = sampler(1.0, Some(0), Some(f32::NAN), 0);
         assert!(s.sample(&logits) < 3);
+    }
+
+    fn shaped(params: SamplingParams, prompt: &[u32], bias: &[(u32, f32)]) -> Sampler {
+        Sampler::with_context(&params, prompt, bias)
+    }
+
+    /// Greedy over shaped logits: the bias and each penalty move the argmax as the formulas
+    /// say, counting the prompt (repetition) and the sampler's own output (all three).
+    #[test]
+    fn bias_and_penalties_shape_the_logits() {
+        let plain = SamplingParams::default();
+        // bias: +3 on token 0 beats token 2's lead of 2
+        let mut s = shaped(plain, &[], &[(0, 3.0), (99, 5.0)]);
+        assert!(!s.is_greedy(), "a bias needs the logits on the host");
+        assert_eq!(s.sample(&[1.0, 0.0, 3.0]), 0);
+        // repetition 2 over the prompt: 3.0 → 1.5 (below 2.0); a negative logit is multiplied
+        let rep = SamplingParams { repetition_penalty: 2.0, ..plain };
+        assert_eq!(shaped(rep, &[2], &[]).sample(&[1.0, 2.0, 3.0]), 1);
+        assert_eq!(shaped(rep, &[0], &[]).sample(&[-1.0, -1.5, -3.0]), 1);
+        // frequency: each repeat costs 0.6 more; presence: once
+        let freq = SamplingParams { frequency_penalty: 0.6, ..plain };
+        let mut s = shaped(freq, &[], &[]);
+        let logits = [2.0, 1.0, 0.0];
+        let picks: Vec<u32> = (0..4).map(|_| s.sample(&logits)).collect();
+        // 2.0, then 1.4 vs 1.0, then 0.8 vs 1.0, then 0.8 vs 0.4
+        assert_eq!(picks, [0, 0, 1, 0]);
+        let pres = SamplingParams { presence_penalty: 1.5, ..plain };
+        let mut s = shaped(pres, &[], &[]);
+        let picks: Vec<u32> = (0..3).map(|_| s.sample(&logits)).collect();
+        assert_eq!(picks, [0, 1, 0], "2 1 0, then 0.5 1 0, then 0.5 -0.5 0 (once, not per use)");
+        assert!(shaped(plain, &[1, 2], &[]).is_greedy(), "no shaping: the GPU's argmax serves");
+    }
+
+    /// min_p keeps only tokens within the factor of the most likely one.
+    #[test]
+    fn min_p_drops_the_unlikely() {
+        let params =
+            |min_p| SamplingParams { temperature: 1.0, min_p, seed: 3, ..Default::default() };
+        // probabilities ∝ e^0, e^-1, e^-3: ratios 1, 0.37, 0.05
+        let logits = [0.0, -1.0, -3.0];
+        let mut s = Sampler::new(&params(Some(0.2)));
+        let counts = histogram(&mut s, &logits, 4000);
+        assert_eq!(counts[2], 0, "{counts:?}");
+        let want = [1.0 / (1.0 + (-1.0f64).exp()), (-1.0f64).exp() / (1.0 + (-1.0f64).exp()), 0.0];
+        assert!(chi_square(&counts[..2], &want[..2]) < 15.0, "{counts:?}");
+        let mut all = Sampler::new(&params(Some(0.0)));
+        assert!(histogram(&mut all, &logits, 4000)[2] > 0);
+    }
+
+    /// Log-probabilities equal an f64 log-softmax; alternatives most likely first, ties to the
+    /// lower id; NaN counts as −∞.
+    #[test]
+    fn token_logprobs_are_the_log_softmax() {
+        let logits = random_logits(500, 4);
+        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+        let z: f64 = logits.iter().map(|&l| (f64::from(l) - max).exp()).sum::<f64>().ln() + max;
+        let lp = token_logprobs(&logits, 17, 5);
+        assert_eq!(lp.token, 17);
+        assert!((f64::from(lp.logprob) - (f64::from(logits[17]) - z)).abs() < 1e-5);
+        let mut order: Vec<u32> = (0..500).collect();
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+        let ids: Vec<u32> = lp.top.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, order[..5]);
+        for &(id, l) in &lp.top {
+            assert!((f64::from(l) - (f64::from(logits[id as usize]) - z)).abs() < 1e-5);
+        }
+        let tied = token_logprobs(&[1.0, f32::NAN, 1.0, 0.0], 3, 2);
+        assert_eq!(tied.top.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 2]);
+        assert!((tied.top[0].1 - tied.top[1].1).abs() < 1e-7);
+        assert_eq!(token_logprobs(&[0.0, f32::NAN], 1, 0).logprob, f32::NEG_INFINITY);
     }
 }

@@ -28,6 +28,17 @@ pub struct CommonFields {
     pub seed: Option<i64>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
+    /// Chat: `true` (with `top_logprobs` alternatives); completions: the number of
+    /// alternatives.
+    pub logprobs: Option<Value>,
+    pub top_logprobs: Option<u64>,
+    pub min_p: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    /// vLLM's extension (HF's repetition penalty; 1 = off).
+    pub repetition_penalty: Option<f32>,
+    /// Token id (as a string) → bias added to its logit, in [-100, 100].
+    pub logit_bias: Option<std::collections::HashMap<String, f32>>,
     /// Every other field; see [`CommonFields::check_unsupported`].
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -96,13 +107,7 @@ pub struct CompletionRequest {
 }
 
 /// Fields kvrun does not implement, each with the values that ask for nothing.
-const UNSUPPORTED: [(&str, &[&str]); 15] = [
-    ("logprobs", &["false", "null", "0"]),
-    ("top_logprobs", &["null", "0"]),
-    ("frequency_penalty", &["0", "0.0", "null"]),
-    ("presence_penalty", &["0", "0.0", "null"]),
-    ("repetition_penalty", &["1", "1.0", "null"]),
-    ("logit_bias", &["null", "{}"]),
+const UNSUPPORTED: [(&str, &[&str]); 8] = [
     ("tools", &["null", "[]"]),
     ("functions", &["null", "[]"]),
     ("tool_choice", &["null", "\"none\"", "\"auto\""]),
@@ -111,7 +116,6 @@ const UNSUPPORTED: [(&str, &[&str]); 15] = [
     ("echo", &["null", "false"]),
     ("suffix", &["null", "\"\""]),
     ("min_tokens", &["null", "0"]),
-    ("min_p", &["null", "0", "0.0"]),
 ];
 
 impl CommonFields {
@@ -125,14 +129,72 @@ impl CommonFields {
                         name,
                         format!(
                             "`{name}` = {text} is not supported by kvrun; remove it (supported: \
-                             temperature, top_p, top_k, max_tokens, max_completion_tokens, stop, \
-                             seed, n = 1, stream, stream_options)"
+                             temperature, top_p, top_k, min_p, max_tokens, max_completion_tokens, \
+                             stop, seed, n = 1, stream, stream_options, logprobs, top_logprobs, \
+                             presence_penalty, frequency_penalty, repetition_penalty, \
+                             logit_bias)"
                         ),
                     ));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The alternatives to report log-probabilities with: chat's `logprobs: true` with
+    /// `top_logprobs` (default 0), or completions' `logprobs: N`; `None` when not asked.
+    fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = self.top_logprobs.map(|k| usize::try_from(k).unwrap_or(usize::MAX));
+        let asked = match &self.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(top.unwrap_or(0)),
+            Some(Value::Number(n)) if n.as_u64().is_some() => {
+                Some(usize::try_from(n.as_u64().unwrap_or(0)).unwrap_or(usize::MAX))
+            }
+            Some(other) => {
+                return Err(ApiError::bad_field(
+                    "logprobs",
+                    format!(
+                        "logprobs = {other} is invalid; use true (chat) or a count (completions)"
+                    ),
+                ))
+            }
+        };
+        if asked.is_none() && top.is_some_and(|k| k > 0) {
+            return Err(ApiError::bad_field("top_logprobs", "top_logprobs needs logprobs = true"));
+        }
+        Ok(asked)
+    }
+
+    /// Whether the request asked for log-probabilities (checked by [`CommonFields::sampling`]).
+    pub fn logprobs_asked(&self) -> bool {
+        self.logprobs().ok().flatten().is_some()
+    }
+
+    /// `logit_bias` as (token id, bias), checked against the vocabulary.
+    pub fn logit_bias(&self, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+        let Some(map) = &self.logit_bias else { return Ok(Vec::new()) };
+        let mut bias = Vec::with_capacity(map.len());
+        for (key, &value) in map {
+            let id = key.parse::<u32>().ok().filter(|&id| (id as usize) < vocab_size);
+            let Some(id) = id else {
+                return Err(ApiError::bad_field(
+                    "logit_bias",
+                    format!(
+                        "logit_bias key {key:?} is not a token id of this model (0..{vocab_size})"
+                    ),
+                ));
+            };
+            if !(-100.0..=100.0).contains(&value) {
+                return Err(ApiError::bad_field(
+                    "logit_bias",
+                    format!("logit_bias of token {id} is {value}; use a value in [-100, 100]"),
+                ));
+            }
+            bias.push((id, value));
+        }
+        bias.sort_unstable_by_key(|&(id, _)| id);
+        Ok(bias)
     }
 
     /// Sampling parameters and stop strings, checked. `max_tokens` defaults to the rest of the
@@ -179,6 +241,11 @@ impl CommonFields {
             seed,
             // At least 1: a prompt that fills the context is refused by the front end, naming both lengths.
             max_tokens: max_tokens.min(context_left).max(1),
+            min_p: self.min_p,
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            logprobs: self.logprobs()?,
         };
         let stop = match &self.stop {
             None => Vec::new(),
@@ -298,7 +365,9 @@ pub fn prompt_request(
     common: &CommonFields,
     context_left: usize,
     namespace: Option<u64>,
+    vocab_size: usize,
 ) -> Result<PromptRequest, ApiError> {
     let (params, stop) = common.sampling(context_left)?;
-    Ok(PromptRequest { prompt, params, stop, namespace })
+    let logit_bias = common.logit_bias(vocab_size)?;
+    Ok(PromptRequest { prompt, params, stop, namespace, logit_bias })
 }

@@ -191,10 +191,13 @@ async fn generate(
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let context_left = engine.config().max_model_len.saturating_sub(ids.len());
-    let req = openai::prompt_request(Prompt::Tokens(ids), common, context_left, namespace)?;
+    let vocab_size = engine.frontend().tokenizer().vocab_size();
+    let req =
+        openai::prompt_request(Prompt::Tokens(ids), common, context_left, namespace, vocab_size)?;
     let events = engine.submit_prompt(req)?;
     let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
-    let generation = Generation::new(engine, events, admission, reasoning);
+    let wants_logprobs = common.logprobs_asked();
+    let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs);
     let model = state.opts.served_model_name.clone();
     if common.stream() {
         Ok(generation.sse(kind, model, common.include_usage()))

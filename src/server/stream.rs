@@ -12,7 +12,9 @@ use super::error::ApiError;
 use super::Admission;
 use crate::engine::{EngineHandle, OutputEvent, RequestStream, StreamEvent};
 use crate::output::{ReasoningParser, Split};
+use crate::sample::TokenLogprobs;
 use crate::sched::{FinishReason, Usage};
+use crate::tokenizer::Tokenizer;
 
 /// Which endpoint the answer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,10 @@ pub struct Generation {
     finished: bool,
     /// Chat answers of reasoning models: splits `reasoning_content` from `content`.
     reasoning: Option<ReasoningParser>,
+    /// Log-probabilities of tokens not yet sent (when the request asked for them).
+    logprobs: Vec<TokenLogprobs>,
+    /// Whether the request asked for log-probabilities (`logprobs` is then never `null`).
+    wants_logprobs: bool,
     _admission: Admission,
 }
 
@@ -61,8 +67,28 @@ impl Generation {
         events: RequestStream,
         admission: Admission,
         reasoning: Option<ReasoningParser>,
+        wants_logprobs: bool,
     ) -> Self {
-        Generation { engine, events, finished: false, reasoning, _admission: admission }
+        Generation {
+            engine,
+            events,
+            finished: false,
+            reasoning,
+            logprobs: Vec::new(),
+            wants_logprobs,
+            _admission: admission,
+        }
+    }
+
+    /// The log-probabilities gathered since the last call, in the endpoint's shape; `null`
+    /// when the request asked for none. `offset`: the answer's length before them
+    /// (completions' `text_offset`).
+    fn take_logprobs(&mut self, kind: Kind, offset: usize) -> Value {
+        if !self.wants_logprobs {
+            return Value::Null;
+        }
+        let lps = std::mem::take(&mut self.logprobs);
+        logprobs_json(self.engine.frontend().tokenizer(), kind, &lps, offset)
     }
 
     /// A piece of the answer as reasoning and content (all content without a parser); the
@@ -80,11 +106,15 @@ impl Generation {
         split
     }
 
-    /// The next piece of text, or how the request ended (with its last text).
+    /// The next piece of text (with its token's log-probabilities, when asked), or how the
+    /// request ended (with its last text).
     async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
         let event = self.events.next().await;
         match event {
-            Some(StreamEvent::Output(OutputEvent::Delta { text, .. })) => Ok((text, None)),
+            Some(StreamEvent::Output(OutputEvent::Delta { text, logprobs, .. })) => {
+                self.logprobs.extend(logprobs.map(|lp| *lp));
+                Ok((text, None))
+            }
             Some(StreamEvent::Output(OutputEvent::Finished { reason, usage, text, .. })) => {
                 self.finished = true;
                 Ok((text, Some(Ending { reason, usage })))
@@ -106,8 +136,10 @@ impl Generation {
     /// Waits for the whole answer: one `chat.completion` or `text_completion` object.
     pub async fn collect(mut self, kind: Kind, model: &str) -> Result<Value, ApiError> {
         let (mut text, mut reasoning) = (String::new(), String::new());
+        let mut logprobs: Vec<TokenLogprobs> = Vec::new();
         loop {
             let (piece, ending) = self.next().await?;
+            logprobs.append(&mut self.logprobs);
             let split = self.split(&piece, ending.is_some());
             text.push_str(&split.content);
             reasoning.push_str(&split.reasoning);
@@ -117,17 +149,19 @@ impl Generation {
                     message["reasoning_content"] =
                         if reasoning.is_empty() { Value::Null } else { Value::String(reasoning) };
                 }
+                self.logprobs = logprobs;
+                let logprobs = self.take_logprobs(kind, 0);
                 let choice = match kind {
                     Kind::Chat => json!({
                         "index": 0,
                         "message": message,
-                        "logprobs": null,
+                        "logprobs": logprobs,
                         "finish_reason": finish_reason(end.reason),
                     }),
                     Kind::Completion => json!({
                         "index": 0,
                         "text": text,
-                        "logprobs": null,
+                        "logprobs": logprobs,
                         "finish_reason": finish_reason(end.reason),
                     }),
                 };
@@ -152,6 +186,7 @@ impl Generation {
             let chunks =
                 Chunks { kind, id: response_id(kind), created: now(), model, include_usage };
             let mut gen = self;
+            let mut sent = 0; // bytes of answer text sent (completions' text_offset)
             if kind == Kind::Chat {
                 let first = chunks.chunk(json!({ "role": "assistant", "content": "" }), None);
                 if tx.send(first).await.is_err() {
@@ -167,15 +202,21 @@ impl Generation {
                     Ok((text, None)) if text.is_empty() => continue,
                     Ok((text, None)) => {
                         let split = gen.split(&text, false);
-                        match chunks.pieces(&split) {
-                            Some(event) => vec![event],
-                            None => continue, // held back (a tag may be starting)
+                        if split.reasoning.is_empty() && split.content.is_empty() {
+                            continue; // held back (a tag may be starting)
                         }
+                        let logprobs = gen.take_logprobs(kind, sent);
+                        sent += split.content.len();
+                        chunks.pieces(&split, logprobs).into_iter().collect()
                     }
                     Ok((text, Some(end))) => {
                         let mut out = Vec::new();
                         let split = gen.split(&text, true);
-                        out.extend(chunks.pieces(&split));
+                        let logprobs = gen.take_logprobs(kind, sent);
+                        let empty = split.reasoning.is_empty() && split.content.is_empty();
+                        if !empty || !logprobs.is_null() {
+                            out.extend(chunks.pieces(&split, logprobs));
+                        }
                         out.push(chunks.text("", Some(end.reason)));
                         if include_usage {
                             out.push(chunks.usage(&end.usage));
@@ -249,28 +290,98 @@ impl Chunks {
     }
 
     /// The chunk of a split piece of text (`reasoning_content` and/or `content` in a chat
-    /// delta), or `None` when both parts are empty.
-    fn pieces(&self, split: &Split) -> Option<Event> {
-        if split.reasoning.is_empty() && split.content.is_empty() {
-            return None;
-        }
-        match self.kind {
+    /// delta) with its tokens' `logprobs` (`null` when not asked).
+    fn pieces(&self, split: &Split, logprobs: Value) -> Option<Event> {
+        let choice = match self.kind {
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
                 if !split.reasoning.is_empty() {
                     delta.insert("reasoning_content".into(), json!(split.reasoning));
                 }
-                if !split.content.is_empty() {
+                if !split.content.is_empty() || split.reasoning.is_empty() {
                     delta.insert("content".into(), json!(split.content));
                 }
-                Some(self.chunk(Value::Object(delta), None))
+                json!({ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null })
             }
-            Kind::Completion => Some(self.text(&split.content, None)),
-        }
+            Kind::Completion => json!({
+                "index": 0, "text": split.content, "logprobs": logprobs, "finish_reason": null,
+            }),
+        };
+        Some(self.envelope(json!([choice]), Value::Null))
     }
 
     fn usage(&self, usage: &Usage) -> Event {
         self.envelope(json!([]), usage_json(usage))
+    }
+}
+
+/// A token's text as the log-probability entries show it (lossy where a token holds part of a
+/// character).
+fn token_text(tok: &Tokenizer, id: u32) -> String {
+    tok.decode(&[id], false).unwrap_or_default()
+}
+
+/// OpenAI's floor for a log-probability (JSON has no −∞).
+fn finite(logprob: f32) -> f32 {
+    if logprob.is_finite() {
+        logprob
+    } else {
+        -9999.0
+    }
+}
+
+/// Log-probabilities in the endpoint's shape: chat `{"content": [{token, logprob, bytes,
+/// top_logprobs}]}`, completions `{tokens, token_logprobs, top_logprobs, text_offset}`
+/// (`offset`: the answer's length before the first token; offsets advance by each token's
+/// text).
+fn logprobs_json(tok: &Tokenizer, kind: Kind, lps: &[TokenLogprobs], offset: usize) -> Value {
+    match kind {
+        Kind::Chat => {
+            let entry = |id: u32, logprob: f32| {
+                let text = token_text(tok, id);
+                json!({ "token": text, "logprob": finite(logprob), "bytes": text.as_bytes() })
+            };
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let mut e = entry(lp.token, lp.logprob);
+                    e["top_logprobs"] =
+                        lp.top.iter().map(|&(id, l)| entry(id, l)).collect::<Vec<_>>().into();
+                    e
+                })
+                .collect();
+            json!({ "content": content })
+        }
+        Kind::Completion => {
+            let mut offsets = Vec::with_capacity(lps.len());
+            let mut at = offset;
+            let tokens: Vec<String> = lps
+                .iter()
+                .map(|lp| {
+                    let text = token_text(tok, lp.token);
+                    offsets.push(at);
+                    at += text.len();
+                    text
+                })
+                .collect();
+            let top: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let map: serde_json::Map<String, Value> = lp
+                        .top
+                        .iter()
+                        .map(|&(id, l)| (token_text(tok, id), json!(finite(l))))
+                        .collect();
+                    Value::Object(map)
+                })
+                .collect();
+            json!({
+                "tokens": tokens,
+                "token_logprobs": lps.iter().map(|lp| finite(lp.logprob)).collect::<Vec<_>>(),
+                "top_logprobs": top,
+                "text_offset": offsets,
+            })
+        }
     }
 }
 
