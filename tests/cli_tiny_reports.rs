@@ -307,3 +307,21 @@ fn bench_kv_quant_compares_formats() {
         assert!((gb_s - bytes / (num(&t[0]) * 1e6)).abs() <= 1e-9 * gb_s, "{row}");
     }
 }
+
+/// Without XDG_RUNTIME_DIR (a container, a service) Mesa's drivers would print "XDG_RUNTIME_DIR
+/// is invalid or not set" once per window-system probe; kvrun points it at a private directory
+/// of its own first, so a run's stderr is only kvrun's.
+#[test]
+fn no_mesa_runtime_dir_warnings() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args(["generate", "-m", &tiny_model(), "-p", "hi", "-n", "2"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}

@@ -77,9 +77,35 @@ fn init_logging(verbose: u8) {
 }
 
 /// Entry point of the `kvrun` binary.
+/// Mesa's Vulkan drivers (lavapipe among them) print "XDG_RUNTIME_DIR is invalid or not set"
+/// once per window-system probe when it is unset (containers, services, ssh without a login
+/// session); kvrun opens no window, so it points the variable at a private directory of its
+/// own instead. Called first thing, while the process has one thread (`set_var`'s rule).
+fn quiet_mesa_runtime_dir() {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let valid =
+            std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+        if valid {
+            return;
+        }
+        // one directory per user (Linux names the process's owner in /proc/self), private
+        let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return };
+        let dir = std::env::temp_dir().join(format!("kvrun-runtime-{uid}"));
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        let made = std::fs::symlink_metadata(&dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o777 == 0o700);
+        if made {
+            std::env::set_var("XDG_RUNTIME_DIR", &dir);
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.global.verbose);
+    quiet_mesa_runtime_dir();
     let result = match &cli.command {
         Command::Generate(args) => generate::run(args, &cli.global),
         Command::Chat(args) => chat::run(args, &cli.global),
