@@ -33,6 +33,7 @@ fn options() -> ServeOptions {
         tenant_header: "x-tenant-id".into(),
         metrics_vllm_names: false,
         reasoning_parser: Default::default(),
+        generation_config: Default::default(),
     }
 }
 
@@ -530,12 +531,18 @@ async fn bench_serve_drives_the_multiturn_workload_over_http() {
 /// A copy of the tiny Qwen3.5 whose chat template, like Qwen3.5's, opens a `<think>` block for
 /// the answer unless `enable_thinking` is false (then it writes an empty one).
 fn thinking_model() -> PathBuf {
+    thinking_model_with("thinking", &json!({}))
+}
+
+/// [`thinking_model`] in its own directory (`name`) with this `generation_config.json`.
+fn thinking_model_with(name: &str, generation_config: &Value) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
-    let dir = std::env::temp_dir().join(format!("kvrun-thinking-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kvrun-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"] {
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
+    std::fs::write(dir.join("generation_config.json"), generation_config.to_string()).unwrap();
     let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
                     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n\
                     {% if enable_thinking is defined and enable_thinking is false %}\
@@ -739,4 +746,43 @@ async fn logprobs_match_the_prompt_logits_and_logit_bias_forces_a_token() {
         assert_eq!(err["error"]["param"], field, "{err}");
     }
     server.wait_idle().await;
+}
+
+/// The model's `generation_config.json` settles what a request leaves out (vLLM's
+/// `--generation-config auto`): greedy there, so a request without `temperature` answers as
+/// one with `temperature: 0`; with `--generation-config vllm` it samples at temperature 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generation_config_sets_the_sampling_defaults() {
+    use kvrun::server::GenerationConfig;
+    if common::gpu().is_none() {
+        return;
+    }
+    let model = thinking_model_with("genconfig", &json!({ "temperature": 0.0, "top_k": 20 }));
+    let file = kvrun::loader::ModelFile::open(&model).unwrap();
+    let d = file.sampling_defaults();
+    assert_eq!((d.temperature, d.top_k, d.top_p), (Some(0.0), Some(20), None));
+    let cfg = || {
+        let mut cfg = EngineConfig::new(model.clone());
+        cfg.max_model_len = Some(256);
+        cfg
+    };
+    let auto = Server::start(cfg(), options()).await;
+    let vllm = ServeOptions { generation_config: GenerationConfig::Vllm, ..options() };
+    let vllm = Server::start(cfg(), vllm).await;
+    let ask = |temperature: Option<f32>| {
+        let mut b = json!({ "model": MODEL, "prompt": "Once upon", "max_tokens": 24, "seed": 1 });
+        if let Some(t) = temperature {
+            b["temperature"] = json!(t);
+        }
+        b
+    };
+    let text = |v: Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let greedy = text(auto.post("/v1/completions", ask(Some(0.0))).await.json().await.unwrap());
+    let omitted = text(auto.post("/v1/completions", ask(None)).await.json().await.unwrap());
+    assert_eq!(omitted, greedy, "the model's temperature 0");
+    let own = text(vllm.post("/v1/completions", ask(None)).await.json().await.unwrap());
+    let own_t1 = text(vllm.post("/v1/completions", ask(Some(1.0))).await.json().await.unwrap());
+    assert_eq!(own, own_t1, "--generation-config vllm: temperature 1");
+    assert_ne!(own, greedy, "seed 1 at temperature 1 is not the greedy answer");
+    std::fs::remove_dir_all(&model).ok();
 }

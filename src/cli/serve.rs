@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// template writes `</think>`), think (always; vLLM's qwen3 / deepseek_r1), none.
     #[arg(long, value_enum, default_value = "auto")]
     pub reasoning_parser: crate::server::ReasoningParserMode,
+    /// Where sampling fields a request leaves out come from: auto (the model's
+    /// generation_config.json or GGUF general.sampling.*), vllm (temperature 1, nothing else).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub generation_config: crate::server::GenerationConfig,
     /// Cap a tenant's KV blocks (running + cached): TENANT=FRACTION of the pool (0.25) or
     /// TENANT=BYTES (64MiB). Over it, the tenant's own cached blocks go first, then its
     /// requests wait; other tenants are not preempted for it. Repeatable.
@@ -89,6 +93,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         tenant_header,
         metrics_vllm_names: args.metrics_vllm_names,
         reasoning_parser: args.reasoning_parser,
+        generation_config: args.generation_config,
     };
     server::run(SocketAddr::new(args.host, args.port), cfg, opts)
 }

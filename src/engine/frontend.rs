@@ -4,6 +4,7 @@
 //! the CLI, the server and embedding applications alike. [`Frontend`] is immutable and shared
 //! (`Arc`) so callers tokenize on their own threads, never on the engine's.
 
+use crate::loader::SamplingDefaults;
 use crate::sample::SamplingParams;
 use crate::tokenizer::{ChatMessage, ChatTemplate, TemplateVars, Tokenizer, TokenizerError};
 
@@ -116,6 +117,9 @@ pub struct Frontend {
     max_model_len: usize,
     /// The model's own context length (what `-c` may be raised to).
     model_max_len: usize,
+    /// The sampling settings the model file recommends (servers use them for fields a request
+    /// leaves out).
+    sampling_defaults: SamplingDefaults,
 }
 
 impl Frontend {
@@ -126,7 +130,23 @@ impl Frontend {
         model_max_len: usize,
     ) -> Result<Self, TokenizerError> {
         let chat_template = tokenizer.chat_template()?;
-        Ok(Frontend { tokenizer, chat_template, max_model_len, model_max_len })
+        Ok(Frontend {
+            tokenizer,
+            chat_template,
+            max_model_len,
+            model_max_len,
+            sampling_defaults: SamplingDefaults::default(),
+        })
+    }
+
+    /// With the model's recommended sampling settings ([`crate::loader::ModelFile::sampling_defaults`]).
+    pub fn with_sampling_defaults(mut self, defaults: SamplingDefaults) -> Self {
+        self.sampling_defaults = defaults;
+        self
+    }
+
+    pub fn sampling_defaults(&self) -> &SamplingDefaults {
+        &self.sampling_defaults
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {

@@ -113,7 +113,9 @@ impl Engine {
         let (mut resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
         let tokenizer = file.tokenizer()?;
         let model_max_len = file.config().max_position_embeddings;
-        let frontend = Arc::new(Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?);
+        let frontend = Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?
+            .with_sampling_defaults(file.sampling_defaults());
+        let frontend = Arc::new(frontend);
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));

@@ -251,6 +251,11 @@ impl HfModel {
         &self.config
     }
 
+    /// The model directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn extras(&self) -> &HfConfigExtras {
         &self.extras
     }

@@ -23,6 +23,7 @@ pub use config::{
     Rope, RopeScaling, RopeStyle,
 };
 pub use error::LoadError;
+
 pub use gguf::{GgufFile, GgufTensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use gguf_value::{GgufArray, GgufValue, GgufValueType};
 pub use gguf_vocab::gguf_vocab;
@@ -127,6 +128,17 @@ enum Source {
     Hf(Box<HfModel>),
 }
 
+/// The sampling settings a model file recommends ([`ModelFile::sampling_defaults`]); `None`
+/// where it says nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct SamplingDefaults {
+    pub temperature: Option<f32>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
 /// An opened model: a GGUF file or an HF directory, chosen by what the path is.
 pub struct ModelFile {
     path: PathBuf,
@@ -221,6 +233,41 @@ impl ModelFile {
         match &self.source {
             Source::Gguf(f) => Some(f),
             Source::Hf(_) => None,
+        }
+    }
+
+    /// The sampling settings the model's authors recommend: HF `generation_config.json`
+    /// (`temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`) or GGUF
+    /// `general.sampling.*` (`temp`, `top_k`, `top_p`, `min_p`, `penalty_repeat`). Unset where
+    /// absent; a malformed `generation_config.json` gives none (the tokenizer's read of it names
+    /// the error).
+    pub fn sampling_defaults(&self) -> SamplingDefaults {
+        match &self.source {
+            Source::Gguf(f) => SamplingDefaults {
+                temperature: f.get_f32("general.sampling.temp"),
+                top_k: f.get_u32("general.sampling.top_k").map(|k| k as usize),
+                top_p: f.get_f32("general.sampling.top_p"),
+                min_p: f.get_f32("general.sampling.min_p"),
+                repetition_penalty: f.get_f32("general.sampling.penalty_repeat"),
+            },
+            Source::Hf(h) => {
+                let path = h.dir().join("generation_config.json");
+                let Ok(text) = std::fs::read_to_string(path) else {
+                    return SamplingDefaults::default();
+                };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    return SamplingDefaults::default();
+                };
+                let f =
+                    |key: &str| v.get(key).and_then(serde_json::Value::as_f64).map(|x| x as f32);
+                SamplingDefaults {
+                    temperature: f("temperature"),
+                    top_k: v.get("top_k").and_then(serde_json::Value::as_u64).map(|k| k as usize),
+                    top_p: f("top_p"),
+                    min_p: f("min_p"),
+                    repetition_penalty: f("repetition_penalty"),
+                }
+            }
         }
     }
 

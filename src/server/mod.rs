@@ -47,6 +47,18 @@ pub struct ServeOptions {
     pub metrics_vllm_names: bool,
     /// Whether chat answers are split into `reasoning_content` and `content`.
     pub reasoning_parser: ReasoningParserMode,
+    /// Whether requests take the model's recommended sampling settings for fields they omit.
+    pub generation_config: GenerationConfig,
+}
+
+/// `--generation-config` (vLLM's flag): where a request's omitted sampling fields come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenerationConfig {
+    /// The model's: HF `generation_config.json`, GGUF `general.sampling.*`.
+    #[default]
+    Auto,
+    /// kvrun's own (temperature 1, no top-k/top-p/min-p, no penalty).
+    Vllm,
 }
 
 /// `--reasoning-parser`: split `<think>…</think>` from chat answers into `reasoning_content`.

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use crate::engine::{Conversation, Prompt, PromptRequest};
+use crate::loader::SamplingDefaults;
 use crate::sample::SamplingParams;
 use crate::tokenizer::{ChatMessage, TemplateVars, RESERVED_TEMPLATE_VARS};
 
@@ -198,8 +199,14 @@ impl CommonFields {
     }
 
     /// Sampling parameters and stop strings, checked. `max_tokens` defaults to the rest of the
-    /// context (`context_left`, as vLLM does) and is clipped to it.
-    pub fn sampling(&self, context_left: usize) -> Result<(SamplingParams, Vec<String>), ApiError> {
+    /// context (`context_left`, as vLLM does) and is clipped to it; `temperature`, `top_k`,
+    /// `top_p`, `min_p` and `repetition_penalty` left out take the model's `defaults` (vLLM's
+    /// `--generation-config auto`), else 1, all, all, none, 1.
+    pub fn sampling(
+        &self,
+        context_left: usize,
+        defaults: &SamplingDefaults,
+    ) -> Result<(SamplingParams, Vec<String>), ApiError> {
         self.check_unsupported()?;
         if let Some(n) = self.n {
             if n != 1 {
@@ -219,6 +226,10 @@ impl CommonFields {
             (None, None) => context_left,
         };
         let top_k = match self.top_k {
+            None => defaults.top_k.filter(|&k| k > 0).map(|k| k as i64),
+            other => other,
+        };
+        let top_k = match top_k {
             None | Some(-1) | Some(0) => None,
             Some(k) if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
             Some(k) => {
@@ -235,16 +246,19 @@ impl CommonFields {
             None => rand::random(),
         };
         let params = SamplingParams {
-            temperature: self.temperature.unwrap_or(1.0),
+            temperature: self.temperature.or(defaults.temperature).unwrap_or(1.0),
             top_k,
-            top_p: self.top_p,
+            top_p: self.top_p.or(defaults.top_p),
             seed,
             // At least 1: a prompt that fills the context is refused by the front end, naming both lengths.
             max_tokens: max_tokens.min(context_left).max(1),
-            min_p: self.min_p,
+            min_p: self.min_p.or(defaults.min_p),
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
             frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
-            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            repetition_penalty: self
+                .repetition_penalty
+                .or(defaults.repetition_penalty)
+                .unwrap_or(1.0),
             logprobs: self.logprobs()?,
         };
         let stop = match &self.stop {
@@ -366,8 +380,9 @@ pub fn prompt_request(
     context_left: usize,
     namespace: Option<u64>,
     vocab_size: usize,
+    defaults: &SamplingDefaults,
 ) -> Result<PromptRequest, ApiError> {
-    let (params, stop) = common.sampling(context_left)?;
+    let (params, stop) = common.sampling(context_left, defaults)?;
     let logit_bias = common.logit_bias(vocab_size)?;
     Ok(PromptRequest { prompt, params, stop, namespace, logit_bias })
 }

@@ -16,9 +16,10 @@ use serde_json::json;
 use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
 use super::stream::{Generation, Kind};
-use super::ReasoningParserMode;
 use super::{status, AppState};
+use super::{GenerationConfig, ReasoningParserMode};
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
+use crate::loader::SamplingDefaults;
 use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser};
 use crate::tokenizer::ChatMessage;
 
@@ -192,8 +193,18 @@ async fn generate(
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let context_left = engine.config().max_model_len.saturating_sub(ids.len());
     let vocab_size = engine.frontend().tokenizer().vocab_size();
-    let req =
-        openai::prompt_request(Prompt::Tokens(ids), common, context_left, namespace, vocab_size)?;
+    let defaults = match state.opts.generation_config {
+        GenerationConfig::Auto => *engine.frontend().sampling_defaults(),
+        GenerationConfig::Vllm => SamplingDefaults::default(),
+    };
+    let req = openai::prompt_request(
+        Prompt::Tokens(ids),
+        common,
+        context_left,
+        namespace,
+        vocab_size,
+        &defaults,
+    )?;
     let events = engine.submit_prompt(req)?;
     let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
     let wants_logprobs = common.logprobs_asked();
