@@ -17,7 +17,8 @@ fn check_cases(template: &ChatTemplate, cases_file: &str) {
     for (i, case) in cases.as_array().unwrap().iter().enumerate() {
         let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
         let add = case["add_generation_prompt"].as_bool().unwrap();
-        let got = template.render(&messages, add).unwrap();
+        let vars = case.get("vars").and_then(|v| v.as_object()).cloned().unwrap_or_default();
+        let got = template.render_with(&messages, add, &vars).unwrap();
         assert_eq!(got, case["expected"].as_str().unwrap(), "{cases_file} case {i}");
     }
 }
@@ -45,7 +46,8 @@ fn qwen3_template_matches_jinja2() {
 }
 
 /// Qwen3.5's template (macros, `is string` tests, the `<think>` block opened for the answer,
-/// earlier answers' reasoning dropped, the last one's kept) renders as jinja2 renders it.
+/// earlier answers' reasoning dropped, the last one's kept; tools offered, a call's arguments
+/// iterated as items, a tool result) renders as jinja2 renders it.
 #[test]
 fn qwen35_template_matches_jinja2() {
     let t = ChatTemplate::new(&fixture("qwen35.jinja"), "", "<|im_end|>").unwrap();

@@ -529,7 +529,8 @@ async fn bench_serve_drives_the_multiturn_workload_over_http() {
 }
 
 /// A copy of the tiny Qwen3.5 whose chat template, like Qwen3.5's, opens a `<think>` block for
-/// the answer unless `enable_thinking` is false (then it writes an empty one).
+/// the answer unless `enable_thinking` is false (then it writes an empty one), and renders the
+/// tools offered and an assistant turn's calls (reading the arguments as an object).
 fn thinking_model() -> PathBuf {
     thinking_model_with("thinking", &json!({}))
 }
@@ -543,7 +544,10 @@ fn thinking_model_with(name: &str, generation_config: &Value) -> PathBuf {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
     std::fs::write(dir.join("generation_config.json"), generation_config.to_string()).unwrap();
-    let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+    let template = "{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}\
+                    {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+                    {% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} \
+                    {{ c.function.arguments.city }}</tool_call>{% endfor %}<|im_end|>\n\
                     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n\
                     {% if enable_thinking is defined and enable_thinking is false %}\
                     <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
@@ -784,5 +788,82 @@ async fn generation_config_sets_the_sampling_defaults() {
     let own_t1 = text(vllm.post("/v1/completions", ask(Some(1.0))).await.json().await.unwrap());
     assert_eq!(own, own_t1, "--generation-config vllm: temperature 1");
     assert_ne!(own, greedy, "seed 1 at temperature 1 is not the greedy answer");
+    std::fs::remove_dir_all(&model).ok();
+}
+
+/// Tools: offered ones reach the template (the prompt grows by their JSON), an assistant turn's
+/// calls reach it with their arguments as an object (a `city` the template reads), a tool turn
+/// is accepted; an answer without calls finishes as usual; a required or named call (it needs
+/// constrained decoding) and a malformed tool are refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_reach_the_template_and_unsupported_choices_are_refused() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let model = thinking_model_with("tools", &json!({}));
+    let mut cfg = EngineConfig::new(model.clone());
+    cfg.max_model_len = Some(256); // the tiny model's (its tokens are bytes: tools stay small)
+    let server = Server::start(cfg, options()).await;
+    let tool = json!({"type": "function", "function": {"name": "w"}});
+    let ask = |tools: Option<Value>, choice: Option<Value>| {
+        let mut b = chat("Weather?", 4, false);
+        if let Some(t) = tools {
+            b["tools"] = t;
+        }
+        if let Some(c) = choice {
+            b["tool_choice"] = c;
+        }
+        b
+    };
+    let prompt_tokens = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let plain: Value =
+        server.post("/v1/chat/completions", ask(None, None)).await.json().await.unwrap();
+    let offered: Value = server
+        .post("/v1/chat/completions", ask(Some(json!([tool])), None))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let none: Value = server
+        .post("/v1/chat/completions", ask(Some(json!([tool])), Some(json!("none"))))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tool_json = serde_json::to_string(&tool).unwrap().len() as u64;
+    assert!(prompt_tokens(&offered) > prompt_tokens(&plain) + tool_json / 2, "{offered}");
+    assert_eq!(prompt_tokens(&none), prompt_tokens(&plain), "tool_choice none offers nothing");
+    let reason = offered["choices"][0]["finish_reason"].as_str().unwrap();
+    assert!(reason == "length" || reason == "stop" || reason == "tool_calls", "{offered}");
+
+    // a call and its result in the history: the template reads the arguments as an object
+    let mut history = ask(Some(json!([tool])), None);
+    history["messages"] = json!([
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "w", "content": "sunny"},
+    ]);
+    let with_call: Value =
+        server.post("/v1/chat/completions", history.clone()).await.json().await.unwrap();
+    history["messages"][1]["tool_calls"][0]["function"]["arguments"] =
+        json!("{\"city\": \"Lyon, France, Europe\"}");
+    let longer: Value = server.post("/v1/chat/completions", history).await.json().await.unwrap();
+    assert!(
+        prompt_tokens(&longer) > prompt_tokens(&with_call),
+        "the city is rendered: {with_call} {longer}"
+    );
+
+    for (choice, tools) in [
+        (Some(json!("required")), json!([tool])),
+        (Some(json!({"type": "function", "function": {"name": "w"}})), json!([tool])),
+        (None, json!([{"type": "function"}])),
+    ] {
+        let field = if choice.is_some() { "tool_choice" } else { "tools" };
+        let response = server.post("/v1/chat/completions", ask(Some(tools), choice)).await;
+        assert_eq!(response.status(), 400, "{field}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"]["param"], field, "{err}");
+    }
     std::fs::remove_dir_all(&model).ok();
 }

@@ -1,11 +1,13 @@
 //! The output side of generation: incremental detokenization ([`Detokenizer`]), stop
 //! conditions and finish reasons ([`OutputStream`]), reasoning split from the answer
-//! ([`ReasoningParser`]). Imports the tokenizer only.
+//! ([`ReasoningParser`]), tool calls found in it ([`ToolCallParser`]). Imports the tokenizer only.
 
 mod detokenizer;
 mod reasoning;
 mod stop;
+mod tool_calls;
 
 pub use detokenizer::Detokenizer;
 pub use reasoning::{prompt_opens_reasoning, template_reasons, ReasoningParser, Split};
 pub use stop::{FinishReason, OutputDelta, OutputStream, StopCondition};
+pub use tool_calls::{ToolCall, ToolCallParser};

@@ -69,6 +69,15 @@ pub struct ChatCompletionRequest {
     /// Passed to the template as `reasoning_effort` (gpt-oss's reads it).
     #[serde(default)]
     pub reasoning_effort: Option<String>,
+    /// Functions the model may call (`[{"type": "function", "function": {name, …}}]`), given
+    /// to the chat template as `tools`.
+    #[serde(default)]
+    pub tools: Option<Vec<Value>>,
+    /// `"auto"` (with tools: the default) or `"none"`; a required or named call is refused.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -81,6 +90,12 @@ pub struct Message {
     /// An earlier assistant turn's reasoning, as this server returned it.
     #[serde(default)]
     pub reasoning_content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// A message's content: a string, or parts of which kvrun reads the text ones.
@@ -108,10 +123,8 @@ pub struct CompletionRequest {
 }
 
 /// Fields kvrun does not implement, each with the values that ask for nothing.
-const UNSUPPORTED: [(&str, &[&str]); 8] = [
-    ("tools", &["null", "[]"]),
+const UNSUPPORTED: [(&str, &[&str]); 6] = [
     ("functions", &["null", "[]"]),
-    ("tool_choice", &["null", "\"none\"", "\"auto\""]),
     ("response_format", &["null", "{\"type\":\"text\"}"]),
     ("best_of", &["null", "1"]),
     ("echo", &["null", "false"]),
@@ -300,7 +313,53 @@ impl ChatCompletionRequest {
         if let Some(effort) = &self.reasoning_effort {
             vars.insert("reasoning_effort".into(), Value::String(effort.clone()));
         }
+        if let Some(tools) = self.tools_offered()? {
+            vars.insert("tools".into(), Value::Array(tools.to_vec()));
+        }
         Ok(Conversation { messages: self.messages()?, vars })
+    }
+
+    /// The tools the model is offered: `tools` unless `tool_choice` is `"none"`, each checked
+    /// to be a function with a name. A required or named call needs constrained decoding,
+    /// which kvrun does not have yet: refused.
+    pub fn tools_offered(&self) -> Result<Option<&[Value]>, ApiError> {
+        match self.tool_choice.as_ref().and_then(Value::as_str) {
+            None if self.tool_choice.as_ref().is_some_and(|c| !c.is_null()) => {
+                return Err(ApiError::bad_field(
+                    "tool_choice",
+                    "tool_choice naming a function needs constrained decoding, which kvrun does \
+                     not have yet; use \"auto\" (the model decides) or \"none\"",
+                ))
+            }
+            Some("required") => {
+                return Err(ApiError::bad_field(
+                    "tool_choice",
+                    "tool_choice \"required\" needs constrained decoding, which kvrun does not \
+                     have yet; use \"auto\" (the model decides) or \"none\"",
+                ))
+            }
+            Some("none") => return Ok(None),
+            Some("auto") | None => {}
+            Some(other) => {
+                return Err(ApiError::bad_field(
+                    "tool_choice",
+                    format!("tool_choice {other:?} is invalid; use \"auto\" or \"none\""),
+                ))
+            }
+        }
+        let Some(tools) = self.tools.as_deref().filter(|t| !t.is_empty()) else { return Ok(None) };
+        for (i, tool) in tools.iter().enumerate() {
+            let named = tool["type"] == "function" && tool["function"]["name"].is_string();
+            if !named {
+                return Err(ApiError::bad_field(
+                    "tools",
+                    format!(
+                        "tools[{i}] is not {{\"type\": \"function\", \"function\": {{\"name\": …}}}}"
+                    ),
+                ));
+            }
+        }
+        Ok(Some(tools))
     }
 
     /// The conversation as chat-template messages (text parts joined).
@@ -335,11 +394,30 @@ impl ChatCompletionRequest {
                 };
                 Ok(ChatMessage {
                     reasoning_content: m.reasoning_content.clone(),
+                    tool_calls: m.tool_calls.as_deref().map(template_tool_calls),
+                    tool_call_id: m.tool_call_id.clone(),
+                    name: m.name.clone(),
                     ..ChatMessage::new(m.role.clone(), content)
                 })
             })
             .collect()
     }
+}
+
+/// An assistant message's tool calls as chat templates read them: each call's
+/// `function.arguments`, a JSON string on the wire, as the object it encodes (templates such as
+/// Qwen3.5's iterate its items); a string that is not JSON stays a string.
+fn template_tool_calls(calls: &[Value]) -> Value {
+    let calls = calls.iter().map(|call| {
+        let mut call = call.clone();
+        if let Some(Value::String(args)) = call.pointer("/function/arguments") {
+            if let Ok(parsed) = serde_json::from_str::<Value>(args) {
+                call["function"]["arguments"] = parsed;
+            }
+        }
+        call
+    });
+    Value::Array(calls.collect())
 }
 
 impl CompletionRequest {

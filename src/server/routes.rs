@@ -20,7 +20,7 @@ use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
 use crate::loader::SamplingDefaults;
-use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser};
+use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallParser};
 use crate::tokenizer::ChatMessage;
 
 /// Largest request body accepted (bigger ones get a 413).
@@ -145,8 +145,10 @@ async fn chat_completions(
     let req: ChatCompletionRequest = parse(body)?;
     check_model(&state, &req.common)?;
     let prompt = Prompt::Chat(req.conversation()?);
+    // with tools offered, the answer's tool calls are parsed (only the first unless parallel)
+    let tool_calls = req.tools_offered()?.map(|_| req.parallel_tool_calls.unwrap_or(true));
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Chat).await
+    generate(state, namespace, prompt, &req.common, Kind::Chat, tool_calls).await
 }
 
 async fn completions(
@@ -159,16 +161,18 @@ async fn completions(
     check_model(&state, &req.common)?;
     let prompt = req.prompt()?;
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Completion).await
+    generate(state, namespace, prompt, &req.common, Kind::Completion, None).await
 }
 
 /// Both generation endpoints: admit, tokenize, submit, then stream or collect the answer.
+/// `tool_calls`: parse the answer's tool calls (`Some(parallel)`: all of them, or the first).
 async fn generate(
     state: Arc<AppState>,
     namespace: Option<u64>,
     prompt: Prompt,
     common: &CommonFields,
     kind: Kind,
+    tool_calls: Option<bool>,
 ) -> Result<Response, ApiError> {
     let admission = state.admit()?;
     let engine = state.engine()?.clone();
@@ -208,7 +212,8 @@ async fn generate(
     let events = engine.submit_prompt(req)?;
     let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
     let wants_logprobs = common.logprobs_asked();
-    let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs);
+    let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
+    let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);
     let model = state.opts.served_model_name.clone();
     if common.stream() {
         Ok(generation.sse(kind, model, common.include_usage()))

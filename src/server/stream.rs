@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::Admission;
 use crate::engine::{EngineHandle, OutputEvent, RequestStream, StreamEvent};
-use crate::output::{ReasoningParser, Split};
+use crate::output::{ReasoningParser, Split, ToolCall, ToolCallParser};
 use crate::sample::TokenLogprobs;
 use crate::sched::{FinishReason, Usage};
 use crate::tokenizer::Tokenizer;
@@ -43,6 +43,9 @@ pub struct Generation {
     logprobs: Vec<TokenLogprobs>,
     /// Whether the request asked for log-probabilities (`logprobs` is then never `null`).
     wants_logprobs: bool,
+    /// Chat with tools offered: finds the answer's tool calls; `bool`: keep them all
+    /// (`parallel_tool_calls`), else the first.
+    tools: Option<(ToolCallParser, bool)>,
     _admission: Admission,
 }
 
@@ -50,6 +53,18 @@ pub struct Generation {
 struct Ending {
     reason: FinishReason,
     usage: Usage,
+    /// The answer holds tool calls: `finish_reason` is `"tool_calls"`.
+    tool_calls: bool,
+}
+
+impl Ending {
+    fn finish_reason(&self) -> &'static str {
+        if self.tool_calls {
+            "tool_calls"
+        } else {
+            finish_reason(self.reason)
+        }
+    }
 }
 
 impl Drop for Generation {
@@ -68,6 +83,7 @@ impl Generation {
         admission: Admission,
         reasoning: Option<ReasoningParser>,
         wants_logprobs: bool,
+        tools: Option<(ToolCallParser, bool)>,
     ) -> Self {
         Generation {
             engine,
@@ -76,6 +92,7 @@ impl Generation {
             reasoning,
             logprobs: Vec::new(),
             wants_logprobs,
+            tools,
             _admission: admission,
         }
     }
@@ -106,6 +123,23 @@ impl Generation {
         split
     }
 
+    /// A split piece through the tool-call parser (when tools were offered): its content
+    /// minus what may be a call; at the `end`, the calls found (the first only unless
+    /// parallel) and the content left.
+    fn calls(&mut self, mut split: Split, end: bool) -> (Split, Vec<ToolCall>) {
+        let Some((parser, parallel)) = self.tools.as_mut() else { return (split, Vec::new()) };
+        split.content = parser.push(&split.content);
+        if !end {
+            return (split, Vec::new());
+        }
+        let (rest, mut calls) = parser.finish();
+        split.content.push_str(&rest);
+        if !*parallel {
+            calls.truncate(1);
+        }
+        (split, calls)
+    }
+
     /// The next piece of text (with its token's log-probabilities, when asked), or how the
     /// request ended (with its last text).
     async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
@@ -117,7 +151,7 @@ impl Generation {
             }
             Some(StreamEvent::Output(OutputEvent::Finished { reason, usage, text, .. })) => {
                 self.finished = true;
-                Ok((text, Some(Ending { reason, usage })))
+                Ok((text, Some(Ending { reason, usage, tool_calls: false })))
             }
             Some(StreamEvent::Error(message)) => {
                 self.finished = true;
@@ -141,14 +175,13 @@ impl Generation {
             let (piece, ending) = self.next().await?;
             logprobs.append(&mut self.logprobs);
             let split = self.split(&piece, ending.is_some());
+            let (split, calls) = self.calls(split, ending.is_some());
             text.push_str(&split.content);
             reasoning.push_str(&split.reasoning);
-            if let Some(end) = ending {
-                let mut message = json!({ "role": "assistant", "content": text });
-                if self.reasoning.is_some() {
-                    message["reasoning_content"] =
-                        if reasoning.is_empty() { Value::Null } else { Value::String(reasoning) };
-                }
+            if let Some(mut end) = ending {
+                let reasoning = self.reasoning.is_some().then_some(reasoning);
+                let message = chat_message(&text, reasoning, &calls);
+                end.tool_calls = !calls.is_empty();
                 self.logprobs = logprobs;
                 let logprobs = self.take_logprobs(kind, 0);
                 let choice = match kind {
@@ -156,13 +189,13 @@ impl Generation {
                         "index": 0,
                         "message": message,
                         "logprobs": logprobs,
-                        "finish_reason": finish_reason(end.reason),
+                        "finish_reason": end.finish_reason(),
                     }),
                     Kind::Completion => json!({
                         "index": 0,
                         "text": text,
                         "logprobs": logprobs,
-                        "finish_reason": finish_reason(end.reason),
+                        "finish_reason": end.finish_reason(),
                     }),
                 };
                 return Ok(json!({
@@ -202,6 +235,7 @@ impl Generation {
                     Ok((text, None)) if text.is_empty() => continue,
                     Ok((text, None)) => {
                         let split = gen.split(&text, false);
+                        let (split, _) = gen.calls(split, false);
                         if split.reasoning.is_empty() && split.content.is_empty() {
                             continue; // held back (a tag may be starting)
                         }
@@ -209,15 +243,21 @@ impl Generation {
                         sent += split.content.len();
                         chunks.pieces(&split, logprobs).into_iter().collect()
                     }
-                    Ok((text, Some(end))) => {
+                    Ok((text, Some(mut end))) => {
                         let mut out = Vec::new();
                         let split = gen.split(&text, true);
+                        let (split, calls) = gen.calls(split, true);
                         let logprobs = gen.take_logprobs(kind, sent);
                         let empty = split.reasoning.is_empty() && split.content.is_empty();
                         if !empty || !logprobs.is_null() {
                             out.extend(chunks.pieces(&split, logprobs));
                         }
-                        out.push(chunks.text("", Some(end.reason)));
+                        if !calls.is_empty() {
+                            let delta = json!({ "tool_calls": tool_calls_json(&calls, true) });
+                            out.push(chunks.chunk(delta, None));
+                            end.tool_calls = true;
+                        }
+                        out.push(chunks.text("", Some(end.finish_reason())));
                         if include_usage {
                             out.push(chunks.usage(&end.usage));
                         }
@@ -271,19 +311,21 @@ impl Chunks {
         Event::default().data(obj.to_string())
     }
 
-    fn chunk(&self, delta: Value, reason: Option<FinishReason>) -> Event {
-        let choice = json!({ "index": 0, "delta": delta, "logprobs": null, "finish_reason": reason.map(finish_reason) });
+    fn chunk(&self, delta: Value, reason: Option<&'static str>) -> Event {
+        let choice =
+            json!({ "index": 0, "delta": delta, "logprobs": null, "finish_reason": reason });
         self.envelope(json!([choice]), Value::Null)
     }
 
-    fn text(&self, text: &str, reason: Option<FinishReason>) -> Event {
+    fn text(&self, text: &str, reason: Option<&'static str>) -> Event {
         match self.kind {
             Kind::Chat => {
                 let delta = if reason.is_some() { json!({}) } else { json!({ "content": text }) };
                 self.chunk(delta, reason)
             }
             Kind::Completion => {
-                let choice = json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": reason.map(finish_reason) });
+                let choice =
+                    json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": reason });
                 self.envelope(json!([choice]), Value::Null)
             }
         }
@@ -313,6 +355,39 @@ impl Chunks {
     fn usage(&self, usage: &Usage) -> Event {
         self.envelope(json!([]), usage_json(usage))
     }
+}
+
+/// A chat answer's `message`: its content (`null` beside tool calls when only whitespace is
+/// left), `reasoning_content` when a reasoning parser ran (`null` if there was none), and
+/// `tool_calls` when the answer made some.
+fn chat_message(text: &str, reasoning: Option<String>, calls: &[ToolCall]) -> Value {
+    let mut message = json!({ "role": "assistant", "content": text });
+    if let Some(r) = reasoning {
+        message["reasoning_content"] = if r.is_empty() { Value::Null } else { Value::String(r) };
+    }
+    if !calls.is_empty() {
+        let text = text.trim();
+        message["content"] = if text.is_empty() { Value::Null } else { json!(text) };
+        message["tool_calls"] = tool_calls_json(calls, false);
+    }
+    message
+}
+
+/// OpenAI's `tool_calls`: `[{id, type, function: {name, arguments (a JSON string)}}]`, with
+/// each call's `index` in a stream delta.
+fn tool_calls_json(calls: &[ToolCall], indexed: bool) -> Value {
+    let calls = calls.iter().enumerate().map(|(i, c)| {
+        let mut v = json!({
+            "id": format!("call_{:016x}", rand::random::<u64>()),
+            "type": "function",
+            "function": { "name": c.name, "arguments": c.arguments.to_string() },
+        });
+        if indexed {
+            v["index"] = json!(i);
+        }
+        v
+    });
+    Value::Array(calls.collect())
 }
 
 /// A token's text as the log-probability entries show it (lossy where a token holds part of a
@@ -410,4 +485,42 @@ fn response_id(kind: Kind) -> String {
 
 fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::ToolCallParser;
+
+    /// An answer with a call, through the parser: `content` null, `tool_calls` with the
+    /// arguments as a JSON string (OpenAI's shape), each call its own id; stream deltas index
+    /// the calls.
+    #[test]
+    fn tool_calls_take_openai_shape() {
+        let mut p = ToolCallParser::new();
+        let said = p.push("<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n");
+        let (rest, calls) = p.finish();
+        assert_eq!((said.as_str(), rest.as_str()), ("", ""));
+        let m = chat_message(&rest, None, &calls);
+        assert_eq!(m["content"], Value::Null);
+        assert!(m.get("reasoning_content").is_none());
+        let call = &m["tool_calls"][0];
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], "w");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"city": "Paris"}));
+        assert!(call["id"].as_str().unwrap().starts_with("call_"));
+        assert!(call.get("index").is_none());
+        let two = [calls[0].clone(), calls[0].clone()];
+        let delta = tool_calls_json(&two, true);
+        assert_eq!((delta[0]["index"].clone(), delta[1]["index"].clone()), (json!(0), json!(1)));
+        assert_ne!(delta[0]["id"], delta[1]["id"]);
+        // without calls the content stays as it is, reasoning null when there was none
+        let m = chat_message(" hi ", Some(String::new()), &[]);
+        assert_eq!(
+            (m["content"].clone(), m["reasoning_content"].clone()),
+            (json!(" hi "), Value::Null)
+        );
+    }
 }
