@@ -325,3 +325,43 @@ fn no_mesa_runtime_dir_warnings() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
 }
+
+/// `--chat-template-file` replaces the model's template (a shorter one: fewer prompt tokens);
+/// a missing file is named.
+#[test]
+fn chat_template_file_replaces_the_models() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kvrun-template-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.jinja");
+    std::fs::write(&file, "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+    let model = tiny_model();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "-m", model.as_str(), "-p", "hi", "-n", "1", "--json"];
+        args.extend(extra);
+        json(&args)["usage"]["prompt_tokens"].as_u64().unwrap()
+    };
+    let own = run(&[]);
+    let replaced = run(&["--chat-template-file", file.to_str().unwrap()]);
+    assert!(replaced < own, "{replaced} vs {own}");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvrun"))
+        .args([
+            "generate",
+            "-m",
+            &tiny_model(),
+            "-p",
+            "hi",
+            "--chat-template-file",
+            "/nonexistent.jinja",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--chat-template-file /nonexistent.jinja"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

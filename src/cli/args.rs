@@ -58,6 +58,9 @@ pub struct KvArgs {
     /// Default: 2 per --max-num-seqs.
     #[arg(long)]
     pub state_snapshots: Option<usize>,
+    /// A Jinja chat template to use instead of the model's (llama-server's flag).
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     pub format: KvFormatArgs,
     /// Kernel variants: auto (chosen from the adapter) or gpu (the discrete-GPU variants —
@@ -118,6 +121,7 @@ impl KvArgs {
             kv_cache: self.kv_cache_spec()?,
             enable_prefix_cache: !self.no_prefix_cache,
             state_snapshots: self.state_snapshots,
+            chat_template_file: self.chat_template_file.clone(),
             tenants: Vec::new(),
             kernel_family: self.kernel_family,
         })

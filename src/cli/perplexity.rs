@@ -46,6 +46,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,
         state_snapshots: None,
+        chat_template_file: None,
         format: args.format.clone(),
         kernel_family: Default::default(),
     };

@@ -34,6 +34,9 @@ pub struct EngineConfig {
     pub kv_cache: KvCacheSpec,
     /// Reuse full KV blocks of earlier requests with the same prefix (`--no-prefix-cache` off).
     pub enable_prefix_cache: bool,
+    /// A chat template to use instead of the model's (`--chat-template-file`, llama-server's
+    /// flag): a Jinja file.
+    pub chat_template_file: Option<PathBuf>,
     /// Recurrent models (Qwen3.5): state slots for prefix-cache snapshots
     /// (`--state-snapshots`); default [`DEFAULT_STATE_SNAPSHOTS_PER_SEQ`] × `max_num_seqs`,
     /// fewer where a layer's buffer would outgrow a binding. 0 turns prefix reuse off for them.
@@ -92,6 +95,7 @@ impl EngineConfig {
             kv_cache: KvCacheSpec::default(),
             enable_prefix_cache: true,
             state_snapshots: None,
+            chat_template_file: None,
             tenants: Vec::new(),
             kernel_family: Default::default(),
         }

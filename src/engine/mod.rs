@@ -111,7 +111,16 @@ impl Engine {
     pub fn load(cfg: &EngineConfig) -> Result<Self, EngineError> {
         let file = ModelFile::open(&cfg.model)?;
         let (mut resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
-        let tokenizer = file.tokenizer()?;
+        let mut tokenizer = file.tokenizer()?;
+        if let Some(path) = &cfg.chat_template_file {
+            let source = std::fs::read_to_string(path).map_err(|e| {
+                EngineError::Config(format!(
+                    "cannot read --chat-template-file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            tokenizer = tokenizer.with_chat_template(source, path.display().to_string());
+        }
         let model_max_len = file.config().max_position_embeddings;
         let frontend = Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?
             .with_sampling_defaults(file.sampling_defaults());

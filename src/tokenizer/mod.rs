@@ -67,6 +67,14 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// Names where the chat template came from (a file and key) in its errors.
+    /// Replaces the model's chat template with `source` (`--chat-template-file`), naming
+    /// `origin` in its errors.
+    pub fn with_chat_template(mut self, source: String, origin: impl Into<String>) -> Self {
+        self.chat_template = Some(source);
+        self.template_origin = Some(origin.into());
+        self
+    }
+
     pub fn with_template_origin(mut self, origin: impl Into<String>) -> Self {
         self.template_origin = Some(origin.into());
         self
