@@ -867,3 +867,46 @@ async fn tools_reach_the_template_and_unsupported_choices_are_refused() {
     }
     std::fs::remove_dir_all(&model).ok();
 }
+
+/// `min_tokens` holds end-of-sequence back (a bias makes it the likeliest token: without
+/// `min_tokens` the answer stops at once, with it after that many tokens); `ignore_eos`
+/// generates past it to `max_tokens`; `min_tokens` over `max_tokens` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_tokens_and_ignore_eos() {
+    if common::gpu().is_none() {
+        return;
+    }
+    // the tiny models have no end-of-sequence token of their own: name one
+    let model = thinking_model_with("eos", &json!({ "eos_token_id": 33 }));
+    let mut cfg = EngineConfig::new(model.clone());
+    cfg.max_model_len = Some(256);
+    let server = Server::start(cfg, options()).await;
+    let eos = server.state.engine().unwrap().frontend().tokenizer().eos_ids()[0];
+    let ask = |extra: Value| {
+        let mut b = json!({ "model": MODEL, "prompt": "hi", "max_tokens": 6, "temperature": 0,
+                            "logit_bias": { eos.to_string(): 100 } });
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let tokens = |v: &Value| v["usage"]["completion_tokens"].as_u64().unwrap();
+    let plain: Value = server.post("/v1/completions", ask(json!({}))).await.json().await.unwrap();
+    assert_eq!((tokens(&plain), plain["choices"][0]["finish_reason"].as_str()), (1, Some("stop")));
+    let held: Value =
+        server.post("/v1/completions", ask(json!({"min_tokens": 3}))).await.json().await.unwrap();
+    assert_eq!(tokens(&held), 4, "3 held back, then end-of-sequence: {held}");
+    let ignored: Value = server
+        .post("/v1/completions", ask(json!({"ignore_eos": true})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (tokens(&ignored), ignored["choices"][0]["finish_reason"].as_str()),
+        (6, Some("length"))
+    );
+    let response = server.post("/v1/completions", ask(json!({"min_tokens": 9}))).await;
+    assert_eq!(response.status(), 400);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"]["param"], "min_tokens", "{err}");
+    std::fs::remove_dir_all(&model).ok();
+}

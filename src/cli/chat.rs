@@ -64,6 +64,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             stop: Vec::new(),
             namespace: None,
             logit_bias: Vec::new(),
+            ignore_eos: false,
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

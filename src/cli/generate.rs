@@ -54,6 +54,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         stop: args.stop.clone(),
         namespace: None,
         logit_bias: Vec::new(),
+        ignore_eos: false,
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

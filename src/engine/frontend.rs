@@ -46,6 +46,8 @@ pub struct PromptRequest {
     pub namespace: Option<u64>,
     /// (token id, added to its logit) for every sampled token (OpenAI's `logit_bias`).
     pub logit_bias: Vec<(u32, f32)>,
+    /// Keep generating past end-of-sequence tokens (benchmarks; vLLM's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 impl PromptRequest {
@@ -57,6 +59,7 @@ impl PromptRequest {
             stop: Vec::new(),
             namespace: None,
             logit_bias: Vec::new(),
+            ignore_eos: false,
         }
     }
 }
@@ -102,6 +105,7 @@ impl FrontendError {
                 crate::sample::SampleError::Penalty(name, _) => name,
                 crate::sample::SampleError::RepetitionPenalty(_) => "repetition_penalty",
                 crate::sample::SampleError::TopLogprobs(_) => "top_logprobs",
+                crate::sample::SampleError::MinTokens(..) => "min_tokens",
             }),
             FrontendError::Tokenizer(_) => None,
         }
@@ -204,7 +208,7 @@ impl Frontend {
             prompt,
             params: req.params,
             stop: req.stop,
-            ignore_eos: false,
+            ignore_eos: req.ignore_eos,
             namespace: req.namespace,
             prompt_logits_from: None,
             logit_bias: req.logit_bias,

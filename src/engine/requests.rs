@@ -141,7 +141,12 @@ impl Active {
     pub fn new(req: &CompletionRequest, tokenizer: &Tokenizer, max_model_len: usize) -> Self {
         let stop = req.stop_condition(tokenizer, max_model_len);
         Active {
-            sampler: Sampler::with_context(&req.params, &req.prompt, &req.logit_bias),
+            sampler: Sampler::with_context(
+                &req.params,
+                &req.prompt,
+                &req.logit_bias,
+                &stop.eos_ids,
+            ),
             logprobs: req.params.logprobs,
             sampled_logprobs: None,
             out: OutputStream::new(stop, Detokenizer::new(true)),

@@ -29,6 +29,8 @@ pub struct SamplingParams {
     /// Report the chosen token's log-probability and this many most likely alternatives
     /// (`0..=20`); `None` = no log-probabilities.
     pub logprobs: Option<usize>,
+    /// End-of-sequence tokens cannot be sampled before this many tokens are generated.
+    pub min_tokens: usize,
 }
 
 /// Most alternatives a request may ask log-probabilities for (OpenAI's cap).
@@ -48,6 +50,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
             logprobs: None,
+            min_tokens: 0,
         }
     }
 }
@@ -86,6 +89,9 @@ impl SamplingParams {
         if self.logprobs.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
             return Err(SampleError::TopLogprobs(self.logprobs.unwrap_or(0)));
         }
+        if self.min_tokens > self.max_tokens {
+            return Err(SampleError::MinTokens(self.min_tokens, self.max_tokens));
+        }
         Ok(())
     }
 
@@ -119,6 +125,8 @@ pub enum SampleError {
     RepetitionPenalty(f32),
     #[error("top_logprobs {0} is invalid; use at most 20")]
     TopLogprobs(usize),
+    #[error("min_tokens {0} is more than max_tokens {1}; lower min_tokens or raise max_tokens")]
+    MinTokens(usize, usize),
 }
 
 #[cfg(test)]

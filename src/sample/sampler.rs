@@ -47,6 +47,9 @@ struct Shaping {
     repetition: f32,
     /// The prompt's distinct tokens (the repetition penalty counts them).
     prompt: Vec<u32>,
+    /// End-of-sequence ids, masked while fewer than `min_tokens` tokens are out.
+    eos: Vec<u32>,
+    min_tokens: usize,
     /// Output tokens so far, with their counts.
     output: HashMap<u32, u32>,
 }
@@ -83,15 +86,17 @@ impl Sampler {
     }
 
     /// [`Sampler::new`] for a sequence whose prompt is `prompt`, with `logit_bias` (token id,
-    /// added to its logit; ids beyond the vocabulary are ignored) and the penalties of
-    /// `params`.
+    /// added to its logit; ids beyond the vocabulary are ignored), the penalties of `params`,
+    /// and `eos` (the end-of-sequence ids `params.min_tokens` holds back).
     pub fn with_context(
         params: &SamplingParams,
         prompt: &[u32],
         logit_bias: &[(u32, f32)],
+        eos: &[u32],
     ) -> Self {
         let mut sampler = Sampler::new(params);
-        if params.has_penalties() || !logit_bias.is_empty() {
+        let min_tokens = if eos.is_empty() { 0 } else { params.min_tokens };
+        if params.has_penalties() || !logit_bias.is_empty() || min_tokens > 0 {
             let mut prompt = prompt.to_vec();
             prompt.sort_unstable();
             prompt.dedup();
@@ -101,6 +106,8 @@ impl Sampler {
                 frequency: params.frequency_penalty,
                 repetition: params.repetition_penalty,
                 prompt,
+                eos: eos.to_vec(),
+                min_tokens,
                 output: HashMap::new(),
             }));
         }
@@ -222,6 +229,13 @@ impl Shaping {
         for (&id, &count) in &self.output {
             if let Some(l) = out.get_mut(id as usize) {
                 *l -= self.frequency * count as f32 + self.presence;
+            }
+        }
+        if self.output.values().sum::<u32>() < self.min_tokens as u32 {
+            for &id in &self.eos {
+                if let Some(l) = out.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
             }
         }
     }
@@ -462,7 +476,7 @@ mod tests {
     }
 
     fn shaped(params: SamplingParams, prompt: &[u32], bias: &[(u32, f32)]) -> Sampler {
-        Sampler::with_context(&params, prompt, bias)
+        Sampler::with_context(&params, prompt, bias, &[])
     }
 
     /// Greedy over shaped logits: the bias and each penalty move the argmax as the formulas
@@ -490,6 +504,11 @@ mod tests {
         let picks: Vec<u32> = (0..3).map(|_| s.sample(&logits)).collect();
         assert_eq!(picks, [0, 1, 0], "2 1 0, then 0.5 1 0, then 0.5 -0.5 0 (once, not per use)");
         assert!(shaped(plain, &[1, 2], &[]).is_greedy(), "no shaping: the GPU's argmax serves");
+        // min_tokens: the end-of-sequence token 2 is held back for two tokens
+        let min2 = SamplingParams { min_tokens: 2, ..plain };
+        let mut s = Sampler::with_context(&min2, &[], &[], &[2]);
+        let picks: Vec<u32> = (0..3).map(|_| s.sample(&[0.0, 1.0, 5.0])).collect();
+        assert_eq!(picks, [1, 1, 2]);
     }
 
     /// min_p keeps only tokens within the factor of the most likely one.

@@ -40,6 +40,10 @@ pub struct CommonFields {
     pub repetition_penalty: Option<f32>,
     /// Token id (as a string) → bias added to its logit, in [-100, 100].
     pub logit_bias: Option<std::collections::HashMap<String, f32>>,
+    /// vLLM's: end-of-sequence cannot come before this many tokens.
+    pub min_tokens: Option<u64>,
+    /// vLLM's: generate past end-of-sequence tokens (benchmarks).
+    pub ignore_eos: Option<bool>,
     /// Every other field; see [`CommonFields::check_unsupported`].
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -123,13 +127,12 @@ pub struct CompletionRequest {
 }
 
 /// Fields kvrun does not implement, each with the values that ask for nothing.
-const UNSUPPORTED: [(&str, &[&str]); 6] = [
+const UNSUPPORTED: [(&str, &[&str]); 5] = [
     ("functions", &["null", "[]"]),
     ("response_format", &["null", "{\"type\":\"text\"}"]),
     ("best_of", &["null", "1"]),
     ("echo", &["null", "false"]),
     ("suffix", &["null", "\"\""]),
-    ("min_tokens", &["null", "0"]),
 ];
 
 impl CommonFields {
@@ -273,6 +276,7 @@ impl CommonFields {
                 .or(defaults.repetition_penalty)
                 .unwrap_or(1.0),
             logprobs: self.logprobs()?,
+            min_tokens: self.min_tokens.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         };
         let stop = match &self.stop {
             None => Vec::new(),
@@ -462,5 +466,12 @@ pub fn prompt_request(
 ) -> Result<PromptRequest, ApiError> {
     let (params, stop) = common.sampling(context_left, defaults)?;
     let logit_bias = common.logit_bias(vocab_size)?;
-    Ok(PromptRequest { prompt, params, stop, namespace, logit_bias })
+    Ok(PromptRequest {
+        prompt,
+        params,
+        stop,
+        namespace,
+        logit_bias,
+        ignore_eos: common.ignore_eos.unwrap_or(false),
+    })
 }
