@@ -314,9 +314,23 @@ async fn bad_bodies_get_4xx_and_the_server_keeps_serving() {
         (
             "an unsupported field",
             "/v1/completions",
-            br#"{"prompt":"hi","min_tokens":5}"#.to_vec(),
+            br#"{"prompt":"hi","functions":[{"name":"f"}]}"#.to_vec(),
             400,
-            Some("min_tokens"),
+            Some("functions"),
+        ),
+        (
+            "an unknown role",
+            "/v1/chat/completions",
+            br#"{"messages":[{"role":"wizard","content":"hi"}]}"#.to_vec(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "max_tokens beyond the context",
+            "/v1/completions",
+            br#"{"prompt":"hi","max_tokens":1000000000000}"#.to_vec(),
+            400,
+            Some("max_tokens"),
         ),
         (
             "bad temperature",

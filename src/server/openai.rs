@@ -126,6 +126,10 @@ pub struct CompletionRequest {
     pub common: CommonFields,
 }
 
+/// The message roles OpenAI's API defines (`developer` is rendered as `system`, which chat
+/// templates know).
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
 /// Fields kvrun does not implement, each with the values that ask for nothing.
 const UNSUPPORTED: [(&str, &[&str]); 5] = [
     ("functions", &["null", "[]"]),
@@ -215,7 +219,7 @@ impl CommonFields {
     }
 
     /// Sampling parameters and stop strings, checked. `max_tokens` defaults to the rest of the
-    /// context (`context_left`, as vLLM does) and is clipped to it; `temperature`, `top_k`,
+    /// context (`context_left`, as vLLM does); more than that is refused; `temperature`, `top_k`,
     /// `top_p`, `min_p` and `repetition_penalty` left out take the model's `defaults` (vLLM's
     /// `--generation-config auto`), else 1, all, all, none, 1.
     pub fn sampling(
@@ -241,6 +245,17 @@ impl CommonFields {
             (Some(n), _) | (None, Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
             (None, None) => context_left,
         };
+        if max_tokens > context_left && context_left > 0 {
+            // as OpenAI and vLLM answer (a prompt that fills the context is the front end's)
+            return Err(ApiError::bad_field(
+                "max_tokens",
+                format!(
+                    "max_tokens {max_tokens} does not fit: the context (-c/--max-model-len) \
+                     leaves {context_left} tokens after the prompt; ask for at most \
+                     {context_left}, or leave max_tokens out to use them all"
+                ),
+            ));
+        }
         let top_k = match self.top_k {
             None => defaults.top_k.filter(|&k| k > 0).map(|k| k as i64),
             other => other,
@@ -371,6 +386,15 @@ impl ChatCompletionRequest {
         if self.messages.is_empty() {
             return Err(ApiError::bad_field("messages", "messages is empty; send at least one"));
         }
+        if let Some(m) = self.messages.iter().find(|m| !ROLES.contains(&m.role.as_str())) {
+            return Err(ApiError::bad_field(
+                "messages",
+                format!(
+                    "message role {:?} is not one of system, developer, user, assistant, tool",
+                    m.role
+                ),
+            ));
+        }
         self.messages
             .iter()
             .map(|m| {
@@ -401,7 +425,10 @@ impl ChatCompletionRequest {
                     tool_calls: m.tool_calls.as_deref().map(template_tool_calls),
                     tool_call_id: m.tool_call_id.clone(),
                     name: m.name.clone(),
-                    ..ChatMessage::new(m.role.clone(), content)
+                    ..ChatMessage::new(
+                        if m.role == "developer" { "system" } else { m.role.as_str() },
+                        content,
+                    )
                 })
             })
             .collect()

@@ -578,6 +578,84 @@ def main():
     checks.run("invalid JSON body (raw) → 400 with the error shape", invalid_json)
     checks.run("temperature -1 → 400 BadRequestError", negative_temperature)
 
+    def unknown_role():
+        err = expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=model, messages=[{"role": "wizard", "content": "hi"}], max_tokens=2),
+            "role wizard")
+        assert err["param"] == "messages", f"param {err['param']!r}"
+        return err["message"]
+
+    def max_tokens_beyond_context():
+        err = expect_error(openai.BadRequestError, 400, lambda: client.completions.create(
+            model=model, prompt="hi", max_tokens=10**12), "max_tokens 10^12")
+        assert err["param"] == "max_tokens", f"param {err['param']!r}"
+        return err["message"]
+
+    checks.run("an unknown message role → 400 naming messages", unknown_role)
+    checks.run("max_tokens beyond the context → 400 naming max_tokens", max_tokens_beyond_context)
+
+    # ---- sampling controls --------------------------------------------------------------------
+
+    def chat_logprobs():
+        r = client.chat.completions.create(model=model, messages=CHAT_MESSAGES, temperature=0,
+                                           max_tokens=MAX_TOKENS, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        assert len(content) == r.usage.completion_tokens, (
+            f"{len(content)} logprob entries for {r.usage.completion_tokens} tokens")
+        for e in content:
+            tops = [t.logprob for t in e.top_logprobs]
+            assert len(tops) == 3 and tops == sorted(tops, reverse=True), f"tops {tops}"
+            assert e.logprob <= 0 and abs(e.logprob - tops[0]) < 1e-4, (
+                f"greedy: the chosen token ({e.logprob}) is the likeliest ({tops[0]})")
+            assert bytes(e.bytes) == e.token.encode(), "bytes are the token's UTF-8"
+        # streamed, the same entries
+        stream = client.chat.completions.create(model=model, messages=CHAT_MESSAGES,
+                                                temperature=0, max_tokens=MAX_TOKENS,
+                                                logprobs=True, top_logprobs=3, stream=True)
+        streamed = [e for c in stream if c.choices and c.choices[0].logprobs
+                    for e in c.choices[0].logprobs.content]
+        assert [e.logprob for e in streamed] == [e.logprob for e in content], "streamed logprobs"
+        return f"{len(content)} tokens"
+
+    def completion_logprobs():
+        r = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                      max_tokens=MAX_TOKENS, logprobs=2)
+        lp = r.choices[0].logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+        text = r.choices[0].text
+        if "\ufffd" not in text and not any("\ufffd" in t for t in lp.tokens):
+            # (a token holding part of a character shows as U+FFFD on its own)
+            assert "".join(lp.tokens) == text, "tokens join to the text"
+        assert all(len(t) <= 2 for t in lp.top_logprobs)
+        assert lp.text_offset == sorted(lp.text_offset)
+        return f"{len(lp.tokens)} tokens"
+
+    def penalties_and_bias():
+        plain = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                          max_tokens=MAX_TOKENS)
+        pen = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                        max_tokens=MAX_TOKENS, frequency_penalty=2.0,
+                                        presence_penalty=2.0,
+                                        extra_body={"repetition_penalty": 1.5, "min_p": 0.05})
+        assert pen.usage.completion_tokens == MAX_TOKENS
+        # a bias of +100 on one token makes it the whole answer
+        tok = raw.json("POST", "/tokenize", {"model": model, "prompt": "the", "add_special_tokens": False})
+        t = tok["tokens"][0]
+        biased = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                           max_tokens=4, logit_bias={str(t): 100})
+        one = raw.json("POST", "/detokenize", {"model": model, "tokens": [t]})["prompt"]
+        assert biased.choices[0].text == one * 4, f"{biased.choices[0].text!r} vs 4 × {one!r}"
+        expect_error(openai.BadRequestError, 400, lambda: client.completions.create(
+            model=model, prompt="hi", max_tokens=2, presence_penalty=5), "presence_penalty 5")
+        changed = pen.choices[0].text != plain.choices[0].text
+        return f"penalties changed the greedy text: {changed}"
+
+    checks.run("chat logprobs + top_logprobs: one entry a token, sorted, streamed the same",
+               chat_logprobs)
+    checks.run("completions logprobs: tokens, offsets, alternatives", completion_logprobs)
+    checks.run("penalties and min_p accepted, logit_bias forces a token, bad penalty → 400",
+               penalties_and_bias)
+
     # ---- tokenizer ----------------------------------------------------------------------------
 
     def tokenize_roundtrip():
