@@ -14,7 +14,7 @@
 #
 # The models are the ones scripts/fetch-models.sh puts in assets/models/ (run it first where
 # the machine can reach PyPI, or copy the folder). Nothing here asserts a speed: the report is
-# figures for the README.
+# figures for the README (its GPU paragraph) and docs/measured.md.
 #
 # For a machine with no Rust toolchain or no room for the models (a lent GPU box):
 #   GPU_CHECK_BIN=DIR        take kvrun and the test executables (named by test: kernel_linear,

@@ -304,8 +304,8 @@ impl KernelConfig {
     /// Keys per partition of the lanes attention family, from the host's threads (llvmpipe's
     /// workers): a decode workgroup's fixed work (the queries' loads, the partials' stores,
     /// decode_reduce's merge per partition) cost more than 64 keys on the 2-thread Xeon, where
-    /// 256 took SmolLM2's decode attention at 4096 keys from 0.99–1.08 to 0.89–0.95 ms (README
-    /// "Measured"); more threads need more workgroups to share a short context, so 128 up to 4
+    /// 256 took SmolLM2's decode attention at 4096 keys from 0.99–1.08 to 0.89–0.95 ms
+    /// (docs/measured.md); more threads need more workgroups to share a short context, so 128 up to 4
     /// threads and the workgroup family's 64 past that (neither measured).
     pub fn lane_partition(host_threads: u32) -> u32 {
         match host_threads {
