@@ -1,8 +1,8 @@
 //! State snapshots through [`KvManager`] (recurrent models; the slots are the prefix cache's,
 //! `prefix_cache_snapshots.rs`). A step that crosses a block boundary `P` writes the states
-//! after token `P − 1` into a slot taken for it ([`KvManager::snapshot_target`], the last
-//! boundary the step crosses); once the step is cached the slot goes to the node of the block
-//! ending at `P` (or back, if that node has one). A sequence that begins on a cached prefix
+//! after token `P − 1` into a slot taken for it ([`KvManager::snapshot_target`]: the branch
+//! point the step crosses, else its last boundary); once the step is cached the slot goes to
+//! the node of the block ending at `P` (or back, if that node has one). A sequence that begins on a cached prefix
 //! copies the snapshot at its end into its own states before its first step
 //! ([`KvManager::snapshot_restore`]). Kept: branch points (where a sequence leaves the cached
 //! tree: a shared system prompt) and the prompt's last boundary (a regenerated reply); of the
@@ -40,8 +40,7 @@ impl KvManager {
     /// usable); else the last block boundary `P` in `start + 1..=end`, unless the cache has a
     /// snapshot there. A slot is taken for it (a free one, else the least recently used
     /// snapshot's). `prompt_end`: the last block boundary within the prompt. `None`: no
-    /// snapshot this step. Errors if `seq` is not live. O(P) when a boundary
-    /// is crossed.
+    /// snapshot this step. Errors if `seq` is not live. O(P) when a boundary is crossed.
     pub fn snapshot_target(
         &mut self,
         seq: SeqId,
@@ -74,7 +73,8 @@ impl KvManager {
 
     /// Once `seq`'s first `full` blocks are cached: gives its written snapshot to the node of
     /// the block ending at its position (or the slot back if that node has one), and unless
-    /// it is one to keep, drops the sequence's previous such snapshot. Nothing while the target is not computed.
+    /// it is one to keep, drops the sequence's previous such snapshot. Nothing while the
+    /// target is not computed.
     pub(super) fn settle_snapshot(&mut self, seq: SeqId, full: usize) {
         let b = self.layout.block_size;
         let (Some(s), Some(cache)) = (self.seqs.get_mut(&seq), self.cache.as_mut()) else {
