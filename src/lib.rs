@@ -16,9 +16,9 @@
 //! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree), tenant quotas | — |
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv, output (`FinishReason`) |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | — |
-//! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`] | tokenizer |
+//! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`], the answer's reasoning and tool-call parsers | tokenizer |
 //! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
-//! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, sched, sample, tokenizer |
+//! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, output, sched, sample, tokenizer |
 //! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG); `bench serve` over HTTP | engine, gpu, kernels (the bandwidth probes), kv, loader, model, quant, sched, tokenizer |
 //! | [`cli`] | clap subcommands | every room |
 //!

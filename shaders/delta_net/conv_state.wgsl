@@ -25,24 +25,25 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if (seq.snapshot_len > 0u) {
         let snap = seq.snapshot_slot * n * p.channels + c;
         for (var m = 0u; m < n; m++) {
-            let r = i32(seq.snapshot_len) - i32(n) + i32(m);
-            var v = 0.0;
-            if (r >= 0) {
-                v = x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
-            } else if (seq.ctx_len != seq.q_len) {
-                v = state[s_base + (m + seq.snapshot_len) * p.channels];
-            }
-            state[snap + m * p.channels] = v;
+            state[snap + m * p.channels] = entry_after(seq, c, s_base, seq.snapshot_len, m);
         }
     }
     for (var m = 0u; m < n; m++) {
-        let r = i32(seq.q_len) - i32(n) + i32(m);
-        var v = 0.0;
-        if (r >= 0) {
-            v = x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
-        } else if (seq.ctx_len != seq.q_len) {
-            v = state[s_base + (m + seq.q_len) * p.channels];
-        }
-        state[s_base + m * p.channels] = v;
+        state[s_base + m * p.channels] = entry_after(seq, c, s_base, seq.q_len, m);
     }
+}
+
+// Entry m (oldest first) of channel c's conv state after `len` of the step's tokens: input row
+// len − (CONV_K − 1) + m of the step, or an older entry of the old state (at s_base), or 0
+// when the step starts the sequence. Reads only old entries ≥ m, so the update in place
+// (m ascending) reads each before it is written.
+fn entry_after(seq: SeqInfo, c: u32, s_base: u32, len: u32, m: u32) -> f32 {
+    let r = i32(len) - i32(CONV_K - 1u) + i32(m);
+    if (r >= 0) {
+        return x[(seq.q_start + u32(r)) * p.x_stride + p.x_offset + c];
+    }
+    if (seq.ctx_len != seq.q_len) {
+        return state[s_base + (m + len) * p.channels];
+    }
+    return 0.0;
 }

@@ -61,6 +61,18 @@ fn softplus(v: f32) -> f32 {
     return log(1.0 + exp(v));
 }
 
+// Writes state column s (rows 0..DK, stride dv) at `base`: a slot's column j of a head.
+fn store_column(base: u32, s: ptr<function, array<vec4<f32>, DK / 4u>>) {
+    for (var i = 0u; i < DK / 4u; i++) {
+        let b = base + 4u * i * p.dv;
+        let v = (*s)[i];
+        state[b] = v.x;
+        state[b + p.dv] = v.y;
+        state[b + 2u * p.dv] = v.z;
+        state[b + 3u * p.dv] = v.w;
+    }
+}
+
 @compute @workgroup_size(COLS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
@@ -135,23 +147,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         out[row * p.out_stride + hv * p.dv + j] = o;
         if (t + 1u == seq.snapshot_len) {
             // a prefix-cache snapshot: the state after this token, into another slot
-            let snap = (seq.snapshot_slot * p.v_heads + hv) * DK * p.dv + j;
-            for (var i = 0u; i < DK / 4u; i++) {
-                let b = snap + 4u * i * p.dv;
-                state[b] = s[i].x;
-                state[b + p.dv] = s[i].y;
-                state[b + 2u * p.dv] = s[i].z;
-                state[b + 3u * p.dv] = s[i].w;
-            }
+            store_column((seq.snapshot_slot * p.v_heads + hv) * DK * p.dv + j, &s);
         }
         workgroupBarrier();  // sh_q, sh_k and red are free for the next token
     }
 
-    for (var i = 0u; i < DK / 4u; i++) {
-        let b = s_base + 4u * i * p.dv;
-        state[b] = s[i].x;
-        state[b + p.dv] = s[i].y;
-        state[b + 2u * p.dv] = s[i].z;
-        state[b + 3u * p.dv] = s[i].w;
-    }
+    store_column(s_base, &s);
 }

@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use crate::loader::SamplingDefaults;
 pub use config::{
     kv_groups, kv_storage, model_kv_storage, tenant_namespace, EngineConfig, KvQuota,
     ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,

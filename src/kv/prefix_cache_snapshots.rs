@@ -12,7 +12,7 @@
 //! snapshot it restores from before any later step writes the slot (the engine records restore
 //! copies ahead of the step's kernels), so a snapshot is needed only until then.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{BlockId, PrefixCache};
 
@@ -21,7 +21,7 @@ use super::{BlockId, PrefixCache};
 pub(super) struct SnapshotSlots {
     total: u32,
     /// Free slots; the lowest is taken first.
-    free: Vec<u32>,
+    free: BTreeSet<u32>,
     /// Slot → the node owning it (its snapshot) and the clock of its last use (attached, or
     /// matched by a sequence that restores it).
     owners: HashMap<u32, (BlockId, u64)>,
@@ -31,7 +31,13 @@ pub(super) struct SnapshotSlots {
 
 impl SnapshotSlots {
     pub(super) fn new(total: u32) -> Self {
-        SnapshotSlots { total, free: (0..total).rev().collect(), ..SnapshotSlots::default() }
+        SnapshotSlots { total, free: (0..total).collect(), ..SnapshotSlots::default() }
+    }
+
+    /// `slot` is free again (no longer owned, if it was).
+    fn release(&mut self, slot: u32) {
+        self.owners.remove(&slot);
+        self.free.insert(slot);
     }
 }
 
@@ -70,7 +76,7 @@ impl PrefixCache {
     pub fn take_snapshot_slot(&mut self) -> Option<u32> {
         let nodes = &mut self.nodes;
         let s = self.snapshots.as_mut()?;
-        if let Some(slot) = s.free.pop() {
+        if let Some(slot) = s.free.pop_first() {
             return Some(slot);
         }
         // By the snapshot's own use, not its node's: a walk stamps every node of a path, so
@@ -108,8 +114,7 @@ impl PrefixCache {
     pub fn give_back_snapshot_slot(&mut self, slot: u32) {
         let s = self.snapshots.as_mut().expect("a cache with snapshots");
         debug_assert!(!s.free.contains(&slot) && !s.owners.contains_key(&slot));
-        s.free.push(slot);
-        s.free.sort_unstable_by(|a, b| b.cmp(a)); // lowest last: taken first
+        s.release(slot);
     }
 
     /// Frees `node`'s snapshot if it is still `slot` (it may have been evicted since).
@@ -118,18 +123,13 @@ impl PrefixCache {
             return;
         }
         self.nodes.get_mut(&node).expect("cached").snapshot = None;
-        let s = self.snapshots.as_mut().expect("a cache with snapshots");
-        s.owners.remove(&slot);
-        s.free.push(slot);
-        s.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.snapshots.as_mut().expect("a cache with snapshots").release(slot);
     }
 
     /// A node leaves the tree: its snapshot slot, if any, is free again.
     pub(super) fn free_snapshot_of_removed(&mut self, snapshot: Option<u32>) {
         if let (Some(slot), Some(s)) = (snapshot, self.snapshots.as_mut()) {
-            s.owners.remove(&slot);
-            s.free.push(slot);
-            s.free.sort_unstable_by(|a, b| b.cmp(a));
+            s.release(slot);
         }
     }
 

@@ -6,10 +6,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::engine::SamplingDefaults;
 use crate::engine::{Conversation, Prompt, PromptRequest};
-use crate::loader::SamplingDefaults;
 use crate::sample::SamplingParams;
-use crate::tokenizer::{ChatMessage, TemplateVars, RESERVED_TEMPLATE_VARS};
+use crate::tokenizer::{check_template_vars, ChatMessage, TemplateVars};
 
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -187,11 +187,6 @@ impl CommonFields {
         Ok(asked)
     }
 
-    /// Whether the request asked for log-probabilities (checked by [`CommonFields::sampling`]).
-    pub fn logprobs_asked(&self) -> bool {
-        self.logprobs().ok().flatten().is_some()
-    }
-
     /// `logit_bias` as (token id, bias), checked against the vocabulary.
     pub fn logit_bias(&self, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
         let Some(map) = &self.logit_bias else { return Ok(Vec::new()) };
@@ -321,14 +316,7 @@ impl ChatCompletionRequest {
     /// `reasoning_effort` (refused where they would replace what the request itself sets).
     pub fn conversation(&self) -> Result<Conversation, ApiError> {
         let mut vars = self.chat_template_kwargs.clone().unwrap_or_default();
-        if let Some(name) = RESERVED_TEMPLATE_VARS.iter().find(|n| vars.contains_key(**n)) {
-            return Err(ApiError::bad_field(
-                "chat_template_kwargs",
-                format!(
-                    "chat_template_kwargs sets `{name}`, which the request itself sets; remove it"
-                ),
-            ));
-        }
+        check_template_vars(&vars).map_err(|e| ApiError::bad_field("chat_template_kwargs", e))?;
         if let Some(effort) = &self.reasoning_effort {
             vars.insert("reasoning_effort".into(), Value::String(effort.clone()));
         }

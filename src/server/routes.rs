@@ -18,8 +18,8 @@ use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest
 use super::stream::{Generation, Kind};
 use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
+use crate::engine::SamplingDefaults;
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
-use crate::loader::SamplingDefaults;
 use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallParser};
 use crate::tokenizer::ChatMessage;
 
@@ -209,9 +209,9 @@ async fn generate(
         vocab_size,
         &defaults,
     )?;
+    let wants_logprobs = req.params.logprobs.is_some();
     let events = engine.submit_prompt(req)?;
     let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
-    let wants_logprobs = common.logprobs_asked();
     let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
     let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);
     let model = state.opts.served_model_name.clone();

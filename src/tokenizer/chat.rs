@@ -47,6 +47,17 @@ pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
 pub const RESERVED_TEMPLATE_VARS: [&str; 4] =
     ["messages", "add_generation_prompt", "bos_token", "eos_token"];
 
+/// Refuses `vars` naming one of [`RESERVED_TEMPLATE_VARS`] (the one check: renders and the
+/// server's request parsing call it).
+pub fn check_template_vars(vars: &TemplateVars) -> Result<(), String> {
+    match RESERVED_TEMPLATE_VARS.iter().find(|n| vars.contains_key(**n)) {
+        Some(name) => Err(format!(
+            "chat_template_kwargs sets `{name}`, which the request itself sets; remove it"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -128,12 +139,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> Result<String, TokenizerError> {
-        if let Some(name) = RESERVED_TEMPLATE_VARS.iter().find(|n| vars.contains_key(**n)) {
-            return Err(TokenizerError::Template(format!(
-                "the template variable `{name}` is set from the request itself; remove it from \
-                 chat_template_kwargs"
-            )));
-        }
+        check_template_vars(vars).map_err(TokenizerError::Template)?;
         let origin = &self.origin;
         let tmpl = self.env.get_template(NAME).map_err(|e| template_err(origin, e))?;
         let mut out = CappedWriter { buf: Vec::new(), cap: MAX_PROMPT_BYTES, full: false };
@@ -208,6 +214,15 @@ fn sorted(json: serde_json::Value) -> serde_json::Value {
     }
 }
 
+/// `", "` before every item but the first of an array or object.
+fn item_separator<W: ?Sized + std::io::Write>(w: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        w.write_all(b", ")
+    }
+}
+
 /// `json.dumps`'s default separators: `", "` and `": "`.
 struct PythonFormatter;
 
@@ -217,11 +232,7 @@ impl serde_json::ser::Formatter for PythonFormatter {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        item_separator(w, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -229,11 +240,7 @@ impl serde_json::ser::Formatter for PythonFormatter {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        item_separator(w, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {

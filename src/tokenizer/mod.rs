@@ -8,7 +8,9 @@ mod gguf_bpe;
 mod gguf_spm;
 mod source;
 
-pub use chat::{ChatMessage, ChatTemplate, TemplateVars, RESERVED_TEMPLATE_VARS};
+pub use chat::{
+    check_template_vars, ChatMessage, ChatTemplate, TemplateVars, RESERVED_TEMPLATE_VARS,
+};
 pub use source::{gguf_default_add_bos, GgufVocab, HfTokenizerConfig, TokenizerSource};
 
 use std::path::PathBuf;
