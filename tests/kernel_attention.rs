@@ -31,11 +31,17 @@ struct Shape {
     num_kv_heads: usize,
     head_dim: usize,
     block_size: usize,
+    /// KV heads a pool block has room for (≥ num_kv_heads: a layer narrower than its pool
+    /// slot's widest, Gemma 4; `QkvLayout::pool_heads`).
+    pool_heads: usize,
+    /// The head size whose family and prefill tile the kernels take (≥ head_dim: a layer
+    /// beside wider ones, `AttentionOp::for_heads_of`).
+    family_head_dim: usize,
 }
 
-/// Pool word for (block, head, offset, word) in [blocks, kv_heads, block_size, head_dim/2].
+/// Pool word for (block, head, offset, word) in [blocks, pool_heads, block_size, head_dim/2].
 fn word_index(s: &Shape, block: usize, h: usize, off: usize, w: usize) -> usize {
-    ((block * s.num_kv_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
+    ((block * s.pool_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
 }
 
 /// `tokens` distinct slots of a pool with room for them plus 4 spare blocks, shuffled; and the
@@ -114,7 +120,7 @@ fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
 
 /// Pool contents on the CPU; unused slots hold f16 NaN so a wrong read poisons the result.
 fn cpu_pools(s: &Shape, seqs: &[Seq], d: &Data) -> (Vec<u32>, Vec<u32>) {
-    let words = d.num_blocks * s.num_kv_heads * s.block_size * s.head_dim / 2;
+    let words = d.num_blocks * s.pool_heads * s.block_size * s.head_dim / 2;
     let nan = 0x7E00_7E00u32;
     let (mut kp, mut vp) = (vec![nan; words], vec![nan; words]);
     for (si, q) in seqs.iter().enumerate() {
@@ -168,7 +174,8 @@ fn gpu_attention_with(
     let layout = QkvLayout {
         values_in_keys,
         ..QkvLayout::new(s.num_heads as u32, s.num_kv_heads as u32, s.head_dim as u32)
-    };
+    }
+    .with_pool_heads(s.pool_heads as u32);
     let stride = layout.stride() as usize;
     let num_tokens: usize = seqs.iter().map(|q| q.q_len).sum();
     let mut qkv = vec![0.5f32; num_tokens * stride];
@@ -176,8 +183,8 @@ fn gpu_attention_with(
     let mut tables = Vec::new();
     let mut tiles = Vec::new();
     let mut row = 0;
-    let variant = kernels.config.attention(s.head_dim as u32);
-    let qt = attention::query_tile(variant, s.head_dim as u32) as usize;
+    let variant = kernels.config.attention(s.family_head_dim as u32);
+    let qt = attention::query_tile(variant, s.family_head_dim as u32) as usize;
     let num_decode = seqs.iter().take_while(|q| q.q_len == 1).count();
     for (si, q) in seqs.iter().enumerate() {
         for i in 0..q.q_len {
@@ -231,14 +238,13 @@ fn gpu_attention_with(
         partials_bytes(num_decode.max(1) as u32, s.num_heads as u32, max_parts, s.head_dim as u32);
     let partials = storage_f32(gpu, &vec![f32::NAN; bytes as usize / 4]);
     let out_b = storage_f32(gpu, &vec![SENTINEL; (num_tokens + 1) * out_stride]);
-    let op = AttentionOp::new(
+    let window = window.map(|w| NonZeroU32::new(w as u32).unwrap());
+    let op = AttentionOp::for_heads_of(
         gpu,
         kernels,
         layout,
-        s.block_size as u32,
-        max_parts,
-        window.map(|w| NonZeroU32::new(w as u32).unwrap()),
-        scale,
+        s.family_head_dim as u32,
+        (s.block_size as u32, max_parts, window, scale),
         AttentionIo {
             step: &step,
             qkv: &qkv_b,
@@ -328,7 +334,14 @@ const GQA: [(usize, usize); 4] = [(4, 4), (9, 3), (8, 2), (6, 1)];
 fn decode_matches_reference_for_block_sizes_and_gqa() {
     for (i, &(h, kvh)) in GQA.iter().enumerate() {
         for (j, bs) in [1, 16, 64].into_iter().enumerate() {
-            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            let s = Shape {
+                num_heads: h,
+                num_kv_heads: kvh,
+                head_dim: 64,
+                block_size: bs,
+                pool_heads: kvh,
+                family_head_dim: 64,
+            };
             let seqs = [
                 Seq { ctx_len: 1, q_len: 1 },
                 Seq { ctx_len: 37, q_len: 1 },
@@ -343,7 +356,14 @@ fn decode_matches_reference_for_block_sizes_and_gqa() {
 fn prefill_matches_reference_including_cached_prefix() {
     for (i, &(h, kvh)) in GQA.iter().enumerate() {
         for (j, bs) in [1, 16, 64].into_iter().enumerate() {
-            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            let s = Shape {
+                num_heads: h,
+                num_kv_heads: kvh,
+                head_dim: 64,
+                block_size: bs,
+                pool_heads: kvh,
+                family_head_dim: 64,
+            };
             // whole prompt; chunk after a cached prefix; a chunk of several tiles past 2 partitions
             let seqs = [
                 Seq { ctx_len: 19, q_len: 19 },
@@ -360,7 +380,14 @@ fn prefill_matches_reference_including_cached_prefix() {
 #[test]
 fn mixed_step_and_other_head_sizes() {
     for (i, hd) in [16usize, 128, 256, 512, 576].into_iter().enumerate() {
-        let s = Shape { num_heads: 8, num_kv_heads: 2, head_dim: hd, block_size: 16 };
+        let s = Shape {
+            num_heads: 8,
+            num_kv_heads: 2,
+            head_dim: hd,
+            block_size: 16,
+            pool_heads: 2,
+            family_head_dim: hd,
+        };
         let seqs = [
             Seq { ctx_len: 65, q_len: 1 },
             Seq { ctx_len: 129, q_len: 1 },
@@ -370,11 +397,46 @@ fn mixed_step_and_other_head_sizes() {
     }
     // Two query heads a KV head: the lanes decode kernel built for slices of two
     // (attention::slice_heads; GQA above covers 1, 3, 4 and 4 + 2).
-    let s = Shape { num_heads: 4, num_kv_heads: 2, head_dim: 64, block_size: 16 };
+    let s = Shape {
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 64,
+        block_size: 16,
+        pool_heads: 2,
+        family_head_dim: 64,
+    };
     check(&s, &[Seq { ctx_len: 150, q_len: 1 }, Seq { ctx_len: 40, q_len: 12 }], 250);
     // MQA with more query heads than one decode workgroup holds (slices of 16).
-    let s = Shape { num_heads: 20, num_kv_heads: 1, head_dim: 32, block_size: 16 };
+    let s = Shape {
+        num_heads: 20,
+        num_kv_heads: 1,
+        head_dim: 32,
+        block_size: 16,
+        pool_heads: 1,
+        family_head_dim: 32,
+    };
     check(&s, &[Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 33, q_len: 9 }], 300);
+}
+
+/// A layer narrower than its pool slot's widest (Gemma 4's 256-channel sliding heads beside
+/// 512-channel global ones): pool blocks with room for more KV heads than the layer has (the
+/// heads after its own NaN: a read of them poisons the output), in its own family and in the
+/// family and prefill tile of a wider head (`AttentionOp::for_heads_of`).
+#[test]
+fn narrower_layer_in_wider_pool_blocks() {
+    let cases = [(1, 3, 64, 64), (2, 4, 32, 512), (1, 2, 256, 512), (2, 8, 64, 576)];
+    for (i, (kvh, room, hd, family)) in cases.into_iter().enumerate() {
+        let s = Shape {
+            num_heads: 4,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            block_size: 16,
+            pool_heads: room,
+            family_head_dim: family,
+        };
+        let seqs = [Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 40, q_len: 13 }];
+        check(&s, &seqs, 700 + i as u64);
+    }
 }
 
 /// The same query tokens computed as one prefill chunk and as separate decode sequences give
@@ -402,7 +464,14 @@ fn bit_identity(
     name: &str,
 ) {
     {
-        let s = Shape { num_heads: 9, num_kv_heads: 3, head_dim: hd, block_size: bs };
+        let s = Shape {
+            num_heads: 9,
+            num_kv_heads: 3,
+            head_dim: hd,
+            block_size: bs,
+            pool_heads: 3,
+            family_head_dim: hd,
+        };
         // queries 250..269: across a partition boundary of both families (64 and 256 keys)
         let (ctx, n) = (270usize, 20usize);
         let prefill = [Seq { ctx_len: ctx, q_len: n }];
@@ -447,7 +516,14 @@ fn sliding_window_matches_reference() {
     let windows = [1usize, 7, 37, 64, 70, 130, 1000];
     for (i, &(h, kvh)) in GQA.iter().enumerate() {
         for (j, bs) in [1usize, 16, 64].into_iter().enumerate() {
-            let s = Shape { num_heads: h, num_kv_heads: kvh, head_dim: 64, block_size: bs };
+            let s = Shape {
+                num_heads: h,
+                num_kv_heads: kvh,
+                head_dim: 64,
+                block_size: bs,
+                pool_heads: kvh,
+                family_head_dim: 64,
+            };
             // a different window for each (GQA, block size) pair; all of them for one
             let ws: &[usize] =
                 if (i, j) == (1, 1) { &windows } else { &windows[(i * 3 + j) % 7..][..1] };
@@ -457,7 +533,14 @@ fn sliding_window_matches_reference() {
         }
     }
     for (i, hd) in [16usize, 128, 256].into_iter().enumerate() {
-        let s = Shape { num_heads: 8, num_kv_heads: 2, head_dim: hd, block_size: 16 };
+        let s = Shape {
+            num_heads: 8,
+            num_kv_heads: 2,
+            head_dim: hd,
+            block_size: 16,
+            pool_heads: 2,
+            family_head_dim: hd,
+        };
         let seqs = [Seq { ctx_len: 129, q_len: 1 }, Seq { ctx_len: 150, q_len: 33 }];
         check_window(&s, &seqs, Some(50 + i), 1000 + i as u64);
     }
@@ -467,12 +550,26 @@ fn sliding_window_matches_reference() {
     // invocation only because the workgroup prefill's inner loops step 8 at a time (one at a
     // time it failed past ~1,850 keys) and the lane prefill's per-query steps are written out,
     // not looped (a loop of 8 a key failed past 8,191 keys).
-    let s = Shape { num_heads: 4, num_kv_heads: 1, head_dim: 256, block_size: 16 };
+    let s = Shape {
+        num_heads: 4,
+        num_kv_heads: 1,
+        head_dim: 256,
+        block_size: 16,
+        pool_heads: 1,
+        family_head_dim: 256,
+    };
     let seqs = [Seq { ctx_len: 2048, q_len: 1 }, Seq { ctx_len: 2048, q_len: 128 }];
     check_window(&s, &seqs, Some(512), 1010);
     check_window(&s, &seqs, None, 1011);
     check_window(&s, &[Seq { ctx_len: 8192, q_len: 8 }], None, 1012);
-    let s = Shape { num_heads: 4, num_kv_heads: 1, head_dim: 128, block_size: 16 };
+    let s = Shape {
+        num_heads: 4,
+        num_kv_heads: 1,
+        head_dim: 128,
+        block_size: 16,
+        pool_heads: 1,
+        family_head_dim: 128,
+    };
     check_window(&s, &[Seq { ctx_len: 8192, q_len: 16 }], None, 1013);
 }
 
@@ -496,15 +593,23 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
 fn kv_write_scatters_through_slot_mapping() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    for (i, bs) in [1usize, 16, 64].into_iter().enumerate() {
-        let s = Shape { num_heads: 6, num_kv_heads: 2, head_dim: 32, block_size: bs };
-        let layout = QkvLayout::new(6, 2, 32);
+    // room 3: pool blocks with a KV head more than the layer's (Gemma 4's narrower layers)
+    for (i, (bs, room)) in [(1usize, 2usize), (16, 2), (64, 2), (16, 3)].into_iter().enumerate() {
+        let s = Shape {
+            num_heads: 6,
+            num_kv_heads: 2,
+            head_dim: 32,
+            block_size: bs,
+            pool_heads: room,
+            family_head_dim: 32,
+        };
+        let layout = QkvLayout::new(6, 2, 32).with_pool_heads(room as u32);
         let stride = layout.stride() as usize;
         let mut r = rng(500 + i as u64);
         let tokens: usize = 37;
         let (slots, num_blocks) = shuffled_slots(&mut r, tokens, bs);
         let qkv = uniform(&mut r, tokens * stride, 2.0);
-        let words = num_blocks * 2 * bs * 16;
+        let words = num_blocks * room * bs * 16;
         let sentinel = 0xDEAD_BEEFu32;
         let k_b = storage_u32(gpu, &vec![sentinel; words]);
         let v_b = storage_u32(gpu, &vec![sentinel; words]);
@@ -517,8 +622,9 @@ fn kv_write_scatters_through_slot_mapping() {
             op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
         });
         let (want_k, want_v) = expected_pools(&s, layout, &slots, (&qkv, &qkv), (words, sentinel));
-        assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, block size {bs}");
-        assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, block size {bs}");
+        let what = format!("block size {bs}, room for {room} KV heads");
+        assert_eq!(gpu.read_u32(&k_b, 0, words).unwrap(), want_k, "K pool, {what}");
+        assert_eq!(gpu.read_u32(&v_b, 0, words).unwrap(), want_v, "V pool, {what}");
     }
 }
 
@@ -531,12 +637,21 @@ fn kv_write_scatters_through_slot_mapping() {
 fn rope_kv_write_matches_rope_then_kv_write() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    let cases = [(6, 2, 32, 16), (5, 1, 12, 1), (4, 1, 256, 16), (3, 3, 32, 1)];
-    for (i, &(heads, kv_heads, hd, bs)) in cases.iter().enumerate() {
+    // (heads, KV heads, head_dim, block size, KV heads a pool block has room for)
+    let cases = [(6, 2, 32, 16, 2), (5, 1, 12, 1, 1), (4, 1, 256, 16, 1), (3, 3, 32, 1, 3)];
+    let cases = cases.into_iter().chain([(4, 1, 64, 16, 4)]);
+    for (i, (heads, kv_heads, hd, bs, room)) in cases.enumerate() {
         for pairs in [RopePairs::Interleaved, RopePairs::Neox] {
-            let s =
-                Shape { num_heads: heads, num_kv_heads: kv_heads, head_dim: hd, block_size: bs };
-            let layout = QkvLayout::new(heads as u32, kv_heads as u32, hd as u32);
+            let s = Shape {
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim: hd,
+                block_size: bs,
+                pool_heads: room,
+                family_head_dim: hd,
+            };
+            let layout = QkvLayout::new(heads as u32, kv_heads as u32, hd as u32)
+                .with_pool_heads(room as u32);
             assert!(rope_kv_write::fits(layout));
             let stride = layout.stride() as usize;
             let mut r = rng(900 + i as u64);
@@ -548,7 +663,7 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             let qkv = uniform(&mut r, tokens * stride, 2.0);
             let theta = 10000.0;
             let table = rope_table(hd, &Rope { theta, scaling: RopeScaling::None }, 4096);
-            let words = num_blocks * kv_heads * bs * hd / 2;
+            let words = num_blocks * room * bs * hd / 2;
             let sentinel = 0xDEAD_BEEFu32;
             let k_b = storage_u32(gpu, &vec![sentinel; words]);
             let v_b = storage_u32(gpu, &vec![sentinel; words]);
@@ -570,7 +685,9 @@ fn rope_kv_write_matches_rope_then_kv_write() {
             run(gpu, |pass| {
                 op.record(pass, &StepShape { num_tokens: tokens as u32, ..Default::default() });
             });
-            let what = format!("rope_kv_write {pairs:?} {heads}/{kv_heads} heads of {hd}, bs {bs}");
+            let what = format!(
+                "rope_kv_write {pairs:?} {heads}/{kv_heads} heads of {hd}, bs {bs}, room {room}"
+            );
             let got = gpu.read_f32(&qkv_b, 0, tokens * stride).unwrap();
             let mut want = qkv.clone();
             for (ti, &pos) in positions.iter().enumerate() {
@@ -611,7 +728,14 @@ fn mla_absorbed_attention_matches_the_expanded_form() {
     for (n, (rank, dr, heads, bs)) in shapes.into_iter().enumerate() {
         let (dn, dv) = (32usize, 24usize);
         let width = rank + dr;
-        let s = Shape { num_heads: heads, num_kv_heads: 1, head_dim: width, block_size: bs };
+        let s = Shape {
+            num_heads: heads,
+            num_kv_heads: 1,
+            head_dim: width,
+            block_size: bs,
+            pool_heads: 1,
+            family_head_dim: width,
+        };
         let mut d = make_data(&s, &seqs, 1200 + n as u64);
         let mut r = rng(1300 + n as u64);
         let w_uk = uniform(&mut r, heads * dn * rank, 0.3); // [H, dn, R]

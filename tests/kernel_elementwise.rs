@@ -53,13 +53,18 @@ fn rms_norm_matches_reference_plain_and_gathered() {
             let mut old_padded = old.clone();
             old_padded.extend(vec![SENTINEL; dim]);
             let out_acc = storage_f32(gpu, &old_padded);
-            let norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate: bool| {
+            // scaled: out = old · s + norm (Gemma 4's layer scalar)
+            let out_scaled = storage_f32(gpu, &old_padded);
+            let s = 0.625f32;
+            let scaled_norm = |out: &wgpu::Buffer, rows: NormRows<'_>, accumulate, s| {
                 let io = NormIo { step: &step, x: &xb, weight: &wb, out, rows, accumulate };
-                RmsNormOp::new(gpu, k, "norm", dim as u32, 1e-5, io)
+                RmsNormOp::scaled(gpu, k, "norm", dim as u32, 1e-5, io, s)
             };
+            let norm = |out, rows, accumulate| scaled_norm(out, rows, accumulate, 1.0);
             let plain = norm(&out, NormRows::Step, false);
             let gather = norm(&out_g, NormRows::Gather(&rb), false);
             let acc = norm(&out_acc, NormRows::Step, true);
+            let scaled = scaled_norm(&out_scaled, NormRows::Step, true, s);
             let shape = StepShape {
                 num_tokens: tokens as u32,
                 num_logits: rows.len() as u32,
@@ -69,6 +74,7 @@ fn rms_norm_matches_reference_plain_and_gathered() {
                 plain.record(pass, &shape);
                 gather.record(pass, &shape);
                 acc.record(pass, &shape);
+                scaled.record(pass, &shape);
             });
             let want = reference::rms_norm(&x, &w, 1e-5);
             let what = |case: &str| format!("rms_norm {case} dim {dim}, {variant} variant");
@@ -76,6 +82,10 @@ fn rms_norm_matches_reference_plain_and_gathered() {
             let want_acc: Vec<f32> = want.iter().zip(&old).map(|(n, o)| n + o).collect();
             assert_close(&what("accumulate"), &got_acc[..tokens * dim], &want_acc, 1e-6, 2e-6);
             assert_sentinels(&what("accumulate"), &got_acc[tokens * dim..]);
+            let got_scaled = gpu.read_f32(&out_scaled, 0, (tokens + 1) * dim).unwrap();
+            let want_scaled: Vec<f32> = want.iter().zip(&old).map(|(n, o)| o * s + n).collect();
+            assert_close(&what("scaled"), &got_scaled[..tokens * dim], &want_scaled, 1e-6, 2e-6);
+            assert_sentinels(&what("scaled"), &got_scaled[tokens * dim..]);
             let got_plain = gpu.read_f32(&out, 0, (tokens + 1) * dim).unwrap();
             assert_close(&what("plain"), &got_plain[..tokens * dim], &want, 1e-6, 2e-6);
             assert_sentinels(&what("plain"), &got_plain[tokens * dim..]);
@@ -86,7 +96,7 @@ fn rms_norm_matches_reference_plain_and_gathered() {
                 .collect();
             assert_close(&what("gather"), &got_gather[..rows.len() * dim], &want_g, 1e-6, 2e-6);
             assert_sentinels(&what("gather"), &got_gather[rows.len() * dim..]);
-            outputs.push((*variant, [got_plain, got_gather, got_acc].concat()));
+            outputs.push((*variant, [got_plain, got_gather, got_acc, got_scaled].concat()));
         }
         assert_same_bits(&format!("rms_norm dim {dim}"), &outputs);
     }

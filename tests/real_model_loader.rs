@@ -50,6 +50,7 @@ fn smollm2_config_and_tensors() {
         moe_layers: 0,
         delta_net: None,
         attn_output_gate: false,
+        global_layers: None,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

@@ -41,7 +41,7 @@ struct AttnParams {
     k_data_words: u32,    // u32 words of codes at the start of a K head block
     v_data_words: u32,
     window: u32,          // sliding window W: keys (P − W, P] for a query at P; 0 = full causal
-    _pad0: u32,
+    pool_heads: u32,      // KV heads a pool block has room for (common/kv_pool.wgsl)
     _pad1: u32,
     _pad2: u32,
 }

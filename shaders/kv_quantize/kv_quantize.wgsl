@@ -21,7 +21,7 @@ struct KvQuantizeParams {
     v_head_block_words: u32,
     k_data_words: u32,        // u32 words of codes in a K head block
     v_data_words: u32,
-    _pad0: u32,
+    pool_heads: u32,          // KV heads a pool block has room for (common/kv_pool.wgsl)
 }
 
 override K_GRAN: u32 = 1u;
@@ -149,7 +149,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 
     let hbw = select(p.k_head_block_words, p.v_head_block_words, part == 1u);
     let dw = select(p.k_data_words, p.v_data_words, part == 1u);
-    let base = (blk.x * p.num_kv_heads + h) * hbw;
+    let base = (blk.x * p.pool_heads + h) * hbw;
     // (2) scale words
     let halves = select(n, 2u * n, KVQ_HAS_MIN);
     for (var i = tid; i < (halves + 1u) / 2u; i += WG) {

@@ -17,13 +17,13 @@ struct RmsNormParams {
     x_offset: u32,    // float offset of head 0 within a row of x
     out_offset: u32,  // float offset of head 0 within a row of out
     split: u32,       // first head normed with w's second row (heads: none)
-    _pad0: u32,
+    out_scale: f32,   // accumulate: out = out * out_scale + result (1.0 but Gemma 4's layer scalar)
     _pad1: u32,
     _pad2: u32,
 }
 
 const FLAG_GATHER: u32 = 1u;      // row r reads x row rows[r]; the row count is step.num_logits
-const FLAG_ACCUMULATE: u32 = 2u;  // out = out + result (a residual connection)
+const FLAG_ACCUMULATE: u32 = 2u;  // out = out * out_scale + result (a residual connection)
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: RmsNormParams;
@@ -58,7 +58,7 @@ fn norm_slice(g: u32) -> NormSlice {
 fn norm_write(s: NormSlice, i: u32, inv: f32) {
     let v = (x[s.xb + i] * inv) * w[s.wb + i];
     if ((p.flags & FLAG_ACCUMULATE) != 0u) {
-        out[s.ob + i] = out[s.ob + i] + v;
+        out[s.ob + i] = out[s.ob + i] * p.out_scale + v;
     } else {
         out[s.ob + i] = v;
     }

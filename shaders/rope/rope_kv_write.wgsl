@@ -17,7 +17,7 @@ struct RopeKvParams {
     style: u32,         // 0 interleaved, 1 neox
     qkv_stride: u32,    // floats between token rows of qkv
     block_size: u32,    // tokens per pool block
-    _pad0: u32,
+    pool_heads: u32,    // KV heads a pool block has room for (common/kv_pool.wgsl)
     _pad1: u32,
 }
 
@@ -73,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let is_k = h < p.num_heads + p.num_kv_heads;
     let kv_head = (h - p.num_heads) % p.num_kv_heads;
-    let row = kv_pool_row(slot_mapping[t], kv_head, p.num_kv_heads, p.block_size, half);
+    let row = kv_pool_row(slot_mapping[t], kv_head, p.pool_heads, p.block_size, half);
     let w0 = pack2x16float(x.xy);
     let w1 = pack2x16float(x.zw);
     if (is_k) {

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{
-    kv_groups, model_kv_storage, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+    kv_groups, model_kv_layout, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
-use crate::kv::{parse_bytes, plan, KvLayout, PlanInput};
+use crate::kv::{parse_bytes, plan, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
@@ -134,14 +134,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     }
     // The groups and the block the engine would use (engine::ResolvedConfig does the same).
     let groups = kv_groups(&config, max_model_len);
-    let storage = model_kv_storage(&spec, args.block_size, &config)?;
-    let layout = KvLayout::new(
-        groups.slots_per_block(),
-        config.num_kv_heads,
-        config.head_dim,
-        args.block_size,
-        storage,
-    )?;
+    let layout = model_kv_layout(&spec, args.block_size, &config, &groups)?;
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
     let p = plan(&PlanInput {
         layout,

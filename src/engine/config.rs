@@ -127,6 +127,27 @@ pub fn kv_storage(
     Ok(KvStorage { dtype_name: spec.format().name(), k: head_block(spec.k), v: head_block(spec.v) })
 }
 
+/// The KV layout of `model` in `groups`' layer slots: a block holds, in each slot, the widest
+/// head shape's KV heads (`quant::pool_heads`; one shape for every model but Gemma 4, whose
+/// global layers then use part of their slot's block), so `bytes_per_block` counts those
+/// padded slots. `kvrun plan` and the engine both size the pool with it.
+pub fn model_kv_layout(
+    spec: &KvCacheSpec,
+    block_size: usize,
+    model: &ModelConfig,
+    groups: &KvGroups,
+) -> Result<KvLayout, EngineError> {
+    let storage = model_kv_storage(spec, block_size, model)?;
+    for (_, head_dim) in model.head_shapes() {
+        spec.check_head_dim(head_dim)?;
+    }
+    let room =
+        crate::quant::pool_heads(spec, block_size, &model.head_shapes(), model.values_in_keys())?;
+    let layout =
+        KvLayout::new(groups.slots_per_block(), room[0], model.head_dim, block_size, storage)?;
+    Ok(layout)
+}
+
 /// [`kv_storage`] for `model`'s KV cache. MLA's latent keeps its values inside its keys
 /// ([`KvStorage::values_in_keys`]: a V head block of 0 bytes), quantized with one granularity
 /// for both (the row is read as keys and as values), never rotated. Its f16 staging still has a
@@ -303,14 +324,7 @@ impl ResolvedConfig {
                 }
             );
         }
-        let storage = model_kv_storage(&cfg.kv_cache, cfg.block_size, model)?;
-        let layout = KvLayout::new(
-            kv_groups.slots_per_block(),
-            model.num_kv_heads,
-            model.head_dim,
-            cfg.block_size,
-            storage,
-        )?;
+        let layout = model_kv_layout(&cfg.kv_cache, cfg.block_size, model, &kv_groups)?;
         let lone_blocks = kv_groups.blocks_for_lone_sequence(
             cfg.block_size,
             max_model_len,

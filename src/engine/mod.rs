@@ -30,8 +30,9 @@ use std::time::Instant;
 
 pub use crate::loader::SamplingDefaults;
 pub use config::{
-    kv_groups, kv_storage, model_kv_storage, tenant_namespace, EngineConfig, KvQuota,
-    ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+    kv_groups, kv_storage, model_kv_layout, model_kv_storage, tenant_namespace, EngineConfig,
+    KvQuota, ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
+    DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 pub use frontend::{Conversation, Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};

@@ -73,7 +73,8 @@ pub struct AttnParams {
     pub v_data_words: u32,
     /// Sliding window W: a query at position p sees keys (p − W, p]; 0 = full causal.
     pub window: u32,
-    pub _pad0: u32,
+    /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
+    pub pool_heads: u32,
     pub _pad1: u32,
     pub _pad2: u32,
 }
@@ -240,7 +241,17 @@ impl AttnKey {
         kv: Option<KvQuantKey>,
         heads_per_wg: u32,
     ) -> Self {
-        let variant = config.attention(head_dim);
+        Self::decode_in(config.attention(head_dim), config, head_dim, kv, heads_per_wg)
+    }
+
+    /// [`AttnKey::decode`] in the given family.
+    fn decode_in(
+        variant: AttentionVariant,
+        config: &KernelConfig,
+        head_dim: u32,
+        kv: Option<KvQuantKey>,
+        heads_per_wg: u32,
+    ) -> Self {
         AttnKey {
             phase: AttnPhase::Decode,
             variant,
@@ -256,6 +267,17 @@ impl AttnKey {
     /// The prefill pipeline of a layer.
     pub fn prefill(config: &KernelConfig, head_dim: u32, kv: Option<KvQuantKey>) -> Self {
         let variant = config.attention(head_dim);
+        Self::prefill_in(variant, config, head_dim, kv, query_tile(variant, head_dim))
+    }
+
+    /// [`AttnKey::prefill`] in the given family with `query_tile` queries a tile.
+    fn prefill_in(
+        variant: AttentionVariant,
+        config: &KernelConfig,
+        head_dim: u32,
+        kv: Option<KvQuantKey>,
+        query_tile: u32,
+    ) -> Self {
         AttnKey {
             phase: AttnPhase::Prefill,
             variant,
@@ -264,7 +286,7 @@ impl AttnKey {
             loads: pool_loads(variant, kv.is_some(), config),
             part: config.partition_keys(variant),
             slice_heads: 0,
-            query_tile: query_tile(variant, head_dim),
+            query_tile,
         }
     }
 
@@ -364,7 +386,7 @@ impl Kernel for AttnKey {
     /// default granularities at every head size and every valid (K, V) granularity pair at
     /// head_dim 64; the lanes decode kernels at every slice size, the lanes kernels over a
     /// quantized pool with both load widths, the workgroup family at its one partition size
-    /// and the lanes family at every one.
+    /// and the lanes family at every one; prefill also at a 512-channel head's tile.
     fn all() -> Vec<Self> {
         let parts_all = partition_sizes();
         let mut keys = Vec::new();
@@ -413,6 +435,12 @@ impl Kernel for AttnKey {
                             let tile = query_tile(variant, head_dim);
                             let phase = AttnPhase::Prefill;
                             keys.push(AttnKey { phase, query_tile: tile, ..key });
+                            // a narrower layer beside 512-channel heads takes their tile
+                            // (AttentionOp::for_heads_of: Gemma 4)
+                            let wide = query_tile(variant, 512);
+                            if head_dim < 512 && wide != tile {
+                                keys.push(AttnKey { phase, query_tile: wide, ..key });
+                            }
                         }
                     }
                 }
@@ -527,6 +555,24 @@ impl AttentionOp {
         scale: f32,
         io: AttentionIo<'_>,
     ) -> Self {
+        let args = (block_size, max_partitions, window, scale);
+        Self::for_heads_of(gpu, kernels, layout, layout.head_dim, args, io)
+    }
+
+    /// [`AttentionOp::new`] in the family and with the prefill tile that heads of
+    /// `family_head_dim` channels take (the family: `KernelConfig::attention`; the tile:
+    /// [`query_tile`]). A model whose layers have heads of different sizes (Gemma 4) gives
+    /// every layer its widest head's, so that all layers take one step's prefill tiles
+    /// (`Model::query_tile`) and the narrower layers a family that serves the wider.
+    #[track_caller]
+    pub fn for_heads_of(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        layout: QkvLayout,
+        family_head_dim: u32,
+        (block_size, max_partitions, window, scale): (u32, u32, Option<NonZeroU32>, f32),
+        io: AttentionIo<'_>,
+    ) -> Self {
         let hd = layout.head_dim;
         assert!(
             hd % 2 == 0 && hd <= MAX_HEAD_DIM,
@@ -538,7 +584,7 @@ impl AttentionOp {
         );
         let group = layout.num_heads / layout.num_kv_heads;
         let config = &kernels.config;
-        let variant = config.attention(hd);
+        let variant = config.attention(family_head_dim.max(hd));
         let heads_per_wg = heads_per_workgroup(variant, group, hd);
         let q = io.kv_quant.map(|q| q.layout);
         if let (true, Some(q)) = (layout.values_in_keys, q) {
@@ -568,15 +614,17 @@ impl AttentionOp {
             k_data_words: q.map_or(0, |q| q.k_data_words),
             v_data_words: q.map_or(0, |q| q.v_data_words),
             window: window.map_or(0, NonZeroU32::get),
+            pool_heads: layout.pool_heads,
             ..Default::default()
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let kv = q.map(|q| q.key);
-        let decode = AttnKey::decode(config, hd, kv, heads_per_wg);
+        let decode = AttnKey::decode_in(variant, config, hd, kv, heads_per_wg);
         let part = decode.part;
         let partials_pl = kernels.pipeline(gpu, decode);
         let reduce_pl = kernels.pipeline(gpu, ReduceKey { head_dim: hd, part });
-        let prefill_pl = kernels.pipeline(gpu, AttnKey::prefill(config, hd, kv));
+        let tile = query_tile(variant, family_head_dim.max(hd));
+        let prefill_pl = kernels.pipeline(gpu, AttnKey::prefill_in(variant, config, hd, kv, tile));
         // the KV reader's three bindings: an f16 pool has no staging, the K pool stands in
         let stage = io.kv_quant.map_or(io.k_pool, |q| q.stage);
         let pools = [io.k_pool, io.v_pool, stage];

@@ -172,7 +172,8 @@ pub struct KvQuantizeParams {
     pub v_head_block_words: u32,
     pub k_data_words: u32,
     pub v_data_words: u32,
-    pub _pad: u32,
+    /// KV heads (head blocks) a pool block has room for ([`QkvLayout::pool_heads`]).
+    pub pool_heads: u32,
 }
 const _: () = assert!(std::mem::size_of::<KvQuantizeParams>() == 48);
 
@@ -262,7 +263,7 @@ impl KvQuantizeOp {
             v_head_block_words: kv.v_head_block_words,
             k_data_words: kv.k_data_words,
             v_data_words: kv.v_data_words,
-            _pad: 0,
+            pool_heads: layout.pool_heads,
         };
         let ubuf = gpu.uniform_buffer_init("kv_quantize", bytemuck::bytes_of(&params));
         let pipeline = kernels.pipeline(gpu, QuantizeKey { kv: kv.key });

@@ -21,7 +21,8 @@ pub struct KvWriteParams {
     pub v_offset: u32,
     /// 0 when the values are the keys' first channels (`QkvLayout::values_in_keys`).
     pub write_v: u32,
-    pub _pad: u32,
+    /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
+    pub pool_heads: u32,
 }
 const _: () = assert!(std::mem::size_of::<KvWriteParams>() == 32);
 
@@ -82,7 +83,7 @@ impl KvWriteOp {
             k_offset: layout.k_offset(),
             v_offset: layout.v_offset(),
             write_v: u32::from(!layout.values_in_keys),
-            _pad: 0,
+            pool_heads: layout.pool_heads,
         };
         let ubuf = gpu.uniform_buffer_init("kv_write", bytemuck::bytes_of(&params));
         let bind_group =

@@ -43,7 +43,9 @@ pub struct RmsNormParams {
     pub x_offset: u32,
     pub out_offset: u32,
     pub split: u32,
-    pub _pad: [u32; 3],
+    /// With [`FLAG_ACCUMULATE`]: `out = out · out_scale + result` (1.0: a plain residual add).
+    pub out_scale: f32,
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 48);
 
@@ -144,6 +146,24 @@ impl RmsNormOp {
         eps: f32,
         io: NormIo<'_>,
     ) -> Self {
+        Self::scaled(gpu, kernels, label, dim, eps, io, 1.0)
+    }
+
+    /// [`RmsNormOp::new`] with `accumulate` scaling what `out` holds by `out_scale` before the
+    /// add: `out = out · out_scale + result`. Gemma 4's layer scalar multiplies the residual
+    /// stream after the MLP's post-norm add, `(h + y) · s`, which is `h · s + y · s`: this op
+    /// with `out_scale` s and the post-norm's weight times s.
+    #[track_caller]
+    pub fn scaled(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        label: &str,
+        dim: u32,
+        eps: f32,
+        io: NormIo<'_>,
+        out_scale: f32,
+    ) -> Self {
+        assert!(out_scale == 1.0 || io.accumulate, "{label}: a scale of what is not accumulated");
         let NormIo { step, x, weight, out, rows, accumulate } = io;
         let pipeline = kernels.pipeline(gpu, NormKey { variant: kernels.config.norm() });
         assert!(dim > 0, "{label}: a norm over 0 elements");
@@ -177,7 +197,8 @@ impl RmsNormOp {
             x_offset: heads.x_offset,
             out_offset: heads.out_offset,
             split: heads.split,
-            _pad: [0; 3],
+            out_scale,
+            _pad: [0; 2],
         };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
         let placeholder;

@@ -177,12 +177,30 @@ pub struct QkvLayout {
     /// The values are the first channels of the keys (MLA's latent `[c_kv ; k_pe]`): a row has
     /// no V heads, the KV pool no V buffer of its own, and `kv_write` writes K only.
     pub values_in_keys: bool,
+    /// KV heads (head blocks) one block of the layer's pool buffers has room for: the pool
+    /// kernels address KV head h of block b at head block `b · pool_heads + h`. `num_kv_heads`
+    /// for a model whose layers all have one head shape; more for a layer narrower than the
+    /// widest of its pool slot (Gemma 4's sliding and global heads:
+    /// `quant::pool_heads` decides), which leaves the heads after its own unused.
+    pub pool_heads: u32,
 }
 
 impl QkvLayout {
-    /// Q heads on `num_kv_heads` K heads and as many V heads.
+    /// Q heads on `num_kv_heads` K heads and as many V heads, a pool block of exactly them.
     pub fn new(num_heads: u32, num_kv_heads: u32, head_dim: u32) -> Self {
-        QkvLayout { num_heads, num_kv_heads, head_dim, values_in_keys: false }
+        QkvLayout {
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            values_in_keys: false,
+            pool_heads: num_kv_heads,
+        }
+    }
+
+    /// This layout over pool blocks with room for `pool_heads` KV heads (≥ `num_kv_heads`).
+    pub fn with_pool_heads(self, pool_heads: u32) -> Self {
+        assert!(pool_heads >= self.num_kv_heads, "a pool block holds every KV head of a layer");
+        QkvLayout { pool_heads, ..self }
     }
 
     /// Floats per token row: Q heads, then K heads, then V heads (none when the values live

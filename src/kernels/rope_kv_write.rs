@@ -23,7 +23,9 @@ pub struct RopeKvParams {
     pub style: u32,
     pub qkv_stride: u32,
     pub block_size: u32,
-    pub _pad: [u32; 2],
+    /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
+    pub pool_heads: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<RopeKvParams>() == 32);
 
@@ -99,7 +101,8 @@ impl RopeKvWriteOp {
             style: pairs.style(),
             qkv_stride: layout.stride(),
             block_size,
-            _pad: [0; 2],
+            pool_heads: layout.pool_heads,
+            _pad: 0,
         };
         let ubuf = gpu.uniform_buffer_init("rope_kv_write", bytemuck::bytes_of(&params));
         let buffers =

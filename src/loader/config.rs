@@ -149,6 +149,20 @@ impl Mla {
     }
 }
 
+/// What Gemma 4's full-attention ("global") layers do differently from its sliding ones: a
+/// KV head shape of their own (fewer, wider heads: 512 channels where the sliding layers have
+/// 256), and K = V (`attention_k_eq_v`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GlobalLayers {
+    /// KV heads of these layers (their query heads are the model's `num_heads`).
+    pub num_kv_heads: usize,
+    /// Channels of each of their Q, K and V heads.
+    pub head_dim: usize,
+    /// No V projection: the values are the K projection's rows, RMS-normed without a weight
+    /// and not rotated (HF `attention_k_eq_v`; GGUF: no `attn_v`).
+    pub values_from_keys: bool,
+}
+
 /// How a layer's attention sees the past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum AttentionKind {
@@ -285,6 +299,9 @@ pub struct ModelConfig {
     /// The attention output is multiplied by `sigmoid(gate)` before `o_proj`, the gate being
     /// the second half of each head's `q_proj` rows (Qwen3.5's gated attention).
     pub attn_output_gate: bool,
+    /// Gemma 4: the full-attention layers' own head shape and K = V; `None`: every layer with
+    /// attention has `num_kv_heads` heads of `head_dim` ([`ModelConfig::layer_heads`]).
+    pub global_layers: Option<GlobalLayers>,
 }
 
 /// What an HF `config.json` says beyond [`ModelConfig`] (for `kvrun plan` on a bare config).
@@ -516,15 +533,60 @@ impl ModelConfig {
         per_layer.saturating_mul(self.num_recurrent_layers() as u64)
     }
 
-    /// Every distinct [`Rope`] of the layers, in order of first use (one RoPE table each).
-    pub fn distinct_ropes(&self) -> Vec<Rope> {
-        let mut ropes: Vec<Rope> = Vec::new();
-        for layer in &self.layers {
-            if !ropes.contains(&layer.rope) {
-                ropes.push(layer.rope);
+    /// Every distinct [`Rope`] of the layers with the channels it rotates
+    /// ([`ModelConfig::layer_rope_dim`]), in order of first use (one RoPE table each).
+    pub fn distinct_ropes(&self) -> Vec<(Rope, usize)> {
+        let mut ropes: Vec<(Rope, usize)> = Vec::new();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let rope = (layer.rope, self.layer_rope_dim(l));
+            if !ropes.contains(&rope) {
+                ropes.push(rope);
             }
         }
         ropes
+    }
+
+    /// Layer `l`'s KV heads and head size: [`GlobalLayers`]' on Gemma 4's full-attention
+    /// layers, else `(num_kv_heads, head_dim)`.
+    pub fn layer_heads(&self, l: usize) -> (usize, usize) {
+        match (self.global_layers, self.layers[l].attention) {
+            (Some(g), AttentionKind::Full) => (g.num_kv_heads, g.head_dim),
+            _ => (self.num_kv_heads, self.head_dim),
+        }
+    }
+
+    /// The distinct `(kv_heads, head_dim)` of the layers with attention, the model-wide one
+    /// first: what the KV pool's blocks must hold (`quant::pool_heads`).
+    pub fn head_shapes(&self) -> Vec<(usize, usize)> {
+        let mut shapes = vec![(self.num_kv_heads, self.head_dim)];
+        for l in 0..self.layers.len() {
+            let shape = self.layer_heads(l);
+            if self.layers[l].attention != AttentionKind::Recurrent && !shapes.contains(&shape) {
+                shapes.push(shape);
+            }
+        }
+        shapes
+    }
+
+    /// The widest head of any layer (activations and partials are sized for it).
+    pub fn max_head_dim(&self) -> usize {
+        self.global_layers.map_or(self.head_dim, |g| g.head_dim.max(self.head_dim))
+    }
+
+    /// Whether layer `l` takes its values from its K projection ([`GlobalLayers`]).
+    pub fn layer_values_from_keys(&self, l: usize) -> bool {
+        self.global_layers.is_some_and(|g| g.values_from_keys)
+            && self.layers[l].attention == AttentionKind::Full
+    }
+
+    /// Channels RoPE rotates in layer `l`'s heads: [`ModelConfig::rope_dim`] with the layer's
+    /// own head size.
+    pub fn layer_rope_dim(&self, l: usize) -> usize {
+        match (self.mla, self.rotary_dims) {
+            (Some(m), _) => m.qk_rope_head_dim,
+            (None, Some(d)) => d,
+            (None, None) => self.layer_heads(l).1,
+        }
     }
 }
 

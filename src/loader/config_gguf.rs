@@ -104,6 +104,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         moe_layers: 0,
         delta_net: None,
         attn_output_gate: false,
+        global_layers: None,
     };
     if arch == Architecture::Gemma3 {
         gemma3(&m, &mut config)?;

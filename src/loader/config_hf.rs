@@ -184,6 +184,7 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         moe_layers: 0,
         delta_net: None,
         attn_output_gate: false,
+        global_layers: None,
     }
 }
 
@@ -404,6 +405,7 @@ fn qwen35(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         max_position_embeddings: max_pos,
         delta_net: Some(delta_net),
         attn_output_gate: true,
+        global_layers: None,
         ..base
     })
 }

@@ -19,8 +19,8 @@ mod hf;
 mod mmap;
 
 pub use config::{
-    Activation, Architecture, AttentionKind, DeltaNet, HfConfigExtras, LayerSpec, Mla, ModelConfig,
-    Rope, RopeScaling, RopeStyle,
+    Activation, Architecture, AttentionKind, DeltaNet, GlobalLayers, HfConfigExtras, LayerSpec,
+    Mla, ModelConfig, Rope, RopeScaling, RopeStyle,
 };
 pub use error::LoadError;
 

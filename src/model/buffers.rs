@@ -7,7 +7,7 @@ use crate::kernels::kv_quantize::stage_words;
 use crate::kernels::rope::rope_table_with_freq_factors;
 use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
 use crate::loader::{AttentionKind, ModelConfig};
-use crate::quant::head_block_words;
+use crate::quant::{head_block_words, pool_heads};
 
 /// The small inputs rewritten every step.
 pub(super) struct StepBuffers {
@@ -180,22 +180,30 @@ impl Activations {
             gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)
         };
         let t = o.max_num_batched_tokens;
-        let v_heads = if c.values_in_keys() { 0 } else { c.num_kv_heads };
-        let qkv = (c.num_heads + c.num_kv_heads + v_heads) * c.head_dim;
+        // the widest layer's rows (Gemma 4: its global layers' wider heads)
+        let widest = |f: &dyn Fn(usize, usize) -> usize| {
+            (0..c.num_layers).map(|l| c.layer_heads(l)).map(|(kvh, hd)| f(kvh, hd)).max()
+        };
+        let v_heads = |kvh| if c.values_in_keys() { 0 } else { kvh };
+        let qkv = widest(&|kvh, hd| (c.num_heads + kvh + v_heads(kvh)) * hd).unwrap_or(0);
+        // Q and K before their norms, and (Gemma 4) V before its own
+        let v_norm_heads = |kvh| if c.global_layers.is_some() { kvh } else { 0 };
+        let qk = widest(&|kvh, hd| (c.num_heads + kvh + v_norm_heads(kvh)) * hd).unwrap_or(0);
+        let attn_width = c.num_heads * c.max_head_dim();
         let logits_bytes = (o.max_logit_rows.max(1) * c.vocab_size * 4) as u64;
         Activations {
             hidden: f32s("hidden", t, c.hidden_size),
             normed: f32s("normed", t, c.hidden_size),
             qkv: f32s("qkv", t, qkv),
             qk: match c.qk_norm {
-                true => f32s("qk before norms", t, (c.num_heads + c.num_kv_heads) * c.head_dim),
+                true => f32s("qk before norms", t, qk),
                 false => f32s("no qk norms", 1, 1),
             },
             sublayer: match c.post_norms {
                 true => f32s("sub-layer out", t, c.hidden_size),
                 false => f32s("no post norms", 1, 1),
             },
-            attn: f32s("attention out", t, c.num_heads * c.head_dim),
+            attn: f32s("attention out", t, attn_width),
             mla: c.mla.map(|m| MlaActivations {
                 q_a: f32s("mla q_a", t, m.q_lora_rank.unwrap_or(1)),
                 q_a_normed: f32s("mla q_a normed", t, m.q_lora_rank.unwrap_or(1)),
@@ -204,7 +212,7 @@ impl Activations {
                 v: f32s("mla v", t, c.num_heads * m.v_head_dim),
             }),
             attn_gate: match c.attn_output_gate {
-                true => f32s("attention gates", t, c.num_heads * c.head_dim),
+                true => f32s("attention gates", t, attn_width),
                 false => f32s("no attention gates", 1, 1),
             },
             delta: c.delta_net.map(|d| DeltaActivations {
@@ -235,16 +243,15 @@ impl Activations {
                     o.max_num_seqs as u32,
                     c.num_heads as u32,
                     partitions(o.max_model_len as u32),
-                    c.head_dim as u32,
+                    c.max_head_dim() as u32,
                 ),
             ),
             rope_tables: c
                 .distinct_ropes()
                 .iter()
-                .map(|r| {
+                .map(|(r, dim)| {
                     let factors = c.rope_freq_factors.as_deref();
-                    let table =
-                        rope_table_with_freq_factors(c.rope_dim(), r, factors, o.max_model_len);
+                    let table = rope_table_with_freq_factors(*dim, r, factors, o.max_model_len);
                     gpu.storage_buffer_init("rope table", bytemuck::cast_slice(&table))
                 })
                 .collect(),
@@ -336,8 +343,15 @@ pub struct KvPool {
     /// Bytes of all staging buffers: `max_num_seqs × staging_bytes_per_sequence` of
     /// `kv::plan` (one layer's share of `KvLayout::staging_bytes_per_sequence`, every layer).
     pub staging_bytes: u64,
-    /// Quantized KV: how the kernels address the pool; `None` for f16.
+    /// Quantized KV: how the kernels address the pool (the model-wide head shape's; another
+    /// shape's: [`KvPool::quant`]); `None` for f16.
     pub quant: Option<KvQuantLayout>,
+    /// Per head shape `(kv_heads, head_dim)` of the model's layers, the KV heads a pool block
+    /// has room for in that shape (`quant::pool_heads`: every slot buffer's blocks are sized
+    /// for the widest shape).
+    pool_heads: Vec<((usize, usize), usize)>,
+    spec: crate::quant::KvCacheSpec,
+    stage_slots: usize,
 }
 
 impl KvPool {
@@ -347,12 +361,19 @@ impl KvPool {
         o: &ModelOptions,
         max_binding: u64,
     ) -> Result<Self, ModelError> {
-        // bytes one block takes in one layer's K (V) buffer: [kv_heads] head blocks
-        let hb_bytes = |q| head_block_words(q, o.block_size, c.head_dim).bytes();
+        // Layers of different head shapes share the slot buffers, every block sized for the
+        // widest (quant::pool_heads; model-wide shape first, every shape's block alike).
+        let shapes = c.head_shapes();
+        let heads = pool_heads(&o.kv_cache, o.block_size, &shapes, c.values_in_keys())
+            .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+        let pool_heads: Vec<_> = shapes.iter().copied().zip(heads).collect();
+        let ((_, head_dim), room) = pool_heads[0];
+        // bytes one block takes in one slot's K (V) buffer: [pool_heads] head blocks
+        let hb_bytes = |q| head_block_words(q, o.block_size, head_dim).bytes();
         // MLA: the values are the latent keys' first channels; no V buffer of their own
-        let v_heads = if c.values_in_keys() { 0 } else { c.num_kv_heads as u64 };
+        let v_heads = if c.values_in_keys() { 0 } else { room as u64 };
         let (k_block, v_block) =
-            (c.num_kv_heads as u64 * hb_bytes(o.kv_cache.k), v_heads * hb_bytes(o.kv_cache.v));
+            (room as u64 * hb_bytes(o.kv_cache.k), v_heads * hb_bytes(o.kv_cache.v));
         let blocks = o.num_blocks as u64;
         let (k_layer, v_layer) = (blocks.saturating_mul(k_block), blocks.saturating_mul(v_block));
         if k_layer.max(v_layer) > max_binding {
@@ -367,10 +388,18 @@ impl KvPool {
             });
         }
         let quant = KvQuantLayout::new(&o.kv_cache, o.block_size, c.head_dim, o.max_num_seqs);
-        let stage_layer = match quant {
-            Some(_) => 4 * stage_words(o.max_num_seqs, c.num_kv_heads, o.block_size, c.head_dim),
-            None => 0,
-        } as u64;
+        // each layer's staging in its own shape
+        let stage_bytes = |l: usize| {
+            let (kvh, hd) = c.layer_heads(l);
+            let words = stage_words(o.max_num_seqs, kvh, o.block_size, hd);
+            if quant.is_some() {
+                4 * words as u64
+            } else {
+                0
+            }
+        };
+        let kv_layers: Vec<usize> = (0..c.num_layers).filter(|&l| o.kv_groups.has_kv(l)).collect();
+        let stage_layer = kv_layers.iter().map(|&l| stage_bytes(l)).max().unwrap_or(0);
         if stage_layer > max_binding {
             let per_seq = stage_layer / o.max_num_seqs.max(1) as u64;
             return Err(ModelError::StagingTooLarge {
@@ -395,10 +424,9 @@ impl KvPool {
         // Staging is per layer, not per slot: layers of different groups share a slot's pool
         // buffer at different blocks, but a sequence's partial last block has one staging row
         // range per layer.
-        let num_layers = o.kv_groups.num_kv_layers();
         if quant.is_some() {
-            for l in 0..num_layers {
-                stage.push(gpu.storage_buffer(&format!("kv staging layer {l}"), stage_layer));
+            for &l in &kv_layers {
+                stage.push(gpu.storage_buffer(&format!("kv staging layer {l}"), stage_bytes(l)));
             }
         }
         let slots = slots as u64;
@@ -409,8 +437,25 @@ impl KvPool {
             num_blocks: o.num_blocks,
             block_size: o.block_size,
             bytes: (k_layer + v_layer) * slots,
-            staging_bytes: stage_layer * num_layers as u64,
+            staging_bytes: kv_layers.iter().map(|&l| stage_bytes(l)).sum(),
             quant,
+            pool_heads,
+            spec: o.kv_cache,
+            stage_slots: o.max_num_seqs,
         })
+    }
+
+    /// The KV heads a pool block has room for in head blocks of `(kv_heads, head_dim)`, a
+    /// shape of the model's layers.
+    pub fn pool_heads(&self, kv_heads: usize, head_dim: usize) -> usize {
+        let shape = (kv_heads, head_dim);
+        let found = self.pool_heads.iter().find(|(s, _)| *s == shape);
+        found.expect("a layer's head shape is among the model's").1
+    }
+
+    /// Quantized KV: how the kernels address the pool and staging of a layer with heads of
+    /// `head_dim`; `None` for f16.
+    pub fn quant(&self, head_dim: usize) -> Option<KvQuantLayout> {
+        KvQuantLayout::new(&self.spec, self.block_size, head_dim, self.stage_slots)
     }
 }

@@ -28,10 +28,12 @@ pub(super) fn check_buffer_sizes(
 ) -> Result<(), ModelError> {
     let n = |v: usize| v as u64;
     let f32_row = |cols: Option<u64>| cols.and_then(|c| c.checked_mul(4));
-    let q = n(c.num_heads).checked_mul(n(c.head_dim));
-    let qkv = n(c.num_kv_heads)
-        .checked_mul(2)
-        .and_then(|kv| kv.checked_add(n(c.num_heads))?.checked_mul(n(c.head_dim)));
+    // the widest head shape's rows (Gemma 4: two shapes; the loader bounds every size)
+    let q = n(c.num_heads).checked_mul(n(c.max_head_dim()));
+    let qkv = c.head_shapes().into_iter().try_fold(0u64, |m, (kvh, hd)| {
+        let row = n(kvh).checked_mul(2)?.checked_add(n(c.num_heads))?.checked_mul(n(hd))?;
+        Some(m.max(row))
+    });
     // Gated DeltaNet: the stacked input projections (q|k|v, z, b, a) are its widest row
     let delta_row = c.delta_net.map_or(Some(0), |d| {
         let conv = n(d.key_heads).checked_mul(n(d.key_head_dim))?.checked_mul(2)?;
@@ -55,7 +57,7 @@ pub(super) fn check_buffer_sizes(
     let partitions = n(o.max_model_len.div_ceil(PARTITION as usize));
     let partials_row = n(c.num_heads)
         .checked_mul(partitions)
-        .and_then(|x| x.checked_mul(n(c.head_dim) + 2)?.checked_mul(4));
+        .and_then(|x| x.checked_mul(n(c.max_head_dim()) + 2)?.checked_mul(4));
     let block_table_row = n(o.max_model_len.div_ceil(o.block_size)).checked_mul(4);
     let checks = [
         Scaled {
@@ -105,7 +107,7 @@ pub(super) fn check_buffer_sizes(
         Scaled {
             buffer: "rope table",
             unit: "positions",
-            unit_bytes: f32_row(Some(n(c.head_dim))),
+            unit_bytes: f32_row(Some(n(c.max_head_dim()))),
             count: o.max_model_len,
             flag: "-c",
         },
@@ -171,6 +173,7 @@ mod tests {
             moe_layers: 0,
             delta_net: None,
             attn_output_gate: false,
+            global_layers: None,
         }
     }
 

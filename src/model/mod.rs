@@ -26,7 +26,7 @@ use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::rms_norm::RmsNormOp;
-use crate::kernels::rope::{QkvLayout, RopeOp};
+use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
 use crate::kernels::rotate::RotateOp;
 use crate::kernels::weights::WeightError;
@@ -299,16 +299,6 @@ impl Model {
     /// Query tokens per prefill tile of this model's attention kernel (for [`ForwardBatch::new`]).
     pub fn query_tile(&self) -> usize {
         self.query_tile
-    }
-
-    /// Shape of the Q/K/V heads.
-    pub fn qkv_layout(&self) -> QkvLayout {
-        QkvLayout {
-            num_heads: self.config.num_heads as u32,
-            num_kv_heads: self.config.num_kv_heads as u32,
-            head_dim: self.config.head_dim as u32,
-            values_in_keys: self.config.values_in_keys(),
-        }
     }
 
     /// Measures GPU time of every following step, where the adapter has timestamp queries.

@@ -240,6 +240,51 @@ pub const fn head_block_words(q: KvQuant, block_size: usize, head_dim: usize) ->
     HeadBlockLayout { data_words, scale_words, total_words: data_words + scale_words }
 }
 
+/// How layers of different KV head shapes (`(kv_heads, head_dim)`: Gemma 4's sliding and
+/// global layers) share the pool. Every layer slot's K (V) buffer has one block size, that of
+/// the widest shape (most K + V words a block), so a block id means the same bytes whichever
+/// KV-cache group owns it and one block pool serves them all (the layer slots of
+/// `kv::KvGroups`). A narrower shape addresses the block in its own head blocks and leaves the
+/// rest unused: returns, per shape, the head blocks a pool block has room for ("pool heads",
+/// `kernels::rope::QkvLayout::pool_heads`): the widest's `kv_heads` for it, and for another
+/// `widest K block words / its K head block words`, which must be whole and give V's block
+/// too. f16 always divides for power-of-two head sizes; a quantized format whose scales do not
+/// grow with head_dim (per-token) may not, and is refused. With one shape: its `kv_heads`.
+/// `values_in_keys` (MLA): V blocks of 0 words. O(shapes).
+pub fn pool_heads(
+    spec: &KvCacheSpec,
+    block_size: usize,
+    shapes: &[(usize, usize)],
+    values_in_keys: bool,
+) -> Result<Vec<usize>, KvQuantError> {
+    let words = |q: KvQuant, hd: usize| head_block_words(q, block_size, hd).total_words;
+    let v_words = |hd: usize| if values_in_keys { 0 } else { words(spec.v, hd) };
+    let block = |&(kvh, hd): &(usize, usize)| (kvh * words(spec.k, hd), kvh * v_words(hd));
+    let Some(widest) = shapes.iter().copied().max_by_key(|s| {
+        let (k, v) = block(s);
+        k + v
+    }) else {
+        return Ok(Vec::new());
+    };
+    let (k_block, v_block) = block(&widest);
+    shapes
+        .iter()
+        .map(|&(kvh, hd)| {
+            let (k_hb, v_hb) = (words(spec.k, hd), v_words(hd));
+            let heads = k_block / k_hb;
+            if heads * k_hb == k_block && heads * v_hb == v_block && heads >= kvh {
+                Ok(heads)
+            } else {
+                Err(KvQuantError::MixedHeadShapes {
+                    format: spec.format(),
+                    narrow: (kvh, hd),
+                    wide: widest,
+                })
+            }
+        })
+        .collect()
+}
+
 /// The whole KV-cache storage choice: K's and V's [`KvQuant`] and the Hadamard rotation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub struct KvCacheSpec {
@@ -408,4 +453,13 @@ pub enum KvQuantError {
          model's head_dim is {head_dim}; drop --kv-rotate"
     )]
     RotateNeedsPowerOfTwo { head_dim: usize },
+
+    #[error(
+        "--kv-cache-dtype {format} with these --kv-k-scale/--kv-v-scale cannot share pool blocks \
+         between this model's layers of {} KV heads × {} channels and of {} × {}: a block sized \
+         for the wider is not a whole number of the narrower's head blocks; use --kv-cache-dtype \
+         f16, or per-channel scales for K and V",
+        narrow.0, narrow.1, wide.0, wide.1
+    )]
+    MixedHeadShapes { format: KvFormat, narrow: (usize, usize), wide: (usize, usize) },
 }

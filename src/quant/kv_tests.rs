@@ -236,3 +236,31 @@ fn token_writes_touch_only_their_slots() {
         assert_eq!(first_two, dequantize_head_block(qq, bs, hd, &whole, 2));
     }
 }
+
+/// Layers of two head shapes share pool blocks sized for the widest (Gemma 4 31B's 16 × 256
+/// sliding and 4 × 512 global heads): f16 and per-channel int8 blocks divide, each global
+/// layer using half of its slot's block; per-token V scales (one per token whatever the width)
+/// do not, and the refusal names the fix. One shape: its own KV heads; MLA: no V.
+#[test]
+fn pool_heads_of_mixed_head_shapes() {
+    let shapes = [(16, 256), (4, 512)];
+    let f16 = KvCacheSpec::default();
+    assert_eq!(pool_heads(&f16, 16, &shapes, false), Ok(vec![16, 8]));
+    // the wider shape first makes no difference: the widest block decides
+    assert_eq!(pool_heads(&f16, 16, &[(1, 512), (4, 256)], false), Ok(vec![2, 4]));
+    let channel = KvCacheSpec::new(Int8, Some(PerChannel), Some(PerChannel), false).unwrap();
+    assert_eq!(pool_heads(&channel, 16, &shapes, false), Ok(vec![16, 8]));
+    let token = KvCacheSpec::new(Int8, None, None, false).unwrap();
+    let err = pool_heads(&token, 16, &shapes, false).unwrap_err();
+    assert_eq!(
+        err,
+        KvQuantError::MixedHeadShapes { format: Int8, narrow: (4, 512), wide: (16, 256) }
+    );
+    assert!(err.to_string().contains("--kv-cache-dtype f16"), "{err}");
+    assert_eq!(pool_heads(&token, 16, &[(3, 64)], false), Ok(vec![3]));
+    assert_eq!(pool_heads(&f16, 16, &[(1, 576)], true), Ok(vec![1]));
+    // a narrower shape with more heads than the widest block has room for cannot happen
+    // (the widest has the most words); 3 × 256 beside 1 × 512 does not divide
+    let err = pool_heads(&f16, 16, &[(3, 256), (1, 512)], false).unwrap_err();
+    assert!(matches!(err, KvQuantError::MixedHeadShapes { .. }), "{err}");
+}

@@ -31,8 +31,8 @@ pub use fp8::{
 pub use ggml::{ggml_code_name, GgmlType, QuantError, QK, QK_K};
 pub use hadamard::{check_rotation_dim, fwht_inplace};
 pub use kv::{
-    head_block_words, needs_staging, HeadBlockLayout, KvCacheSpec, KvFormat, KvPart, KvQuant,
-    KvQuantError, ScaleGranularity,
+    head_block_words, needs_staging, pool_heads, HeadBlockLayout, KvCacheSpec, KvFormat, KvPart,
+    KvQuant, KvQuantError, ScaleGranularity,
 };
 pub use kv_block::{
     dequantize_element, dequantize_head_block, quantize_head_block, quantize_token,

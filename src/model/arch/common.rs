@@ -21,6 +21,7 @@ use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
 
 use crate::loader::{Activation, ModelConfig, ModelFile, RopeStyle};
+use crate::quant::pool_heads;
 
 /// How a sub-layer's first projections read their input ([`Builder::sublayer_input`]): the
 /// `normed` rows an RMSNorm op wrote, or the `hidden` rows normed on load by each projection.
@@ -71,15 +72,19 @@ pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelErr
             c.head_dim
         ));
     }
-    if o.kv_cache.rotate && c.head_dim > ROTATE_MAX_HEAD_DIM as usize {
-        return bad(format!(
-            "--kv-rotate rotates heads of at most {ROTATE_MAX_HEAD_DIM} channels and this \
-             model's are {}; drop --kv-rotate",
-            c.head_dim
-        ));
-    }
-    if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM as usize || c.head_dim < 8 {
-        return bad(format!("head_dim {} is not supported (even, 8..={MAX_HEAD_DIM})", c.head_dim));
+    for (_, hd) in c.head_shapes() {
+        if o.kv_cache.rotate && hd > ROTATE_MAX_HEAD_DIM as usize {
+            return bad(format!(
+                "--kv-rotate rotates heads of at most {ROTATE_MAX_HEAD_DIM} channels and this \
+                 model's are {hd}; drop --kv-rotate"
+            ));
+        }
+        if hd % 2 != 0 || hd > MAX_HEAD_DIM as usize || hd < 8 {
+            return bad(format!("head_dim {hd} is not supported (even, 8..={MAX_HEAD_DIM})"));
+        }
+        if let Err(e) = o.kv_cache.check_head_dim(hd) {
+            return bad(e.to_string());
+        }
     }
     if o.block_size == 0
         || o.max_model_len == 0
@@ -93,11 +98,11 @@ pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelErr
     if o.num_blocks == 0 {
         return bad("the KV pool needs at least one block; raise --kv-cache-memory".into());
     }
-    if let Err(e) = o.kv_cache.check_head_dim(c.head_dim) {
+    if let Err(e) = pool_heads(&o.kv_cache, o.block_size, &c.head_shapes(), c.values_in_keys()) {
         return bad(e.to_string());
     }
     if o.kv_cache.format().is_quantized()
-        && o.block_size.max(c.head_dim) > crate::kernels::kv_quantize::MAX_GROUPS
+        && o.block_size.max(c.max_head_dim()) > crate::kernels::kv_quantize::MAX_GROUPS
     {
         return bad(format!(
             "quantized KV needs --block-size at most {}",
@@ -143,13 +148,15 @@ impl Builder<'_> {
         Ok((ops, bytes))
     }
 
-    pub fn layout(&self) -> QkvLayout {
+    /// Layer `l`'s Q/K/V heads ([`ModelConfig::layer_heads`]) and the room its pool blocks
+    /// have ([`KvPool::pool_heads`]).
+    pub fn layout(&self, l: usize) -> QkvLayout {
+        let (kv_heads, head_dim) = self.c.layer_heads(l);
         QkvLayout {
-            num_heads: self.c.num_heads as u32,
-            num_kv_heads: self.c.num_kv_heads as u32,
-            head_dim: self.c.head_dim as u32,
             values_in_keys: self.c.values_in_keys(),
+            ..QkvLayout::new(self.c.num_heads as u32, kv_heads as u32, head_dim as u32)
         }
+        .with_pool_heads(self.kv.pool_heads(kv_heads, head_dim) as u32)
     }
 
     /// `hidden = token_embd[tokens] · embedding_scale`; returns the op and the table (the LM
@@ -277,7 +284,7 @@ impl Builder<'_> {
     /// (`[tokens, (heads + kv_heads) · head_dim]`, Q heads then K heads) into their places in
     /// `qkv` (Q then K heads too): one dispatch, the K heads on the weight's second row.
     pub fn qk_norms(&self, l: usize) -> Result<Op, ModelError> {
-        let layout = self.layout();
+        let layout = self.layout(l);
         let (hd, act) = (layout.head_dim as usize, self.act);
         let mut w = Vec::with_capacity(2 * hd);
         for which in ["attn_q_norm", "attn_k_norm"] {
@@ -314,7 +321,8 @@ impl Builder<'_> {
             RopeStyle::Interleaved => RopePairs::Interleaved,
             RopeStyle::Neox => RopePairs::Neox,
         };
-        let rope = c.distinct_ropes().iter().position(|r| *r == c.layers[l].rope);
+        let key = (c.layers[l].rope, c.layer_rope_dim(l));
+        let rope = c.distinct_ropes().iter().position(|r| *r == key);
         let table =
             &self.act.rope_tables[rope.expect("every layer's RoPE is among the distinct ones")];
         (table, pairs)
@@ -326,9 +334,9 @@ impl Builder<'_> {
         let (table, pairs) = self.rope_table(l);
         let (gpu, k, qkv) = (self.gpu, self.kernels, &self.act.qkv);
         let heads = match (c.mla, c.rotary_dims) {
-            (Some(m), _) => RopeHeads::tail(self.layout(), m.qk_rope_head_dim as u32),
-            (None, Some(d)) => RopeHeads::head(self.layout(), d as u32),
-            (None, None) => self.layout().into(),
+            (Some(m), _) => RopeHeads::tail(self.layout(l), m.qk_rope_head_dim as u32),
+            (None, Some(d)) => RopeHeads::head(self.layout(l), d as u32),
+            (None, None) => self.layout(l).into(),
         };
         Op::Rope(RopeOp::new(gpu, k, &s.step, qkv, &s.positions, table, heads, pairs))
     }
@@ -338,7 +346,7 @@ impl Builder<'_> {
     /// write are one dispatch (`rope_kv_write`) when nothing runs between them — an f16 pool
     /// and no rotation — and the heads fit its 4-channel units; otherwise each op runs alone.
     pub fn rope_attention(&self, l: usize, ops: &mut Vec<Op>) {
-        let layout = self.layout();
+        let layout = self.layout(l);
         // the fused kernel rotates whole heads: partial RoPE runs rope, then the KV write
         let fused = self.kv.quant.is_none()
             && !self.o.kv_cache.rotate
@@ -346,9 +354,9 @@ impl Builder<'_> {
             && rope_kv_write::fits(layout);
         if !fused {
             ops.push(self.rope(l));
-            self.kv_rotate(true, ops);
+            self.kv_rotate(l, true, ops);
             self.attention(l, ops);
-            self.kv_rotate(false, ops);
+            self.kv_rotate(l, false, ops);
             return;
         }
         let kv = self.layer_kv(l);
@@ -375,7 +383,7 @@ impl Builder<'_> {
         let (group, slot) = self.o.kv_groups.layer_slot(l);
         let stage =
             |q| KvQuantIo { layout: q, stage: &self.kv.stage[self.o.kv_groups.kv_index(l)] };
-        let quant = self.kv.quant.map(stage);
+        let quant = self.kv.quant(self.c.layer_heads(l).1).map(stage);
         LayerKv { group, k: &self.kv.k[slot], v: &self.kv.v[slot], quant }
     }
 
@@ -386,7 +394,7 @@ impl Builder<'_> {
     /// pool buffer of its slot, at the blocks of its group's table — and its sliding window.
     pub fn attention(&self, l: usize, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
-        let layout = self.layout();
+        let layout = self.layout(l);
         let LayerKv { group, k: kp, v: vp, quant } = self.layer_kv(l);
         let bs = self.o.block_size as u32;
         match quant {
@@ -424,7 +432,7 @@ impl Builder<'_> {
     /// pool the `kv_stage` of the rows of partial blocks after it.
     fn attend(&self, l: usize, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
-        let layout = self.layout();
+        let layout = self.layout(l);
         let LayerKv { group, k: kp, v: vp, quant: kv_quant } = self.layer_kv(l);
         let bs = self.o.block_size as u32;
         let io = AttentionIo {
@@ -441,8 +449,9 @@ impl Builder<'_> {
         };
         let parts = partitions(self.o.max_model_len as u32);
         let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
-        let scale = self.c.attention_scale;
-        ops.push(Op::Attention(AttentionOp::new(gpu, k, layout, bs, parts, window, scale, io)));
+        let args = (bs, parts, window, self.c.attention_scale);
+        let widest = self.c.max_head_dim() as u32;
+        ops.push(Op::Attention(AttentionOp::for_heads_of(gpu, k, layout, widest, args, io)));
         if let Some(q) = kv_quant {
             ops.push(Op::KvStage(KvStageOp::new(
                 gpu,
@@ -460,11 +469,11 @@ impl Builder<'_> {
 
     /// `--kv-rotate`: the Hadamard rotation of Q, K and V before attention (`before: true`) or
     /// the inverse rotation of the attention output after it. Nothing without `--kv-rotate`.
-    pub fn kv_rotate(&self, before: bool, ops: &mut Vec<Op>) {
+    pub fn kv_rotate(&self, l: usize, before: bool, ops: &mut Vec<Op>) {
         if !self.o.kv_cache.rotate {
             return;
         }
-        let layout = self.layout();
+        let layout = self.layout(l);
         let (x, heads, row_stride) = if before {
             (&self.act.qkv, layout.stride() / layout.head_dim, layout.stride())
         } else {

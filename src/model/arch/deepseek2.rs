@@ -111,7 +111,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let (hidden, heads) = (c.hidden_size, c.num_heads);
     let (rank, dn, dv) = (m.kv_lora_rank, m.qk_nope_head_dim, m.v_head_dim);
     let (qd, latent) = (m.q_head_dim(), m.latent_width());
-    let layout = b.layout();
+    let layout = b.layout(l);
     let stride = layout.stride() as usize;
     let k_off = layout.k_offset() as usize;
     let mut weights: Vec<GpuWeight> = Vec::new();

@@ -55,7 +55,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
     let name = |t: &str| format!("blk.{l}.{t}");
     let hidden = c.hidden_size;
-    let layout = b.layout();
+    let layout = b.layout(l);
     let bias = |t: &str| c.attention_bias.then(|| name(&format!("{t}.bias")));
     let (q_rows, kv_rows) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
     let q = (name("attn_q.weight"), q_rows, bias("attn_q"));

@@ -68,8 +68,10 @@ pub(super) fn load(
         "the weights, activations and KV pool",
         weight_bytes + kv.bytes + kv.staging_bytes + states.bytes,
     )?;
-    let variant = kernels.config.attention(c.head_dim as u32);
-    let query_tile = crate::kernels::attention::query_tile(variant, c.head_dim as u32) as usize;
+    // every layer's prefill tile: the widest head's (AttentionOp::for_heads_of)
+    let widest = c.max_head_dim() as u32;
+    let variant = kernels.config.attention(widest);
+    let query_tile = crate::kernels::attention::query_tile(variant, widest) as usize;
     Ok(Model {
         gpu,
         config: c,

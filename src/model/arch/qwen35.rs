@@ -188,7 +188,7 @@ fn gated_attention(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mode
     let (c, gpu, act, file, max) = (b.c, b.gpu, b.act, b.file, b.max_binding);
     let name = |t: &str| format!("blk.{l}.{t}");
     let (hidden, hd, heads) = (c.hidden_size, c.head_dim, c.num_heads);
-    let layout = b.layout();
+    let layout = b.layout(l);
     let (q_rows, kv_rows) = (heads * hd, c.num_kv_heads * hd);
     let (q_name, k_name) = (name("attn_q.weight"), name("attn_k.weight"));
     let query: Vec<_> = (0..heads).map(|h| 2 * h * hd..(2 * h + 1) * hd).collect();
