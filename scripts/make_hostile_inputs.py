@@ -464,6 +464,60 @@ def new_architectures(out):
                        GEN_RAW, ["blk.3.post_ffw_norm.weight", "post_feedforward_layernorm"],
                        "HF Gemma 3 without one layer's post-MLP norm"))
     cases += qwen35_cases(out)
+    cases += gemma4_cases(out)
+    return cases
+
+
+def gemma4_cases(out):
+    """Gemma 4 (assets/tiny-gemma4): a global layer without its output scale, a KV-head list of
+    the wrong length, a sliding-window pattern of integers, rope_freqs that are not
+    proportional RoPE, per-layer embeddings (E-series), a global layer's K of the sliding
+    layers' width, and an HF directory whose per_layer_config reshapes a sliding layer."""
+    cases = []
+    g = Base(os.path.join(REPO, "assets", "tiny-gemma4", "tiny-gemma4-q8_0.gguf"))
+    name = "gemma4_no_layer_scale.gguf"
+    write_gguf(g, os.path.join(out, name),
+               tensors=without_tensor(g, "blk.2.layer_output_scale.weight"))
+    cases.append(entry("gemma4_no_layer_scale", name, "missing-tensor", GEN,
+                       ["blk.2.layer_output_scale.weight"],
+                       "Gemma 4 without one layer's output scale"))
+    name = "gemma4_kv_heads_5.gguf"
+    write_gguf(g, os.path.join(out, name), drop_kv=("gemma4.attention.head_count_kv",),
+               add_kv=[("gemma4.attention.head_count_kv", [2, 2, 1, 2, 2], VT.ARRAY, VT.UINT32)])
+    cases.append(entry("gemma4_kv_heads_5", name, "metadata", GEN, ["head_count_kv"],
+                       "Gemma 4 with 5 per-layer KV head counts for 6 layers"))
+    name = "gemma4_swa_pattern_ints.gguf"
+    write_gguf(g, os.path.join(out, name), drop_kv=("gemma4.attention.sliding_window_pattern",),
+               add_kv=[("gemma4.attention.sliding_window_pattern", [1, 1, 0, 1, 1, 0],
+                        VT.ARRAY, VT.INT32)])
+    cases.append(entry("gemma4_swa_pattern_ints", name, "metadata", GEN,
+                       ["sliding_window_pattern"],
+                       "Gemma 4 sliding-window pattern as integers, not booleans"))
+    name = "gemma4_rope_freqs_2.gguf"
+    write_gguf(g, os.path.join(out, name), tensors=replace_tensor(
+        g, "rope_freqs.weight", np.full(32, 2.0, dtype=np.float32), Q.F32))
+    cases.append(entry("gemma4_rope_freqs_2", name, "metadata", GEN, ["rope_freqs"],
+                       "Gemma 4 rope_freqs of 2.0: not proportional RoPE"))
+    name = "gemma4_ple.gguf"
+    write_gguf(g, os.path.join(out, name),
+               set_kv={"gemma4.embedding_length_per_layer_input": (256, VT.UINT32)})
+    cases.append(entry("gemma4_ple", name, "metadata", GEN, ["per-layer embeddings"],
+                       "Gemma 4 E-series per-layer embeddings: refused by name"))
+    name = "gemma4_global_k_32.gguf"
+    write_gguf(g, os.path.join(out, name), tensors=replace_tensor(
+        g, "blk.2.attn_k.weight", np.ones((32, 64), dtype=np.float32), Q.F32))
+    cases.append(entry("gemma4_global_k_32", name, "wrong-shape", GEN, ["blk.2.attn_k.weight"],
+                       "Gemma 4 global layer's K projection of 32 rows, its heads are 64 wide"))
+    d = os.path.join(out, "hf_gemma4_sliding_reshaped")
+    shutil.copytree(os.path.join(REPO, "assets", "tiny-gemma4", "hf"), d)
+    cfg_path = os.path.join(d, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["per_layer_config"]["1"] = {"head_dim": 64}
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
+    cases.append(entry("hf_gemma4_sliding_reshaped", "hf_gemma4_sliding_reshaped", "hf-config",
+                       GEN_RAW, ["per_layer_config", "sliding"],
+                       "HF Gemma 4 whose per_layer_config reshapes a sliding layer"))
     return cases
 
 

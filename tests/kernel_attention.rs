@@ -183,8 +183,8 @@ fn gpu_attention_with(
     let mut tables = Vec::new();
     let mut tiles = Vec::new();
     let mut row = 0;
-    let variant = kernels.config.attention(s.family_head_dim as u32);
-    let qt = attention::query_tile(variant, s.family_head_dim as u32) as usize;
+    let dims = [s.head_dim as u32, s.family_head_dim as u32];
+    let qt = attention::model_query_tile(&kernels.config, &dims) as usize;
     let num_decode = seqs.iter().take_while(|q| q.q_len == 1).count();
     for (si, q) in seqs.iter().enumerate() {
         for i in 0..q.q_len {
@@ -243,7 +243,7 @@ fn gpu_attention_with(
         gpu,
         kernels,
         layout,
-        s.family_head_dim as u32,
+        &[s.family_head_dim as u32],
         (s.block_size as u32, max_parts, window, scale),
         AttentionIo {
             step: &step,
@@ -424,7 +424,10 @@ fn mixed_step_and_other_head_sizes() {
 /// family and prefill tile of a wider head (`AttentionOp::for_heads_of`).
 #[test]
 fn narrower_layer_in_wider_pool_blocks() {
-    let cases = [(1, 3, 64, 64), (2, 4, 32, 512), (1, 2, 256, 512), (2, 8, 64, 576)];
+    // (32, 64): a family (lanes) that serves the wider head but not the layer's: both take
+    // the workgroup family then (KernelConfig::attention_for)
+    let cases =
+        [(1, 3, 64, 64), (2, 4, 32, 512), (1, 2, 256, 512), (2, 8, 64, 576), (2, 4, 32, 64)];
     for (i, (kvh, room, hd, family)) in cases.into_iter().enumerate() {
         let s = Shape {
             num_heads: 4,

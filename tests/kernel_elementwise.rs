@@ -477,3 +477,36 @@ fn sigmoid_gate_matches_reference() {
         }
     }
 }
+
+/// The final logit soft-cap (Gemma 4) against `cap · tanh(x / cap)` in f64: logits far inside
+/// and far past the cap (tanh's saturation), ±0 and ±inf, vocabularies of 1, 257 and 262,144
+/// (Gemma's: 4,096 workgroups a row); the row after the step's logit rows is not touched.
+#[test]
+fn softcap_matches_reference() {
+    use kvrun::kernels::softcap::SoftcapOp;
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, (vocab, cap)) in
+        [(1usize, 30.0f32), (257, 5.0), (262_144, 30.0)].into_iter().enumerate()
+    {
+        let mut r = rng(800 + i as u64);
+        let rows = 3;
+        let mut x = uniform(&mut r, rows * vocab, 4.0 * cap);
+        if vocab > 4 {
+            x[..4].copy_from_slice(&[0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY]);
+        }
+        let mut padded = x.clone();
+        padded.extend(vec![SENTINEL; vocab]);
+        let logits = storage_f32(gpu, &padded);
+        let step = step_uniform(gpu, StepInfo { num_logits: rows as u32, ..Default::default() });
+        let op = SoftcapOp::new(gpu, &t.kernels, &step, &logits, vocab as u32, cap);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { num_logits: rows as u32, ..Default::default() });
+        });
+        let got = gpu.read_f32(&logits, 0, (rows + 1) * vocab).unwrap();
+        let what = format!("softcap {cap} over {vocab} logits");
+        // tanh's f32 error on GPUs is a few ulp of its result; scaled by the cap
+        assert_close(&what, &got[..rows * vocab], &reference::softcap(&x, cap), 1e-5, 1e-5);
+        assert_sentinels(&what, &got[rows * vocab..]);
+    }
+}

@@ -51,6 +51,7 @@ fn smollm2_config_and_tensors() {
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,
+        final_logit_softcap: None,
     };
     assert_eq!(m.config(), &expected);
     assert_eq!(m.tensor_names().len(), 272);

@@ -56,9 +56,9 @@ fn refusals_name_the_fix() {
     let err = build(v).err().unwrap().to_string();
     assert!(err.contains("no tokenizer.ggml.pre"), "{err}");
     let mut v = vocab();
-    v.model = "gemma4".into();
+    v.model = "bert".into();
     let err = build(v).err().unwrap();
-    assert!(matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "gemma4"), "{err}");
+    assert!(matches!(err, TokenizerError::UnsupportedModel(ref m) if m == "bert"), "{err}");
     assert!(err.to_string().contains("tokenizer.json"));
     let mut v = vocab();
     v.merges.push("nospace".into());

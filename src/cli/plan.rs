@@ -7,7 +7,7 @@ use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{
     kv_groups, model_kv_layout, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
-use crate::kv::{parse_bytes, plan, PlanInput};
+use crate::kv::{parse_bytes, plan, PlanHeads, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
@@ -119,6 +119,37 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
     Ok(ModelShape { config: file.config().clone(), weight_bytes: file.weight_bytes() })
 }
 
+/// The KV head shapes of a model whose layers have several (Gemma 4), with the bytes a token
+/// costs in each and the room its pool blocks have; empty for one shape.
+fn head_shapes(
+    config: &ModelConfig,
+    spec: &crate::quant::KvCacheSpec,
+    block_size: usize,
+) -> anyhow::Result<Vec<PlanHeads>> {
+    let shapes = config.head_shapes();
+    if shapes.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let room = crate::quant::pool_heads(spec, block_size, &shapes, config.values_in_keys())?;
+    let mut out = Vec::new();
+    for (&(kv_heads, head_dim), pool_heads) in shapes.iter().zip(room) {
+        let storage = crate::engine::kv_storage(spec, block_size, head_dim)?;
+        let layers = (0..config.num_layers)
+            .filter(|&l| config.layers[l].attention != crate::loader::AttentionKind::Recurrent)
+            .filter(|&l| config.layer_heads(l) == (kv_heads, head_dim))
+            .count();
+        let head_block = storage.k.bytes + storage.v.bytes;
+        out.push(PlanHeads {
+            kv_heads,
+            head_dim,
+            layers,
+            pool_heads,
+            kv_bytes_per_block_per_layer: kv_heads as u64 * head_block,
+        });
+    }
+    Ok(out)
+}
+
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let ModelShape { config, weight_bytes } = model_shape(&args.model.path()?)?;
     let spec = args.format.spec()?;
@@ -136,7 +167,9 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
     let groups = kv_groups(&config, max_model_len);
     let layout = model_kv_layout(&spec, args.block_size, &config, &groups)?;
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
+    let head_shapes = head_shapes(&config, &spec, args.block_size)?;
     let p = plan(&PlanInput {
+        head_shapes,
         layout,
         groups,
         max_num_batched_tokens: args.max_num_batched_tokens,

@@ -129,6 +129,13 @@ pub fn query_tile(variant: AttentionVariant, head_dim: u32) -> u32 {
     }
 }
 
+/// Query tokens per prefill tile of every layer of a model whose heads have these sizes: the
+/// tile of the widest in the family that serves them all (`KernelConfig::attention_for`).
+pub fn model_query_tile(config: &KernelConfig, head_dims: &[u32]) -> u32 {
+    let widest = head_dims.iter().copied().max().expect("a model has a head size");
+    query_tile(config.attention_for(head_dims), widest)
+}
+
 /// Query heads of one KV group handled by one decode workgroup: the workgroup variant fills
 /// 2048 floats of workgroup memory with their queries; the lanes variant keeps at most
 /// `LANE_HEADS` (4, `shaders/common/decode_lanes.wgsl`) in registers.
@@ -386,7 +393,7 @@ impl Kernel for AttnKey {
     /// default granularities at every head size and every valid (K, V) granularity pair at
     /// head_dim 64; the lanes decode kernels at every slice size, the lanes kernels over a
     /// quantized pool with both load widths, the workgroup family at its one partition size
-    /// and the lanes family at every one; prefill also at a 512-channel head's tile.
+    /// and the lanes family at every one; prefill also at a 512- and a 576-channel head's tile.
     fn all() -> Vec<Self> {
         let parts_all = partition_sizes();
         let mut keys = Vec::new();
@@ -435,11 +442,12 @@ impl Kernel for AttnKey {
                             let tile = query_tile(variant, head_dim);
                             let phase = AttnPhase::Prefill;
                             keys.push(AttnKey { phase, query_tile: tile, ..key });
-                            // a narrower layer beside 512-channel heads takes their tile
-                            // (AttentionOp::for_heads_of: Gemma 4)
-                            let wide = query_tile(variant, 512);
-                            if head_dim < 512 && wide != tile {
-                                keys.push(AttnKey { phase, query_tile: wide, ..key });
+                            // a narrower layer beside 512- or 576-channel heads takes their
+                            // tile (AttentionOp::for_heads_of: Gemma 4)
+                            for wide in [512, 576].map(|w| (w, query_tile(variant, w))) {
+                                if head_dim < wide.0 && wide.1 != tile {
+                                    keys.push(AttnKey { phase, query_tile: wide.1, ..key });
+                                }
                             }
                         }
                     }
@@ -556,24 +564,26 @@ impl AttentionOp {
         io: AttentionIo<'_>,
     ) -> Self {
         let args = (block_size, max_partitions, window, scale);
-        Self::for_heads_of(gpu, kernels, layout, layout.head_dim, args, io)
+        Self::for_heads_of(gpu, kernels, layout, &[layout.head_dim], args, io)
     }
 
-    /// [`AttentionOp::new`] in the family and with the prefill tile that heads of
-    /// `family_head_dim` channels take (the family: `KernelConfig::attention`; the tile:
-    /// [`query_tile`]). A model whose layers have heads of different sizes (Gemma 4) gives
-    /// every layer its widest head's, so that all layers take one step's prefill tiles
-    /// (`Model::query_tile`) and the narrower layers a family that serves the wider.
+    /// [`AttentionOp::new`] for a layer of a model whose layers have heads of `model_head_dims`
+    /// (Gemma 4: 256 and 512): the family that serves them all
+    /// (`KernelConfig::attention_for`) and the prefill tile of the widest
+    /// ([`model_query_tile`]), so that every layer takes one step's prefill tiles
+    /// (`Model::query_tile`).
     #[track_caller]
     pub fn for_heads_of(
         gpu: &Gpu,
         kernels: &Kernels,
         layout: QkvLayout,
-        family_head_dim: u32,
+        model_head_dims: &[u32],
         (block_size, max_partitions, window, scale): (u32, u32, Option<NonZeroU32>, f32),
         io: AttentionIo<'_>,
     ) -> Self {
         let hd = layout.head_dim;
+        let mut head_dims = model_head_dims.to_vec();
+        head_dims.push(hd);
         assert!(
             hd % 2 == 0 && hd <= MAX_HEAD_DIM,
             "head_dim {hd} must be even and at most {MAX_HEAD_DIM}"
@@ -584,7 +594,7 @@ impl AttentionOp {
         );
         let group = layout.num_heads / layout.num_kv_heads;
         let config = &kernels.config;
-        let variant = config.attention(family_head_dim.max(hd));
+        let variant = config.attention_for(&head_dims);
         let heads_per_wg = heads_per_workgroup(variant, group, hd);
         let q = io.kv_quant.map(|q| q.layout);
         if let (true, Some(q)) = (layout.values_in_keys, q) {
@@ -623,7 +633,7 @@ impl AttentionOp {
         let part = decode.part;
         let partials_pl = kernels.pipeline(gpu, decode);
         let reduce_pl = kernels.pipeline(gpu, ReduceKey { head_dim: hd, part });
-        let tile = query_tile(variant, family_head_dim.max(hd));
+        let tile = model_query_tile(config, &head_dims);
         let prefill_pl = kernels.pipeline(gpu, AttnKey::prefill_in(variant, config, hd, kv, tile));
         // the KV reader's three bindings: an f16 pool has no staging, the K pool stands in
         let stage = io.kv_quant.map_or(io.k_pool, |q| q.stage);

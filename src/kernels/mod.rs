@@ -24,6 +24,7 @@ pub mod rms_norm;
 pub mod rope;
 pub mod rope_kv_write;
 pub mod rotate;
+pub mod softcap;
 pub mod source;
 pub mod weight_textures;
 pub mod weights;
@@ -228,6 +229,8 @@ pipeline_keys! {
     AttnReduce(attention::ReduceKey),
     /// Greedy sampling on the GPU: each logit row's argmax.
     Argmax(argmax::ArgmaxKey),
+    /// The final logit soft-cap, cap · tanh(logit / cap).
+    Softcap(softcap::SoftcapKey),
     /// A Gated DeltaNet layer's conv, state advance, scan and gated norm.
     DeltaNet(delta_net::DeltaNetKey),
     /// Gated attention's output gate, x · sigmoid(g).
@@ -370,7 +373,15 @@ impl KernelConfig {
 
     /// The attention variant for a head size.
     pub fn attention(&self, head_dim: u32) -> AttentionVariant {
-        if self.lanes_attention && attention::lanes_serve(head_dim) {
+        self.attention_for(&[head_dim])
+    }
+
+    /// The attention variant of a model whose layers have heads of these sizes: the one that
+    /// serves all of them (the lanes family serves 64, 128 and 256 only; the workgroup family
+    /// every size), so that every layer takes one step's prefill tiles
+    /// ([`attention::model_query_tile`]).
+    pub fn attention_for(&self, head_dims: &[u32]) -> AttentionVariant {
+        if self.lanes_attention && head_dims.iter().all(|&hd| attention::lanes_serve(hd)) {
             AttentionVariant::Lanes
         } else {
             AttentionVariant::Workgroup

@@ -116,6 +116,12 @@ pub fn inv_freqs(head_dim: usize, rope: &Rope) -> Vec<f64> {
     match rope.scaling {
         RopeScaling::None => base,
         RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+        RopeScaling::Proportional { partial_rotary_factor, factor } => {
+            // transformers' _compute_proportional_rope_parameters: int(p · d // 2) pairs turn
+            let rotated = (partial_rotary_factor * dim / 2.0).floor() as usize;
+            let keep = |(j, f): (usize, f64)| if j < rotated { f / factor } else { 0.0 };
+            base.into_iter().enumerate().map(keep).collect()
+        }
         RopeScaling::Llama3 {
             factor,
             low_freq_factor,

@@ -78,6 +78,6 @@ pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
 pub use groups::{GroupKind, KvGroup, KvGroups};
 pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId, SnapshotTarget};
-pub use plan::{plan, staging_bytes_per_sequence, Plan, PlanInput};
+pub use plan::{plan, staging_bytes_per_sequence, Plan, PlanHeads, PlanInput};
 pub use prefix_cache::{Namespace, PrefixCache};
 pub use quota::TenantKvStats;

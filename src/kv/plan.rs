@@ -50,6 +50,23 @@ pub struct PlanInput {
     pub state_layers: usize,
     /// State snapshot slots for prefix reuse (`--state-snapshots`; 0 without state layers).
     pub state_snapshots: usize,
+    /// The layers' KV head shapes when there are several (Gemma 4's sliding and global
+    /// heads); empty otherwise.
+    pub head_shapes: Vec<PlanHeads>,
+}
+
+/// One KV head shape of a model whose layers have several (`ModelConfig::head_shapes`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlanHeads {
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Layers with these heads.
+    pub layers: usize,
+    /// KV heads a pool block has room for in this shape's head blocks (`quant::pool_heads`:
+    /// every block is sized for the widest shape).
+    pub pool_heads: usize,
+    /// KV bytes of one block in one such layer, its own heads only.
+    pub kv_bytes_per_block_per_layer: u64,
 }
 
 /// One KV-cache group in a [`Plan`].
@@ -91,6 +108,10 @@ pub struct Plan {
     pub kv_padding_slots: usize,
     /// The groups, in block-table order.
     pub kv_groups: Vec<PlanGroup>,
+    /// The layers' KV head shapes when there are several (empty otherwise): a narrower
+    /// shape's layers use `kv_heads / pool_heads` of their slot's block.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kv_head_shapes: Vec<PlanHeads>,
     /// Tokens the budget holds in every group, whole blocks only.
     pub kv_tokens_fit: u64,
     /// Blocks the budget holds: the size of the block pool.
@@ -193,6 +214,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
             .saturating_mul(bytes_per_block),
         kv_padding_slots: groups.num_padding_slots(),
         kv_groups,
+        kv_head_shapes: input.head_shapes.clone(),
         kv_tokens_fit: kv_blocks_fit / num_groups * layout.block_size as u64,
         kv_blocks_fit,
         sequences_fit: kv_blocks_fit / blocks_per_sequence,
@@ -281,6 +303,21 @@ impl std::fmt::Display for Plan {
             );
             row(f, "full attention", self.kv_bytes_per_sequence_full_attention, saved)?;
         }
+        for h in &self.kv_head_shapes {
+            let note = format!(
+                "per token, {} layers of {} KV heads × {}; their pool blocks hold {} heads ({:.0} \
+                 % used)",
+                h.layers,
+                h.kv_heads,
+                h.head_dim,
+                h.pool_heads,
+                100.0 * h.kv_heads as f64 / h.pool_heads.max(1) as f64
+            );
+            let name = format!("  heads {}×{}", h.kv_heads, h.head_dim);
+            let per_block = h.kv_bytes_per_block_per_layer.saturating_mul(h.layers as u64);
+            let bytes = per_block / self.block_size.max(1) as u64;
+            row(f, &name, bytes, note)?;
+        }
         let needed_note = format!("--max-num-seqs {} full sequences", self.max_num_seqs);
         row(f, "needed", self.kv_bytes_needed, needed_note)?;
         let fit_note = format!(
@@ -334,6 +371,7 @@ mod tests {
 
     fn input(layout: KvLayout, ctx: usize, seqs: usize, budget: Option<u64>) -> PlanInput {
         PlanInput {
+            head_shapes: Vec::new(),
             state_bytes_per_layer: 0,
             state_layers: 0,
             state_snapshots: 0,

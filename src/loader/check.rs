@@ -27,9 +27,6 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     if layers < c.num_layers {
         return Err(too_few_layers(c.num_layers, layers));
     }
-    let head_dim = ("head_dim", c.head_dim);
-    let q_rows = product("num_heads × head_dim", ("num_heads", c.num_heads), head_dim)?;
-    let kv_rows = product("num_kv_heads × head_dim", ("num_kv_heads", c.num_kv_heads), head_dim)?;
     let hidden: Dim = ("hidden_size", c.hidden_size);
     let ffn: Dim = ("intermediate_size", c.intermediate_size);
     let vocab: Dim = ("vocab_size", c.vocab_size);
@@ -38,13 +35,19 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     if file.has_tensor("output.weight") {
         expect(file, "output.weight", &[vocab, hidden])?;
     }
-    // Qwen3.5's gated attention: each head's q_proj rows are its query, then its gate
-    let q_proj_rows = match c.attn_output_gate {
-        true => product("2 × num_heads × head_dim", ("2", 2), q_rows)?,
-        false => q_rows,
-    };
     for l in 0..c.num_layers {
         let name = |t: &str| format!("blk.{l}.{t}");
+        // the layer's heads (Gemma 4's global layers have their own: ModelConfig::layer_heads)
+        let (kvh, hd) = c.layer_heads(l);
+        let global = (kvh, hd) != (c.num_kv_heads, c.head_dim);
+        let head_dim = (if global { "global head_dim" } else { "head_dim" }, hd);
+        let q_rows = product("num_heads × head_dim", ("num_heads", c.num_heads), head_dim)?;
+        let kv_rows = product("num_kv_heads × head_dim", ("num_kv_heads", kvh), head_dim)?;
+        // Qwen3.5's gated attention: each head's q_proj rows are its query, then its gate
+        let q_proj_rows = match c.attn_output_gate {
+            true => product("2 × num_heads × head_dim", ("2", 2), q_rows)?,
+            false => q_rows,
+        };
         expect(file, &name("attn_norm.weight"), &[hidden])?;
         let recurrent = c.layers[l].attention == AttentionKind::Recurrent;
         if let (true, Some(d)) = (recurrent, c.delta_net) {
@@ -53,7 +56,11 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
             mla_attention(file, l, m, c.num_heads, hidden)?;
         } else {
             let rows = (q_proj_rows, q_rows, kv_rows);
-            llama_attention(file, l, c.attention_bias, rows, hidden)?;
+            let v = !c.layer_values_from_keys(l);
+            llama_attention(file, l, (c.attention_bias, v), rows, hidden)?;
+        }
+        if c.arch == Architecture::Gemma4 {
+            expect(file, &name("layer_output_scale.weight"), &[("1", 1)])?;
         }
         if c.qk_norm && !recurrent {
             // Qwen3, Gemma 3: one RMSNorm weight over each Q head and each K head
@@ -108,12 +115,12 @@ fn delta_net(file: &ModelFile, l: usize, d: super::DeltaNet, hidden: Dim) -> Res
     expect(file, &name("ssm_out.weight"), &[hidden, value])
 }
 
-/// Q (with its gate rows, Qwen3.5), K, V (and biases) and the output projection of a
-/// Llama-style layer; `rows`: (q_proj rows, query channels, K/V rows).
+/// Q (with its gate rows, Qwen3.5), K, V (unless `v_proj` is false: K = V; and biases) and the
+/// output projection of a Llama-style layer; `rows`: (q_proj rows, query channels, K/V rows).
 fn llama_attention(
     file: &ModelFile,
     l: usize,
-    bias: bool,
+    (bias, v_proj): (bool, bool),
     (q_proj_rows, q_rows, kv_rows): (Dim, Dim, Dim),
     hidden: Dim,
 ) -> Result<(), LoadError> {
@@ -121,7 +128,10 @@ fn llama_attention(
     {
         expect(file, &name("attn_q.weight"), &[q_proj_rows, hidden])?;
         expect(file, &name("attn_k.weight"), &[kv_rows, hidden])?;
-        expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
+        // none with K = V (Gemma 4's global layers)
+        if v_proj {
+            expect(file, &name("attn_v.weight"), &[kv_rows, hidden])?;
+        }
         if bias {
             expect(file, &name("attn_q.bias"), &[q_rows])?;
             expect(file, &name("attn_k.bias"), &[kv_rows])?;

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str = "Llama (incl. Mistral), Qwen2, Qwen3 (dense), Qwen3.5 (dense), \
-     Gemma 3, DeepSeek-V2/V3 (MLA, dense layers only)";
+     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, dense layers only)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -23,6 +23,14 @@ pub enum Architecture {
     /// Gemma 3 (text): Q/K norms, GELU-tanh MLP, scaled embeddings, post-norms, and
     /// interleaved sliding-window (local) and full (global) layers with their own RoPE.
     Gemma3,
+    /// Gemma 4 (dense text; `Gemma4ForCausalLM`, the text model of
+    /// `Gemma4ForConditionalGeneration`, GGUF `gemma4`): Gemma 3's layout with global layers of
+    /// their own head shape and K = V ([`GlobalLayers`]), proportional RoPE on them
+    /// ([`RopeScaling::Proportional`]), V RMS-normed without a weight, attention scale 1,
+    /// plain `x · w` norms, a per-layer output scale (`layer_output_scale`) and a final logit
+    /// soft-cap. Per-layer embeddings (E2B/E4B), KV sharing across layers and the MoE block
+    /// (26B-A4B) are refused at load.
+    Gemma4,
     /// DeepSeek-V2/V3 (`DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM`): multi-head latent
     /// attention ([`Mla`]) and SwiGLU MLPs; its mixture-of-experts layers are refused at load.
     Deepseek2,
@@ -199,6 +207,11 @@ pub enum RopeScaling {
         beta_slow: f64,
         attention_factor: f64,
     },
+    /// Gemma 4's "proportional" RoPE (global layers): NEOX pairs over the whole head, the first
+    /// `floor(partial_rotary_factor · head_dim / 2)` with frequencies `theta^(-2j/head_dim)`,
+    /// the rest not rotated (frequency 0), every frequency divided by `factor`. llama.cpp
+    /// stores the same as `rope_freqs` divisors of 1 and 1e30.
+    Proportional { partial_rotary_factor: f64, factor: f64 },
 }
 
 /// One layer's rotary embedding.
@@ -299,6 +312,9 @@ pub struct ModelConfig {
     /// The attention output is multiplied by `sigmoid(gate)` before `o_proj`, the gate being
     /// the second half of each head's `q_proj` rows (Qwen3.5's gated attention).
     pub attn_output_gate: bool,
+    /// `logits = cap · tanh(logits / cap)` after the LM head (Gemma 4's
+    /// `final_logit_softcapping`); `None`: none.
+    pub final_logit_softcap: Option<f32>,
     /// Gemma 4: the full-attention layers' own head shape and K = V; `None`: every layer with
     /// attention has `num_kv_heads` heads of `head_dim` ([`ModelConfig::layer_heads`]).
     pub global_layers: Option<GlobalLayers>,
@@ -415,9 +431,36 @@ impl ModelConfig {
                 )));
             }
         }
+        if self.final_logit_softcap.is_some_and(|c| !positive(c)) {
+            return Err(LoadError::config(format!(
+                "final logit soft-cap {:?} must be positive and finite; the model's config is \
+                 broken",
+                self.final_logit_softcap
+            )));
+        }
+        self.validate_global_layers()?;
         self.validate_mla()?;
         self.validate_delta_net()?;
         self.validate_layers()
+    }
+
+    /// Gemma 4's global layers: whole groups of query heads over their KV heads, an even head
+    /// size within the byte counts' range, no MLA.
+    fn validate_global_layers(&self) -> Result<(), LoadError> {
+        let Some(g) = self.global_layers else { return Ok(()) };
+        let (kvh, hd) = (g.num_kv_heads, g.head_dim);
+        if kvh == 0 || hd == 0 || hd % 2 != 0 || hd > 1 << 16 || self.num_heads % kvh != 0 {
+            return Err(LoadError::config(format!(
+                "global layers of {kvh} KV heads × {hd} channels under {} query heads: the head \
+                 size must be even and the query heads whole groups of the KV heads; the \
+                 model's config is broken",
+                self.num_heads
+            )));
+        }
+        if self.mla.is_some() {
+            return Err(LoadError::config("global layers of their own shape beside MLA"));
+        }
+        Ok(())
     }
 
     /// Recurrent layers exactly when there is a [`DeltaNet`] shape, and at least one layer with
@@ -620,6 +663,11 @@ fn check_scaling(s: &RopeScaling) -> Result<(), String> {
             && positive(beta_fast)
             && positive(beta_slow)
             && positive(attention_factor) =>
+        {
+            Ok(())
+        }
+        RopeScaling::Proportional { partial_rotary_factor, factor }
+            if (0.0..=1.0).contains(&partial_rotary_factor) && positive(factor) =>
         {
             Ok(())
         }

@@ -2,8 +2,8 @@
 //! them) and the tensor list: Llama, Qwen2, Qwen3, Gemma 3, DeepSeek-V2/V3.
 
 use super::config::{
-    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, DeltaNet, LayerSpec, Mla,
-    ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    full_layers, inv_sqrt, Activation, Architecture, AttentionKind, DeltaNet, GlobalLayers,
+    LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use super::gguf::GgufFile;
@@ -34,6 +34,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         // not permuted either (llama.cpp's Qwen3Model converts as Qwen2Model): NEOX
         "qwen3" => (Architecture::Qwen3, RopeStyle::Neox),
         "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
+        "gemma4" => (Architecture::Gemma4, RopeStyle::Neox),
         // not permuted by the converter; RoPE on adjacent pairs (ggml's NORM), as HF DeepSeek
         "deepseek2" => (Architecture::Deepseek2, RopeStyle::Interleaved),
         // llama.cpp's IMROPE: NEOX pairs, each from one of three positions, equal for text
@@ -82,7 +83,11 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         intermediate_size: m.usize("feed_forward_length")?,
         num_layers,
         num_heads,
-        num_kv_heads: m.usize_or("attention.head_count_kv", num_heads)?,
+        // Gemma 4's is a per-layer array (gemma4 below)
+        num_kv_heads: match arch {
+            Architecture::Gemma4 => num_heads,
+            _ => m.usize_or("attention.head_count_kv", num_heads)?,
+        },
         head_dim,
         vocab_size,
         rms_norm_eps: m.f32("attention.layer_norm_rms_epsilon")?,
@@ -105,9 +110,13 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,
+        final_logit_softcap: None,
     };
     if arch == Architecture::Gemma3 {
         gemma3(&m, &mut config)?;
+    }
+    if arch == Architecture::Gemma4 {
+        gemma4(&m, &mut config)?;
     }
     if arch == Architecture::Deepseek2 {
         deepseek2(&m, &mut config)?;
@@ -200,6 +209,159 @@ fn gemma3(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
         inv_sqrt(c.head_dim)
     };
     Ok(())
+}
+
+/// Gemma 4 (llama.cpp `src/models/gemma4.cpp`): `attention.sliding_window_pattern` (one bool a
+/// layer, true = sliding) over `attention.sliding_window`; the sliding layers' head size in
+/// `attention.key_length_swa`, the global layers' in `attention.key_length`; KV heads
+/// `attention.head_count_kv`, a number or one per layer; RoPE base `rope.freq_base` on global
+/// layers and `rope.freq_base_swa` (default 10,000) on sliding ones; the global layers'
+/// proportional RoPE as `rope_freqs` divisors (1 for the pairs that turn, 1e30 for the rest:
+/// [`RopeScaling::Proportional`]); K = V where a global layer has no `attn_v`; attention scale
+/// 1; `final_logit_softcapping`, which llama.cpp applies at 30 when the key is absent. Norm
+/// weights are plain `w` (the converter adds nothing). Per-layer embeddings, KV sharing and
+/// experts are refused.
+fn gemma4(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let refuse = |what: &str| {
+        Err(LoadError::config(format!(
+            "this Gemma 4 file uses {what}, which kvrun does not run yet (it runs the dense \
+             Gemma 4 text models: no per-layer embeddings, KV sharing or experts)"
+        )))
+    };
+    if m.usize_or("embedding_length_per_layer_input", 0)? > 0 {
+        return refuse("per-layer embeddings (the E-series)");
+    }
+    if m.usize_or("attention.shared_kv_layers", 0)? > 0 {
+        return refuse("KV sharing across layers");
+    }
+    if m.usize_or("expert_count", 0)? > 0 {
+        return refuse("mixture-of-experts layers (26B-A4B)");
+    }
+    let n = c.num_layers;
+    let key = |s: &str| format!("{}.{s}", m.arch);
+    let per_layer = |suffix: &str| -> Result<Option<Vec<u64>>, LoadError> {
+        let k = key(suffix);
+        let values: Option<Vec<u64>> = match m.file.get(&k).and_then(|v| v.as_array()) {
+            None => return Ok(None),
+            Some(GgufArray::U32(v)) => Some(v.iter().map(|&x| u64::from(x)).collect()),
+            Some(GgufArray::I32(v)) => v.iter().map(|&x| u64::try_from(x).ok()).collect(),
+            Some(GgufArray::U64(v)) => Some(v.clone()),
+            Some(_) => None,
+        };
+        match values {
+            Some(v) if v.len() == n => Ok(Some(v)),
+            _ => Err(LoadError::config(format!(
+                "{k} must be {n} non-negative integers (one a layer) or one number; re-convert \
+                 the model"
+            ))),
+        }
+    };
+    let pattern_key = key("attention.sliding_window_pattern");
+    let sliding: Vec<bool> = match m.file.get(&pattern_key).and_then(|v| v.as_array()) {
+        Some(GgufArray::Bool(b)) if b.len() == n => b.clone(),
+        _ => {
+            return Err(LoadError::config(format!(
+                "{pattern_key} must be an array of {n} booleans (true = sliding); re-convert \
+                 the model"
+            )))
+        }
+    };
+    let window = m.usize("attention.sliding_window")?;
+    let hd_swa = m.usize("attention.key_length_swa")?;
+    let hd_full = c.head_dim; // attention.key_length
+    for (k, v) in [("key_length", "value_length"), ("key_length_swa", "value_length_swa")] {
+        let (a, b) =
+            (m.opt_usize(&format!("attention.{k}"))?, m.opt_usize(&format!("attention.{v}"))?);
+        if b.is_some() && a != b {
+            return Err(LoadError::config(format!(
+                "{0}.attention.{k} = {a:?} differs from {0}.attention.{v} = {b:?}; Gemma 4's K \
+                 and V heads have one size, re-convert the model",
+                m.arch
+            )));
+        }
+    }
+    let kv_heads: Vec<usize> = match per_layer("attention.head_count_kv")? {
+        Some(v) => v.into_iter().map(|x| x as usize).collect(),
+        None => vec![m.usize_or("attention.head_count_kv", c.num_heads)?; n],
+    };
+    let of_kind = |want_sliding: bool| -> Result<Option<usize>, LoadError> {
+        let mut heads = kv_heads.iter().zip(&sliding).filter(|(_, s)| **s == want_sliding);
+        let Some((&first, _)) = heads.next() else { return Ok(None) };
+        if heads.any(|(&h, _)| h != first) {
+            return Err(LoadError::config(format!(
+                "{}.attention.head_count_kv gives layers of one kind different KV head counts; \
+                 kvrun runs one per kind",
+                m.arch
+            )));
+        }
+        Ok(Some(first))
+    };
+    let kv_full = of_kind(false)?.ok_or_else(|| {
+        LoadError::config(format!(
+            "{pattern_key} marks every layer sliding; Gemma 4 has full-attention layers, \
+             re-convert the model"
+        ))
+    })?;
+    let kv_swa = of_kind(true)?.unwrap_or(kv_full);
+    let global_theta = c.layers.first().map_or(1e6, |l| l.rope.theta);
+    let local =
+        Rope { theta: m.f64_or("rope.freq_base_swa", 10_000.0)?, scaling: RopeScaling::None };
+    let global = Rope {
+        theta: global_theta,
+        scaling: proportional_from_freqs(c.rope_freq_factors.take(), hd_full, m.arch)?,
+    };
+    for (layer, &s) in c.layers.iter_mut().zip(&sliding) {
+        *layer = match s {
+            true => LayerSpec {
+                attention: if window >= c.max_position_embeddings {
+                    AttentionKind::Full
+                } else {
+                    AttentionKind::Sliding { window }
+                },
+                rope: local,
+            },
+            false => LayerSpec { attention: AttentionKind::Full, rope: global },
+        };
+    }
+    let first_global = sliding.iter().position(|s| !s).expect("a full layer, checked above");
+    let values_from_keys =
+        m.file.tensor_info(&format!("blk.{first_global}.attn_v.weight")).is_none();
+    c.head_dim = hd_swa;
+    c.num_kv_heads = kv_swa;
+    c.global_layers =
+        Some(GlobalLayers { num_kv_heads: kv_full, head_dim: hd_full, values_from_keys });
+    c.rotary_dims = None;
+    c.qk_norm = true;
+    c.activation = Activation::GeluTanh;
+    c.embedding_scale = Some((c.hidden_size as f64).sqrt() as f32);
+    c.post_norms = true;
+    c.attention_scale = 1.0;
+    c.final_logit_softcap = Some(m.opt_f32("final_logit_softcapping")?.unwrap_or(30.0));
+    Ok(())
+}
+
+/// Gemma 4's `rope_freqs.weight` ([head_dim / 2] divisors: 1 for the pairs that turn, then
+/// 1e30 for the rest, as llama.cpp's converter writes proportional RoPE) →
+/// [`RopeScaling::Proportional`]; absent: every pair turns. Other contents are refused.
+fn proportional_from_freqs(
+    factors: Option<Vec<f32>>,
+    head_dim: usize,
+    arch: &str,
+) -> Result<RopeScaling, LoadError> {
+    let whole = RopeScaling::Proportional { partial_rotary_factor: 1.0, factor: 1.0 };
+    let Some(f) = factors else { return Ok(whole) };
+    let turning = f.iter().take_while(|&&x| x == 1.0).count();
+    if f.len() != head_dim / 2 || f[turning..].iter().any(|&x| x < 1e29) {
+        return Err(LoadError::config(format!(
+            "rope_freqs.weight of this {arch} file is not proportional RoPE over {} pairs (1 for \
+             the pairs that turn, then 1e30); re-convert the model",
+            head_dim / 2
+        )));
+    }
+    Ok(RopeScaling::Proportional {
+        partial_rotary_factor: (2 * turning) as f64 / head_dim as f64,
+        factor: 1.0,
+    })
 }
 
 /// DeepSeek-V2/V3 (llama.cpp `LLM_ARCH_DEEPSEEK2`). Two converter generations: the current one

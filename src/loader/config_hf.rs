@@ -4,7 +4,8 @@
 
 use super::config::{
     inv_sqrt, token_id_list, yarn_mscale, Activation, Architecture, AttentionKind, DeltaNet,
-    HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    GlobalLayers, HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle,
+    SUPPORTED,
 };
 use super::error::LoadError;
 use serde::Deserialize;
@@ -58,6 +59,19 @@ struct HfConfigJson {
     linear_num_value_heads: Option<usize>,
     full_attention_interval: Option<usize>,
     partial_rotary_factor: Option<f64>,
+    // Gemma 4 (defaults filled in from `Gemma4TextConfig` before parsing)
+    attention_k_eq_v: Option<bool>,
+    final_logit_softcapping: Option<f64>,
+    hidden_size_per_layer_input: Option<usize>,
+    num_kv_shared_layers: Option<usize>,
+    enable_moe_block: Option<bool>,
+    /// Gemma 3 writes a bool, Gemma 4 `"vision"` / `"all"`
+    use_bidirectional_attention: Option<Value>,
+    /// `{layer index: {head_dim, num_key_value_heads}}` as transformers saves it, or the
+    /// `global_head_dim` / `num_global_key_value_heads` it is built from
+    per_layer_config: Option<Map<String, Value>>,
+    global_head_dim: Option<usize>,
+    num_global_key_value_heads: Option<usize>,
     torch_dtype: Option<String>,
     dtype: Option<String>,
     bos_token_id: Option<u32>,
@@ -73,6 +87,18 @@ const GEMMA3_TEXT_DEFAULTS: &str = r#"{
     "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
     "rope_theta": 1000000.0, "attention_bias": false, "query_pre_attn_scalar": 256,
     "sliding_window": 4096, "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+    "bos_token_id": 2, "eos_token_id": 1
+}"#;
+
+/// `Gemma4TextConfig`'s defaults (transformers 5.2x) for the keys a config may omit. Its
+/// `hidden_size_per_layer_input` default (256: per-layer embeddings) is refused.
+const GEMMA4_TEXT_DEFAULTS: &str = r#"{
+    "vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216,
+    "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+    "attention_bias": false, "sliding_window": 512, "hidden_size_per_layer_input": 256,
+    "attention_k_eq_v": false, "num_kv_shared_layers": 0, "enable_moe_block": false,
     "bos_token_id": 2, "eos_token_id": 1
 }"#;
 
@@ -97,6 +123,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "Qwen2ForCausalLM" => Architecture::Qwen2,
         "Qwen3ForCausalLM" => Architecture::Qwen3,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
+        "Gemma4ForCausalLM" | "Gemma4ForConditionalGeneration" => Architecture::Gemma4,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
         "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Architecture::Qwen35,
         other => {
@@ -107,17 +134,21 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         }
     };
     let mut text = match arch_name.as_str() {
-        "Gemma3ForConditionalGeneration" | "Qwen3_5ForConditionalGeneration" => {
-            match top.get("text_config") {
-                Some(Value::Object(m)) => m.clone(),
-                _ => Map::new(),
-            }
-        }
+        "Gemma3ForConditionalGeneration"
+        | "Gemma4ForConditionalGeneration"
+        | "Qwen3_5ForConditionalGeneration" => match top.get("text_config") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        },
         _ => top.as_object().cloned().unwrap_or_default(),
     };
-    if arch == Architecture::Gemma3 {
-        let defaults: Map<String, Value> =
-            serde_json::from_str(GEMMA3_TEXT_DEFAULTS).expect("valid defaults");
+    let defaults = match arch {
+        Architecture::Gemma3 => Some(GEMMA3_TEXT_DEFAULTS),
+        Architecture::Gemma4 => Some(GEMMA4_TEXT_DEFAULTS),
+        _ => None,
+    };
+    if let Some(defaults) = defaults {
+        let defaults: Map<String, Value> = serde_json::from_str(defaults).expect("valid defaults");
         for (key, value) in defaults {
             text.entry(key).or_insert(value);
         }
@@ -126,6 +157,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     super::config::check_num_layers(c.num_hidden_layers, "num_hidden_layers")?;
     let config = match arch {
         Architecture::Gemma3 => gemma3(&c)?,
+        Architecture::Gemma4 => gemma4(&c)?,
         Architecture::Deepseek2 => deepseek2(&c)?,
         Architecture::Qwen35 => qwen35(&c)?,
         _ => llama_like(arch, &c)?,
@@ -185,6 +217,7 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,
+        final_logit_softcap: None,
     }
 }
 
@@ -270,6 +303,164 @@ fn gemma3(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         max_position_embeddings: max_pos,
         ..base(Architecture::Gemma3, c, layers)
     })
+}
+
+/// Gemma 4 (dense text) as `modeling_gemma4.py` defines it: Gemma 3's layers (sliding and
+/// full by `layer_types`, every sixth full by default) with the full layers' head size and KV
+/// heads from `per_layer_config` (or `global_head_dim` / `num_global_key_value_heads`, the
+/// latter only with `attention_k_eq_v`, as `Gemma4TextConfig` builds it), RoPE per layer type
+/// (proportional on the full layers), attention scale 1, plain `x · w` norms, the final logit
+/// soft-cap. Per-layer embeddings, KV sharing, MoE blocks and bidirectional attention are
+/// refused by name.
+fn gemma4(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let refuse = |what: &str| {
+        Err(LoadError::config(format!(
+            "this Gemma 4 config uses {what}, which kvrun does not run yet (it runs the dense \
+             Gemma 4 text models: 12B/31B-style, no per-layer embeddings, KV sharing or MoE)"
+        )))
+    };
+    if c.hidden_size_per_layer_input.unwrap_or(0) > 0 {
+        return refuse("per-layer embeddings (hidden_size_per_layer_input, the E-series)");
+    }
+    if c.num_kv_shared_layers.unwrap_or(0) > 0 {
+        return refuse("KV sharing across layers (num_kv_shared_layers)");
+    }
+    if c.enable_moe_block == Some(true) {
+        return refuse("mixture-of-experts blocks (enable_moe_block, 26B-A4B)");
+    }
+    if c.use_bidirectional_attention.as_ref().and_then(Value::as_str) == Some("all") {
+        return refuse("bidirectional attention (use_bidirectional_attention = all)");
+    }
+    let max_pos = c.max_position_embeddings.unwrap_or(131_072);
+    let window = c.sliding_window.unwrap_or(512);
+    let kinds = match &c.layer_types {
+        Some(types) => layer_types(types, c.num_hidden_layers, Some(window), max_pos)?,
+        None => (0..c.num_hidden_layers)
+            .map(|i| match (i + 1) % 6 {
+                0 => AttentionKind::Full,
+                _ => sliding(window, max_pos),
+            })
+            .collect(),
+    };
+    // transformers forces the last layer to full attention
+    let mut kinds = kinds;
+    if let Some(last) = kinds.last_mut() {
+        *last = AttentionKind::Full;
+    }
+    let rope_of = |layer_type: &str, default_theta: f64| -> Result<Rope, LoadError> {
+        match c.rope_parameters.as_ref().filter(|p| per_layer_type(p)) {
+            Some(p) => {
+                let params = p.get(layer_type).filter(|v| !v.is_null());
+                let theta = match params.and_then(|p| p.get("rope_theta")) {
+                    None => default_theta,
+                    Some(v) => {
+                        v.as_f64().ok_or_else(|| bad_value("rope_parameters", "rope_theta", v))?
+                    }
+                };
+                hf_rope(theta, params, max_pos)
+            }
+            None => Ok(Rope {
+                theta: default_theta,
+                scaling: match layer_type {
+                    "full_attention" => {
+                        RopeScaling::Proportional { partial_rotary_factor: 0.25, factor: 1.0 }
+                    }
+                    _ => RopeScaling::None,
+                },
+            }),
+        }
+    };
+    let global = rope_of("full_attention", 1_000_000.0)?;
+    let local = rope_of("sliding_attention", 10_000.0)?;
+    let layers = kinds
+        .into_iter()
+        .map(|attention| {
+            let rope = if attention == AttentionKind::Full { global } else { local };
+            LayerSpec { attention, rope }
+        })
+        .collect::<Vec<_>>();
+    match c.hidden_activation.as_deref() {
+        Some("gelu_pytorch_tanh" | "gelu_tanh") | None => {}
+        Some(other) => {
+            return Err(LoadError::config(format!(
+                "Gemma 4 with hidden_activation '{other}' is not supported (kvrun runs \
+                 gelu_pytorch_tanh); use the model's original config.json"
+            )))
+        }
+    }
+    let k_eq_v = c.attention_k_eq_v.unwrap_or(false);
+    let base = base(Architecture::Gemma4, c, layers);
+    let global_shape = gemma4_global_shape(c, &base, k_eq_v)?;
+    Ok(ModelConfig {
+        qk_norm: true,
+        activation: Activation::GeluTanh,
+        embedding_scale: Some((c.hidden_size as f64).sqrt() as f32),
+        post_norms: true,
+        attention_scale: 1.0,
+        norm_weight_offset: 0.0,
+        max_position_embeddings: max_pos,
+        final_logit_softcap: c.final_logit_softcapping.map(|x| x as f32),
+        global_layers: Some(global_shape),
+        ..base
+    })
+}
+
+/// The full layers' [`GlobalLayers`]: `per_layer_config`'s override of every full layer (one
+/// shape for all of them, none for a sliding layer; a full layer it does not list has the
+/// sliding layers' shape), else `global_head_dim` (default 512) and, with K = V,
+/// `num_global_key_value_heads`.
+fn gemma4_global_shape(
+    c: &HfConfigJson,
+    base: &ModelConfig,
+    values_from_keys: bool,
+) -> Result<GlobalLayers, LoadError> {
+    let broken = |m: String| LoadError::config(format!("{m}; the model's config is broken"));
+    let mut shape = GlobalLayers {
+        num_kv_heads: match values_from_keys {
+            true => c.num_global_key_value_heads.unwrap_or(base.num_kv_heads),
+            false => base.num_kv_heads,
+        },
+        head_dim: c.global_head_dim.unwrap_or(512),
+        values_from_keys,
+    };
+    let Some(per_layer) = &c.per_layer_config else { return Ok(shape) };
+    // saved by transformers: the full layers it lists differ, the others are the sliding shape
+    shape.num_kv_heads = base.num_kv_heads;
+    shape.head_dim = base.head_dim;
+    let mut seen: Option<(usize, usize)> = None;
+    for (key, entry) in per_layer {
+        let layer: usize =
+            key.parse().ok().filter(|&l| l < base.num_layers).ok_or_else(|| {
+                broken(format!("per_layer_config has an entry for layer '{key}'"))
+            })?;
+        if base.layers[layer].attention != AttentionKind::Full {
+            return Err(broken(format!(
+                "per_layer_config changes layer {layer}, a sliding layer (kvrun runs one head \
+                 shape for the sliding layers)"
+            )));
+        }
+        let get = |k: &str, default: usize| match entry.get(k) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| broken(format!("per_layer_config.{key}.{k} = {v}"))),
+        };
+        let this =
+            (get("num_key_value_heads", base.num_kv_heads)?, get("head_dim", base.head_dim)?);
+        if seen.is_some_and(|s| s != this) {
+            return Err(broken(format!(
+                "per_layer_config gives the full layers different head shapes ({seen:?} and \
+                 {this:?}); kvrun runs one"
+            )));
+        }
+        seen = Some(this);
+    }
+    if let Some((num_kv_heads, head_dim)) = seen {
+        shape.num_kv_heads = num_kv_heads;
+        shape.head_dim = head_dim;
+    }
+    Ok(shape)
 }
 
 /// DeepSeek-V2/V3 as `modeling_deepseek.py` defines it: multi-head latent attention ([`Mla`]),
@@ -406,6 +597,7 @@ fn qwen35(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         delta_net: Some(delta_net),
         attn_output_gate: true,
         global_layers: None,
+        final_logit_softcap: None,
         ..base
     })
 }
@@ -524,6 +716,16 @@ pub(super) fn hf_rope(
             ));
         }
         Some("default") => RopeScaling::None,
+        Some("proportional") => RopeScaling::Proportional {
+            partial_rotary_factor: match obj.get("partial_rotary_factor") {
+                None | Some(Value::Null) => 1.0,
+                Some(v) => v
+                    .as_f64()
+                    .filter(|x| (0.0..=1.0).contains(x))
+                    .ok_or_else(|| bad_value("rope_parameters", "partial_rotary_factor", v))?,
+            },
+            factor: num("factor")?.unwrap_or(1.0),
+        },
         Some("linear") => RopeScaling::Linear { factor: need("factor")? },
         Some("llama3") => RopeScaling::Llama3 {
             factor: need("factor")?,

@@ -43,9 +43,11 @@ pub fn gguf_vocab(file: &GgufFile) -> Result<GgufVocab, LoadError> {
     let scores = file.get_f32_array("tokenizer.ggml.scores").unwrap_or_default();
     let bos_token_id = token_id(file, "tokenizer.ggml.bos_token_id", tokens.len())?;
     let eos_token_id = token_id(file, "tokenizer.ggml.eos_token_id", tokens.len())?;
-    let add_bos = file
-        .get_bool("tokenizer.ggml.add_bos_token")
-        .unwrap_or_else(|| gguf_default_add_bos(&model, pre.as_deref()));
+    // llama.cpp overrides a Gemma 4 file's add_bos_token = false to true
+    let add_bos = model == "gemma4"
+        || file
+            .get_bool("tokenizer.ggml.add_bos_token")
+            .unwrap_or_else(|| gguf_default_add_bos(&model, pre.as_deref()));
     let add_eos = file.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
     let add_space_prefix =
         file.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(model == "llama");

@@ -37,16 +37,17 @@ pub struct HfModel {
 }
 
 /// HF parameter names of an architecture → kvrun's canonical (GGUF) names, as llama.cpp's
-/// converter names them. [`canonical_name`] for every architecture but Gemma 3, whose
+/// converter names them. [`canonical_name`] for every architecture but Gemma 3 and 4, whose
 /// `post_attention_layernorm` is the norm after attention (GGUF `post_attention_norm`), not
 /// the one before the MLP (`pre_feedforward_layernorm`, GGUF `ffn_norm`), and whose text model
 /// inside `Gemma3ForConditionalGeneration` is `model.language_model.*` (transformers ≥ 5) or
 /// `language_model.model.*` (4.x); the vision tower's tensors keep their names and are unused.
+/// Gemma 4's `layer_scalar` is GGUF `layer_output_scale`.
 pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
     if arch == Architecture::Qwen35 {
         return qwen35_name(hf);
     }
-    if arch != Architecture::Gemma3 {
+    if !matches!(arch, Architecture::Gemma3 | Architecture::Gemma4) {
         return canonical_name(hf);
     }
     let hf = match hf
@@ -64,6 +65,8 @@ pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
             "post_attention_layernorm.weight" => "post_attention_norm.weight",
             "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
             "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
+            // Gemma 4's per-layer output scale (a [1] buffer)
+            "layer_scalar" => "layer_output_scale.weight",
             _ => return None,
         };
         Some(format!("blk.{layer}.{mapped}"))

@@ -174,6 +174,7 @@ mod tests {
             delta_net: None,
             attn_output_gate: false,
             global_layers: None,
+            final_logit_softcap: None,
         }
     }
 

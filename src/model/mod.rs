@@ -29,6 +29,7 @@ use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
 use crate::kernels::rotate::RotateOp;
+use crate::kernels::softcap::SoftcapOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
 use crate::kv::{GroupKind, KvGroups};
@@ -172,6 +173,8 @@ enum Op {
     Attention(AttentionOp),
     Glu(GluOp),
     Argmax(ArgmaxOp),
+    /// The final logit soft-cap (Gemma 4).
+    Softcap(SoftcapOp),
     /// Gated attention's output gate (Qwen3.5).
     Gate(GateOp),
     /// A Gated DeltaNet layer's conv and its state's advance.
@@ -199,6 +202,7 @@ impl Op {
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
             Op::Argmax(_) => "argmax",
+            Op::Softcap(_) => "softcap",
             Op::Gate(_) => "gate",
             Op::DeltaConv(_) => "delta_conv",
             Op::DeltaScan(_) => "delta_scan",
@@ -221,6 +225,7 @@ impl Op {
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
             Op::Argmax(op) => op.record(pass, shape),
+            Op::Softcap(op) => op.record(pass, shape),
             Op::Gate(op) => op.record(pass, shape),
             Op::DeltaConv(op) => op.record(pass, shape),
             Op::DeltaScan(op) => op.record(pass, shape),

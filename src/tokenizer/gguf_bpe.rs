@@ -104,15 +104,7 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
     for (id, token) in v.tokens.iter().enumerate() {
         vocab.entry(token.clone()).or_insert(id as u32);
     }
-    let merges = parse_merges(&v.merges)?;
-    // `tokenizers` panics (slice index out of range) on a merge longer than every token instead
-    // of refusing it as out of vocabulary (found by fuzz/ gguf_tokenizer), so refuse first.
-    if let Some((a, b)) = merges.iter().find(|(a, b)| !vocab.contains_key(&format!("{a}{b}"))) {
-        return Err(TokenizerError::Config(format!(
-            "GGUF merge '{a} {b}' makes '{a}{b}', which is not in the vocabulary; the \
-             vocabulary is corrupt, re-convert the model"
-        )));
-    }
+    let merges = checked_merges(v, &vocab)?;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(profile.ignore_merges)
@@ -124,6 +116,23 @@ pub(super) fn build_bpe(v: &GgufVocab) -> Result<tokenizers::Tokenizer, Tokenize
     tok.with_decoder(Some(ByteLevel::default()));
     add_vocab_specials(&mut tok, v)?;
     Ok(tok)
+}
+
+/// The file's merges, each making a token of `vocab`. `tokenizers` panics (slice index out of
+/// range) on a merge longer than every token instead of refusing it as out of vocabulary
+/// (found by fuzz/ gguf_tokenizer), so such a merge is refused first.
+pub(super) fn checked_merges(
+    v: &GgufVocab,
+    vocab: &Vocab,
+) -> Result<Vec<(String, String)>, TokenizerError> {
+    let merges = parse_merges(&v.merges)?;
+    if let Some((a, b)) = merges.iter().find(|(a, b)| !vocab.contains_key(&format!("{a}{b}"))) {
+        return Err(TokenizerError::Config(format!(
+            "GGUF merge '{a} {b}' makes '{a}{b}', which is not in the vocabulary; the \
+             vocabulary is corrupt, re-convert the model"
+        )));
+    }
+    Ok(merges)
 }
 
 /// `"left right"` strings → pairs.

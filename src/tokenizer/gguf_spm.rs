@@ -82,6 +82,43 @@ fn merges_from_scores(v: &GgufVocab) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Build the tokenizer of a `gemma4`-model GGUF vocabulary, as llama.cpp's
+/// `LLAMA_VOCAB_PRE_TYPE_GEMMA4` tokenizes it: SentencePiece-style BPE (spaces are `▁`, no
+/// space prefix, `<0xXX>` byte fallback) with the file's own merges, over runs of newlines and
+/// of everything else (`[^\n]+|[\n]+`), raw UTF-8.
+pub(super) fn build_gemma4(v: &GgufVocab) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+    use tokenizers::SplitDelimiterBehavior;
+    let mut vocab = Vocab::default();
+    for (id, token) in v.tokens.iter().enumerate() {
+        vocab.entry(token.clone()).or_insert(id as u32);
+    }
+    let merges = super::gguf_bpe::checked_merges(v, &vocab)?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true)
+        .build()
+        .map_err(build_err)?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    let lines = Split::new(
+        SplitPattern::Regex("[^\n]+|[\n]+".into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(build_err)?;
+    tok.with_pre_tokenizer(Some(lines));
+    tok.with_normalizer(Some(Replace::new(" ", SPACE).map_err(build_err)?)).map_err(build_err)?;
+    let decoders: Vec<DecoderWrapper> = vec![
+        Replace::new(SPACE, " ").map_err(build_err)?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    tok.with_decoder(Some(DecoderSequence::new(decoders)));
+    super::gguf_bpe::add_vocab_specials(&mut tok, v)?;
+    Ok(tok)
+}
+
 /// Build the tokenizer of a `llama`-model (SentencePiece) GGUF vocabulary.
 pub(super) fn build_spm(v: &GgufVocab) -> Result<tokenizers::Tokenizer, TokenizerError> {
     if !v.tokens.iter().zip(&v.token_types).any(|(_, &t)| t == BYTE) {

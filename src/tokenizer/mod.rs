@@ -95,6 +95,7 @@ impl Tokenizer {
         let inner = match v.model.as_str() {
             "gpt2" => gguf_bpe::build_bpe(&v)?,
             "llama" => gguf_spm::build_spm(&v)?,
+            "gemma4" => gguf_spm::build_gemma4(&v)?,
             other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
         };
         let text_of = |id: Option<u32>| id.and_then(|i| v.tokens.get(i as usize).cloned());

@@ -36,7 +36,7 @@ pub struct GgufVocab {
 /// chameleon); other BPE vocabularies do not.
 pub fn gguf_default_add_bos(model: &str, pre: Option<&str>) -> bool {
     match model {
-        "llama" => true,
+        "llama" | "gemma4" => true,
         "gpt2" => matches!(
             pre,
             Some(

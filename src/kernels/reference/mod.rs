@@ -162,6 +162,12 @@ pub fn sigmoid_gate(x: &[f32], g: &[f32]) -> Vec<f32> {
     x.iter().zip(g).map(|(x, g)| (f64::from(*x) / (1.0 + (-f64::from(*g)).exp())) as f32).collect()
 }
 
+/// The final logit soft-cap: `cap · tanh(x / cap)` (Gemma 4), in f64.
+pub fn softcap(x: &[f32], cap: f32) -> Vec<f32> {
+    let cap = f64::from(cap);
+    x.iter().map(|x| ((f64::from(*x) / cap).tanh() * cap) as f32).collect()
+}
+
 /// Head counts and sizes of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaRuleDims {

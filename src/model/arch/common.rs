@@ -17,6 +17,7 @@ use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
 use crate::kernels::rotate::MAX_HEAD_DIM as ROTATE_MAX_HEAD_DIM;
 use crate::kernels::rotate::{RotateOp, RotateRows};
+use crate::kernels::softcap::SoftcapOp;
 use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
 
@@ -207,6 +208,18 @@ impl Builder<'_> {
         let lm_head =
             self.linear("lm_head", &head, &act.logits_in, &act.logits, false, TokenRows::Logits);
         ops.push(Op::Linear(lm_head));
+        if let Some(cap) = c.final_logit_softcap {
+            let step = &self.step.step;
+            let vocab = c.vocab_size as u32;
+            ops.push(Op::Softcap(SoftcapOp::new(
+                self.gpu,
+                self.kernels,
+                step,
+                &act.logits,
+                vocab,
+                cap,
+            )));
+        }
         // greedy sampling on the GPU, for steps that read back argmaxes only
         let vocab = c.vocab_size as u32;
         let step = &self.step.step;
@@ -285,6 +298,13 @@ impl Builder<'_> {
     /// `qkv` (Q then K heads too): one dispatch, the K heads on the weight's second row.
     pub fn qk_norms(&self, l: usize) -> Result<Op, ModelError> {
         let layout = self.layout(l);
+        self.qk_norms_from(l, (layout.num_heads + layout.num_kv_heads) * layout.head_dim)
+    }
+
+    /// [`Builder::qk_norms`] from `qk` rows of `x_stride` floats (Gemma 4 stacks its V heads
+    /// after the K heads there, for their own norm).
+    pub fn qk_norms_from(&self, l: usize, x_stride: u32) -> Result<Op, ModelError> {
+        let layout = self.layout(l);
         let (hd, act) = (layout.head_dim as usize, self.act);
         let mut w = Vec::with_capacity(2 * hd);
         for which in ["attn_q_norm", "attn_k_norm"] {
@@ -296,7 +316,7 @@ impl Builder<'_> {
         let heads = layout.num_heads + layout.num_kv_heads;
         let rows = HeadRows {
             heads,
-            x_stride: heads * layout.head_dim,
+            x_stride,
             x_offset: 0,
             out_stride: layout.stride(),
             out_offset: 0,
@@ -450,8 +470,8 @@ impl Builder<'_> {
         let parts = partitions(self.o.max_model_len as u32);
         let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
         let args = (bs, parts, window, self.c.attention_scale);
-        let widest = self.c.max_head_dim() as u32;
-        ops.push(Op::Attention(AttentionOp::for_heads_of(gpu, k, layout, widest, args, io)));
+        let dims = self.c.head_shapes().iter().map(|&(_, hd)| hd as u32).collect::<Vec<_>>();
+        ops.push(Op::Attention(AttentionOp::for_heads_of(gpu, k, layout, &dims, args, io)));
         if let Some(q) = kv_quant {
             ops.push(Op::KvStage(KvStageOp::new(
                 gpu,

@@ -14,6 +14,7 @@
 mod common;
 mod deepseek2;
 mod gemma3;
+mod gemma4;
 mod llama;
 mod qwen35;
 
@@ -61,6 +62,7 @@ pub(super) fn load(
     let (ops, weight_bytes) = match c.arch {
         Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
+        Architecture::Gemma4 => b.build(gemma4::layer)?,
         Architecture::Deepseek2 => b.build(deepseek2::layer)?,
         Architecture::Qwen35 => b.build(qwen35::layer)?,
     };
@@ -68,10 +70,9 @@ pub(super) fn load(
         "the weights, activations and KV pool",
         weight_bytes + kv.bytes + kv.staging_bytes + states.bytes,
     )?;
-    // every layer's prefill tile: the widest head's (AttentionOp::for_heads_of)
-    let widest = c.max_head_dim() as u32;
-    let variant = kernels.config.attention(widest);
-    let query_tile = crate::kernels::attention::query_tile(variant, widest) as usize;
+    // every layer's prefill tile (AttentionOp::for_heads_of)
+    let dims = c.head_shapes().iter().map(|&(_, hd)| hd as u32).collect::<Vec<_>>();
+    let query_tile = crate::kernels::attention::model_query_tile(&kernels.config, &dims) as usize;
     Ok(Model {
         gpu,
         config: c,
