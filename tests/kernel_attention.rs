@@ -34,6 +34,8 @@ struct Shape {
     /// KV heads a pool block has room for (≥ num_kv_heads: a layer narrower than its pool
     /// slot's widest, Gemma 4; `QkvLayout::pool_heads`).
     pool_heads: usize,
+    /// The first of them that are the layer's (layers packed into one slot).
+    pool_head_base: usize,
     /// The head size whose family and prefill tile the kernels take (≥ head_dim: a layer
     /// beside wider ones, `AttentionOp::for_heads_of`).
     family_head_dim: usize,
@@ -41,7 +43,7 @@ struct Shape {
 
 /// Pool word for (block, head, offset, word) in [blocks, pool_heads, block_size, head_dim/2].
 fn word_index(s: &Shape, block: usize, h: usize, off: usize, w: usize) -> usize {
-    ((block * s.pool_heads + h) * s.block_size + off) * (s.head_dim / 2) + w
+    ((block * s.pool_heads + s.pool_head_base + h) * s.block_size + off) * (s.head_dim / 2) + w
 }
 
 /// `tokens` distinct slots of a pool with room for them plus 4 spare blocks, shuffled; and the
@@ -175,7 +177,7 @@ fn gpu_attention_with(
         values_in_keys,
         ..QkvLayout::new(s.num_heads as u32, s.num_kv_heads as u32, s.head_dim as u32)
     }
-    .with_pool_heads(s.pool_heads as u32);
+    .with_pool_heads_from(s.pool_heads as u32, s.pool_head_base as u32);
     let stride = layout.stride() as usize;
     let num_tokens: usize = seqs.iter().map(|q| q.q_len).sum();
     let mut qkv = vec![0.5f32; num_tokens * stride];
@@ -340,6 +342,7 @@ fn decode_matches_reference_for_block_sizes_and_gqa() {
                 head_dim: 64,
                 block_size: bs,
                 pool_heads: kvh,
+                pool_head_base: 0,
                 family_head_dim: 64,
             };
             let seqs = [
@@ -362,6 +365,7 @@ fn prefill_matches_reference_including_cached_prefix() {
                 head_dim: 64,
                 block_size: bs,
                 pool_heads: kvh,
+                pool_head_base: 0,
                 family_head_dim: 64,
             };
             // whole prompt; chunk after a cached prefix; a chunk of several tiles past 2 partitions
@@ -386,6 +390,7 @@ fn mixed_step_and_other_head_sizes() {
             head_dim: hd,
             block_size: 16,
             pool_heads: 2,
+            pool_head_base: 0,
             family_head_dim: hd,
         };
         let seqs = [
@@ -403,6 +408,7 @@ fn mixed_step_and_other_head_sizes() {
         head_dim: 64,
         block_size: 16,
         pool_heads: 2,
+        pool_head_base: 0,
         family_head_dim: 64,
     };
     check(&s, &[Seq { ctx_len: 150, q_len: 1 }, Seq { ctx_len: 40, q_len: 12 }], 250);
@@ -413,6 +419,7 @@ fn mixed_step_and_other_head_sizes() {
         head_dim: 32,
         block_size: 16,
         pool_heads: 1,
+        pool_head_base: 0,
         family_head_dim: 32,
     };
     check(&s, &[Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 33, q_len: 9 }], 300);
@@ -426,15 +433,23 @@ fn mixed_step_and_other_head_sizes() {
 fn narrower_layer_in_wider_pool_blocks() {
     // (32, 64): a family (lanes) that serves the wider head but not the layer's: both take
     // the workgroup family then (KernelConfig::attention_for)
-    let cases =
-        [(1, 3, 64, 64), (2, 4, 32, 512), (1, 2, 256, 512), (2, 8, 64, 576), (2, 4, 32, 64)];
-    for (i, (kvh, room, hd, family)) in cases.into_iter().enumerate() {
+    // base > 0: a layer packed into a slot after others of its shape (Gemma 4's global
+    // layers, two to a block sized for wider heads)
+    let cases = [
+        (1, 3, 0, 64, 64),
+        (2, 4, 0, 32, 512),
+        (1, 2, 1, 256, 512),
+        (2, 8, 6, 64, 576),
+        (2, 4, 2, 32, 64),
+    ];
+    for (i, (kvh, room, base, hd, family)) in cases.into_iter().enumerate() {
         let s = Shape {
             num_heads: 4,
             num_kv_heads: kvh,
             head_dim: hd,
             block_size: 16,
             pool_heads: room,
+            pool_head_base: base,
             family_head_dim: family,
         };
         let seqs = [Seq { ctx_len: 70, q_len: 1 }, Seq { ctx_len: 40, q_len: 13 }];
@@ -473,6 +488,7 @@ fn bit_identity(
             head_dim: hd,
             block_size: bs,
             pool_heads: 3,
+            pool_head_base: 0,
             family_head_dim: hd,
         };
         // queries 250..269: across a partition boundary of both families (64 and 256 keys)
@@ -525,6 +541,7 @@ fn sliding_window_matches_reference() {
                 head_dim: 64,
                 block_size: bs,
                 pool_heads: kvh,
+                pool_head_base: 0,
                 family_head_dim: 64,
             };
             // a different window for each (GQA, block size) pair; all of them for one
@@ -542,6 +559,7 @@ fn sliding_window_matches_reference() {
             head_dim: hd,
             block_size: 16,
             pool_heads: 2,
+            pool_head_base: 0,
             family_head_dim: hd,
         };
         let seqs = [Seq { ctx_len: 129, q_len: 1 }, Seq { ctx_len: 150, q_len: 33 }];
@@ -559,6 +577,7 @@ fn sliding_window_matches_reference() {
         head_dim: 256,
         block_size: 16,
         pool_heads: 1,
+        pool_head_base: 0,
         family_head_dim: 256,
     };
     let seqs = [Seq { ctx_len: 2048, q_len: 1 }, Seq { ctx_len: 2048, q_len: 128 }];
@@ -571,6 +590,7 @@ fn sliding_window_matches_reference() {
         head_dim: 128,
         block_size: 16,
         pool_heads: 1,
+        pool_head_base: 0,
         family_head_dim: 128,
     };
     check_window(&s, &[Seq { ctx_len: 8192, q_len: 16 }], None, 1013);
@@ -596,17 +616,20 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
 fn kv_write_scatters_through_slot_mapping() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    // room 3: pool blocks with a KV head more than the layer's (Gemma 4's narrower layers)
-    for (i, (bs, room)) in [(1usize, 2usize), (16, 2), (64, 2), (16, 3)].into_iter().enumerate() {
+    // room 3 and 5: pool blocks with KV heads besides the layer's (Gemma 4's narrower layers;
+    // from head 3: packed after another layer)
+    let cases = [(1usize, 2usize, 0usize), (16, 2, 0), (64, 2, 0), (16, 3, 0), (16, 5, 3)];
+    for (i, (bs, room, base)) in cases.into_iter().enumerate() {
         let s = Shape {
             num_heads: 6,
             num_kv_heads: 2,
             head_dim: 32,
             block_size: bs,
             pool_heads: room,
+            pool_head_base: base,
             family_head_dim: 32,
         };
-        let layout = QkvLayout::new(6, 2, 32).with_pool_heads(room as u32);
+        let layout = QkvLayout::new(6, 2, 32).with_pool_heads_from(room as u32, base as u32);
         let stride = layout.stride() as usize;
         let mut r = rng(500 + i as u64);
         let tokens: usize = 37;
@@ -640,10 +663,12 @@ fn kv_write_scatters_through_slot_mapping() {
 fn rope_kv_write_matches_rope_then_kv_write() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    // (heads, KV heads, head_dim, block size, KV heads a pool block has room for)
-    let cases = [(6, 2, 32, 16, 2), (5, 1, 12, 1, 1), (4, 1, 256, 16, 1), (3, 3, 32, 1, 3)];
-    let cases = cases.into_iter().chain([(4, 1, 64, 16, 4)]);
-    for (i, (heads, kv_heads, hd, bs, room)) in cases.enumerate() {
+    // (heads, KV heads, head_dim, block size, KV heads a pool block has room for, the
+    // layer's first of them)
+    let cases = [(6, 2, 32, 16, 2, 0), (5, 1, 12, 1, 1, 0), (4, 1, 256, 16, 1, 0)];
+    let cases =
+        cases.into_iter().chain([(3, 3, 32, 1, 3, 0), (4, 1, 64, 16, 4, 0), (4, 1, 64, 16, 4, 3)]);
+    for (i, (heads, kv_heads, hd, bs, room, base)) in cases.enumerate() {
         for pairs in [RopePairs::Interleaved, RopePairs::Neox] {
             let s = Shape {
                 num_heads: heads,
@@ -651,10 +676,11 @@ fn rope_kv_write_matches_rope_then_kv_write() {
                 head_dim: hd,
                 block_size: bs,
                 pool_heads: room,
+                pool_head_base: base,
                 family_head_dim: hd,
             };
             let layout = QkvLayout::new(heads as u32, kv_heads as u32, hd as u32)
-                .with_pool_heads(room as u32);
+                .with_pool_heads_from(room as u32, base as u32);
             assert!(rope_kv_write::fits(layout));
             let stride = layout.stride() as usize;
             let mut r = rng(900 + i as u64);
@@ -737,6 +763,7 @@ fn mla_absorbed_attention_matches_the_expanded_form() {
             head_dim: width,
             block_size: bs,
             pool_heads: 1,
+            pool_head_base: 0,
             family_head_dim: width,
         };
         let mut d = make_data(&s, &seqs, 1200 + n as u64);

@@ -45,6 +45,8 @@ struct Shape {
     /// Head blocks a pool block has room for (≥ kv_heads: a layer narrower than its pool
     /// slot's widest, Gemma 4; `QkvLayout::pool_heads`).
     pool_heads: usize,
+    /// The first of them that are the layer's (layers packed into one slot).
+    pool_head_base: usize,
 }
 
 /// The rows of block `blk`, KV head `h` of `x` ([pos, kv_heads, head_dim]).
@@ -95,8 +97,9 @@ fn gpu_step(
     let t = gpu().expect("checked by the caller");
     let gpu = &t.gpu;
     let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
-    let room = s.pool_heads;
-    let layout = QkvLayout::new(s.heads as u32, kvh as u32, hd as u32).with_pool_heads(room as u32);
+    let (room, base) = (s.pool_heads, s.pool_head_base);
+    let layout = QkvLayout::new(s.heads as u32, kvh as u32, hd as u32)
+        .with_pool_heads_from(room as u32, base as u32);
     let stride = layout.stride() as usize;
     let (qd, kvd) = (s.heads * hd, kvh * hd);
     let n = chunks.len();
@@ -130,8 +133,8 @@ fn gpu_step(
         for (blk, &block) in tables[si].iter().enumerate().take(c.start / bs) {
             let block = block as usize;
             for h in 0..kvh {
-                let kb = (block * room + h) * khb;
-                let vb = (block * room + h) * vhb;
+                let kb = (block * room + base + h) * khb;
+                let vb = (block * room + base + h) * vhb;
                 k_pool[kb..kb + khb].copy_from_slice(&quantize_head_block(
                     spec.k,
                     bs,
@@ -377,7 +380,14 @@ fn spec(format: KvFormat, k: ScaleGranularity, v: ScaleGranularity) -> KvCacheSp
 #[test]
 fn every_format_and_granularity_matches_the_reference_on_dequantized_values() {
     use ScaleGranularity::*;
-    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, pool_heads: 3 };
+    let s = Shape {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        pool_heads: 3,
+        pool_head_base: 0,
+    };
     let mut i = 0;
     for format in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4] {
         for g in [PerTensor, PerChannel, PerToken, PerHead] {
@@ -396,16 +406,81 @@ fn every_format_and_granularity_matches_the_reference_on_dequantized_values() {
 fn block_sizes_gqa_ratios_and_head_dims() {
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
     let shapes = [
-        Shape { heads: 4, kv_heads: 4, head_dim: 64, block_size: 1, pool_heads: 4 },
-        Shape { heads: 6, kv_heads: 1, head_dim: 64, block_size: 64, pool_heads: 1 },
-        Shape { heads: 8, kv_heads: 2, head_dim: 128, block_size: 16, pool_heads: 2 },
-        Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5, pool_heads: 2 },
-        Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16, pool_heads: 1 },
+        Shape {
+            heads: 4,
+            kv_heads: 4,
+            head_dim: 64,
+            block_size: 1,
+            pool_heads: 4,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 6,
+            kv_heads: 1,
+            head_dim: 64,
+            block_size: 64,
+            pool_heads: 1,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            block_size: 16,
+            pool_heads: 2,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            block_size: 5,
+            pool_heads: 2,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 256,
+            block_size: 16,
+            pool_heads: 1,
+            pool_head_base: 0,
+        },
         // Gemma 4's global heads and DeepSeek's MLA latent width (workgroup family only)
-        Shape { heads: 5, kv_heads: 1, head_dim: 512, block_size: 16, pool_heads: 1 },
-        Shape { heads: 4, kv_heads: 2, head_dim: 576, block_size: 16, pool_heads: 2 },
-        // a layer narrower than its pool slot's widest (Gemma 4): room for 3 heads, 1 used
-        Shape { heads: 4, kv_heads: 1, head_dim: 64, block_size: 16, pool_heads: 3 },
+        Shape {
+            heads: 5,
+            kv_heads: 1,
+            head_dim: 512,
+            block_size: 16,
+            pool_heads: 1,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 576,
+            block_size: 16,
+            pool_heads: 2,
+            pool_head_base: 0,
+        },
+        // a layer narrower than its pool slot's widest (Gemma 4): room for 3 heads, 1 used;
+        // and packed after another layer, from head 2 of 4
+        Shape {
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 64,
+            block_size: 16,
+            pool_heads: 3,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            block_size: 16,
+            pool_heads: 4,
+            pool_head_base: 2,
+        },
     ];
     for (i, s) in shapes.into_iter().enumerate() {
         for (j, format) in [KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
@@ -430,9 +505,30 @@ fn sliding_window_every_format() {
         per_tensor,
     ];
     let shapes = [
-        Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, pool_heads: 3 },
-        Shape { heads: 4, kv_heads: 2, head_dim: 32, block_size: 5, pool_heads: 2 },
-        Shape { heads: 6, kv_heads: 1, head_dim: 128, block_size: 64, pool_heads: 1 },
+        Shape {
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            block_size: 16,
+            pool_heads: 3,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            block_size: 5,
+            pool_heads: 2,
+            pool_head_base: 0,
+        },
+        Shape {
+            heads: 6,
+            kv_heads: 1,
+            head_dim: 128,
+            block_size: 64,
+            pool_heads: 1,
+            pool_head_base: 0,
+        },
     ];
     let windows = [1usize, 7, 20, 64, 70, 1000];
     for (i, s) in shapes.into_iter().enumerate() {
@@ -458,8 +554,22 @@ fn sliding_window_every_format() {
 #[test]
 fn prefill_and_decode_are_bit_identical_with_a_window() {
     let Some(t) = gpu() else { return };
-    let smollm2 = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, pool_heads: 3 };
-    let gemma3 = Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16, pool_heads: 1 };
+    let smollm2 = Shape {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        pool_heads: 3,
+        pool_head_base: 0,
+    };
+    let gemma3 = Shape {
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 256,
+        block_size: 16,
+        pool_heads: 1,
+        pool_head_base: 0,
+    };
     // queries 240..263: across a partition boundary of both families (64 and 256 keys); window
     // 3's first key crosses 256, 50's 192, 80's the block at 176
     let (start, n) = (240usize, 24usize);
@@ -521,7 +631,14 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
 #[test]
 fn long_context_prefill_tiles_at_head_dim_256() {
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
-    let s = Shape { heads: 4, kv_heads: 1, head_dim: 256, block_size: 16, pool_heads: 1 };
+    let s = Shape {
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 256,
+        block_size: 16,
+        pool_heads: 1,
+        pool_head_base: 0,
+    };
     let near = [Chunk { start: 2040, len: 16 }, Chunk { start: 2047, len: 1 }];
     check_window(default(KvFormat::Int8), s, &near, None, 1400);
     check_window(default(KvFormat::Int4), s, &near, Some(512), 1401);
@@ -535,7 +652,14 @@ fn long_context_prefill_tiles_at_head_dim_256() {
 #[test]
 fn long_context_lane_prefill_at_head_dim_128() {
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
-    let s = Shape { heads: 4, kv_heads: 1, head_dim: 128, block_size: 16, pool_heads: 1 };
+    let s = Shape {
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 128,
+        block_size: 16,
+        pool_heads: 1,
+        pool_head_base: 0,
+    };
     check(default(KvFormat::Int8), s, &[Chunk { start: 8176, len: 16 }], 1403);
     check(default(KvFormat::Int4), s, &[Chunk { start: 8176, len: 16 }], 1404);
 }
@@ -547,7 +671,14 @@ fn long_context_lane_prefill_at_head_dim_128() {
 #[test]
 fn prefill_from_empty_over_many_tiles() {
     let default = |f| KvCacheSpec::new(f, None, None, false).unwrap();
-    let s = Shape { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, pool_heads: 3 };
+    let s = Shape {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        pool_heads: 3,
+        pool_head_base: 0,
+    };
     for (i, format) in [KvFormat::Fp8E4m3, KvFormat::Int8, KvFormat::Int4].into_iter().enumerate() {
         check(default(format), s, &[Chunk { start: 0, len: 128 }], 1500 + i as u64);
     }

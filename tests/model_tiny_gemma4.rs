@@ -1,8 +1,9 @@
 //! The whole Gemma 4 (dense text) forward on the GPU against transformers' own
 //! `modeling_gemma4.py` in float64 (`assets/tiny-gemma4/make_tiny_gemma4.py`) and llama.cpp:
 //! a tiny random model of 6 layers (sliding, sliding, global, sliding, sliding, global; window
-//! 11), 4 query heads; sliding layers with 2 KV heads of 32 channels, global layers with 1 KV
-//! head of 64 and K = V (no V projection); proportional RoPE on the global layers (a quarter
+//! 11), 4 query heads; sliding layers with 4 KV heads of 32 channels, global layers with 1 KV
+//! head of 64 and K = V (no V projection), half a sliding layer's KV a token, so the two
+//! global layers share one pool slot (`KvGroups::layer_place`); proportional RoPE on the global layers (a quarter
 //! of each head turns), attention scale 1, V normed without a weight, a per-layer output scale,
 //! a final logit soft-cap of 5, plain `x · w` norms. As the HF directory and as the f32 and
 //! Q8_0 GGUFs llama.cpp's converter wrote from it: one prefill, chunks that start mid-window,
@@ -95,7 +96,7 @@ fn config_from_hf_and_gguf() {
         let c = f.config();
         let what = format!("{rel}: {c:?}");
         assert_eq!((c.arch, c.num_layers, c.num_heads), (Architecture::Gemma4, 6, 4), "{what}");
-        assert_eq!((c.num_kv_heads, c.head_dim), (2, 32), "{what}");
+        assert_eq!((c.num_kv_heads, c.head_dim), (4, 32), "{what}");
         let global = GlobalLayers { num_kv_heads: 1, head_dim: 64, values_from_keys: true };
         assert_eq!(c.global_layers, Some(global), "{what}");
         let sliding = AttentionKind::Sliding { window: 11 };
@@ -108,7 +109,13 @@ fn config_from_hf_and_gguf() {
         let proportional = RopeScaling::Proportional { partial_rotary_factor: 0.25, factor: 1.0 };
         assert_eq!(c.layers[2].rope.scaling, proportional, "{what}");
         assert_eq!(c.layer_heads(2), (1, 64), "{what}");
-        assert_eq!(c.head_shapes(), [(2, 32), (1, 64)], "{what}");
+        assert_eq!(c.head_shapes(), [(4, 32), (1, 64)], "{what}");
+        // a global layer's heads fill half a block sized for the sliding layers': two a slot
+        assert_eq!(kvrun::model::layers_per_slot(c), [1, 1, 2, 1, 1, 2], "{what}");
+        let groups = kvrun::engine::kv_groups(c, 64);
+        assert_eq!(groups.layer_slot(2), groups.layer_slot(5), "{what}: one slot");
+        assert_eq!((groups.layer_place(2), groups.layer_place(5)), (0, 1), "{what}");
+        assert_eq!((groups.len(), groups.num_padding_slots()), (5, 0), "{what}");
         assert_eq!((c.attention_scale, c.norm_weight_offset), (1.0, 0.0), "{what}");
         assert_eq!(c.final_logit_softcap, Some(5.0), "{what}");
         assert!(c.rope_freq_factors.is_none(), "{what}: rope_freqs became the global RoPE");
@@ -164,9 +171,9 @@ fn past_the_window_with_two_head_shapes_in_one_pool() {
 
 /// Perplexity of `make_tiny_gemma4.py`'s text (4 chunks of 128 tokens: the sliding layers
 /// slide; llama.cpp's convention, a BOS first): the HF directory and the f32 GGUF within 0.01 %
-/// of transformers' float64 forward and of llama.cpp's llama-perplexity (382.6119 / 382.6118),
-/// the Q8_0 GGUF within 0.01 % of transformers on its dequantized weights (382.6240) and
-/// 0.5 % of llama.cpp (383.7934: llama.cpp rounds a Q8_0 product's activations to 8 bits).
+/// of transformers' float64 forward and of llama.cpp's llama-perplexity (284.3515 / 284.3443),
+/// the Q8_0 GGUF within 0.01 % of transformers on its dequantized weights (283.0607) and
+/// 0.5 % of llama.cpp (283.4350: llama.cpp rounds a Q8_0 product's activations to 8 bits).
 #[test]
 fn gemma4_perplexity_matches_transformers_and_llama_cpp() {
     check_tiny_perplexity(DIR, &FILES, 1e-4, 5e-3);
@@ -234,7 +241,7 @@ fn gemma4_configs_google_style_and_refused() {
     })
     .unwrap();
     // no K = V: the global layers keep the sliding KV heads, at the default 512 channels
-    let global = GlobalLayers { num_kv_heads: 2, head_dim: 512, values_from_keys: false };
+    let global = GlobalLayers { num_kv_heads: 4, head_dim: 512, values_from_keys: false };
     assert_eq!(c.global_layers, Some(global));
     let flat = parse_edited(|_| {}).unwrap();
     let wrapped = parse_edited(|v| {

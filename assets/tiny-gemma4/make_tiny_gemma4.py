@@ -11,9 +11,10 @@ Deterministic (seeded torch and numpy). Writes, next to this script:
   hf/                   Gemma4ForCausalLM.save_pretrained (f32 safetensors, config.json) and a
                         Gemma-style tokenizer (see write_tokenizer): hidden 64, FFN 128
                         (GELU-tanh gate), 6 layers sliding, sliding, full, sliding, sliding, full;
-                        sliding layers: 4 query / 2 KV heads of 32, window 11, RoPE base 1e4 on
+                        sliding layers: 4 query / 4 KV heads of 32, window 11, RoPE base 1e4 on
                         whole heads; full layers: 4 query heads / 1 KV head of 64
-                        (global_head_dim), attention_k_eq_v (no v_proj: V is K's projection
+                        (global_head_dim: half a sliding layer's KV a token, as 4 × 512 beside
+                        16 × 256 in a 31B: kvrun packs the two into one pool slot), attention_k_eq_v (no v_proj: V is K's projection
                         before k_norm and RoPE, through the weightless v_norm), "proportional"
                         RoPE base 1e6 on the first 8 of each head's 32 rotation pairs
                         (frequencies base^(-2i/64)); Q/K norms, attention scale 1, sandwich
@@ -103,7 +104,7 @@ def make_model(vocab):
     config = Gemma4TextConfig(
         vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2,
-        sliding_window=11, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        sliding_window=11, num_attention_heads=4, num_key_value_heads=4, head_dim=32,
         global_head_dim=64, num_global_key_value_heads=1, attention_k_eq_v=True,
         hidden_size_per_layer_input=0, vocab_size_per_layer_input=vocab,
         num_kv_shared_layers=0, enable_moe_block=False, use_double_wide_mlp=False,

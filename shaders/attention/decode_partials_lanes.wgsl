@@ -75,7 +75,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     var pos = k0;
     while (pos < p_end) {
         let blk = pos / bs;
-        let hb = block_tables[table + blk] * p.pool_heads + kvh;
+        let hb = block_tables[table + blk] * p.pool_heads + p.pool_head_base + kvh;
         let kb = k_block_base(hb);
         let vb = v_block_base(hb);
         let ks = k_lane_scales(kb, lane);

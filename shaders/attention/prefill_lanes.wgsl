@@ -126,7 +126,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             let seg = min(end, (blk + 1u) * bs);
             let pooled = pos < fresh_last;  // some query of the tile reads this block pooled
             let fresh = pos >= fresh0;      // some query of the tile reads it fresh
-            let hb = block_tables[table + blk] * p.pool_heads + kvh;
+            let hb = block_tables[table + blk] * p.pool_heads + p.pool_head_base + kvh;
             let kb = k_block_base(hb);
             let vb = v_block_base(hb);
             var kq: array<KQuery, 8>;

@@ -42,7 +42,7 @@ struct AttnParams {
     v_data_words: u32,
     window: u32,          // sliding window W: keys (P − W, P] for a query at P; 0 = full causal
     pool_heads: u32,      // KV heads a pool block has room for (common/kv_pool.wgsl)
-    _pad1: u32,
+    pool_head_base: u32,  // the layer's first of them (common/kv_pool.wgsl)
     _pad2: u32,
 }
 

@@ -4,8 +4,8 @@
 //
 // Pool, per layer, K and V alike: [num_blocks, kv_heads] head blocks of p.k_head_block_words
 //   u32: codes (token-major, KVQ_BITS each) then f16 scales, int4 minimums at f16 n + g
-//   (quant/kv.rs). Block b, KV head h: word base (b · pool_heads + h) · head_block_words
-//   (pool_heads: common/kv_pool.wgsl).
+//   (quant/kv.rs). Block b, KV head h: word base (b · pool_heads + pool_head_base + h) ·
+//   head_block_words (pool_heads, pool_head_base: common/kv_pool.wgsl).
 // Staging: [2 (K, V), stage_slots, kv_heads, block_size, HEAD_DIM / 2] f16x2 — each running
 //   sequence's partial last block (kv_stage writes it, kv_quantize reads it once the block fills).
 // Word i of a pool is k_word(i) / v_word(i): kv_read_quant.wgsl over array<u32> bindings (the

@@ -23,7 +23,7 @@ fn fresh_from(qpos: u32) -> u32 {
 
 // The word offset of key position pos's row (KV head kvh, block id `block`) in the pools.
 fn kv_row(block: u32, kvh: u32, pos: u32) -> u32 {
-    return ((block * p.pool_heads + kvh) * p.block_size + pos % p.block_size) * (HEAD_DIM / 2u);
+    return ((block * p.pool_heads + p.pool_head_base + kvh) * p.block_size + pos % p.block_size) * (HEAD_DIM / 2u);
 }
 
 fn k_pair(seq: SeqInfo, kvh: u32, pos: u32, row: u32, fresh: bool, w: u32) -> vec2<f32> {

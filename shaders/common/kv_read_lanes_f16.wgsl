@@ -125,6 +125,6 @@ fn v_min_apply(o: Lane, acc: f32) -> Lane {
 
 // The key's row as it is in the pool (fresh_from never sends a key here).
 fn kv_lane_f16(part: u32, seq: SeqInfo, pos: u32, kvh: u32, lane: u32) -> Lane {
-    let hb = block_tables[seq.table_start + pos / p.block_size] * p.pool_heads + kvh;
+    let hb = block_tables[seq.table_start + pos / p.block_size] * p.pool_heads + p.pool_head_base + kvh;
     return kv_lane(part == 0u, lane_row(k_block_base(hb), pos % p.block_size, lane));
 }

@@ -14,9 +14,9 @@ fn v_word(i: u32) -> u32 {
     return v_pool[i];
 }
 
-// The head block index (block · pool_heads + kvh) of key position pos.
+// The head block index (block · pool_heads + pool_head_base + kvh) of key position pos.
 fn kv_row(block: u32, kvh: u32, pos: u32) -> u32 {
-    return block * p.pool_heads + kvh;
+    return block * p.pool_heads + p.pool_head_base + kvh;
 }
 
 // Channels 2w, 2w + 1 of K (part 0) or V (part 1) at `pos` of `seq` in f16: staging before the

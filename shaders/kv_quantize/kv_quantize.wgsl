@@ -22,6 +22,10 @@ struct KvQuantizeParams {
     k_data_words: u32,        // u32 words of codes in a K head block
     v_data_words: u32,
     pool_heads: u32,          // KV heads a pool block has room for (common/kv_pool.wgsl)
+    pool_head_base: u32,      // the layer's first of them
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 override K_GRAN: u32 = 1u;
@@ -149,7 +153,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 
     let hbw = select(p.k_head_block_words, p.v_head_block_words, part == 1u);
     let dw = select(p.k_data_words, p.v_data_words, part == 1u);
-    let base = (blk.x * p.pool_heads + h) * hbw;
+    let base = (blk.x * p.pool_heads + p.pool_head_base + h) * hbw;
     // (2) scale words
     let halves = select(n, 2u * n, KVQ_HAS_MIN);
     for (var i = tid; i < (halves + 1u) / 2u; i += WG) {

@@ -11,6 +11,10 @@ struct KvWriteParams {
     v_offset: u32,    // float offset of value head 0 in a row
     write_v: u32,     // 0: the values are the keys' first channels (MLA), v_pool is not written
     pool_heads: u32,  // KV heads a pool block has room for (common/kv_pool.wgsl)
+    pool_head_base: u32,  // the layer's first of them
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -29,7 +33,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let h = gid.x / words;
     let w = gid.x % words;
-    let dst = kv_pool_row(slot_mapping[t], h, p.pool_heads, p.block_size, words) + w;
+    let dst = kv_pool_row(slot_mapping[t], p.pool_head_base + h, p.pool_heads, p.block_size, words) + w;
     let src = t * p.qkv_stride + h * p.head_dim + 2u * w;
     k_pool[dst] = pack2x16float(vec2<f32>(qkv[p.k_offset + src], qkv[p.k_offset + src + 1u]));
     if (p.write_v != 0u) {

@@ -18,7 +18,7 @@ struct RopeKvParams {
     qkv_stride: u32,    // floats between token rows of qkv
     block_size: u32,    // tokens per pool block
     pool_heads: u32,    // KV heads a pool block has room for (common/kv_pool.wgsl)
-    _pad1: u32,
+    pool_head_base: u32,  // the layer's first of them
 }
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -73,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let is_k = h < p.num_heads + p.num_kv_heads;
     let kv_head = (h - p.num_heads) % p.num_kv_heads;
-    let row = kv_pool_row(slot_mapping[t], kv_head, p.pool_heads, p.block_size, half);
+    let row = kv_pool_row(slot_mapping[t], p.pool_head_base + kv_head, p.pool_heads, p.block_size, half);
     let w0 = pack2x16float(x.xy);
     let w1 = pack2x16float(x.zw);
     if (is_k) {

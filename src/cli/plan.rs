@@ -131,19 +131,23 @@ fn head_shapes(
         return Ok(Vec::new());
     }
     let room = crate::quant::pool_heads(spec, block_size, &shapes, config.values_in_keys())?;
+    let per_slot = crate::model::layers_per_slot(config);
     let mut out = Vec::new();
     for (&(kv_heads, head_dim), pool_heads) in shapes.iter().zip(room) {
         let storage = crate::engine::kv_storage(spec, block_size, head_dim)?;
-        let layers = (0..config.num_layers)
+        let of_shape: Vec<usize> = (0..config.num_layers)
             .filter(|&l| config.layers[l].attention != crate::loader::AttentionKind::Recurrent)
             .filter(|&l| config.layer_heads(l) == (kv_heads, head_dim))
-            .count();
+            .collect();
+        let layers = of_shape.len();
+        let layers_per_slot = of_shape.iter().map(|&l| per_slot[l]).min().unwrap_or(1);
         let head_block = storage.k.bytes + storage.v.bytes;
         out.push(PlanHeads {
             kv_heads,
             head_dim,
             layers,
             pool_heads,
+            layers_per_slot,
             kv_bytes_per_block_per_layer: kv_heads as u64 * head_block,
         });
     }

@@ -226,7 +226,7 @@ pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
         .iter()
         .map(|layer| crate::model::layer_group_kind(layer.attention, max_model_len))
         .collect();
-    KvGroups::from_model_layers(&kinds)
+    KvGroups::from_packed_layers(&kinds, &crate::model::layers_per_slot(model))
 }
 
 /// Context length used when the model declares a larger one and the user gave none.

@@ -75,7 +75,8 @@ pub struct AttnParams {
     pub window: u32,
     /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
     pub pool_heads: u32,
-    pub _pad1: u32,
+    /// The layer's first pool head ([`QkvLayout::pool_head_base`]).
+    pub pool_head_base: u32,
     pub _pad2: u32,
 }
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 80);
@@ -625,6 +626,7 @@ impl AttentionOp {
             v_data_words: q.map_or(0, |q| q.v_data_words),
             window: window.map_or(0, NonZeroU32::get),
             pool_heads: layout.pool_heads,
+            pool_head_base: layout.pool_head_base,
             ..Default::default()
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));

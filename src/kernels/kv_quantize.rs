@@ -174,8 +174,11 @@ pub struct KvQuantizeParams {
     pub v_data_words: u32,
     /// KV heads (head blocks) a pool block has room for ([`QkvLayout::pool_heads`]).
     pub pool_heads: u32,
+    /// The layer's first pool head ([`QkvLayout::pool_head_base`]).
+    pub pool_head_base: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<KvQuantizeParams>() == 48);
+const _: () = assert!(std::mem::size_of::<KvQuantizeParams>() == 64);
 
 /// Binding order of `kv_quantize.wgsl`.
 pub const QUANTIZE_BINDINGS: [BindingKind; 7] = [
@@ -264,6 +267,8 @@ impl KvQuantizeOp {
             k_data_words: kv.k_data_words,
             v_data_words: kv.v_data_words,
             pool_heads: layout.pool_heads,
+            pool_head_base: layout.pool_head_base,
+            _pad: [0; 3],
         };
         let ubuf = gpu.uniform_buffer_init("kv_quantize", bytemuck::bytes_of(&params));
         let pipeline = kernels.pipeline(gpu, QuantizeKey { kv: kv.key });

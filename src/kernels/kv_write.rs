@@ -21,10 +21,13 @@ pub struct KvWriteParams {
     pub v_offset: u32,
     /// 0 when the values are the keys' first channels (`QkvLayout::values_in_keys`).
     pub write_v: u32,
-    /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
+    /// KV heads a pool block has room for, and the layer's first of them
+    /// ([`QkvLayout::pool_heads`], [`QkvLayout::pool_head_base`]).
     pub pool_heads: u32,
+    pub pool_head_base: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<KvWriteParams>() == 32);
+const _: () = assert!(std::mem::size_of::<KvWriteParams>() == 48);
 
 /// Binding order of the KV write kernel.
 pub const BINDINGS: [BindingKind; 6] = [
@@ -84,6 +87,8 @@ impl KvWriteOp {
             v_offset: layout.v_offset(),
             write_v: u32::from(!layout.values_in_keys),
             pool_heads: layout.pool_heads,
+            pool_head_base: layout.pool_head_base,
+            _pad: [0; 3],
         };
         let ubuf = gpu.uniform_buffer_init("kv_write", bytemuck::bytes_of(&params));
         let bind_group =

@@ -184,11 +184,14 @@ pub struct QkvLayout {
     /// no V heads, the KV pool no V buffer of its own, and `kv_write` writes K only.
     pub values_in_keys: bool,
     /// KV heads (head blocks) one block of the layer's pool buffers has room for: the pool
-    /// kernels address KV head h of block b at head block `b · pool_heads + h`. `num_kv_heads`
-    /// for a model whose layers all have one head shape; more for a layer narrower than the
-    /// widest of its pool slot (Gemma 4's sliding and global heads:
-    /// `quant::pool_heads` decides), which leaves the heads after its own unused.
+    /// kernels address KV head h of block b at head block `b · pool_heads + pool_head_base +
+    /// h`. `num_kv_heads` for a model whose layers all have one head shape; more for a layer
+    /// narrower than the widest of its pool slot (Gemma 4's sliding and global heads:
+    /// `quant::pool_heads` decides).
     pub pool_heads: u32,
+    /// The first of those heads that are the layer's (narrower layers packed into one slot:
+    /// `kv::KvGroups::layer_slot`'s sub-slot × `num_kv_heads`); 0 otherwise.
+    pub pool_head_base: u32,
 }
 
 impl QkvLayout {
@@ -200,13 +203,23 @@ impl QkvLayout {
             head_dim,
             values_in_keys: false,
             pool_heads: num_kv_heads,
+            pool_head_base: 0,
         }
     }
 
     /// This layout over pool blocks with room for `pool_heads` KV heads (≥ `num_kv_heads`).
     pub fn with_pool_heads(self, pool_heads: u32) -> Self {
-        assert!(pool_heads >= self.num_kv_heads, "a pool block holds every KV head of a layer");
-        QkvLayout { pool_heads, ..self }
+        self.with_pool_heads_from(pool_heads, 0)
+    }
+
+    /// This layout over pool blocks with room for `pool_heads` KV heads, the layer's from
+    /// `base` on (`base + num_kv_heads ≤ pool_heads`).
+    pub fn with_pool_heads_from(self, pool_heads: u32, base: u32) -> Self {
+        assert!(
+            base + self.num_kv_heads <= pool_heads,
+            "a pool block holds every KV head of a layer"
+        );
+        QkvLayout { pool_heads, pool_head_base: base, ..self }
     }
 
     /// Floats per token row: Q heads, then K heads, then V heads (none when the values live

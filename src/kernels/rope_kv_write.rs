@@ -25,7 +25,8 @@ pub struct RopeKvParams {
     pub block_size: u32,
     /// KV heads a pool block has room for ([`QkvLayout::pool_heads`]).
     pub pool_heads: u32,
-    pub _pad: u32,
+    /// The layer's first pool head ([`QkvLayout::pool_head_base`]).
+    pub pool_head_base: u32,
 }
 const _: () = assert!(std::mem::size_of::<RopeKvParams>() == 32);
 
@@ -102,7 +103,7 @@ impl RopeKvWriteOp {
             qkv_stride: layout.stride(),
             block_size,
             pool_heads: layout.pool_heads,
-            _pad: 0,
+            pool_head_base: layout.pool_head_base,
         };
         let ubuf = gpu.uniform_buffer_init("rope_kv_write", bytemuck::bytes_of(&params));
         let buffers =

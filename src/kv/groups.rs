@@ -66,12 +66,16 @@ impl GroupKind {
     }
 }
 
-/// One group: its kind and its layers, in slot order (at most `slots_per_block`).
+/// One group: its kind and its layers, in slot order (at most `slots_per_block ×
+/// layers_per_slot`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct KvGroup {
     pub kind: GroupKind,
-    /// Model layer indices, ascending; slot `j` holds `layers[j]`.
+    /// Model layer indices, ascending; slot `j / layers_per_slot` holds `layers[j]`.
     pub layers: Vec<usize>,
+    /// Layers one slot holds: 1, or more for layers whose heads fill a fraction of a block
+    /// sized for a wider shape (Gemma 4's global layers: [`KvGroups::from_packed_layers`]).
+    pub layers_per_slot: usize,
 }
 
 /// The groups of one model; see the module docs.
@@ -79,10 +83,10 @@ pub struct KvGroup {
 pub struct KvGroups {
     groups: Vec<KvGroup>,
     slots_per_block: usize,
-    /// `[model layers]` (group, slot) of each layer with KV; `None` for a layer without
-    /// (a recurrent layer: its memory is a state, `kernels::delta_net`).
+    /// `[model layers]` (group, slot, place in the slot) of each layer with KV; `None` for a
+    /// layer without (a recurrent layer: its memory is a state, `kernels::delta_net`).
     #[serde(skip)]
-    layer_slot: Vec<Option<(usize, usize)>>,
+    layer_slot: Vec<Option<(usize, usize, usize)>>,
 }
 
 /// Most padding [`KvGroups::from_layer_kinds`] accepts, as a fraction of the layers: 1/16.
@@ -106,32 +110,52 @@ impl KvGroups {
     /// (`None`: recurrent layers, whose memory is a fixed-size state): those layers take no
     /// slot, and the padding rule counts the KV layers only. Panics if no layer keeps KV.
     pub fn from_model_layers(kinds: &[Option<GroupKind>]) -> KvGroups {
+        KvGroups::from_packed_layers(kinds, &vec![1; kinds.len()])
+    }
+
+    /// Like [`KvGroups::from_model_layers`] where a slot holds `layers_per_slot[l]` layers of
+    /// layer `l`'s kind (the smallest of a kind's layers counts): layers whose KV heads fill a
+    /// fraction of a pool block sized for a wider head shape share a slot, each at its own
+    /// heads of the block (Gemma 4's 4 × 512 global layers, two to a block sized for 16 × 256:
+    /// `model::layers_per_slot`), so they leave none of it unused. A kind of `n` layers takes
+    /// `ceil(n / per_slot)` slots; the padding rule counts slots.
+    pub fn from_packed_layers(kinds: &[Option<GroupKind>], layers_per_slot: &[usize]) -> KvGroups {
         let kv_layers = kinds.iter().flatten().count();
         assert!(kv_layers > 0, "a model has at least one layer with KV");
         assert!(
             kinds.iter().flatten().all(|k| k.window() > 0 || *k == GroupKind::Full),
             "a sliding window of 0 tokens"
         );
-        let by_kind = Self::by_kind(kinds);
-        let largest = by_kind.iter().map(|(_, l)| l.len()).max().expect("non-empty");
+        let by_kind = Self::by_kind(kinds, layers_per_slot);
+        let units = |(_, l, per): &(GroupKind, Vec<usize>, usize)| l.len().div_ceil(*per);
+        let largest = by_kind.iter().map(units).max().expect("non-empty");
         let padding = |s: usize| -> usize {
-            by_kind.iter().map(|(_, l)| l.len().div_ceil(s) * s - l.len()).sum()
+            by_kind.iter().map(|k| units(k).div_ceil(s) * s - units(k)).sum()
         };
         let slots_per_block = (1..=largest)
             .rev()
             .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kv_layers)
             .unwrap_or(1);
-        KvGroups::with_slots_of(kinds, slots_per_block)
+        KvGroups::with_slots_packed(kinds, layers_per_slot, slots_per_block)
     }
 
-    /// The KV layers of each kind, kinds in first appearance order.
-    fn by_kind(kinds: &[Option<GroupKind>]) -> Vec<(GroupKind, Vec<usize>)> {
-        let mut by_kind: Vec<(GroupKind, Vec<usize>)> = Vec::new();
+    /// The KV layers of each kind and the layers a slot holds of it, kinds in first
+    /// appearance order.
+    fn by_kind(
+        kinds: &[Option<GroupKind>],
+        layers_per_slot: &[usize],
+    ) -> Vec<(GroupKind, Vec<usize>, usize)> {
+        assert_eq!(kinds.len(), layers_per_slot.len(), "one packing a layer");
+        let mut by_kind: Vec<(GroupKind, Vec<usize>, usize)> = Vec::new();
         for (layer, kind) in kinds.iter().enumerate() {
             let Some(kind) = *kind else { continue };
-            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, layers)) => layers.push(layer),
-                None => by_kind.push((kind, vec![layer])),
+            let per = layers_per_slot[layer].max(1);
+            match by_kind.iter_mut().find(|(k, _, _)| *k == kind) {
+                Some((_, layers, p)) => {
+                    layers.push(layer);
+                    *p = (*p).min(per);
+                }
+                None => by_kind.push((kind, vec![layer], per)),
             }
         }
         by_kind
@@ -145,17 +169,26 @@ impl KvGroups {
     }
 
     fn with_slots_of(kinds: &[Option<GroupKind>], slots_per_block: usize) -> KvGroups {
+        KvGroups::with_slots_packed(kinds, &vec![1; kinds.len()], slots_per_block)
+    }
+
+    fn with_slots_packed(
+        kinds: &[Option<GroupKind>],
+        layers_per_slot: &[usize],
+        slots_per_block: usize,
+    ) -> KvGroups {
         assert!(slots_per_block > 0, "a block holds at least one layer slot");
         let mut groups = Vec::new();
-        for (kind, layers) in Self::by_kind(kinds) {
-            for chunk in layers.chunks(slots_per_block) {
-                groups.push(KvGroup { kind, layers: chunk.to_vec() });
+        for (kind, layers, per) in Self::by_kind(kinds, layers_per_slot) {
+            for chunk in layers.chunks(slots_per_block * per) {
+                groups.push(KvGroup { kind, layers: chunk.to_vec(), layers_per_slot: per });
             }
         }
         let mut layer_slot = vec![None; kinds.len()];
         for (g, group) in groups.iter().enumerate() {
+            let per = group.layers_per_slot;
             for (j, &layer) in group.layers.iter().enumerate() {
-                layer_slot[layer] = Some((g, j));
+                layer_slot[layer] = Some((g, j / per, j % per));
             }
         }
         KvGroups { groups, slots_per_block, layer_slot }
@@ -194,12 +227,21 @@ impl KvGroups {
 
     /// Slots without a layer, over all groups (allocated, never used).
     pub fn num_padding_slots(&self) -> usize {
-        self.groups.len() * self.slots_per_block - self.num_kv_layers()
+        let used = |g: &KvGroup| g.layers.len().div_ceil(g.layers_per_slot);
+        self.groups.iter().map(|g| self.slots_per_block - used(g)).sum()
     }
 
     /// (group, slot) of `layer`. Panics if out of range or the layer keeps no KV.
     pub fn layer_slot(&self, layer: usize) -> (usize, usize) {
-        self.layer_slot[layer].expect("a layer with KV")
+        let (g, slot, _) = self.layer_slot[layer].expect("a layer with KV");
+        (g, slot)
+    }
+
+    /// `layer`'s place among the layers its slot holds (0 unless the group packs several
+    /// into a slot: [`KvGroup::layers_per_slot`]); its KV heads start at this × its KV heads
+    /// in the slot's blocks. Panics if out of range or the layer keeps no KV.
+    pub fn layer_place(&self, layer: usize) -> usize {
+        self.layer_slot[layer].expect("a layer with KV").2
     }
 
     /// Whether `layer` keeps KV (is in a group). Panics if out of range.
@@ -299,6 +341,35 @@ mod tests {
         assert_eq!((g.layer_slot(7), g.kv_index(7), g.kv_index(31)), ((0, 1), 1, 7));
         assert!(!g.has_kv(0) && g.has_kv(3));
         assert_eq!(g.blocks_for_lone_sequence(16, 100, 512), 7);
+    }
+
+    /// Gemma 4's 31B shape: 50 sliding layers and 10 global ones whose 4 × 512 heads fill half
+    /// a block sized for 16 × 256 — packed two to a slot, the global layers take 5 slots, so
+    /// blocks of 5 slots: 10 sliding groups and 1 full group of 10 layers, no padding (10
+    /// slots a block and half of the full group's unused without packing).
+    #[test]
+    fn packed_layers_share_slots() {
+        let w = GroupKind::Sliding { window: 1024 };
+        let kinds: Vec<Option<GroupKind>> =
+            (0..60).map(|l| Some(if l % 6 == 5 { GroupKind::Full } else { w })).collect();
+        let per: Vec<usize> = (0..60).map(|l| if l % 6 == 5 { 2 } else { 1 }).collect();
+        let g = KvGroups::from_packed_layers(&kinds, &per);
+        assert_eq!((g.slots_per_block(), g.len(), g.num_padding_slots()), (5, 11, 0));
+        let full = g.groups().iter().position(|x| x.kind == GroupKind::Full).unwrap();
+        assert_eq!(g.groups()[full].layers, [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]);
+        assert_eq!(g.groups()[full].layers_per_slot, 2);
+        assert_eq!((g.layer_slot(5), g.layer_place(5)), ((full, 0), 0));
+        assert_eq!((g.layer_slot(11), g.layer_place(11)), ((full, 0), 1));
+        assert_eq!((g.layer_slot(59), g.layer_place(59)), ((full, 4), 1));
+        assert_eq!((g.layer_slot(0), g.layer_place(0)), ((0, 0), 0));
+        let unpacked = KvGroups::from_model_layers(&kinds);
+        assert_eq!((unpacked.slots_per_block(), unpacked.len()), (10, 6));
+        // an odd count leaves a half slot: 3 global layers two to a slot, 1 sliding group
+        let kinds =
+            [Some(w), Some(w), Some(GroupKind::Full), Some(GroupKind::Full), Some(GroupKind::Full)];
+        let g = KvGroups::from_packed_layers(&kinds, &[1, 1, 2, 2, 2]);
+        assert_eq!((g.slots_per_block(), g.len(), g.num_padding_slots()), (2, 2, 0));
+        assert_eq!((g.layer_slot(4), g.layer_place(4)), ((1, 1), 0));
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct PlanHeads {
     /// KV heads a pool block has room for in this shape's head blocks (`quant::pool_heads`:
     /// every block is sized for the widest shape).
     pub pool_heads: usize,
+    /// Layers of this shape one slot holds (`KvGroups::from_packed_layers`).
+    pub layers_per_slot: usize,
     /// KV bytes of one block in one such layer, its own heads only.
     pub kv_bytes_per_block_per_layer: u64,
 }
@@ -305,13 +307,14 @@ impl std::fmt::Display for Plan {
         }
         for h in &self.kv_head_shapes {
             let note = format!(
-                "per token, {} layers of {} KV heads × {}; their pool blocks hold {} heads ({:.0} \
-                 % used)",
+                "per token, {} layers of {} KV heads × {}, {} a slot of {} such heads ({:.0} % \
+                 used)",
                 h.layers,
                 h.kv_heads,
                 h.head_dim,
+                h.layers_per_slot,
                 h.pool_heads,
-                100.0 * h.kv_heads as f64 / h.pool_heads.max(1) as f64
+                100.0 * (h.kv_heads * h.layers_per_slot) as f64 / h.pool_heads.max(1) as f64
             );
             let name = format!("  heads {}×{}", h.kv_heads, h.head_dim);
             let per_block = h.kv_bytes_per_block_per_layer.saturating_mul(h.layers as u64);

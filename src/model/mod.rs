@@ -77,6 +77,26 @@ pub fn layer_group_kind(attention: AttentionKind, max_model_len: usize) -> Optio
     }
 }
 
+/// How many layers of each layer's head shape one pool slot holds (`kv::KvGroups::
+/// from_packed_layers`): a block is sized for the widest shape (`quant::pool_heads`), and a
+/// narrower shape whose heads fill a whole fraction of it packs that many layers into a slot
+/// (Gemma 4's 4 × 512 global layers, two to a 16 × 256 block); 1 for every layer of a model with
+/// one shape. Computed for f16: the formats the pool accepts for these shapes (`pool_heads`)
+/// have the same room in every shape's head blocks, which `arch::common::validate` checks.
+pub fn layers_per_slot(c: &ModelConfig) -> Vec<usize> {
+    let shapes = c.head_shapes();
+    let f16 = crate::quant::KvCacheSpec::default();
+    let room = crate::quant::pool_heads(&f16, 16, &shapes, c.values_in_keys())
+        .unwrap_or_else(|_| shapes.iter().map(|&(kvh, _)| kvh).collect());
+    (0..c.num_layers)
+        .map(|l| {
+            let shape = c.layer_heads(l);
+            let i = shapes.iter().position(|&s| s == shape).expect("a layer's shape is listed");
+            (room[i] / shape.0.max(1)).max(1)
+        })
+        .collect()
+}
+
 /// The KV-cache groups must be the ones the config's layers call for at this context
 /// (`engine::kv_groups`): each layer in a group of its own attention kind, so that no layer
 /// attends wider or narrower than its config says, and no recurrent layer in any.

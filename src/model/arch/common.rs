@@ -99,8 +99,21 @@ pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelErr
     if o.num_blocks == 0 {
         return bad("the KV pool needs at least one block; raise --kv-cache-memory".into());
     }
-    if let Err(e) = pool_heads(&o.kv_cache, o.block_size, &c.head_shapes(), c.values_in_keys()) {
-        return bad(e.to_string());
+    let shapes = c.head_shapes();
+    let room = match pool_heads(&o.kv_cache, o.block_size, &shapes, c.values_in_keys()) {
+        Ok(room) => room,
+        Err(e) => return bad(e.to_string()),
+    };
+    // layers packed into a slot each take their own heads of its blocks
+    for l in (0..c.num_layers).filter(|&l| o.kv_groups.has_kv(l)) {
+        let (kvh, hd) = c.layer_heads(l);
+        let room = room[shapes.iter().position(|&s| s == (kvh, hd)).expect("listed")];
+        if (o.kv_groups.layer_place(l) + 1) * kvh > room {
+            return bad(format!(
+                "layer {l}'s KV heads ({kvh} × {hd}) do not fit their place in the pool's \
+                 blocks of {room} such heads with this --kv-cache-dtype; use f16"
+            ));
+        }
     }
     if o.kv_cache.format().is_quantized()
         && o.block_size.max(c.max_head_dim()) > crate::kernels::kv_quantize::MAX_GROUPS
@@ -153,11 +166,17 @@ impl Builder<'_> {
     /// have ([`KvPool::pool_heads`]).
     pub fn layout(&self, l: usize) -> QkvLayout {
         let (kv_heads, head_dim) = self.c.layer_heads(l);
+        let room = self.kv.pool_heads(kv_heads, head_dim) as u32;
+        // a layer packed into a slot beside others of its shape: its own heads of the block
+        let base = match self.o.kv_groups.has_kv(l) {
+            true => (self.o.kv_groups.layer_place(l) * kv_heads) as u32,
+            false => 0,
+        };
         QkvLayout {
             values_in_keys: self.c.values_in_keys(),
             ..QkvLayout::new(self.c.num_heads as u32, kv_heads as u32, head_dim as u32)
         }
-        .with_pool_heads(self.kv.pool_heads(kv_heads, head_dim) as u32)
+        .with_pool_heads_from(room, base)
     }
 
     /// `hidden = token_embd[tokens] · embedding_scale`; returns the op and the table (the LM
