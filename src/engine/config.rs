@@ -137,6 +137,9 @@ pub fn model_kv_layout(
     model: &ModelConfig,
     groups: &KvGroups,
 ) -> Result<KvLayout, EngineError> {
+    if !(1..=crate::kv::MAX_BLOCK_SIZE).contains(&block_size) {
+        return Err(crate::kv::KvError::BlockSize { block_size }.into());
+    }
     let storage = model_kv_storage(spec, block_size, model)?;
     for (_, head_dim) in model.head_shapes() {
         spec.check_head_dim(head_dim)?;

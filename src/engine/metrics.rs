@@ -8,6 +8,8 @@
 //! | `kvrun:num_requests_running` / `_waiting` | gauge | sequences running / waiting |
 //! | `kvrun:kv_cache_usage_perc` | gauge | fraction (0–1) of KV blocks held by live sequences |
 //! | `kvrun:recurrent_state_bytes` | gauge | bytes of the running sequences' recurrent-layer states (Qwen3.5; 0 without such layers) |
+//! | `kvrun:state_snapshot_slots` / `kvrun:state_snapshots` | gauge | prefix-cache state snapshot slots, and those holding a cached prefix's snapshot (hybrids; 0 otherwise) |
+//! | `kvrun:state_snapshots_evicted_total` | counter | snapshots evicted to make room |
 //! | `kvrun:prefix_cache_queries_total` / `_hits_total` | counter | prompt tokens looked up / found in the prefix cache |
 //! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
@@ -60,6 +62,9 @@ pub struct Metrics {
     num_requests_waiting: Gauge,
     kv_cache_usage_perc: Gauge<f64, AtomicU64>,
     recurrent_state_bytes: Gauge,
+    state_snapshot_slots: Gauge,
+    state_snapshots: Gauge,
+    state_snapshots_evicted: Counter,
     /// One running sequence's recurrent states (`set_cache_config`); 0 without such layers.
     state_bytes_per_sequence: AtomicU64,
     prefix_cache_queries: Counter,
@@ -102,6 +107,9 @@ impl Metrics {
             num_requests_waiting: Gauge::default(),
             kv_cache_usage_perc: Gauge::default(),
             recurrent_state_bytes: Gauge::default(),
+            state_snapshot_slots: Gauge::default(),
+            state_snapshots: Gauge::default(),
+            state_snapshots_evicted: Counter::default(),
             state_bytes_per_sequence: AtomicU64::new(0),
             prefix_cache_queries: Counter::default(),
             prefix_cache_hits: Counter::default(),
@@ -136,6 +144,21 @@ impl Metrics {
             "kvrun:recurrent_state_bytes",
             "Bytes of the running sequences' recurrent-layer states (fixed per sequence)",
             m.recurrent_state_bytes.clone(),
+        );
+        r.register(
+            "kvrun:state_snapshot_slots",
+            "Prefix-cache state snapshot slots of the recurrent layers (--state-snapshots)",
+            m.state_snapshot_slots.clone(),
+        );
+        r.register(
+            "kvrun:state_snapshots",
+            "State snapshot slots holding a cached prefix's recurrent states",
+            m.state_snapshots.clone(),
+        );
+        r.register(
+            "kvrun:state_snapshots_evicted",
+            "State snapshots evicted to make room",
+            m.state_snapshots_evicted.clone(),
         );
         r.register(
             "kvrun:prefix_cache_queries",
@@ -222,7 +245,10 @@ impl Metrics {
         let per_seq = self.state_bytes_per_sequence.load(std::sync::atomic::Ordering::Relaxed);
         let state = per_seq.saturating_mul(stats.num_running as u64);
         self.recurrent_state_bytes.set(i64::try_from(state).unwrap_or(i64::MAX));
+        self.state_snapshot_slots.set(i64::from(stats.num_snapshot_slots));
+        self.state_snapshots.set(i64::try_from(stats.num_snapshots).unwrap_or(i64::MAX));
         for (counter, total) in [
+            (&self.state_snapshots_evicted, stats.num_evicted_snapshots),
             (&self.prefix_cache_queries, stats.prefix_query_tokens),
             (&self.prefix_cache_hits, stats.prefix_hit_tokens),
             (&self.num_preemptions, stats.num_preemptions),
@@ -312,6 +338,9 @@ mod tests {
             prompt_tokens: 1000,
             generation_tokens: 50,
             kv_usage: 0.25,
+            num_snapshot_slots: 8,
+            num_snapshots: 3,
+            num_evicted_snapshots: 2,
             ..SchedulerStats::default()
         };
         metrics.update_from(&stats);
@@ -327,6 +356,10 @@ mod tests {
             "kvrun:num_requests_waiting 2",
             "kvrun:kv_cache_usage_perc 0.25",
             "kvrun:recurrent_state_bytes 1000",
+            "kvrun:state_snapshot_slots 8",
+            "kvrun:state_snapshots 3",
+            "# TYPE kvrun:state_snapshots_evicted counter",
+            "kvrun:state_snapshots_evicted_total 2",
             "# TYPE kvrun:prefix_cache_queries counter",
             "kvrun:prefix_cache_queries_total 1000",
             "kvrun:prefix_cache_hits_total 640",

@@ -257,6 +257,9 @@ pub fn pool_heads(
     shapes: &[(usize, usize)],
     values_in_keys: bool,
 ) -> Result<Vec<usize>, KvQuantError> {
+    if let [(kvh, _)] = shapes {
+        return Ok(vec![*kvh]);
+    }
     let words = |q: KvQuant, hd: usize| head_block_words(q, block_size, hd).total_words;
     let v_words = |hd: usize| if values_in_keys { 0 } else { words(spec.v, hd) };
     let block = |&(kvh, hd): &(usize, usize)| (kvh * words(spec.k, hd), kvh * v_words(hd));
@@ -271,8 +274,9 @@ pub fn pool_heads(
         .iter()
         .map(|&(kvh, hd)| {
             let (k_hb, v_hb) = (words(spec.k, hd), v_words(hd));
-            let heads = k_block / k_hb;
-            if heads * k_hb == k_block && heads * v_hb == v_block && heads >= kvh {
+            // 0-word head blocks (a 0 block size, refused elsewhere) divide nothing
+            let heads = k_block.checked_div(k_hb).unwrap_or(0);
+            if heads > 0 && heads * k_hb == k_block && heads * v_hb == v_block && heads >= kvh {
                 Ok(heads)
             } else {
                 Err(KvQuantError::MixedHeadShapes {

@@ -259,6 +259,9 @@ fn pool_heads_of_mixed_head_shapes() {
     assert!(err.to_string().contains("--kv-cache-dtype f16"), "{err}");
     assert_eq!(pool_heads(&token, 16, &[(3, 64)], false), Ok(vec![3]));
     assert_eq!(pool_heads(&f16, 16, &[(1, 576)], true), Ok(vec![1]));
+    // a block size of 0 (refused by the engine first) divides nothing and never panics
+    assert!(pool_heads(&f16, 0, &shapes, false).is_err());
+    assert_eq!(pool_heads(&f16, 0, &[(3, 64)], false), Ok(vec![3]));
     // a narrower shape with more heads than the widest block has room for cannot happen
     // (the widest has the most words); 3 × 256 beside 1 × 512 does not divide
     let err = pool_heads(&f16, 16, &[(3, 256), (1, 512)], false).unwrap_err();

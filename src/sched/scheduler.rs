@@ -54,6 +54,11 @@ pub struct SchedulerStats {
     pub num_evicted_blocks: u64,
     /// Fraction of KV blocks held by live sequences (evictable cached blocks count as free).
     pub kv_usage: f32,
+    /// Recurrent models: state snapshot slots, those holding a cached prefix's snapshot, and
+    /// snapshots evicted to make room, ever (`KvStats`; 0 for attention-only models).
+    pub num_snapshot_slots: u32,
+    pub num_snapshots: usize,
+    pub num_evicted_snapshots: u64,
     /// Requests ended, by reason (`request_success_total{finished_reason}` in vLLM).
     pub num_finished: FinishedCounts,
 }
@@ -357,6 +362,9 @@ impl Scheduler {
             generation_tokens: self.generation_tokens,
             num_evicted_blocks: kv.num_evicted_blocks,
             kv_usage: kv.usage,
+            num_snapshot_slots: kv.num_snapshot_slots,
+            num_snapshots: kv.num_snapshots,
+            num_evicted_snapshots: kv.num_evicted_snapshots,
             num_finished: self.num_finished,
         }
     }
