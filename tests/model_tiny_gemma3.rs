@@ -81,67 +81,6 @@ fn run_chunks(
     out
 }
 
-/// The model with `groups` for contexts of `max_len` tokens in blocks of `bs` (one prefill of
-/// up to `max_len` tokens a step), and one shuffled block table per group over disjoint blocks
-/// (`seed`); `None` without a GPU.
-fn load_grouped(
-    f: &ModelFile,
-    family: KernelFamily,
-    groups: &kvrun::kv::KvGroups,
-    (max_len, bs): (usize, usize),
-    seed: u64,
-) -> Option<(Model, Vec<Vec<u32>>)> {
-    let t = gpu()?;
-    let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
-    let per_table = max_len.div_ceil(bs);
-    let num_blocks = groups.len() * per_table + 3;
-    let options = ModelOptions {
-        max_num_batched_tokens: max_len,
-        max_num_seqs: 1,
-        max_logit_rows: max_len,
-        max_model_len: max_len,
-        block_size: bs,
-        num_blocks,
-        kv_cache: Default::default(),
-        kv_groups: groups.clone(),
-        state_snapshots: 0,
-    };
-    let model = Model::load(t.gpu.clone(), &kernels, f, options).unwrap();
-    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-    ids.shuffle(&mut rng(seed));
-    let tables = ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
-    Some((model, tables))
-}
-
-/// Runs `tokens` through the model in `chunks` (lengths), one block table per KV-cache group,
-/// returning every position's logits.
-fn run_grouped(
-    model: &mut Model,
-    tokens: &[u32],
-    chunks: &[usize],
-    tables: &[Vec<u32>],
-    bs: usize,
-) -> Vec<f32> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    for &len in chunks {
-        let chunk = SeqChunk {
-            tokens: &tokens[pos..pos + len],
-            start_pos: pos,
-            block_tables: tables,
-            slot_mapping: None,
-            logits: LogitsWanted::Range(0..len),
-            stage_slot: 0,
-            states: Default::default(),
-        };
-        let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
-        out.extend(model.forward(&batch).unwrap().data);
-        pos += len;
-    }
-    assert_eq!(pos, tokens.len());
-    out
-}
-
 /// 120 tokens past the 48-token window: the sliding layers attend through their window, each
 /// group through its own shuffled table (disjoint blocks), in one prefill, chunks that start
 /// mid-window, and decode steps, both kernel families, bit-identical to each other.

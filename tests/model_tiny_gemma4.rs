@@ -13,10 +13,8 @@
 mod common;
 
 use common::*;
-use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
+use kvrun::kernels::KernelFamily;
 use kvrun::loader::{Architecture, AttentionKind, GlobalLayers, ModelFile, RopeScaling};
-use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
-use rand::seq::SliceRandom;
 use std::path::PathBuf;
 
 const DIR: &str = "assets/tiny-gemma4";
@@ -29,63 +27,16 @@ fn file(rel: &str) -> ModelFile {
 const FILES: [(&str, &str); 3] =
     [("hf", "hf_f32"), ("tiny-gemma4-f32.gguf", "hf_f32"), ("tiny-gemma4-q8_0.gguf", "gguf_q8_0")];
 
-/// The model for contexts of `max_len` tokens in blocks of `bs`, one shuffled block table per
-/// KV-cache group over disjoint blocks; `None` without a GPU.
+/// The model for contexts of `max_len` tokens in blocks of `bs` with the engine's KV-cache
+/// groups, one shuffled block table per group; `None` without a GPU.
 fn load(
     f: &ModelFile,
     family: KernelFamily,
     (max_len, bs): (usize, usize),
     seed: u64,
-) -> Option<(Model, Vec<Vec<u32>>)> {
-    let t = gpu()?;
-    let kernels = Kernels::with_config(KernelConfig::choose_family(&t.gpu.caps, family));
+) -> Option<(kvrun::model::Model, Vec<Vec<u32>>)> {
     let groups = kvrun::engine::kv_groups(f.config(), max_len);
-    let per_table = max_len.div_ceil(bs);
-    let num_blocks = groups.len() * per_table + 3;
-    let options = ModelOptions {
-        max_num_batched_tokens: max_len,
-        max_num_seqs: 1,
-        max_logit_rows: max_len,
-        max_model_len: max_len,
-        block_size: bs,
-        num_blocks,
-        kv_cache: Default::default(),
-        kv_groups: groups.clone(),
-        state_snapshots: 0,
-    };
-    let model = Model::load(t.gpu.clone(), &kernels, f, options).unwrap();
-    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
-    ids.shuffle(&mut rng(seed));
-    let tables = ids.chunks(per_table).take(groups.len()).map(<[u32]>::to_vec).collect();
-    Some((model, tables))
-}
-
-/// Runs `tokens` in `chunks` (lengths), returning every position's logits.
-fn run_chunks(
-    model: &mut Model,
-    tokens: &[u32],
-    chunks: &[usize],
-    tables: &[Vec<u32>],
-    bs: usize,
-) -> Vec<f32> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    for &len in chunks {
-        let chunk = SeqChunk {
-            tokens: &tokens[pos..pos + len],
-            start_pos: pos,
-            block_tables: tables,
-            slot_mapping: None,
-            logits: LogitsWanted::Range(0..len),
-            stage_slot: 0,
-            states: Default::default(),
-        };
-        let batch = ForwardBatch::new(&[chunk], bs, model.query_tile());
-        out.extend(model.forward(&batch).unwrap().data);
-        pos += len;
-    }
-    assert_eq!(pos, tokens.len());
-    out
+    load_grouped(f, family, &groups, (max_len, bs), seed)
 }
 
 /// What the loader reads from the HF config and from the GGUF metadata alike.
@@ -137,7 +88,7 @@ fn gemma4_matches_transformers_as_directory_and_converted_gguf() {
             let mut steps = vec![27];
             steps.extend(std::iter::repeat_n(1, 13));
             for chunks in [vec![40], vec![13, 1, 26], steps] {
-                let out = run_chunks(&mut model, &tokens, &chunks, &tables, bs);
+                let out = run_grouped(&mut model, &tokens, &chunks, &tables, bs);
                 check_logits(&format!("Gemma 4 {rel} {family:?} {chunks:?}"), &out, &want, vocab);
                 runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             }
@@ -160,7 +111,7 @@ fn past_the_window_with_two_head_shapes_in_one_pool() {
             let mut steps = vec![60];
             steps.extend(std::iter::repeat_n(1, 60));
             for chunks in [vec![120], vec![37, 50, 33], steps] {
-                let out = run_chunks(&mut model, &tokens, &chunks, &tables, bs);
+                let out = run_grouped(&mut model, &tokens, &chunks, &tables, bs);
                 check_logits(&format!("Gemma 4 long {rel} {family:?} bs {bs}"), &out, &want, vocab);
                 runs.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
             }
