@@ -46,6 +46,17 @@ fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
 /// [`run`] on a loaded engine (whose prefix cache may hold earlier runs' blocks); the counts
 /// are the engine's totals so far.
 fn run_on(engine: &mut Engine, workload: &Workload) -> Run {
+    run_tenants(engine, workload, |_| None, |_| {})
+}
+
+/// [`run_on`] with request `i` in namespace `namespace(i)`, and `each_step` called on the
+/// engine after every step.
+fn run_tenants(
+    engine: &mut Engine,
+    workload: &Workload,
+    namespace: impl Fn(usize) -> Option<u64>,
+    mut each_step: impl FnMut(&Engine),
+) -> Run {
     let mut outputs: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
     let mut ids = BTreeMap::new();
     let mut submitted = 0;
@@ -55,6 +66,7 @@ fn run_on(engine: &mut Engine, workload: &Workload) -> Run {
             let (_, prompt, n) = &workload[submitted];
             let mut req = CompletionRequest::new(prompt.clone(), *n);
             req.ignore_eos = true;
+            req.namespace = namespace(submitted);
             ids.insert(engine.add_request(req).unwrap(), submitted);
             submitted += 1;
         }
@@ -67,6 +79,7 @@ fn run_on(engine: &mut Engine, workload: &Workload) -> Run {
             }
         }
         engine.scheduler().kv().check_integrity().unwrap();
+        each_step(engine);
     }
     let kv = engine.scheduler().kv();
     let stats = kv.stats();
@@ -370,6 +383,50 @@ fn recurrent_layers_outputs_identical_across_cache_preemption_chunking_and_batch
         }
     }
     assert!(preempted && hits, "Qwen3.5: preempted {preempted}, prefix hits {hits}");
+}
+
+/// Tenant KV quotas on the hybrid count recurrent states: alice's quota holds one sequence of
+/// the longest length with its state and two states more, so her requests (each holds a
+/// running state, and snapshots) wait or give up her own snapshots while bob's run. Outputs
+/// stay the reference's; no step leaves alice over her quota (`check_integrity`).
+#[test]
+fn recurrent_states_count_toward_tenant_quotas() {
+    use kvrun::engine::{tenant_namespace, KvQuota, TenantConfig};
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    let config = qwen35_config(KernelFamily::Auto);
+    let reference = run(&config(16, 64, false, 1, 256), &w);
+    let cfg = config(4, 256, true, 4, 32);
+    let state_bytes = Engine::load(&cfg).unwrap().config().state_bytes_per_sequence;
+    let block_bytes = 4 * 256;
+    // -c 128: 32 blocks of 4 tokens; then three states
+    let quota = 32 * block_bytes + 3 * state_bytes.div_ceil(block_bytes) * block_bytes;
+    let tenants = vec![
+        TenantConfig { name: "alice".into(), kv_quota: Some(KvQuota::Bytes(quota)) },
+        TenantConfig { name: "bob".into(), kv_quota: None },
+    ];
+    let mut engine = Engine::load(&EngineConfig { tenants, ..cfg }).unwrap();
+    let (alice, bob) = (tenant_namespace("alice"), tenant_namespace("bob"));
+    let (mut peak_states, mut bound) = (0, false);
+    let got = run_tenants(
+        &mut engine,
+        &w,
+        |i| Some(if i % 3 == 1 { bob } else { alice }),
+        |e| {
+            let stats = e.scheduler().tenant_stats();
+            let a = stats.iter().find(|t| t.kv.namespace == alice).unwrap();
+            assert!(a.kv.num_held_blocks <= a.kv.quota_blocks.unwrap());
+            peak_states = peak_states.max(a.kv.num_held_states);
+            bound |= e.scheduler().kv().is_quota_bound_ns(Some(alice));
+        },
+    );
+    for (i, want) in &reference.outputs {
+        assert_eq!(&got.outputs[i], want, "request {i} differs from the reference");
+    }
+    assert!(peak_states >= 2, "alice held {peak_states} states at most");
+    assert!(bound, "alice's quota never bound");
 }
 
 /// Multi-turn chat on the hybrid: each conversation's next prompt is its last prompt, the

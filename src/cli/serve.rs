@@ -49,8 +49,8 @@ pub struct ServeArgs {
     /// generation_config.json or GGUF general.sampling.*), vllm (temperature 1, nothing else).
     #[arg(long, value_enum, default_value = "auto")]
     pub generation_config: crate::server::GenerationConfig,
-    /// Cap a tenant's KV blocks (running + cached): TENANT=FRACTION of the pool (0.25) or
-    /// TENANT=BYTES (64MiB). Over it, the tenant's own cached blocks go first, then its
+    /// Cap a tenant's KV blocks (running + cached; a hybrid's recurrent states count as their
+    /// bytes): TENANT=FRACTION of the pool (0.25) or TENANT=BYTES (64MiB). Over it, the tenant's own cached blocks go first, then its
     /// requests wait; other tenants are not preempted for it. Repeatable.
     #[arg(long, value_parser = parse_tenant_quota)]
     pub tenant_kv_quota: Vec<TenantConfig>,

@@ -64,7 +64,8 @@ pub enum KvQuota {
 }
 
 impl KvQuota {
-    /// The cap in blocks of `bytes_per_block`, of a pool of `num_blocks`.
+    /// The cap in blocks of `bytes_per_block`, of a pool of `num_blocks` (for a recurrent
+    /// model, its state slots included as blocks' worth of bytes).
     pub fn blocks(self, num_blocks: usize, bytes_per_block: u64) -> usize {
         match self {
             KvQuota::Fraction(f) => (f * num_blocks as f64).floor() as usize,

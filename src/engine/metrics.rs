@@ -18,7 +18,8 @@
 //! | `kvrun:e2e_request_latency_seconds` | histogram | arrival → last token of a finished request |
 //! | `kvrun:request_disconnects_total` | counter | requests cancelled because their client went away |
 //! | `kvrun:cache_config_info{block_size,num_gpu_blocks}` | gauge (1) | the KV pool's shape |
-//! | `kvrun:tenant_kv_blocks{tenant}` / `kvrun:tenant_kv_quota_blocks{tenant}` | gauge | KV blocks a tenant holds (running + cached) / its cap |
+//! | `kvrun:tenant_kv_blocks{tenant}` / `kvrun:tenant_kv_quota_blocks{tenant}` | gauge | KV blocks a tenant holds (running + cached; a recurrent model's states as blocks' worth of bytes) / its cap |
+//! | `kvrun:tenant_recurrent_states{tenant}` | gauge | recurrent states a tenant holds: running sequences' and snapshots (hybrids; counted in its blocks) |
 //! | `kvrun:tenant_num_requests_running{tenant}` / `_waiting{tenant}` | gauge | a tenant's sequences running / waiting |
 //! | `kvrun:tenant_prefix_cache_queries_total{tenant}` / `_hits_total{tenant}` | counter | a tenant's prompt tokens looked up / found |
 //!
@@ -85,6 +86,7 @@ pub struct Metrics {
 struct TenantFamilies {
     kv_blocks: Family<TenantLabel, Gauge>,
     kv_quota_blocks: Family<TenantLabel, Gauge>,
+    states: Family<TenantLabel, Gauge>,
     running: Family<TenantLabel, Gauge>,
     waiting: Family<TenantLabel, Gauge>,
     prefix_queries: Family<TenantLabel, Counter>,
@@ -205,8 +207,13 @@ impl Metrics {
         let t = &m.tenant;
         r.register(
             "kvrun:tenant_kv_blocks",
-            "KV blocks a tenant holds, running and cached",
+            "KV blocks a tenant holds, running and cached (recurrent states as blocks' worth of bytes)",
             t.kv_blocks.clone(),
+        );
+        r.register(
+            "kvrun:tenant_recurrent_states",
+            "Recurrent states a tenant holds: running sequences' and prefix-cache snapshots",
+            t.states.clone(),
         );
         r.register(
             "kvrun:tenant_kv_quota_blocks",
@@ -274,6 +281,7 @@ impl Metrics {
         let label = vec![("tenant".to_string(), name.to_string())];
         let t = &self.tenant;
         t.kv_blocks.get_or_create(&label).set(stats.kv.num_held_blocks as i64);
+        t.states.get_or_create(&label).set(stats.kv.num_held_states as i64);
         if let Some(q) = stats.kv.quota_blocks {
             t.kv_quota_blocks.get_or_create(&label).set(q as i64);
         }

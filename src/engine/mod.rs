@@ -144,6 +144,10 @@ impl Engine {
             // recurrent layers: a cached prefix is usable where a state snapshot ends it
             kv = kv.with_state_snapshots(resolved.state_snapshots as u32);
         }
+        // Tenant quotas count recurrent states as whole blocks' worth of bytes.
+        let state_blocks = resolved.state_bytes_per_sequence.div_ceil(layout.bytes_per_block());
+        let state_blocks = usize::try_from(state_blocks).unwrap_or(usize::MAX / 4);
+        kv = kv.with_sequence_states(state_blocks, resolved.max_num_seqs);
         let sched_config = SchedulerConfig {
             max_num_seqs: resolved.max_num_seqs,
             max_num_batched_tokens: resolved.max_num_batched_tokens,
@@ -151,7 +155,7 @@ impl Engine {
             max_logit_rows: resolved.max_logit_rows,
         };
         let mut sched = Scheduler::new(sched_config, kv)?;
-        let tenants = set_tenants(&mut sched, cfg, &resolved, &layout)?;
+        let tenants = set_tenants(&mut sched, cfg, &layout)?;
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
         let metrics = Arc::new(Metrics::new());
         metrics.set_cache_config(resolved.block_size, resolved.num_blocks);
@@ -450,18 +454,19 @@ fn logit_rows(s: &crate::sched::ScheduledSeq) -> std::ops::Range<usize> {
     }
 }
 
-/// Tracks the configured tenants in the scheduler with their quotas in blocks; returns their
+/// Tracks the configured tenants in the scheduler with their quotas in blocks (a fraction is
+/// of the pool plus the recurrent-state slots, `KvManager::quota_capacity`); returns their
 /// names by namespace. The error names the tenant and the flag.
 fn set_tenants(
     sched: &mut Scheduler,
     cfg: &EngineConfig,
-    resolved: &ResolvedConfig,
     layout: &KvLayout,
 ) -> Result<HashMap<u64, String>, EngineError> {
     let mut names = HashMap::new();
+    let capacity = sched.kv().quota_capacity();
     for t in &cfg.tenants {
         let ns = tenant_namespace(&t.name);
-        let quota = t.kv_quota.map(|q| q.blocks(resolved.num_blocks, layout.bytes_per_block()));
+        let quota = t.kv_quota.map(|q| q.blocks(capacity, layout.bytes_per_block()));
         sched
             .set_tenant(ns, quota)
             .map_err(|e| EngineError::Config(format!("--tenant-kv-quota {}: {e}", t.name)))?;

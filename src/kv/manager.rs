@@ -113,6 +113,14 @@ pub(super) struct SeqKv {
     newest_snapshot: Option<(BlockId, u32)>,
 }
 
+impl SeqKv {
+    /// Recurrent states the sequence holds: its running state, and the snapshot slot its step
+    /// writes, if any.
+    pub(super) fn num_states(&self) -> usize {
+        1 + usize::from(self.snapshot_target.is_some())
+    }
+}
+
 /// KV bookkeeping of every live sequence, and the prefix cache if enabled. A block's ref count
 /// equals the number of tables holding it, plus one if it is cached.
 #[derive(Clone, Debug)]
@@ -125,6 +133,11 @@ pub struct KvManager {
     pub(super) cache: Option<PrefixCache>,
     /// Tracked tenants: quotas and per-tenant counters (`quota.rs`).
     pub(super) tenants: Tenants,
+    /// Recurrent models: one sequence's states (every recurrent layer's) in blocks, rounded
+    /// up — what a running sequence and a snapshot count toward a tenant's quota; 0 without.
+    pub(super) state_blocks: usize,
+    /// Running-state slots (`max_num_seqs`; the snapshot slots are the cache's).
+    pub(super) state_slots: usize,
     prefix_query_tokens: u64,
     prefix_hit_tokens: u64,
     pub(super) num_evicted_blocks: u64,
@@ -181,6 +194,8 @@ impl KvManager {
             seqs: HashMap::new(),
             cache: enabled.then(|| PrefixCache::with_groups(layout.block_size, &kinds)),
             tenants: Tenants::default(),
+            state_blocks: 0,
+            state_slots: 0,
             prefix_query_tokens: 0,
             prefix_hit_tokens: 0,
             num_evicted_blocks: 0,
@@ -275,7 +290,8 @@ impl KvManager {
         let num_cached_tokens = matched.len() * self.layout.block_size;
         let needed =
             self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
-        needed * self.groups.len() + no_longer_evictable <= self.claimable_blocks(namespace)
+        let states = usize::from(self.state_blocks > 0); // its running state
+        self.fits(namespace, needed * self.groups.len() + no_longer_evictable, states)
     }
 
     /// Evictable blocks that beginning a sequence on the usable cached `path` would make
@@ -313,8 +329,13 @@ impl KvManager {
     /// [`KvManager::num_cached_tokens`]) becomes the start of its tables, each block shared
     /// (incref) and the path locked; a sliding table gets the cached blocks of its first
     /// query's window only, the entries before it dropped. Returns the number of cached
-    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims no free blocks. Errors if `seq` is
-    /// already live. O(tokens.len()).
+    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims no
+    /// free blocks. Errors if `seq` is already live. O(tokens.len()).
+    ///
+    /// Recurrent models: the sequence's running state counts toward its tenant's quota from
+    /// here; the [`KvManager::reserve`] that follows (ask [`KvManager::snapshot_restore`]
+    /// first) gives up the tenant's own cached blocks or snapshots if the state needs room.
+    /// Check [`KvManager::can_begin`] first.
     pub fn begin_sequence(
         &mut self,
         seq: SeqId,

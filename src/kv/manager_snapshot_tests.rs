@@ -2,13 +2,14 @@
 //! taken, kept and restored, and a property test of random begin / step / release / clear
 //! sequences that tracks what each snapshot slot "holds" (the tokens whose states were written
 //! into it) and checks that every hit restores a slot holding exactly the hit tokens' states,
-//! with `check_integrity()` (slots free, owned or written by one sequence) after every operation.
+//! with `check_integrity()` (slots free, owned or written by one sequence, no tenant over its
+//! quota with states counted) after every operation.
 
 use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use super::{KvLayout, KvManager, SeqId};
+use super::{KvError, KvLayout, KvManager, SeqId};
 
 /// `num_blocks` blocks of 4 tokens, prefix cache on, `slots` snapshot slots.
 fn hybrid(num_blocks: usize, slots: u32) -> KvManager {
@@ -128,12 +129,114 @@ fn snapshots_are_evicted_least_recently_used_first_and_pending_ones_never() {
     assert_eq!(kv.stats().num_snapshots, 0);
 }
 
+const A: u64 = 1;
+const B: u64 = 2;
+
+/// Begins `seq` of tenant `ns` on `tokens` as the scheduler admits it (can_begin, begin,
+/// restore, then the first step over the rest of the prompt); returns the hit and the step's
+/// snapshot target.
+fn admit(
+    kv: &mut KvManager,
+    seq: SeqId,
+    ns: u64,
+    tokens: &[u32],
+) -> Option<(usize, Option<(u32, usize)>)> {
+    let hit = kv.num_cached_tokens(Some(ns), tokens);
+    if !kv.can_begin(Some(ns), tokens, tokens.len() - hit) {
+        return None;
+    }
+    assert_eq!(kv.begin_sequence(seq, Some(ns), tokens).unwrap(), hit);
+    let prompt_end = tokens.len() / 4 * 4;
+    Some((hit, step(kv, seq, tokens, hit, tokens.len(), prompt_end)))
+}
+
+#[test]
+fn a_quota_counts_running_states_and_snapshots() {
+    // States of 3 blocks' worth; 2 running slots and 4 snapshot slots: the capacity quotas
+    // divide is 40 + 3 × 6 blocks.
+    let mut kv = hybrid(40, 4).with_sequence_states(3, 2);
+    assert_eq!(kv.quota_capacity(), 58);
+    let e = kv.set_tenant(A, Some(5), 3).unwrap_err();
+    assert!(matches!(e, KvError::BadQuota { min_blocks: 6, num_blocks: 58, .. }), "{e}");
+    assert!(kv.set_tenant(A, Some(59), 3).is_err());
+    kv.set_tenant(A, Some(12), 3).unwrap();
+    kv.set_tenant(B, None, 3).unwrap();
+
+    // 10 tokens: 3 blocks, its running state, and the snapshot its step takes at 8.
+    let first: Vec<u32> = (0..10).collect();
+    assert_eq!(admit(&mut kv, 1, A, &first), Some((0, Some((0, 8)))));
+    kv.check_integrity().unwrap();
+    let a = |kv: &KvManager| (kv.num_held_blocks(Some(A)), kv.num_held_states(Some(A)));
+    assert_eq!(a(&kv), (3 + 3 + 3, 2));
+    kv.release_sequence(1, &first).unwrap();
+    assert_eq!(a(&kv), (2 + 3, 1), "two cached blocks and the snapshot at 8");
+
+    // 16 new tokens: 4 blocks and a state fit (12 − 5 held + 5 its own to give up); the
+    // snapshot its step takes at 16 needs the room of the old one, which goes.
+    let second: Vec<u32> = (100..116).collect();
+    assert_eq!(admit(&mut kv, 2, A, &second), Some((0, Some((0, 16)))), "the freed slot");
+    kv.check_integrity().unwrap();
+    assert_eq!(kv.num_cached_tokens(Some(A), &first), 0, "its snapshot was given up");
+    assert_eq!(kv.stats().num_evicted_snapshots, 1);
+    assert_eq!(a(&kv), (12, 2));
+    // A is at its quota: a third sequence (4 blocks + a state) waits; B is not held up.
+    let third: Vec<u32> = (200..216).collect();
+    assert!(kv.is_quota_bound_ns(Some(A)));
+    assert_eq!(admit(&mut kv, 3, A, &third), None);
+    assert!(admit(&mut kv, 4, B, &third).is_some());
+    kv.check_integrity().unwrap();
+    let stats = kv.tenant_stats();
+    assert_eq!((stats[0].num_held_blocks, stats[0].num_held_states), (12, 2));
+    assert_eq!(stats[1].num_held_states, 2, "B: its running state and its snapshot at 16");
+}
+
+#[test]
+fn a_snapshot_without_room_under_the_quota_is_skipped() {
+    // Quota: one 12-token sequence (3 blocks) and its state, nothing for a snapshot.
+    let mut kv = hybrid(40, 4).with_sequence_states(2, 2);
+    kv.set_tenant(A, Some(5), 3).unwrap();
+    let tokens: Vec<u32> = (0..12).collect();
+    assert_eq!(admit(&mut kv, 1, A, &tokens), Some((0, None)));
+    assert_eq!(kv.num_held_blocks(Some(A)), 5);
+    kv.release_sequence(1, &tokens).unwrap();
+    assert_eq!(kv.num_cached_tokens(Some(A), &tokens), 0, "no snapshot, no usable prefix");
+    // without a quota the same sequence snapshots at 12
+    kv.set_tenant(A, None, 3).unwrap();
+    assert_eq!(admit(&mut kv, 2, A, &tokens), Some((0, Some((0, 12)))));
+    kv.check_integrity().unwrap();
+}
+
+#[test]
+fn with_every_slot_owned_a_quota_tenant_reuses_its_own_oldest_snapshot() {
+    let mut kv = hybrid(40, 2).with_sequence_states(1, 2);
+    kv.set_tenant(A, Some(30), 3).unwrap();
+    kv.set_tenant(B, None, 3).unwrap();
+    // B's snapshot is the oldest, A's next; then A takes a slot again.
+    let (b, a1, a2): (Vec<u32>, Vec<u32>, Vec<u32>) =
+        ((0..9).collect(), (100..109).collect(), (200..209).collect());
+    for (seq, ns, tokens) in [(1, B, &b), (2, A, &a1)] {
+        assert_eq!(admit(&mut kv, seq, ns, tokens).unwrap().1.map(|t| t.1), Some(8));
+        kv.release_sequence(seq, tokens).unwrap();
+    }
+    assert_eq!(admit(&mut kv, 3, A, &a2).unwrap().1, Some((1, 8)), "A's own slot");
+    kv.release_sequence(3, &a2).unwrap();
+    assert_eq!(kv.num_cached_tokens(Some(B), &b), 8, "B's snapshot stays");
+    assert_eq!(kv.num_cached_tokens(Some(A), &a1), 0);
+    // a tenant without a quota takes the least recently used: B's
+    kv.set_tenant(A, None, 3).unwrap();
+    assert_eq!(admit(&mut kv, 4, A, &a1).unwrap().1, Some((0, 8)), "B's slot");
+    assert_eq!(kv.num_cached_tokens(Some(B), &b), 0);
+    kv.check_integrity().unwrap();
+}
+
 #[derive(Clone, Debug)]
 enum Op {
-    /// Begin sequence `seq` on prompt `prompt` (of a few that share starts).
+    /// Begin sequence `seq` on prompt `prompt` (of a few that share starts), computing up to
+    /// `n` tokens after its hit.
     Begin {
         seq: SeqId,
         prompt: usize,
+        n: usize,
     },
     /// Compute `n` more tokens of `seq` (prompt first, then generated ones).
     Step {
@@ -146,7 +249,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..4u64, 0..4usize).prop_map(|(seq, prompt)| Op::Begin { seq, prompt }),
+        3 => (0..4u64, 0..4usize, 1..20usize)
+            .prop_map(|(seq, prompt, n)| Op::Begin { seq, prompt, n }),
         6 => (0..4u64, 1..12usize).prop_map(|(seq, n)| Op::Step { seq, n }),
         2 => (0..4u64).prop_map(Op::Release),
         1 => Just(Op::Clear),
@@ -166,11 +270,18 @@ proptest! {
     /// Snapshot slots hold what the bookkeeping says: a hit of `P` tokens restores a slot
     /// whose states were written after exactly those `P` tokens; slots are never leaked.
     #[test]
+    /// Sequences belong to two tenants (by the parity of their id); tenant 0 may have a
+    /// quota, and states count toward it as `state_blocks` blocks each.
+    #[test]
     fn restores_read_the_states_of_the_hit_tokens(
         slots in 0..4u32,
+        state_blocks in 0..4usize,
+        quota in prop::option::of(6..=30usize),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let mut kv = hybrid(40, slots);
+        let mut kv = hybrid(40, slots).with_sequence_states(state_blocks, 4);
+        kv.set_tenant(0, quota.map(|q| q + state_blocks), 6).unwrap();
+        kv.set_tenant(1, None, 6).unwrap();
         let base: Vec<u32> = (0..24).collect();
         let prompts: Vec<Vec<u32>> = vec![
             base[..10].to_vec(),
@@ -184,18 +295,33 @@ proptest! {
         let mut gen = 1000u32;
         for op in &ops {
             match *op {
-                Op::Begin { seq, prompt } => {
+                Op::Begin { seq, prompt, n } => {
                     if live.contains_key(&seq) {
                         continue;
                     }
+                    // admitted as the scheduler does: with room for its first chunk, computed
+                    // at once (begin and reserve together: the new state counts from begin)
                     let tokens = prompts[prompt].clone();
-                    let hit = kv.begin_sequence(seq, None, &tokens).unwrap();
+                    let ns = Some(seq % 2);
+                    let cached = kv.num_cached_tokens(ns, &tokens);
+                    let end = (cached + n).min(tokens.len());
+                    if !kv.can_begin(ns, &tokens, end - cached) {
+                        continue;
+                    }
+                    let hit = kv.begin_sequence(seq, ns, &tokens).unwrap();
+                    prop_assert_eq!(hit, cached);
                     match kv.snapshot_restore(seq) {
                         Some(slot) => prop_assert_eq!(&holds[&slot][..], &tokens[..hit]),
                         None => prop_assert_eq!(hit, 0),
                     }
                     let prompt_end = tokens.len() / 4 * 4;
-                    live.insert(seq, Live { tokens, computed: hit, prompt_end });
+                    kv.reserve(seq, end - hit).unwrap();
+                    let target = kv.snapshot_target(seq, &tokens[..end], hit, end, prompt_end);
+                    if let Some(t) = target.unwrap() {
+                        holds.insert(t.slot, tokens[..t.pos].to_vec());
+                    }
+                    kv.cache_full_blocks(seq, &tokens[..end]).unwrap();
+                    live.insert(seq, Live { tokens, computed: end, prompt_end });
                 }
                 Op::Step { seq, n } => {
                     let Some(s) = live.get_mut(&seq) else { continue };

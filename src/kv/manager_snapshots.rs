@@ -41,6 +41,10 @@ impl KvManager {
     /// snapshot there. A slot is taken for it (a free one, else the least recently used
     /// snapshot's). `prompt_end`: the last block boundary within the prompt. `None`: no
     /// snapshot this step. Errors if `seq` is not live. O(P) when a boundary is crossed.
+    ///
+    /// A tenant with a KV quota counts the slot as a state it holds: it gives up its own oldest
+    /// snapshot (then cached blocks) to make room under its quota, or the step writes no
+    /// snapshot; with every slot taken it reuses its own oldest snapshot's slot first.
     pub fn snapshot_target(
         &mut self,
         seq: SeqId,
@@ -49,8 +53,8 @@ impl KvManager {
         end: usize,
         prompt_end: usize,
     ) -> Result<Option<SnapshotTarget>, KvError> {
-        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSequence(seq))?;
-        let Some(cache) = self.cache.as_mut().filter(|c| c.needs_snapshots()) else {
+        let s = self.seqs.get(&seq).ok_or(KvError::UnknownSequence(seq))?;
+        let Some(cache) = self.cache.as_ref().filter(|c| c.needs_snapshots()) else {
             return Ok(None);
         };
         let b = self.layout.block_size;
@@ -66,8 +70,16 @@ impl KvManager {
             false if branch == last && snapshotted => return Ok(None), // cached already
             false => (last, last == prompt_end),
         };
-        let target = cache.take_snapshot_slot().map(|slot| SnapshotTarget { slot, pos, keep });
-        s.snapshot_target = target;
+        // A tenant with a quota makes room for the state under it, or skips the snapshot.
+        let namespace = s.namespace;
+        let own = self.tenants.quota(namespace).map(|_| namespace);
+        if !self.make_state_room(namespace) {
+            return Ok(None);
+        }
+        let cache = self.cache.as_mut().expect("checked above");
+        let target =
+            cache.take_snapshot_slot_in(own).map(|slot| SnapshotTarget { slot, pos, keep });
+        self.seqs.get_mut(&seq).expect("live").snapshot_target = target;
         Ok(target)
     }
 

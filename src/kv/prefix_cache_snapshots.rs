@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{BlockId, PrefixCache};
+use super::{BlockId, Namespace, PrefixCache};
 
 /// The snapshot slots of a cache: `0..total`, each free, owned by a node or taken.
 #[derive(Clone, Debug, Default)]
@@ -74,18 +74,60 @@ impl PrefixCache {
     /// least recently used node's snapshot (which the node loses). `None` without snapshots or
     /// when every slot is taken. O(snapshots).
     pub fn take_snapshot_slot(&mut self) -> Option<u32> {
-        let nodes = &mut self.nodes;
+        self.take_snapshot_slot_in(None)
+    }
+
+    /// Like [`PrefixCache::take_snapshot_slot`], but when no slot is free the least recently
+    /// used snapshot of namespace `own` goes first, if it has one (a tenant with a KV quota
+    /// gives up its own snapshots before anyone else's). O(snapshots).
+    pub fn take_snapshot_slot_in(&mut self, own: Option<Namespace>) -> Option<u32> {
         let s = self.snapshots.as_mut()?;
         if let Some(slot) = s.free.pop_first() {
             return Some(slot);
         }
-        // By the snapshot's own use, not its node's: a walk stamps every node of a path, so
-        // a conversation's superseded snapshots would look as fresh as its newest.
-        let (&slot, &(node, _)) = s.owners.iter().min_by_key(|(&slot, &(_, used))| (used, slot))?;
-        s.owners.remove(&slot);
-        s.evicted += 1;
-        nodes.get_mut(&node).expect("owner node").snapshot = None;
+        let slot = own
+            .and_then(|ns| self.oldest_snapshot(Some(ns)))
+            .or_else(|| self.oldest_snapshot(None))?;
+        self.evict_snapshot(slot);
         Some(slot)
+    }
+
+    /// The slot of the least recently used snapshot, of namespace `filter` if given. By the
+    /// snapshot's own use, not its node's: a walk stamps every node of a path, so a
+    /// conversation's superseded snapshots would look as fresh as its newest. Ties: the lowest
+    /// slot. O(snapshots).
+    fn oldest_snapshot(&self, filter: Option<Namespace>) -> Option<u32> {
+        let s = self.snapshots.as_ref()?;
+        s.owners
+            .iter()
+            .filter(|(_, (node, _))| filter.is_none_or(|ns| self.nodes[node].namespace == ns))
+            .min_by_key(|(&slot, &(_, used))| (used, slot))
+            .map(|(&slot, _)| slot)
+    }
+
+    /// Takes owned `slot` from its node (an eviction, counted); the slot is neither free nor
+    /// owned after (taken).
+    fn evict_snapshot(&mut self, slot: u32) {
+        let s = self.snapshots.as_mut().expect("a cache with snapshots");
+        let (node, _) = s.owners.remove(&slot).expect("an owned slot");
+        s.evicted += 1;
+        self.nodes.get_mut(&node).expect("owner node").snapshot = None;
+    }
+
+    /// Evicts the least recently used snapshot of `namespace` (its slot is free again);
+    /// false if it holds none. O(snapshots).
+    pub fn evict_snapshot_in(&mut self, namespace: Namespace) -> bool {
+        let Some(slot) = self.oldest_snapshot(Some(namespace)) else { return false };
+        self.evict_snapshot(slot);
+        self.snapshots.as_mut().expect("a cache with snapshots").release(slot);
+        true
+    }
+
+    /// Snapshots held by nodes of `namespace`. O(snapshots).
+    pub fn num_snapshots_in(&self, namespace: Namespace) -> usize {
+        self.snapshots.as_ref().map_or(0, |s| {
+            s.owners.values().filter(|(node, _)| self.nodes[node].namespace == namespace).count()
+        })
     }
 
     /// Gives a taken `slot` to `node` as its snapshot; returns false (and keeps nothing) when

@@ -9,6 +9,16 @@
 //! blocks), plus every block cached under its namespace (locked by its running sequences or
 //! not). Namespaces share no blocks, so the per-tenant counts add up to at most the pool.
 //!
+//! Recurrent models (Qwen3.5): a sequence's states (every recurrent layer's conv and delta-rule
+//! state) live outside the block pool, in fixed slots, but they are KV memory all the same: a
+//! quota counts each state a tenant holds — one per running sequence, one per snapshot slot
+//! its steps write or its cached prefixes own — as [`KvManager::state_blocks`] blocks (its
+//! bytes over a block's, rounded up). A quota tenant short of room gives up its own least
+//! recently used cached blocks (and the snapshots on them), then its own snapshots; a
+//! snapshot its step would take without room is skipped (the prefix stays cached, usable at
+//! an earlier snapshot); when every snapshot slot is taken it reuses its own oldest
+//! snapshot's slot before anyone else's.
+//!
 //! Guarantees: a tenant never holds more blocks than its quota; when the quotas of the tenants
 //! with quotas, plus what the others hold, fit in the pool, no allocation of a tenant with a
 //! quota evicts another tenant's cached blocks. Not guaranteed: a quota is a cap, not a
@@ -26,8 +36,12 @@ use super::prefix_cache::Namespace;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TenantKvStats {
     pub namespace: u64,
-    /// Blocks the tenant holds now (running + cached).
+    /// Blocks the tenant holds now (running + cached), its recurrent states included as
+    /// [`KvManager::state_blocks`] each.
     pub num_held_blocks: usize,
+    /// Recurrent models: states it holds (running sequences, snapshots being written or
+    /// cached); 0 for attention-only models.
+    pub num_held_states: usize,
     /// Its cap, if it has one.
     pub quota_blocks: Option<usize>,
     /// Prompt tokens of its sequences looked up in the prefix cache, and found there.
@@ -56,12 +70,34 @@ impl Tenants {
 }
 
 impl KvManager {
+    /// Recurrent models: counts one sequence's states as `state_blocks` blocks toward tenant
+    /// quotas (its bytes over a block's, rounded up), with `running_slots` running-state slots
+    /// (`max_num_seqs`). Call before any tenant is set.
+    pub fn with_sequence_states(mut self, state_blocks: usize, running_slots: usize) -> Self {
+        self.state_blocks = state_blocks;
+        self.state_slots = running_slots;
+        self
+    }
+
+    /// What one sequence's recurrent states count toward a quota, in blocks (0 without).
+    pub fn state_blocks(&self) -> usize {
+        self.state_blocks
+    }
+
+    /// The KV memory quotas divide, in blocks: the pool, plus every state slot (running and
+    /// snapshot) as [`KvManager::state_blocks`] each.
+    pub fn quota_capacity(&self) -> usize {
+        let snapshots = self.cache.as_ref().map_or(0, |c| c.num_snapshots().0 as usize);
+        self.num_blocks() + self.state_blocks * (self.state_slots + snapshots)
+    }
+
     /// Tracks `namespace` as a tenant (per-tenant stats) and caps it at `quota_blocks` blocks
     /// (`None`: no cap). Errors if the cap is below `min_blocks` (what one sequence of the
-    /// longest allowed length needs: a lower cap could never run it) or above the pool, and
-    /// with [`KvError::QuotaWithSlidingWindow`] for a cap on a model with several KV-cache
-    /// groups and the prefix cache on (not supported yet: cached companions are not counted
-    /// per tenant).
+    /// longest allowed length needs: a lower cap could never run it) plus one sequence's
+    /// states, or above [`KvManager::quota_capacity`], and with
+    /// [`KvError::QuotaWithSlidingWindow`] for a cap on a model with several KV-cache groups
+    /// and the prefix cache on (not supported yet: cached companions are not counted per
+    /// tenant).
     pub fn set_tenant(
         &mut self,
         namespace: u64,
@@ -72,11 +108,12 @@ impl KvManager {
             return Err(KvError::QuotaWithSlidingWindow);
         }
         if let Some(q) = quota_blocks {
-            if q < min_blocks || q > self.num_blocks() {
+            let min_blocks = min_blocks + self.state_blocks;
+            if q < min_blocks || q > self.quota_capacity() {
                 return Err(KvError::BadQuota {
                     quota_blocks: q,
                     min_blocks,
-                    num_blocks: self.num_blocks(),
+                    num_blocks: self.quota_capacity(),
                 });
             }
         }
@@ -86,8 +123,9 @@ impl KvManager {
         Ok(())
     }
 
-    /// Blocks `namespace` holds now: its sequences' private blocks plus its cached blocks.
-    /// O(live sequences), O(their blocks) with several groups and the cache on.
+    /// Blocks `namespace` holds now: its sequences' private blocks plus its cached blocks,
+    /// plus [`KvManager::state_blocks`] per state it holds. O(live sequences), O(their
+    /// blocks) with several groups and the cache on, plus O(snapshots) with states.
     pub fn num_held_blocks(&self, namespace: Namespace) -> usize {
         let private = |s: &super::manager::SeqKv| -> usize {
             match &self.cache {
@@ -105,21 +143,51 @@ impl KvManager {
         };
         let private: usize =
             self.seqs.values().filter(|s| s.namespace == namespace).map(private).sum();
-        private + self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace))
+        let cached = self.cache.as_ref().map_or(0, |c| c.num_cached_blocks_in(namespace));
+        private + cached + self.state_blocks * self.num_held_states(namespace)
     }
 
-    /// Blocks a sequence of `namespace` may still claim under its quota, counting its own
-    /// evictable cached blocks as claimable; `usize::MAX` without a quota.
+    /// Recurrent states `namespace` holds: one per live sequence and per snapshot slot its
+    /// sequences write, plus the snapshots of its cached prefixes. 0 without states.
+    /// O(live sequences + snapshots).
+    pub fn num_held_states(&self, namespace: Namespace) -> usize {
+        if self.state_blocks == 0 {
+            return 0;
+        }
+        let seqs = self.seqs.values().filter(|s| s.namespace == namespace);
+        let running: usize = seqs.map(super::manager::SeqKv::num_states).sum();
+        running + self.cache.as_ref().map_or(0, |c| c.num_snapshots_in(namespace))
+    }
+
+    /// What `namespace` could give up under its quota: its evictable cached blocks, and its
+    /// cached snapshots (any may go: a restore copies its snapshot before a later step writes
+    /// the slot). In blocks.
+    fn own_reclaimable(&self, namespace: Namespace) -> usize {
+        self.cache.as_ref().map_or(0, |c| {
+            c.num_evictable_blocks_in(namespace) + self.state_blocks * c.num_snapshots_in(namespace)
+        })
+    }
+
+    /// Blocks a sequence of `namespace` may still claim under its quota, counting what it
+    /// could give up of its own ([`KvManager::own_reclaimable`]) as claimable; `usize::MAX`
+    /// without a quota.
     pub(super) fn quota_room(&self, namespace: Namespace) -> usize {
         let Some(quota) = self.tenants.quota(namespace) else { return usize::MAX };
-        let own_evictable = self.cache.as_ref().map_or(0, |c| c.num_evictable_blocks_in(namespace));
-        quota.saturating_sub(self.num_held_blocks(namespace)) + own_evictable
+        quota.saturating_sub(self.num_held_blocks(namespace)) + self.own_reclaimable(namespace)
     }
 
     /// Blocks a sequence of `namespace` can claim now: the pool's free and evictable blocks,
     /// within its quota.
     pub(super) fn claimable_blocks(&self, namespace: Namespace) -> usize {
         self.num_free_or_evictable_blocks().min(self.quota_room(namespace))
+    }
+
+    /// Whether `blocks` pool blocks plus `states` new recurrent states fit for `namespace`
+    /// now: the blocks in the pool's free and evictable ones, blocks and states within its
+    /// quota.
+    pub(super) fn fits(&self, namespace: Namespace, blocks: usize, states: usize) -> bool {
+        blocks <= self.num_free_or_evictable_blocks()
+            && blocks + states * self.state_blocks <= self.quota_room(namespace)
     }
 
     /// Whether live sequence `seq` is held back by its tenant's quota rather than by the pool
@@ -134,9 +202,9 @@ impl KvManager {
     }
 
     /// Makes `needed` blocks claimable for a sequence of `namespace` without breaking its
-    /// quota: over the quota it evicts its own cached blocks; when the free list is short, a
-    /// tenant with a quota evicts its own cached blocks before anyone else's. All or nothing:
-    /// on error nothing was evicted.
+    /// quota: over the quota it evicts its own cached blocks (least recently used first),
+    /// then its own snapshots; when the free list is short, a tenant with a quota evicts its
+    /// own cached blocks before anyone else's. All or nothing: on error nothing was evicted.
     pub(super) fn make_room_for(
         &mut self,
         namespace: Namespace,
@@ -153,13 +221,48 @@ impl KvManager {
         }
         let over = (self.num_held_blocks(namespace) + needed).saturating_sub(quota);
         let short = needed.saturating_sub(self.pool.num_free());
-        let own = over.max(short);
-        if own > 0 {
-            let cache = self.cache.as_mut().expect("a quota holds cached blocks only with a cache");
-            let evicted = cache.evict_in(&mut self.pool, namespace, own);
-            self.num_evicted_blocks += evicted.len() as u64;
-        }
+        self.give_up_own(namespace, over, short);
         self.make_room(needed)
+    }
+
+    /// A quota tenant gives up its own: least recently used cached blocks (with any snapshots
+    /// on them) until `over` blocks of its holdings and `short` pool blocks are freed, then
+    /// its oldest snapshots while still `over`. Stops early when it has nothing left to give.
+    fn give_up_own(&mut self, namespace: Namespace, mut over: usize, mut short: usize) {
+        let Some(cache) = self.cache.as_mut() else { return };
+        while over > 0 || short > 0 {
+            let snapshots = cache.num_snapshots_in(namespace);
+            let evicted = cache.evict_in(&mut self.pool, namespace, 1).len();
+            if evicted == 0 {
+                break;
+            }
+            self.num_evicted_blocks += evicted as u64;
+            let states = snapshots - cache.num_snapshots_in(namespace);
+            over = over.saturating_sub(evicted + states * self.state_blocks);
+            short = short.saturating_sub(evicted);
+        }
+        while over > 0 && cache.evict_snapshot_in(namespace) {
+            over = over.saturating_sub(self.state_blocks);
+        }
+    }
+
+    /// Makes room under `namespace`'s quota for one more state (a snapshot its step would
+    /// write), giving up its own oldest snapshot first, then its cached blocks. False (nothing
+    /// given up) when it cannot; true without a quota or states.
+    pub(super) fn make_state_room(&mut self, namespace: Namespace) -> bool {
+        let Some(quota) = self.tenants.quota(namespace).filter(|_| self.state_blocks > 0) else {
+            return true;
+        };
+        if self.state_blocks > self.quota_room(namespace) {
+            return false;
+        }
+        let mut over = (self.num_held_blocks(namespace) + self.state_blocks).saturating_sub(quota);
+        let cache = self.cache.as_mut().expect("snapshots live in the prefix cache");
+        while over > 0 && cache.evict_snapshot_in(namespace) {
+            over = over.saturating_sub(self.state_blocks);
+        }
+        self.give_up_own(namespace, over, 0);
+        true
     }
 
     /// Every tracked tenant's numbers, by namespace. O(tenants × live sequences).
@@ -170,6 +273,7 @@ impl KvManager {
             .values()
             .map(|t| TenantKvStats {
                 num_held_blocks: self.num_held_blocks(Some(t.namespace)),
+                num_held_states: self.num_held_states(Some(t.namespace)),
                 ..*t
             })
             .collect();
