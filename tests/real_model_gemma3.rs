@@ -171,6 +171,22 @@ fn perplexity_matches_llama_cpp() {
     }
 }
 
+/// The GPU holds the file's weight bytes: a decode step's linear layers (every 2-D tensor,
+/// the tied token embedding as the LM head) read within 1 % of what the GGUF's tensors take
+/// (Q4_K, Q6_K, Q5_0 and Q8_0 blocks laid out at their file size; only region padding added).
+#[test]
+fn linear_weights_take_the_files_bytes() {
+    let Some(engine) = engine("linear_weights_take_the_files_bytes") else { return };
+    let model = common::real_gemma3_model("linear_weights_take_the_files_bytes").unwrap();
+    let file = ModelFile::open(&model).unwrap();
+    let tensors = file.gguf().unwrap().tensors();
+    let matrices: u64 =
+        tensors.iter().filter(|t| t.dims.len() == 2).map(|t| t.n_bytes as u64).sum();
+    let gpu = engine.model().linear_weight_bytes();
+    eprintln!("linear weights on the GPU {gpu} bytes, the GGUF's matrices {matrices}");
+    assert!(gpu >= matrices && gpu as f64 <= matrices as f64 * 1.01, "{gpu} vs {matrices}");
+}
+
 /// `kvrun perplexity -c 2048` with its default flags: 512-token steps whose 1,023 scored rows
 /// of logits (262,144 floats each) fit no 128 MiB binding, so the engine takes 128 logit rows
 /// a step (`ResolvedConfig::fit_logit_rows`) and the scheduler cuts the chunk to them; past the

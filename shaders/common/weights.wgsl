@@ -1,11 +1,16 @@
-// Shared by every kernel that reads weights. Weights are repacked at load into the tiled
+// Shared by every kernel that reads weights. Weights are laid out at load in the tiled
 // block-interleaved layout (kernels::weights): tiles of W_TILE_ROWS rows one after the other,
 // each [k / 32 blocks, tile rows], so the 32-element block b of row n is unit
-// u = w_unit(n, b, rows, blocks): W_VEC4_PER_BLOCK vec4<u32> at wq[u * W_VEC4_PER_BLOCK ..] and
-// (for quantized formats) its side words (scales, minimums, high bits) at ws[u * S ..], S per
-// format (1 to 3). Each format snippet defines W_VEC4_PER_BLOCK,
-// struct WRaw + w_load (the block as stored), w_decode (→ WFloat: stored values as floats and
-// the block's scale and minimum) and w_combine (the block's dot from Σ q·x and Σ x).
+// u = w_unit(n, b, rows, blocks): W_VEC4_PER_BLOCK vec4<u32> at w_q(u * W_VEC4_PER_BLOCK ..).
+// Quantized formats keep the file's side data (scales, minimums, high bits) at the file's size
+// in the side words (w_s), in up to three regions (kernels::weights::SideLayout): words per unit
+// from 0; a K-quant super-block's 16 bytes of scales per super-block unit (w_super) after them;
+// f16 scales two a word (w_half) last. Each format snippet defines W_VEC4_PER_BLOCK,
+// struct WRaw + w_load (the block as read, its scales formed), w_decode (→ WFloat: stored
+// values as floats and the block's scale and minimum) and w_combine (the block's dot from Σ q·x
+// and Σ x). The kernel defines the fetches w_q(i) (vec4 i of the words), w_s(i) (side word i),
+// w_s2(i) (side words i, i + 1; i even) and w_s4(i) (side words i .. i + 3; i a multiple of 4):
+// from storage buffers (common/weights_storage.wgsl) or textures.
 //
 // w_dot is the only definition of a linear layer's reduction: every linear kernel variant
 // feeds it the same x values and sums blocks in the same order, so a token's result never
@@ -20,6 +25,38 @@ const W_TILE_ROWS: u32 = 64u;  // kernels::weights::TILE_ROWS
 fn w_unit(n: u32, b: u32, rows: u32, blocks: u32) -> u32 {
     let first = n - n % W_TILE_ROWS;
     return first * blocks + b * min(rows - first, W_TILE_ROWS) + (n - first);
+}
+
+// n rounded up to a multiple of 8 (side regions start on 32-byte boundaries).
+fn w_round8(n: u32) -> u32 {
+    return (n + 7u) & ~7u;
+}
+
+// Super-block unit of block b of row n (K-quants: 8 blocks a super-block, so blocks is a
+// multiple of 8): w_unit over super-blocks.
+fn w_super(n: u32, b: u32, rows: u32, blocks: u32) -> u32 {
+    return w_unit(n, b / 8u, rows, blocks / 8u);
+}
+
+// f16 number i (low 16 bits) of the halves region starting at side word `base`.
+fn w_half(base: u32, i: u32) -> u32 {
+    return (w_s(base + i / 2u) >> (16u * (i & 1u))) & 0xFFFFu;
+}
+
+// Q4_K / Q5_K: sub-block j's scale d · sc and minimum dmin · m, from the super-block's first
+// 16 bytes as the file holds them (s.x: f16 d, dmin; s.yzw: the 12 bytes of 6-bit scales and
+// minimums, ggml's get_scale_min_k4). d · sc is exact in f32 (≤ 17 significant bits), so this
+// is the f32 ggml forms.
+fn k_scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
+    let sh = 8u * (j & 3u);
+    let lo = (s.y >> sh) & 0xFFu;   // byte j & 3
+    let mid = (s.z >> sh) & 0xFFu;  // byte 4 + (j & 3)
+    let hi = (s.w >> sh) & 0xFFu;   // byte 8 + (j & 3)
+    let high = j >= 4u;
+    let sc = select(lo & 63u, (hi & 0xFu) | ((lo >> 6u) << 4u), high);
+    let m = select(mid & 63u, (hi >> 4u) | ((mid >> 6u) << 4u), high);
+    let dm = unpack2x16float(s.x);
+    return vec2<f32>(dm.x * f32(sc), dm.y * f32(m));
 }
 
 // 32 values in element order: e[0..4] = v0, e[4..8] = v1, …

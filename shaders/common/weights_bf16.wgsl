@@ -12,7 +12,7 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = 4u * w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], wq[i + 1u], wq[i + 2u], wq[i + 3u]);
+    return WRaw(w_q(i), w_q(i + 1u), w_q(i + 2u), w_q(i + 3u));
 }
 
 fn h4(a: u32, b: u32) -> vec4<f32> {

@@ -7,10 +7,10 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = 8u * w_unit(n, b, rows, blocks);
-    return WRaw(V8(bitcast<vec4<f32>>(wq[i]), bitcast<vec4<f32>>(wq[i + 1u]),
-                   bitcast<vec4<f32>>(wq[i + 2u]), bitcast<vec4<f32>>(wq[i + 3u]),
-                   bitcast<vec4<f32>>(wq[i + 4u]), bitcast<vec4<f32>>(wq[i + 5u]),
-                   bitcast<vec4<f32>>(wq[i + 6u]), bitcast<vec4<f32>>(wq[i + 7u])));
+    return WRaw(V8(bitcast<vec4<f32>>(w_q(i)), bitcast<vec4<f32>>(w_q(i + 1u)),
+                   bitcast<vec4<f32>>(w_q(i + 2u)), bitcast<vec4<f32>>(w_q(i + 3u)),
+                   bitcast<vec4<f32>>(w_q(i + 4u)), bitcast<vec4<f32>>(w_q(i + 5u)),
+                   bitcast<vec4<f32>>(w_q(i + 6u)), bitcast<vec4<f32>>(w_q(i + 7u))));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,5 +1,5 @@
-// Weight format Q4_0: per block 4 u32 of nibbles (1 vec4) and an f16 scale d (low half of the
-// scale word). value = (q − 8) · d, so the block dot is d · (Σ q·x − 8 Σ x).
+// Weight format Q4_0: per block 4 u32 of nibbles (1 vec4) and an f16 scale d (18 bytes, the
+// file's; WRaw.s holds d in its low half). value = (q − 8) · d, so the block dot is d · (Σ q·x − 8 Σ x).
 const W_VEC4_PER_BLOCK: u32 = 1u;
 
 struct WRaw {
@@ -9,7 +9,7 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], ws[i]);
+    return WRaw(w_q(i), w_half(0u, i));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

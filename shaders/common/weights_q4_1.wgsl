@@ -10,7 +10,7 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], ws[i]);
+    return WRaw(w_q(i), w_s(i));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,6 +1,7 @@
-// Weight format Q4_K: per 32-element block 4 u32 of nibbles (1 vec4) and 2 side words: the
-// block's scale d · sc and minimum dmin · m as f32 (exact, kernels::weights). value = q · d − m,
-// so the block dot is d · Σ q·x − m · Σ x.
+// Weight format Q4_K: per 32-element block 4 u32 of nibbles (1 vec4); per super-block of 8
+// blocks its 16 bytes of d, dmin and 6-bit scales as the file holds them (144 bytes a
+// super-block, the file's). w_load forms the block's scale d · sc and minimum dmin · m (exact
+// f32, k_scale_min). value = q · d − m, so the block dot is d · Σ q·x − m · Σ x.
 const W_VEC4_PER_BLOCK: u32 = 1u;
 
 struct WRaw {
@@ -11,7 +12,9 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], ws[2u * i], ws[2u * i + 1u]);
+    // side words: the super-block's 16 bytes of d, dmin and scales per super-block unit
+    let dm = k_scale_min(w_s4(4u * w_super(n, b, rows, blocks)), b % 8u);
+    return WRaw(w_q(i), bitcast<u32>(dm.x), bitcast<u32>(dm.y));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,5 +1,5 @@
-// Weight format Q5_0: per block 4 u32 of low nibbles (1 vec4) and 2 side words: an f16 scale
-// d (low half) and the high-bit word. value = (q − 16) · d, so the block dot is
+// Weight format Q5_0: per block 4 u32 of low nibbles (1 vec4), the high-bit word and an f16
+// scale d (22 bytes, the file's; WRaw.s holds d in its low half). value = (q − 16) · d, so the block dot is
 // d · (Σ q·x − 16 Σ x).
 const W_VEC4_PER_BLOCK: u32 = 1u;
 
@@ -11,7 +11,8 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], ws[2u * i], ws[2u * i + 1u]);
+    // side words: the high-bit word per unit, then f16 d, one a unit
+    return WRaw(w_q(i), w_half(w_round8(rows * blocks), i), w_s(i));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,6 +1,7 @@
-// Weight format Q5_K: per 32-element block 4 u32 of low nibbles (1 vec4) and 3 side words: the
-// block's scale d · sc and minimum dmin · m as f32 (exact, kernels::weights) and the high-bit
-// word. value = q · d − m, so the block dot is d · Σ q·x − m · Σ x.
+// Weight format Q5_K: per 32-element block 4 u32 of low nibbles (1 vec4) and the high-bit
+// word; per super-block its 16 bytes of d, dmin and scales (176 bytes a super-block, the
+// file's). w_load forms the block's scale d · sc and minimum dmin · m (exact f32,
+// k_scale_min). value = q · d − m, so the block dot is d · Σ q·x − m · Σ x.
 const W_VEC4_PER_BLOCK: u32 = 1u;
 
 struct WRaw {
@@ -12,7 +13,11 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let i = w_unit(n, b, rows, blocks);
-    return WRaw(wq[i], ws[3u * i], ws[3u * i + 1u], ws[3u * i + 2u]);
+    // side words: the high-bit word per unit, then the super-block's 16 bytes of d, dmin and
+    // scales per super-block unit
+    let s = w_s4(w_round8(rows * blocks) + 4u * w_super(n, b, rows, blocks));
+    let dm = k_scale_min(s, b % 8u);
+    return WRaw(w_q(i), bitcast<u32>(dm.x), bitcast<u32>(dm.y), w_s(i));
 }
 
 fn w_decode(r: WRaw) -> WFloat {

@@ -1,5 +1,5 @@
 // Weight format Q8_0: per block 8 u32 of signed bytes (2 vec4; byte i of word w = element
-// 4w + i) and an f16 scale d (low half of the scale word). value = q · d.
+// 4w + i) and an f16 scale d (side halves from word 0, one a unit). value = q · d.
 const W_VEC4_PER_BLOCK: u32 = 2u;
 
 struct WRaw {
@@ -10,7 +10,7 @@ struct WRaw {
 
 fn w_load(n: u32, b: u32, rows: u32, blocks: u32) -> WRaw {
     let u = w_unit(n, b, rows, blocks);
-    return WRaw(wq[2u * u], wq[2u * u + 1u], ws[u]);
+    return WRaw(w_q(2u * u), w_q(2u * u + 1u), w_half(0u, u));
 }
 
 // Shifts, not unpack4xI8: llvmpipe runs this ~1.4x faster in the linear kernel (same values).

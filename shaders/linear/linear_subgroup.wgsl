@@ -6,13 +6,11 @@
 // - x is read as vec4<f32>, or through a u64 view of its buffer (x2: 2 lane loads per vec4, not
 //   4) where the host's per-lane loads make fewer, wider components cheaper (LANE_LOAD_BITS);
 // - each lane computes 4 neighbouring weight rows (sharing those inputs) for TT (1, 8 or 16:
-//   two groups of 8 sharing each block's decoded weights) tokens, and reads two rows' blocks
-//   as texels of the weight's textures (wt, st: kernels::weight_textures; llvmpipe fetches
-//   texels as gathers, without the per-lane load loop of a storage buffer;
-//   pairs/common.wgsl), or all four rows' at once where that saves
-//   side-word fetches (ROW_LOAD 4: formats of one side word per block, a part of 4k rows). A
-//   weight part of odd row count takes the storage-buffer loads instead (ROW_LOAD 1). ROW_LOAD
-//   is a pipeline constant (kernels::linear::RowLoad), so each pipeline holds one path.
+//   two groups of 8 sharing each block's decoded weights) tokens, and fetches their blocks as
+//   texels of the weight's textures (wt, st: kernels::weight_textures; llvmpipe fetches
+//   texels as gathers, without the per-lane load loop of a storage buffer). A weight part of
+//   odd row count takes the storage buffers instead (ROW_LOAD 1). ROW_LOAD is a pipeline
+//   constant (kernels::linear::RowLoad), so each pipeline holds one path.
 // The grid is (token tiles, row tiles): llvmpipe runs workgroups x first, so the token tiles of
 // one weight tile (64 rows, one stretch of memory: kernels::weights) run back to back and
 // find its words in the CPU's cache.
@@ -38,7 +36,7 @@ const FLAG_GLU_SHIFT: u32 = 3u;   // bits 3-4: the GLU epilogue's activation (co
 const CHUNK_BLOCKS: u32 = 8u;     // 256 elements per partial sum
 
 override TT: u32 = 8u;            // tokens per invocation: 1, 8 or 16 (kernels::TokenTile)
-override ROW_LOAD: u32 = 2u;      // rows per weight load: 1, 2 or 4 (kernels::linear::RowLoad)
+override ROW_LOAD: u32 = 2u;      // weight fetches: 1 storage buffers, 2 textures (RowLoad)
 override LANE_LOAD_BITS: u32 = 32u; // x's loads: 32 (x, vec4<f32>) or 64 (x2, vec2<u64>): the
                                   // same values, the cheaper by host (kernels::LaneLoads)
 
@@ -52,6 +50,44 @@ override LANE_LOAD_BITS: u32 = 32u; // x's loads: 32 (x, vec4<f32>) or 64 (x2, v
 @group(0) @binding(7) var wt: texture_2d<u32>;                  // wq's vec4s as texels
 @group(0) @binding(8) var st: texture_2d<u32>;                  // ws's words, four a texel
 @group(0) @binding(9) var<storage, read> x2: array<vec2<u64>>;  // x's buffer
+
+const TEX_SHIFT: u32 = 12u;                   // log2 kernels::weight_textures::TEX_WIDTH
+const TEX_MASK: u32 = (1u << TEX_SHIFT) - 1u;
+
+// Texel i of texture t: at (i % TEX_WIDTH, i / TEX_WIDTH).
+fn texel(t: texture_2d<u32>, i: u32) -> vec4<u32> {
+    return textureLoad(t, vec2<u32>(i & TEX_MASK, i >> TEX_SHIFT), 0);
+}
+
+// The weight fetches of common/weights.wgsl.
+fn w_q(i: u32) -> vec4<u32> {
+    if (ROW_LOAD == 1u) {
+        return wq[i];
+    }
+    return texel(wt, i);
+}
+
+fn w_s(i: u32) -> u32 {
+    if (ROW_LOAD == 1u) {
+        return ws[i];
+    }
+    return texel(st, i / 4u)[i & 3u];
+}
+
+fn w_s2(i: u32) -> vec2<u32> {
+    if (ROW_LOAD == 1u) {
+        return vec2<u32>(ws[i], ws[i + 1u]);
+    }
+    let t = texel(st, i / 4u);
+    return select(t.xy, t.zw, (i & 2u) != 0u);
+}
+
+fn w_s4(i: u32) -> vec4<u32> {
+    if (ROW_LOAD == 1u) {
+        return vec4<u32>(ws[i], ws[i + 1u], ws[i + 2u], ws[i + 3u]);
+    }
+    return texel(st, i / 4u);
+}
 
 fn token_count() -> u32 {
     return select(step.num_tokens, step.num_logits, (p.flags & FLAG_LOGIT_ROWS) != 0u);
@@ -111,18 +147,8 @@ struct Quad {
 }
 
 // Block b of rows n0 .. n0 + 3 (n0 a multiple of 4; rows past the end read a copy of the
-// last row, pair or quad, computed but never written).
+// last row, computed but never written).
 fn load_quad(n0: u32, b: u32) -> Quad {
-    if (ROW_LOAD == 4u) {
-        let q = w_load_quad(min(n0 / 4u, p.rows / 4u - 1u), b, p.rows, p.k / 32u);
-        return Quad(w_decode(q.lo.a), w_decode(q.lo.b), w_decode(q.hi.a), w_decode(q.hi.b));
-    }
-    if (ROW_LOAD == 2u) {
-        let last_pair = p.rows / 2u - 1u;
-        let pa = w_load_pair(min(n0 / 2u, last_pair), b, p.rows, p.k / 32u);
-        let pb = w_load_pair(min(n0 / 2u + 1u, last_pair), b, p.rows, p.k / 32u);
-        return Quad(w_decode(pa.a), w_decode(pa.b), w_decode(pb.a), w_decode(pb.b));
-    }
     let last = p.rows - 1u;
     return Quad(w_decode(w_load(min(n0, last), b, p.rows, p.k / 32u)),
                 w_decode(w_load(min(n0 + 1u, last), b, p.rows, p.k / 32u)),

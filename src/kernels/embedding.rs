@@ -2,7 +2,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::source::{weight_snippet, STEP, WEIGHTS};
+use super::source::{weight_snippet, STEP, WEIGHTS, WEIGHTS_STORAGE};
 use super::{check_grid, groups, GpuWeight, Kernel, Kernels, StepShape, WeightFormat};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub struct EmbeddingKey {
 impl Kernel for EmbeddingKey {
     fn parts(&self) -> Vec<&'static str> {
         let kernel = include_str!("../../shaders/embedding/embedding.wgsl");
-        vec![STEP, WEIGHTS, weight_snippet(self.format), kernel]
+        vec![STEP, WEIGHTS, WEIGHTS_STORAGE, weight_snippet(self.format), kernel]
     }
 
     fn bindings(&self) -> Vec<BindingKind> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::glu;
-use super::source::{self, GLU, RMS, STEP, U64, WEIGHTS};
+use super::source::{self, GLU, RMS, STEP, U64, WEIGHTS, WEIGHTS_STORAGE};
 use super::weights::{WeightFormat, TILE_ROWS};
 use super::{check_grid, groups, GpuWeight, Kernel, KernelConfig, KernelFeatures, Kernels};
 use super::{LaneLoads, StepShape};
@@ -105,27 +105,6 @@ pub struct LinearKey {
     pub loads: LaneLoads,
 }
 
-/// The subgroup linear kernel's two-row loader (`w_load_pair`) for a format's block shape: its
-/// vec4 of words and side words per 32-element block (the format's `WRaw` fields, in order).
-fn pair_snippet(format: WeightFormat) -> &'static str {
-    match format {
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-            include_str!("../../shaders/linear/pairs/vec4_1word.wgsl")
-        }
-        WeightFormat::Q4_K | WeightFormat::Q5_0 => {
-            include_str!("../../shaders/linear/pairs/vec4_2words.wgsl")
-        }
-        WeightFormat::Q5_K | WeightFormat::Q6_K => {
-            include_str!("../../shaders/linear/pairs/vec4_3words.wgsl")
-        }
-        WeightFormat::Q8_0 => include_str!("../../shaders/linear/pairs/vec4x2_1word.wgsl"),
-        WeightFormat::F16 | WeightFormat::Bf16 => {
-            include_str!("../../shaders/linear/pairs/vec4x4.wgsl")
-        }
-        WeightFormat::F32 => include_str!("../../shaders/linear/pairs/vec4x8.wgsl"),
-    }
-}
-
 impl Kernel for LinearKey {
     fn parts(&self) -> Vec<&'static str> {
         let weights = source::weight_snippet(self.format);
@@ -135,6 +114,7 @@ impl Kernel for LinearKey {
                     STEP,
                     GLU,
                     WEIGHTS,
+                    WEIGHTS_STORAGE,
                     weights,
                     RMS,
                     include_str!("../../shaders/linear/linear.wgsl"),
@@ -146,8 +126,6 @@ impl Kernel for LinearKey {
                 WEIGHTS,
                 weights,
                 U64,
-                include_str!("../../shaders/linear/pairs/common.wgsl"),
-                pair_snippet(self.format),
                 include_str!("../../shaders/linear/linear_subgroup.wgsl"),
             ],
         }
@@ -343,28 +321,23 @@ pub struct InputNorm<'a> {
     pub eps: f32,
 }
 
-/// How many neighbouring rows' blocks the subgroup linear kernel loads together (its lanes
-/// compute four rows each; WGSL `ROW_LOAD`, `shaders/linear/pairs/common.wgsl`).
+/// Where the subgroup linear kernel fetches a weight part's words from (WGSL `ROW_LOAD`: its
+/// `w_q` / `w_s` / `w_s4`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowLoad {
-    /// One row at a time from the storage buffers: a part of odd row count, and always the
-    /// GPU variant (which loads one row per invocation and ignores this).
+    /// From the storage buffers: a part of odd row count, and always the GPU variant (which
+    /// loads one row per invocation and ignores this).
     One,
-    /// Two rows' blocks from the weight textures (block b of rows 2p and 2p + 1 is adjacent).
+    /// From the weight textures (`kernels::weight_textures`): a part of even row count (no
+    /// part splits a gate/up row pair).
     Pairs,
-    /// Four rows' blocks, their side words one texel: formats of one side word per block
-    /// (Q4_0, Q4_1, Q8_0) in a part of 4k rows. Two side-word fetches a block become one.
-    Quads,
 }
 
 impl RowLoad {
-    /// The row load of a weight part of `rows` rows in `format`.
-    pub fn for_part(variant: LinearVariant, format: WeightFormat, rows: usize) -> RowLoad {
+    /// The row load of a weight part of `rows` rows.
+    pub fn for_part(variant: LinearVariant, rows: usize) -> RowLoad {
         match variant {
             LinearVariant::Gpu => RowLoad::One,
-            LinearVariant::Subgroup if rows % 4 == 0 && format.scale_words_per_block() == 1 => {
-                RowLoad::Quads
-            }
             LinearVariant::Subgroup if rows % 2 == 0 => RowLoad::Pairs,
             LinearVariant::Subgroup => RowLoad::One,
         }
@@ -375,11 +348,10 @@ impl RowLoad {
         match self {
             RowLoad::One => 1,
             RowLoad::Pairs => 2,
-            RowLoad::Quads => 4,
         }
     }
 
-    pub const ALL: [RowLoad; 3] = [RowLoad::One, RowLoad::Pairs, RowLoad::Quads];
+    pub const ALL: [RowLoad; 2] = [RowLoad::One, RowLoad::Pairs];
 }
 
 /// One weight part ready to record: its bind group, rows and a pipeline for each token tile of
@@ -421,7 +393,7 @@ impl LinearOp {
             LinearVariant::Gpu => LaneLoads::Words32,
         };
         let pipelines = |rows| {
-            let load = RowLoad::for_part(variant, w.format, rows);
+            let load = RowLoad::for_part(variant, rows);
             let short = split_groups(&kernels.config, 1, w.cols, rows, wg_limit);
             let mut out = Vec::new();
             for &tile in TokenTile::of_variant(variant) {

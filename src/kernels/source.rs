@@ -7,6 +7,8 @@ use crate::gpu::PipelineSpec;
 
 pub const STEP: &str = include_str!("../../shaders/common/step.wgsl");
 pub const WEIGHTS: &str = include_str!("../../shaders/common/weights.wgsl");
+/// `w_q`, `w_s`, `w_s4` of `WEIGHTS` from the kernel's storage buffers `wq`, `ws`.
+pub const WEIGHTS_STORAGE: &str = include_str!("../../shaders/common/weights_storage.wgsl");
 pub const ROPE_PAIR: &str = include_str!("../../shaders/common/rope_pair.wgsl");
 pub const KV_POOL: &str = include_str!("../../shaders/common/kv_pool.wgsl");
 pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");

@@ -13,8 +13,8 @@
 //!
 //! Layout: texel `i` of a texture sits at (`i % TEX_WIDTH`, `i / TEX_WIDTH`). Both textures
 //! are `rgba32uint`: texel `i` of the words texture is `vec4<u32>` `i` of the words (`wq[i]`),
-//! texel `j` of the side-word texture side words `4j` .. `4j + 3` (for one-word formats a quad
-//! of rows' words, for two-word formats a pair's: `shaders/linear/pairs/`).
+//! texel `j` of the side-word texture side words `4j` .. `4j + 3` (`w_s`, `w_s4` of
+//! `shaders/linear/linear_subgroup.wgsl`).
 
 use super::weights::WeightPart;
 use crate::gpu::Gpu;
@@ -30,9 +30,9 @@ pub struct WeightTextures {
     pub scales: wgpu::TextureView,
 }
 
-/// Most bytes one part's words may have so that both its textures fit `max_dim` rows (side
-/// words are at most ¾ of a block's words: Q5_K / Q6_K, 12 against 16 bytes, so the words
-/// texture is the tighter one).
+/// Most bytes one part's words may have so that both its textures fit `max_dim` rows (a part's
+/// side words never outnumber its words — Q6_K's, the most, are about 0.65 of them — so the
+/// words texture is the tighter one).
 pub fn max_part_bytes(max_dim: u32) -> u64 {
     u64::from(TEX_WIDTH) * u64::from(max_dim) * TEXEL_BYTES
 }

@@ -11,40 +11,43 @@
 //! neighbouring 16-byte units (coalesced on GPUs), one invocation reads a whole block with vec4
 //! loads (the cheap kind on CPU adapters), and a workgroup of the CPU linear kernel (64 rows)
 //! walks one contiguous stretch of memory instead of a 1 KiB piece every `rows · 16` bytes
-//! (one stream for the CPU's prefetcher and TLB: DESIGN.md, "Traps"). Per-block side words
-//! (scales, minimums, the 5th/6th bits) go to a second array at `unit * scale_words_per_block`,
-//! read alike.
+//! (one stream for the CPU's prefetcher and TLB: DESIGN.md, "Traps"). Side data (scales,
+//! minimums, the 5th/6th bits) go to a second array, the side words, read alike.
 //!
-//! Bits are only moved, never rounded: the GPU sees exactly the values the file holds. The
-//! one precomputation, for Q4_K and Q5_K, is exact: a block's scale `d · sc` and minimum
-//! `dmin · m` are stored as f32. An f16 has an 11-bit significand and `sc`, `m` are 6-bit
-//! integers, so each product has at most 17 significant bits and is 0 or between 2⁻²⁴ and
-//! 65504 · 63: representable in f32, so f32 multiplication gives it exactly — the very f32 that
-//! ggml and gguf-py compute before using it. Q6_K's `d · sc` (8-bit signed `sc`) is as exact;
-//! it is formed in the kernel from the stored f16 and int8, as Q8_0's `d` is.
+//! Bits are only moved, never rounded, and never widened: a quantized format keeps exactly
+//! the file's bytes — a decode step reads what the GGUF holds. The quants go to the words,
+//! unit by unit; the side data (f16 scales and minimums, K-quant scale bytes, 5th and 6th
+//! bits) go to the side words in up to three regions ([`SideLayout`]): words per unit (A) from
+//! 0; per K-quant super-block unit (B: [`super_unit`], the units of 256-element super-blocks
+//! laid out as [`block_unit`] lays blocks) the super-block's 16 bytes of scales as the file
+//! holds them; f16 numbers two a word (C), low half first. A region starts on a multiple of 8
+//! words (32 bytes). The kernels form a block's scale from them (`shaders/common/weights.wgsl`:
+//! Q4_K / Q5_K's `d · sc` and `dmin · m` with ggml's `get_scale_min_k4`; exact in f32 — an
+//! f16 has an 11-bit significand and `sc`, `m` are 6-bit integers, so each product has at most
+//! 17 significant bits — the very f32 ggml and gguf-py compute).
 //!
 //! Words of a 32-element block, by format (element `e` of the block; "nibble words" are the 4
 //! words whose byte `i` of word `j` holds element `8j + i` in its low and `8j + i + 4` in its high
 //! nibble, so a mask and a shift yield 4 consecutive elements):
 //!
-//! | format | words | side words |
-//! |---|---|---|
-//! | F32 / F16 / BF16 | 32 / 16 / 16 words of values in element order | — |
-//! | Q8_0 | 8 words of int8, byte `i` of word `w` = element `4w + i` | f16 `d` |
-//! | Q4_0, Q4_1 | nibble words | f16 `d` (Q4_1: `m` in the high half) |
-//! | Q5_0 | nibble words (low 4 bits) | f16 `d`, high-bit word |
-//! | Q4_K | nibble words | f32 `d · sc`, f32 `dmin · m` |
-//! | Q5_K | nibble words (low 4 bits) | f32 `d · sc`, f32 `dmin · m`, high-bit word |
-//! | Q6_K | nibble words (low 4 bits) | two high-pair words, `d` (f16) `| sc₀ << 16 | sc₁ << 24` |
+//! | format | words | A (per unit) | B (per super-block unit) | C (halves) |
+//! |---|---|---|---|---|
+//! | F32 / F16 / BF16 | 32 / 16 / 16 words of values in element order | — | — | — |
+//! | Q8_0 | 8 words of int8, byte `i` of word `w` = element `4w + i` | — | — | `d` per unit |
+//! | Q4_0 | nibble words | — | — | `d` per unit |
+//! | Q4_1 | nibble words | `d | m << 16` | — | — |
+//! | Q5_0 | nibble words (low 4 bits) | high-bit word | — | `d` per unit |
+//! | Q4_K | nibble words | — | file bytes 0..16 (`d`, `dmin`, 12 scale bytes) | — |
+//! | Q5_K | nibble words (low 4 bits) | high-bit word | file bytes 0..16 | — |
+//! | Q6_K | nibble words (low 4 bits) | two high-pair words | the 16 int8 scales | `d` per super-block unit |
 //!
 //! High-bit word: bit `8i + k` is bit 4 of element `4k + i`. High-pair word `h` (0, 1) of
 //! elements `16h..16h + 16`: bits `8i + 2k`, `8i + 2k + 1` are bits 4, 5 of element
-//! `16h + 4k + i`. Both put 4 consecutive elements' bits in the 4 bytes at one shift. Q6_K's
-//! `sc₀`, `sc₁` are the int8 scales of elements 0..16 and 16..32.
+//! `16h + 4k + i`. Both put 4 consecutive elements' bits in the 4 bytes at one shift. Block `j`
+//! of a super-block (`b % 8`) uses Q6_K scales `2j` (elements 0..16) and `2j + 1` (16..32).
 //!
-//! Size per 32 elements (file → GPU): Q5_0 22 → 24 bytes, Q4_K 18 → 24, Q5_K 22 → 28,
-//! Q6_K 26.25 → 28. The K-quants' extra words buy kernels that need no super-block bookkeeping:
-//! every format is a 32-element block with one vec4 of quants.
+//! Size per 32 elements, GPU = file: Q8_0 34 bytes, Q4_0 18, Q4_1 20, Q5_0 22, Q4_K 18,
+//! Q5_K 22, Q6_K 26.25 (plus at most 32 bytes of region padding a part).
 //!
 //! A tensor whose packed words exceed the largest storage binding (or what the adapter's 2D
 //! textures hold: `weight_textures`) is split into row ranges (parts), each packed and bound
@@ -54,7 +57,6 @@ use std::sync::OnceLock;
 
 use super::weight_textures::{max_part_bytes, WeightTextures};
 use crate::gpu::Gpu;
-use crate::quant::{f16_at, scale_min_k4};
 
 /// Weight formats the kernels read. K-quant names are spelled as llama.cpp spells them
 /// (`Q4_K`, as [`crate::quant::GgmlType`]), which is why the camel-case lint is off.
@@ -128,20 +130,40 @@ impl WeightFormat {
         }
     }
 
-    /// Side words (scales, minimums, high bits) per 32-element block; never more than
-    /// `words_per_block`, so a part sized by its words also fits its side words.
-    pub fn scale_words_per_block(self) -> usize {
+    /// Side words per unit (region A of [`SideLayout`]).
+    fn side_words_per_unit(self) -> usize {
         match self {
-            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => 0,
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 1,
-            WeightFormat::Q5_0 | WeightFormat::Q4_K => 2,
-            WeightFormat::Q5_K | WeightFormat::Q6_K => 3,
+            WeightFormat::Q4_1 | WeightFormat::Q5_0 | WeightFormat::Q5_K => 1,
+            WeightFormat::Q6_K => 2,
+            _ => 0,
         }
     }
 
-    /// Whether blocks of 32 carry side words.
+    /// Whether the format has side words.
     pub fn has_scales(self) -> bool {
-        self.scale_words_per_block() > 0
+        !matches!(self, WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16)
+    }
+
+    /// Where the side words of a part of `rows` rows of `blocks` blocks sit.
+    pub fn side_layout(self, rows: usize, blocks: usize) -> SideLayout {
+        let units = rows * blocks;
+        let round8 = |n: usize| n.div_ceil(8) * 8;
+        let per_unit = self.side_words_per_unit();
+        let k_quant = matches!(self, WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K);
+        let super_at = round8(per_unit * units);
+        let super_words = if k_quant { 4 * (units / 8) } else { 0 };
+        let halves_at = super_at + round8(super_words);
+        let halves = match self {
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => units,
+            WeightFormat::Q6_K => units / 8,
+            _ => 0,
+        };
+        let words = match (halves, super_words) {
+            (0, 0) => per_unit * units,
+            (0, _) => super_at + super_words,
+            _ => halves_at + halves.div_ceil(2),
+        };
+        SideLayout { per_unit, super_at, halves_at, words }
     }
 
     /// Bytes one row of `cols` elements takes in the file.
@@ -149,6 +171,31 @@ impl WeightFormat {
         let (elems, bytes) = self.file_block();
         cols / elems * bytes
     }
+}
+
+/// Where a part's side words sit (module doc): region A, `per_unit` words per unit from 0;
+/// region B, 4 words per super-block unit from `super_at`; region C, f16 numbers two a word
+/// from `halves_at`; `words` in all. WGSL forms the same offsets from the part's rows and
+/// blocks (`w_round8` and the format snippets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SideLayout {
+    pub per_unit: usize,
+    pub super_at: usize,
+    pub halves_at: usize,
+    pub words: usize,
+}
+
+impl SideLayout {
+    /// Stores the f16 bits `h` as number `i` of region C.
+    fn set_half(&self, side: &mut [u32], i: usize, h: u32) {
+        side[self.halves_at + i / 2] |= (h & 0xFFFF) << (16 * (i % 2));
+    }
+}
+
+/// Super-block unit of block `b` (a multiple-of-8 `blocks`) of row `n`: [`block_unit`] over
+/// super-blocks of 8 blocks. WGSL `w_super` is the same function.
+pub fn super_unit(n: usize, b: usize, rows: usize, blocks: usize) -> usize {
+    block_unit(n, b / 8, rows, blocks / 8)
 }
 
 /// Errors while repacking weights.
@@ -178,7 +225,7 @@ pub struct PackedWeight {
     pub cols: usize,
     /// [rows / TILE_ROWS tiles, cols / 32, tile rows, words_per_block] ([`block_unit`])
     pub words: Vec<u32>,
-    /// [.. the same units .., scale_words_per_block] (empty for formats without side words)
+    /// The side words ([`WeightFormat::side_layout`]; empty for formats without)
     pub scales: Vec<u32>,
 }
 
@@ -211,10 +258,11 @@ fn word_index(
     block_unit(n, b, rows, blocks) * format.words_per_block() + j
 }
 
-/// A 32-element block of a 4/5/6-bit format: its integer quants (element order) and side words.
+/// A 32-element block of a 4/5/6-bit format: its integer quants (element order) and its
+/// region-A side words.
 struct QBlock {
     q: [u8; 32],
-    side: [u32; 3],
+    per_unit: [u32; 2],
 }
 
 /// The nibble words of 32 quants (their low 4 bits): byte `i` of word `j` holds element `8j + i`
@@ -242,56 +290,48 @@ fn high_pair_word(q: &[u8; 32], h: usize) -> u32 {
 }
 
 /// The block of Q4_0 (`d`, 16 bytes of nibbles), Q4_1 (`d`, `m`, nibbles) or Q5_0 (`d`, 4 bytes
-/// of 5th bits, nibbles): side words `d` (Q4_1: `| m << 16`) and the high-bit word.
-fn q_block_32(format: WeightFormat, block: &[u8]) -> QBlock {
-    let (side0, qh, qs) = match format {
-        WeightFormat::Q4_0 => (f16_bits(&block[0..2]), 0, &block[2..18]),
-        WeightFormat::Q4_1 => {
-            (f16_bits(&block[0..2]) | (f16_bits(&block[2..4]) << 16), 0, &block[4..20])
-        }
-        _ => (
-            f16_bits(&block[0..2]),
-            u32::from_le_bytes([block[2], block[3], block[4], block[5]]),
-            &block[6..22],
-        ),
+/// of 5th bits, nibbles) and its f16 `d` bits (Q4_0, Q5_0: region C). Region A: Q4_1's
+/// `d | m << 16`, Q5_0's high-bit word.
+fn q_block_32(format: WeightFormat, block: &[u8]) -> (QBlock, u32) {
+    let d = f16_bits(&block[0..2]);
+    let (a, qh, qs) = match format {
+        WeightFormat::Q4_0 => (0, 0, &block[2..18]),
+        WeightFormat::Q4_1 => (d | (f16_bits(&block[2..4]) << 16), 0, &block[4..20]),
+        _ => (0, u32::from_le_bytes([block[2], block[3], block[4], block[5]]), &block[6..22]),
     };
     let q = std::array::from_fn(|e| {
         let nibble = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
         nibble | ((((qh >> e) & 1) as u8) << 4)
     });
-    QBlock { q, side: [side0, high_bit_word(&q), 0] }
+    let a = if format == WeightFormat::Q5_0 { high_bit_word(&q) } else { a };
+    (QBlock { q, per_unit: [a, 0] }, d)
 }
 
 /// The 8 blocks of a Q4_K / Q5_K super-block (ggml's `dequantize_row_q4_K` / `_q5_K` element
-/// order): side words `d · sc` and `dmin · m` as f32 (exact: see the module doc) and, for Q5_K,
-/// the high-bit word.
-fn q_blocks_k45(format: WeightFormat, block: &[u8], emit: &mut impl FnMut(QBlock)) {
-    let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
-    let scales = &block[4..16];
+/// order); region A: Q5_K's high-bit word. (Region B is the file's first 16 bytes.)
+fn q_blocks_k45(format: WeightFormat, block: &[u8]) -> [QBlock; 8] {
     let (qh, qs) = if format == WeightFormat::Q4_K {
         (None, &block[16..144])
     } else {
         (Some(&block[16..48]), &block[48..176])
     };
-    for s in 0..8 {
+    std::array::from_fn(|s| {
         // Blocks 2c and 2c + 1 are the low and high nibbles of the same 32 bytes.
         let chunk = &qs[32 * (s / 2)..32 * (s / 2) + 32];
         let q = std::array::from_fn(|l| {
             let nibble = if s % 2 == 0 { chunk[l] & 0xF } else { chunk[l] >> 4 };
             nibble | qh.map_or(0, |qh| ((qh[l] >> s) & 1) << 4)
         });
-        let (sc, m) = scale_min_k4(s, scales);
-        let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
-        emit(QBlock { q, side: [dl.to_bits(), ml.to_bits(), high_bit_word(&q)] });
-    }
+        let a = if qh.is_some() { high_bit_word(&q) } else { 0 };
+        QBlock { q, per_unit: [a, 0] }
+    })
 }
 
-/// The 8 blocks of a Q6_K super-block (ggml's `dequantize_row_q6_K` element order): side words
-/// the two high-pair words and `d | sc₀ << 16 | sc₁ << 24`.
-fn q_blocks_q6_k(block: &[u8], emit: &mut impl FnMut(QBlock)) {
-    let (ql, qh, sc) = (&block[0..128], &block[128..192], &block[192..208]);
-    let d = f16_bits(&block[208..210]);
-    for s in 0..8 {
+/// The 8 blocks of a Q6_K super-block (ggml's `dequantize_row_q6_K` element order); region A:
+/// the two high-pair words. (Regions B and C are the file's scale bytes 192..208 and `d`.)
+fn q_blocks_q6_k(block: &[u8]) -> [QBlock; 8] {
+    let (ql, qh) = (&block[0..128], &block[128..192]);
+    std::array::from_fn(|s| {
         let q = std::array::from_fn(|l| {
             // Element e: half e / 128, group g of 32 within it: low nibbles of ql[0..32],
             // ql[32..64], then their high nibbles; bits 2g, 2g + 1 of qh.
@@ -300,29 +340,31 @@ fn q_blocks_q6_k(block: &[u8], emit: &mut impl FnMut(QBlock)) {
             let lo = (ql[64 * half + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xF;
             lo | (((qh[32 * half + l] >> (2 * g)) & 3) << 4)
         });
-        let scales = d | (u32::from(sc[2 * s]) << 16) | (u32::from(sc[2 * s + 1]) << 24);
-        emit(QBlock { q, side: [high_pair_word(&q, 0), high_pair_word(&q, 1), scales] });
-    }
+        QBlock { q, per_unit: [high_pair_word(&q, 0), high_pair_word(&q, 1)] }
+    })
 }
 
-/// Packs one file row into the tiled block-interleaved `words` and `scales`.
+/// Little-endian words of `bytes` (a multiple of 4 long).
+fn le_words(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+/// Packs one file row into the tiled block-interleaved `words` and the side words.
 fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut PackedWeight) {
     let wpb = format.words_per_block();
     let blocks = out.cols / 32;
+    let side = format.side_layout(rows, blocks);
     match format {
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => {
-            for (w, c) in row.chunks_exact(4).enumerate() {
-                out.words[word_index(format, n, w / wpb, w % wpb, rows, blocks)] =
-                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            for (w, word) in le_words(row).enumerate() {
+                out.words[word_index(format, n, w / wpb, w % wpb, rows, blocks)] = word;
             }
         }
         WeightFormat::Q8_0 => {
             for (b, block) in row.chunks_exact(34).enumerate() {
-                out.scales[block_unit(n, b, rows, blocks)] = f16_bits(&block[0..2]);
-                for j in 0..8 {
-                    let q = &block[2 + 4 * j..6 + 4 * j];
-                    out.words[word_index(format, n, b, j, rows, blocks)] =
-                        u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+                side.set_half(&mut out.scales, block_unit(n, b, rows, blocks), f16_bits(block));
+                for (j, word) in le_words(&block[2..34]).enumerate() {
+                    out.words[word_index(format, n, b, j, rows, blocks)] = word;
                 }
             }
         }
@@ -332,23 +374,40 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K => {
-            let swb = format.scale_words_per_block();
-            let mut b = 0;
-            let mut emit = |qb: QBlock| {
+            let put = |out: &mut PackedWeight, b: usize, qb: &QBlock| {
                 for (j, word) in nibble_words(&qb.q).into_iter().enumerate() {
                     out.words[word_index(format, n, b, j, rows, blocks)] = word;
                 }
-                let at = block_unit(n, b, rows, blocks) * swb;
-                out.scales[at..at + swb].copy_from_slice(&qb.side[..swb]);
-                b += 1;
+                let at = block_unit(n, b, rows, blocks) * side.per_unit;
+                out.scales[at..at + side.per_unit].copy_from_slice(&qb.per_unit[..side.per_unit]);
             };
-            for block in row.chunks_exact(format.file_block().1) {
-                match format {
+            for (sb, block) in row.chunks_exact(format.file_block().1).enumerate() {
+                let (qbs, super_bytes): (Vec<QBlock>, Option<&[u8]>) = match format {
                     WeightFormat::Q4_K | WeightFormat::Q5_K => {
-                        q_blocks_k45(format, block, &mut emit)
+                        (q_blocks_k45(format, block).into(), Some(&block[0..16]))
                     }
-                    WeightFormat::Q6_K => q_blocks_q6_k(block, &mut emit),
-                    _ => emit(q_block_32(format, block)),
+                    WeightFormat::Q6_K => {
+                        let su = super_unit(n, 8 * sb, rows, blocks);
+                        side.set_half(&mut out.scales, su, f16_bits(&block[208..210]));
+                        (q_blocks_q6_k(block).into(), Some(&block[192..208]))
+                    }
+                    _ => {
+                        let (qb, d) = q_block_32(format, block);
+                        if format != WeightFormat::Q4_1 {
+                            side.set_half(&mut out.scales, block_unit(n, sb, rows, blocks), d);
+                        }
+                        (vec![qb], None)
+                    }
+                };
+                let first = sb * qbs.len();
+                for (k, qb) in qbs.iter().enumerate() {
+                    put(out, first + k, qb);
+                }
+                if let Some(bytes) = super_bytes {
+                    let at = side.super_at + 4 * super_unit(n, first, rows, blocks);
+                    for (k, word) in le_words(bytes).enumerate() {
+                        out.scales[at + k] = word;
+                    }
                 }
             }
         }
@@ -389,7 +448,7 @@ impl PackedWeight {
             rows,
             cols,
             words: vec![0; cols / 32 * format.words_per_block() * rows],
-            scales: vec![0; cols / 32 * format.scale_words_per_block() * rows],
+            scales: vec![0; format.side_layout(rows, cols / 32).words],
         };
         for (n, row) in data.chunks_exact(row_bytes).enumerate() {
             pack_row(format, row, n, rows, &mut out);

@@ -4,7 +4,7 @@
 //! `assets/fixtures/quant/`: the sane-scale K-quant blocks and the wide set, whose f16 scales
 //! take every kind of finite value).
 
-use super::weights::{block_unit, PackedWeight, WeightError, WeightFormat, TILE_ROWS};
+use super::weights::{block_unit, super_unit, PackedWeight, WeightError, WeightFormat, TILE_ROWS};
 use half::f16;
 use std::path::PathBuf;
 
@@ -21,52 +21,99 @@ fn f16_low(word: u32) -> f32 {
     f16::from_bits(word as u16).to_f32()
 }
 
-/// Element `e` (0..32) of block `b` of row `n`, read from the packed layout as the kernels do.
+/// Element `e` (0..32) of block `b` of row `n`, read from the packed layout as the kernels do
+/// (the module doc's table of `kernels::weights`).
 fn packed_value(p: &PackedWeight, n: usize, b: usize, e: usize) -> f32 {
-    let i = block_unit(n, b, p.rows, p.cols / 32);
-    let w = &p.words[4 * i..4 * i + 4];
-    let swb = p.format.scale_words_per_block();
-    let s = &p.scales[swb * i..swb * i + swb];
+    let blocks = p.cols / 32;
+    let i = block_unit(n, b, p.rows, blocks);
+    let side = p.format.side_layout(p.rows, blocks);
+    let s = &p.scales;
+    let a = |k: usize| s[side.per_unit * i + k];
+    let half = |j: usize| f16_low(s[side.halves_at + j / 2] >> (16 * (j % 2)));
+    let su = super_unit(n, b, p.rows, blocks);
+    // byte k of the super-block's region-B words
+    let super_byte = |k: usize| (s[side.super_at + 4 * su + k / 4] >> (8 * (k % 4))) as u8;
+    let w = &p.words[p.format.words_per_block() * i..];
     // Nibble words: byte e % 4 of word e / 8, low nibble for e % 8 < 4.
     let nibble = (w[e / 8] >> (8 * (e % 4) + 4 * ((e % 8) / 4))) & 0xF;
     // High-bit word: bit 8i + k is element 4k + i's.
     let high_bit = |h: u32| ((h >> (8 * (e % 4) + e / 4)) & 1) << 4;
+    // Q4_K / Q5_K: ggml's get_scale_min_k4 over the 12 scale bytes after d and dmin
+    let k_scale = || {
+        let (j, q) = (b % 8, |k: usize| super_byte(4 + k));
+        let (sc, m) = match j < 4 {
+            true => (q(j) & 63, q(j + 4) & 63),
+            false => {
+                ((q(j + 4) & 0xF) | ((q(j - 4) >> 6) << 4), (q(j + 4) >> 4) | ((q(j) >> 6) << 4))
+            }
+        };
+        let f16_at =
+            |k: usize| f16::from_bits(u16::from_le_bytes([super_byte(k), super_byte(k + 1)]));
+        (f16_at(0).to_f32() * f32::from(sc), f16_at(2).to_f32() * f32::from(m))
+    };
     match p.format {
-        WeightFormat::Q5_0 => ((nibble | high_bit(s[1])) as f32 - 16.0) * f16_low(s[0]),
-        WeightFormat::Q4_K => nibble as f32 * f32::from_bits(s[0]) - f32::from_bits(s[1]),
+        WeightFormat::Q8_0 => f32::from((w[e / 4] >> (8 * (e % 4))) as u8 as i8) * half(i),
+        WeightFormat::Q4_0 => (nibble as f32 - 8.0) * half(i),
+        WeightFormat::Q5_0 => ((nibble | high_bit(a(0))) as f32 - 16.0) * half(i),
+        WeightFormat::Q4_K => {
+            let (d, m) = k_scale();
+            nibble as f32 * d - m
+        }
         WeightFormat::Q5_K => {
-            (nibble | high_bit(s[2])) as f32 * f32::from_bits(s[0]) - f32::from_bits(s[1])
+            let (d, m) = k_scale();
+            (nibble | high_bit(a(0))) as f32 * d - m
         }
         WeightFormat::Q6_K => {
             // High-pair word e / 16: bits 8i + 2k, 8i + 2k + 1 are element 16h + 4k + i's.
             let r = e % 16;
-            let pair = (s[e / 16] >> (8 * (r % 4) + 2 * (r / 4))) & 3;
-            let sc = (s[2] >> (16 + 8 * (e / 16))) as u8 as i8;
-            let d = f16_low(s[2]) * f32::from(sc);
+            let pair = (a(e / 16) >> (8 * (r % 4) + 2 * (r / 4))) & 3;
+            let sc = super_byte(2 * (b % 8) + e / 16) as i8;
+            let d = half(su) * f32::from(sc);
             ((nibble | (pair << 4)) as f32 - 32.0) * d
         }
         other => unreachable!("{other:?} is not read here"),
     }
 }
 
+/// The fixture's rows, repeated to `rows` rows (several tiles, a short last one, odd counts:
+/// every region offset and unit formula in play), packed and read back against gguf-py.
 fn check_fixture(format: WeightFormat, rows: usize, cols: usize, bin: &str, deq: &str) {
-    let packed = PackedWeight::pack(bin, format, rows, cols, &fixture(bin)).unwrap();
+    let data = fixture(bin);
     let want = f32s(&fixture(deq));
     assert_eq!(want.len(), rows * cols, "{deq} size");
-    for n in 0..rows {
-        for c in 0..cols {
-            let got = packed_value(&packed, n, c / 32, c % 32);
-            let w = want[n * cols + c];
-            assert!(
-                got.to_bits() == w.to_bits(),
-                "{bin}: row {n} column {c}: packed reads {got}, gguf-py {w}"
-            );
+    let row_bytes = format.file_row_bytes(cols);
+    for many in [rows, 2 * rows + 1, 131] {
+        let bytes: Vec<u8> =
+            (0..many).flat_map(|n| data[n % rows * row_bytes..][..row_bytes].to_vec()).collect();
+        let packed = PackedWeight::pack(bin, format, many, cols, &bytes).unwrap();
+        // the GPU holds the file's bytes, plus at most 32 bytes of padding a side region
+        let gpu = 4 * (packed.words.len() + packed.scales.len());
+        assert!(gpu >= bytes.len() && gpu <= bytes.len() + 96, "{bin}: {gpu} for {}", bytes.len());
+        for n in 0..many {
+            for c in 0..cols {
+                let got = packed_value(&packed, n, c / 32, c % 32);
+                let w = want[n % rows * cols + c];
+                assert!(
+                    got.to_bits() == w.to_bits(),
+                    "{bin} × {many} rows: row {n} column {c}: packed reads {got}, gguf-py {w}"
+                );
+            }
         }
     }
 }
 
+/// Formats whose CPU reading here is gguf-py's bit for bit (Q4_1's `d · q + m` is one fma in
+/// the kernels, two roundings in gguf-py: its kernel tests compare with a tolerance).
 const NEW_FORMATS: [WeightFormat; 4] =
     [WeightFormat::Q5_0, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K];
+const EXACT_FORMATS: [WeightFormat; 6] = [
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q5_0,
+    WeightFormat::Q4_K,
+    WeightFormat::Q5_K,
+    WeightFormat::Q6_K,
+];
 
 #[test]
 fn packed_blocks_read_back_as_gguf_py_dequantizes() {
@@ -77,9 +124,12 @@ fn packed_blocks_read_back_as_gguf_py_dequantizes() {
     let (rows, cols) = size(&manifest);
     let wide = &manifest["wide"];
     let (wide_rows, wide_cols) = size(wide);
-    for format in NEW_FORMATS {
+    for format in EXACT_FORMATS {
         let name = format!("{format:?}");
         check_fixture(format, rows, cols, &format!("{name}.bin"), &format!("{name}.deq.f32"));
+    }
+    for format in NEW_FORMATS {
+        let name = format!("{format:?}");
         assert!(wide["types"].as_array().unwrap().iter().any(|t| t == &name[..]), "{name}");
         check_fixture(
             format,
@@ -108,7 +158,11 @@ fn k_quants_need_whole_super_blocks() {
 fn side_words_never_outgrow_the_words() {
     for format in WeightFormat::ALL {
         assert!(format.words_per_block() % 4 == 0, "{format:?}: whole vec4s");
-        assert!(format.scale_words_per_block() <= format.words_per_block(), "{format:?}");
+        // a part sized by its words also fits its side words (and textures of them)
+        for (rows, blocks) in [(1, 8), (3, 8), (64, 16), (131, 24)] {
+            let side = format.side_layout(rows, blocks).words;
+            assert!(side <= rows * blocks * format.words_per_block(), "{format:?}");
+        }
         let (elems, _) = format.file_block();
         assert_eq!(format.column_multiple() % 32, 0, "{format:?}");
         assert_eq!(format.column_multiple() % elems, 0, "{format:?}");

@@ -24,7 +24,6 @@ mod kv_tests;
 mod quantize;
 
 pub use dequant::dequantize_row;
-pub(crate) use dequant::{f16_at, scale_min_k4};
 pub use fp8::{
     fp8_e4m3_decode, fp8_e4m3_encode, fp8_e5m2_decode, fp8_e5m2_encode, FP8_E4M3_MAX, FP8_E5M2_MAX,
 };
