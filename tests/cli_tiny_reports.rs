@@ -53,9 +53,12 @@ fn perplexity_with_kld_reports_the_f16_baseline() {
     assert!(num(&kld["max_kld"]) >= kld_mean);
     let top1 = num(&kld["top1_agreement"]);
     assert!((0.9..=1.0).contains(&top1), "top1 {top1}");
-    // The f16 baseline itself, without --kld, is the same number.
+    // The f16 baseline itself, without --kld, is the same number: there the GPU reduces each
+    // position's log-probability in f32 (kernels::logprob), with --kld the host does it from
+    // the rows in f64, so the two agree to f32 rounding, not bit for bit.
     let f16 = json(&[&args[..], &["--json"]].concat());
-    assert_eq!(num(&f16["ppl"]), base, "the --kld baseline is the f16 run");
+    let plain = num(&f16["ppl"]);
+    assert!((plain / base - 1.0).abs() < 1e-6, "the --kld baseline {base} is the f16 run {plain}");
 }
 
 /// Dispatches per decode token of the tiny Llama (see `bench_decode_reports_each_context_length`),

@@ -433,6 +433,63 @@ fn argmax_matches_the_cpu_greedy_sampler() {
     }
 }
 
+/// Target log-probabilities on the GPU (`kernels::logprob`) against log softmax in f64: random
+/// rows, rows shifted by ±1000 (the max subtracted first), one peaked row whose target is far
+/// below the maximum (a log-probability near −150), the target at the maximum, a row without a
+/// target (its word untouched), vocabularies 1, 257, 1000 and Gemma 3's 262,144. The results
+/// sit after the rows' argmax words (`num_logits + row`); the argmax words stay untouched.
+/// Tolerance 3e-4: f32 sums of up to 1,024 terms an invocation, then a tree of 256.
+#[test]
+fn logprob_matches_log_softmax_in_f64() {
+    use kvrun::kernels::logprob::{LogprobOp, NO_TARGET};
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, vocab) in [1usize, 257, 1000, 262_144].into_iter().enumerate() {
+        let mut r = rng(900 + i as u64);
+        let mut rows: Vec<Vec<f32>> = (0..3).map(|_| uniform(&mut r, vocab, 8.0)).collect();
+        rows[1].iter_mut().for_each(|x| *x += 1000.0);
+        rows[2].iter_mut().for_each(|x| *x -= 1000.0);
+        let mut peaked = uniform(&mut r, vocab, 2.0);
+        peaked[vocab / 2] = 150.0;
+        rows.push(peaked);
+        rows.push(uniform(&mut r, vocab, 8.0)); // no target
+        let mut targets: Vec<u32> =
+            (0..rows.len()).map(|_| rand::Rng::random_range(&mut r, 0..vocab as u32)).collect();
+        targets[3] = if vocab > 1 { (vocab / 2 + 1) as u32 % vocab as u32 } else { 0 };
+        targets[0] = argmax(&rows[0]) as u32;
+        targets[4] = NO_TARGET;
+        let n = rows.len();
+        let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+        let logits = storage_f32(gpu, &flat);
+        let targets_buf = storage_u32(gpu, &targets);
+        let out = storage_u32(gpu, &vec![0xDEAD_BEEF; 2 * n + 1]);
+        let step = step_uniform(gpu, StepInfo { num_logits: n as u32, ..Default::default() });
+        let op = LogprobOp::new(gpu, &t.kernels, &step, &logits, &targets_buf, &out, vocab as u32);
+        run(gpu, |pass| {
+            op.record(pass, &StepShape { logprob_rows: n as u32, ..Default::default() });
+        });
+        let got = gpu.read_u32(&out, 0, 2 * n + 1).unwrap();
+        assert!(got[..n].iter().all(|&w| w == 0xDEAD_BEEF), "vocab {vocab}: ids written");
+        for (j, row) in rows.iter().enumerate() {
+            let word = got[n + j];
+            if targets[j] == NO_TARGET {
+                assert_eq!(word, 0xDEAD_BEEF, "vocab {vocab}, row {j}: no target, written");
+                continue;
+            }
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+            let lse = max + row.iter().map(|&x| (f64::from(x) - max).exp()).sum::<f64>().ln();
+            let want = f64::from(row[targets[j] as usize]) - lse;
+            let lp = f64::from(f32::from_bits(word));
+            assert!((lp - want).abs() < 3e-4, "vocab {vocab}, row {j}: {lp} vs {want}");
+        }
+        assert_eq!(got[2 * n], 0xDEAD_BEEF, "vocab {vocab}: past the step's rows");
+    }
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |best, j| if row[j] > row[best] { j } else { best })
+}
+
 /// Gated attention's output gate (`kernels::gate`, Qwen3.5) against `reference::sigmoid_gate`:
 /// a width that is not a multiple of the workgroup, gates at an offset inside wider rows, large
 /// gates of both signs (sigmoid saturating), and the columns past the width and the row past

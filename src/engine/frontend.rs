@@ -211,6 +211,7 @@ impl Frontend {
             ignore_eos: req.ignore_eos,
             namespace: req.namespace,
             prompt_logits_from: None,
+            prompt_logprobs_only: false,
             logit_bias: req.logit_bias,
         };
         request.validate()?;

@@ -103,6 +103,8 @@ pub struct Engine {
     tenants: HashMap<u64, String>,
     /// Prompt logits computed for requests that asked for them, until taken.
     prompt_logits: HashMap<RequestId, Vec<Vec<f32>>>,
+    /// Requests' prompt next-token log-probabilities ([`CompletionRequest::prompt_logprobs_only`]).
+    prompt_logprobs: HashMap<RequestId, Vec<f32>>,
     /// Most blocks the running sequences held at once, per KV-cache group, since the last
     /// [`Engine::take_peak_kv_blocks`] (measured each step once its blocks are reserved).
     peak_kv_blocks: Vec<usize>,
@@ -174,6 +176,7 @@ impl Engine {
             stage_slots,
             tenants,
             prompt_logits: HashMap::new(),
+            prompt_logprobs: HashMap::new(),
             peak_kv_blocks: Vec::new(),
         })
     }
@@ -231,6 +234,7 @@ impl Engine {
     pub fn cancel(&mut self, id: RequestId) -> Option<OutputEvent> {
         let usage = self.sched.finish(id, crate::sched::FinishReason::Cancelled)?;
         self.prompt_logits.remove(&id);
+        self.prompt_logprobs.remove(&id);
         self.update_metrics();
         let active = self.requests.remove(&id)?;
         Some(active.finished(id, crate::sched::FinishReason::Cancelled, usage, String::new()))
@@ -266,20 +270,46 @@ impl Engine {
             .collect();
         let mut batch =
             ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile());
-        // Where every logit row is a greedy sample, the GPU picks the tokens and only their
-        // ids come back (4 bytes a row, not the vocabulary's logits).
-        let greedy_only = plan.seqs.iter().all(|s| {
+        // Where every logit row is a greedy sample or a prompt position that wants only its
+        // next token's log-probability, the GPU picks the tokens and reduces the rows: only
+        // ids (4 bytes a row) and log-probabilities (4 more) come back, not the logits.
+        let mut targets = false;
+        let reducible = plan.seqs.iter().all(|s| {
+            let active = self.requests.get(&s.id);
+            let greedy = active.is_some_and(|a| a.sampler.is_greedy() && a.logprobs.is_none());
+            let by_target = active.is_some_and(|a| a.prompt_targets.is_some());
+            targets |= by_target && !s.prompt_logits.is_empty();
             logit_rows(s).is_empty()
-                || (s.prompt_logits.is_empty()
-                    && self
-                        .requests
-                        .get(&s.id)
-                        .is_some_and(|a| a.sampler.is_greedy() && a.logprobs.is_none()))
+                || ((!s.sample || greedy) && (s.prompt_logits.is_empty() || by_target))
         });
-        if greedy_only {
+        if reducible && targets {
+            batch.readback = LogitReadback::TargetLogprobs;
+            batch.logit_targets = self.logit_targets(plan, &batch);
+        } else if reducible {
             batch.readback = LogitReadback::Argmax;
         }
         batch
+    }
+
+    /// Each logit row's target token: the next prompt token of a prompt-logprobs request's
+    /// prompt position, `NO_TARGET` for others (and past the prompt).
+    fn logit_targets(&self, plan: &StepPlan, batch: &ForwardBatch) -> Vec<u32> {
+        let mut out = Vec::with_capacity(batch.logit_chunks.len());
+        let mut row = 0;
+        while row < batch.logit_chunks.len() {
+            let s = &plan.seqs[batch.logit_chunks[row]];
+            let prompt = self.requests.get(&s.id).and_then(|a| a.prompt_targets.as_ref());
+            for r in logit_rows(s) {
+                let next = s.start_pos + r + 1;
+                let target = match prompt {
+                    Some(p) if s.prompt_logits.contains(&r) && next < p.len() => p[next],
+                    _ => crate::kernels::logprob::NO_TARGET,
+                };
+                out.push(target);
+                row += 1;
+            }
+        }
+        out
     }
 
     /// Samples one token for each chunk that samples, by its request's own sampler, from its
@@ -291,8 +321,25 @@ impl Engine {
             let s = &plan.seqs[logits.chunks[row]];
             for r in logit_rows(s) {
                 if s.prompt_logits.contains(&r) {
-                    let kept = self.prompt_logits.entry(s.id).or_default();
-                    kept.push(logits.row(row).to_vec());
+                    let prompt = self.requests.get(&s.id).and_then(|a| a.prompt_targets.as_ref());
+                    match (prompt, &logits.target_logprobs) {
+                        // reduced on the GPU (prepare asked for it)
+                        (Some(_), Some(lps)) => {
+                            self.prompt_logprobs.entry(s.id).or_default().push(lps[row])
+                        }
+                        // a step that read the rows back: the same value from the row
+                        (Some(p), None) => {
+                            let next = s.start_pos + r + 1;
+                            let lp = p.get(next).map_or(f32::NAN, |&t| {
+                                crate::sample::token_logprobs(logits.row(row), t, 0).logprob
+                            });
+                            self.prompt_logprobs.entry(s.id).or_default().push(lp)
+                        }
+                        (None, _) => {
+                            let kept = self.prompt_logits.entry(s.id).or_default();
+                            kept.push(logits.row(row).to_vec());
+                        }
+                    }
                 }
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
@@ -325,6 +372,14 @@ impl Engine {
     /// them. Empty for a request that asked for none.
     pub fn take_prompt_logits(&mut self, id: RequestId) -> Vec<Vec<f32>> {
         self.prompt_logits.remove(&id).unwrap_or_default()
+    }
+
+    /// The prompt next-token log-probabilities computed so far for request `id`
+    /// ([`CompletionRequest::prompt_logprobs_only`]), one per position from
+    /// `prompt_logits_from` in order (NaN for the last prompt position, which has no next
+    /// prompt token), and forgets them.
+    pub fn take_prompt_logprobs(&mut self, id: RequestId) -> Vec<f32> {
+        self.prompt_logprobs.remove(&id).unwrap_or_default()
     }
 
     /// Detokenizes, finds stop strings, records timings; the scheduler's events become the

@@ -158,6 +158,16 @@ impl Engine {
                     chunk[0] = bos;
                 }
             }
+            if base.is_none() {
+                // only each position's log-probability of its target, reduced on the GPU
+                for lp in self.scored_logprobs(&chunk, first)? {
+                    sums.add(-f64::from(lp));
+                }
+                let ppl = sums.mean().exp();
+                running.push(ppl);
+                on_chunk(i, ppl);
+                continue;
+            }
             let rows = self.scored_rows(&chunk, first)?;
             let base_rows = match base.as_deref_mut() {
                 Some(b) => {
@@ -220,20 +230,44 @@ impl Engine {
     /// which is discarded. Needs an idle engine: the steps it runs would otherwise carry other
     /// requests' events, which it drops.
     fn scored_rows(&mut self, chunk: &[u32], first: usize) -> Result<Vec<Vec<f32>>, EngineError> {
+        let id = self.run_scored(chunk, first, false)?;
+        let mut rows = self.take_prompt_logits(id);
+        debug_assert_eq!(rows.len(), chunk.len() - first);
+        rows.truncate(chunk.len() - 1 - first); // the last position predicts past the chunk
+        Ok(rows)
+    }
+
+    /// [`Engine::scored_rows`]'s positions' log-probabilities of their next token only
+    /// ([`CompletionRequest::prompt_logprobs_only`]: 8 bytes a position read back, not the
+    /// vocabulary's logits).
+    fn scored_logprobs(&mut self, chunk: &[u32], first: usize) -> Result<Vec<f32>, EngineError> {
+        let id = self.run_scored(chunk, first, true)?;
+        let mut lps = self.take_prompt_logprobs(id);
+        debug_assert_eq!(lps.len(), chunk.len() - first);
+        lps.truncate(chunk.len() - 1 - first); // the last position predicts past the chunk
+        Ok(lps)
+    }
+
+    /// Runs `chunk` as a request with prompt logits from `first` (their log-probabilities only
+    /// with `logprobs_only`) to its end; returns its id.
+    fn run_scored(
+        &mut self,
+        chunk: &[u32],
+        first: usize,
+        logprobs_only: bool,
+    ) -> Result<crate::sched::RequestId, EngineError> {
         if self.has_unfinished() {
             return Err(EngineError::Busy("perplexity"));
         }
         let mut req = CompletionRequest::new(chunk.to_vec(), 1);
         req.ignore_eos = true;
         req.prompt_logits_from = Some(first);
+        req.prompt_logprobs_only = logprobs_only;
         let id = self.add_request(req)?;
         while self.has_unfinished() {
             self.step()?;
         }
-        let mut rows = self.take_prompt_logits(id);
-        debug_assert_eq!(rows.len(), chunk.len() - first);
-        rows.truncate(chunk.len() - 1 - first); // the last position predicts past the chunk
-        Ok(rows)
+        Ok(id)
     }
 }
 

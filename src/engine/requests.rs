@@ -28,6 +28,11 @@ pub struct CompletionRequest {
     /// Also compute the logits of the prompt positions from this one on (perplexity); the
     /// engine keeps them for [`super::Engine::take_prompt_logits`].
     pub prompt_logits_from: Option<usize>,
+    /// With `prompt_logits_from`: keep only each of those positions' log-probability of the
+    /// next prompt token ([`super::Engine::take_prompt_logprobs`]), reduced on the GPU where
+    /// the step allows (`model::LogitReadback::TargetLogprobs`: 8 bytes a row on the bus, not
+    /// the vocabulary's logits), not the rows.
+    pub prompt_logprobs_only: bool,
     /// (token id, added to its logit) for every sampled token.
     pub logit_bias: Vec<(u32, f32)>,
 }
@@ -42,6 +47,7 @@ impl CompletionRequest {
             ignore_eos: false,
             namespace: None,
             prompt_logits_from: None,
+            prompt_logprobs_only: false,
             logit_bias: Vec::new(),
         }
     }
@@ -128,6 +134,9 @@ pub(super) struct Active {
     pub logprobs: Option<usize>,
     /// The log-probabilities of the token sampled this step, until its event goes out.
     pub sampled_logprobs: Option<Box<TokenLogprobs>>,
+    /// A request that keeps only its prompt positions' next-token log-probabilities
+    /// ([`CompletionRequest::prompt_logprobs_only`]): its prompt, whose tokens are the targets.
+    pub prompt_targets: Option<Vec<u32>>,
     out: OutputStream,
     arrived: Instant,
     first_token: Option<Instant>,
@@ -149,6 +158,8 @@ impl Active {
             ),
             logprobs: req.params.logprobs,
             sampled_logprobs: None,
+            prompt_targets: (req.prompt_logprobs_only && req.prompt_logits_from.is_some())
+                .then(|| req.prompt.clone()),
             out: OutputStream::new(stop, Detokenizer::new(true)),
             arrived: Instant::now(),
             first_token: None,

@@ -19,6 +19,7 @@ pub mod glu;
 pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
+pub mod logprob;
 pub mod reference;
 pub mod rms_norm;
 pub mod rope;
@@ -105,6 +106,9 @@ pub struct StepShape {
     /// Logit rows whose argmax the GPU computes (greedy sampling on the GPU,
     /// `model::LogitReadback::Argmax`): `num_logits` then, else 0.
     pub argmax_rows: u32,
+    /// Logit rows whose target logprob the GPU computes (`model::LogitReadback::
+    /// TargetLogprobs`): `num_logits` then, else 0.
+    pub logprob_rows: u32,
 }
 
 /// How wide the components are that the CPU variants load lane by lane: the subgroup linear
@@ -229,6 +233,8 @@ pipeline_keys! {
     AttnReduce(attention::ReduceKey),
     /// Greedy sampling on the GPU: each logit row's argmax.
     Argmax(argmax::ArgmaxKey),
+    /// Each logit row's log-probability of a target token (perplexity, prompt logprobs).
+    Logprob(logprob::LogprobKey),
     /// The final logit soft-cap, cap · tanh(logit / cap).
     Softcap(softcap::SoftcapKey),
     /// A Gated DeltaNet layer's conv, state advance, scan and gated norm.

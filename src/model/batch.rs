@@ -91,6 +91,9 @@ pub struct ForwardBatch {
     pub completed_blocks: Vec<Vec<[u32; 4]>>,
     /// What the step reads back of its logit rows (the caller sets it; rows by default).
     pub readback: LogitReadback,
+    /// With [`LogitReadback::TargetLogprobs`]: [num_logits] the token whose log-probability
+    /// each row gets (`kernels::logprob::NO_TARGET`: none); set by the caller.
+    pub logit_targets: Vec<u32>,
     /// Recurrent layers: [num_restores] (from slot, to slot) state copies made before the step.
     pub state_restores: Vec<[u32; 2]>,
 }
@@ -105,6 +108,11 @@ pub enum LogitReadback {
     /// (`kernels::argmax`): 4 bytes a row ([`Logits::token_ids`]). For steps whose every logit
     /// row is a greedy sample.
     Argmax,
+    /// Each row's argmax and its log-probability of the row's target token
+    /// ([`ForwardBatch::logit_targets`]), reduced on the GPU (`kernels::logprob`): 8 bytes a row
+    /// ([`Logits::token_ids`], [`Logits::target_logprobs`]). For steps whose logit rows are
+    /// greedy samples or prompt positions that want only the next token's log-probability.
+    TargetLogprobs,
 }
 
 impl ForwardBatch {
@@ -252,7 +260,13 @@ impl ForwardBatch {
             max_seq_tokens: self.seqs.iter().map(|s| s.q_len).max().unwrap_or(0),
             argmax_rows: match self.readback {
                 LogitReadback::Rows => 0,
-                LogitReadback::Argmax => self.logit_rows.len() as u32,
+                LogitReadback::Argmax | LogitReadback::TargetLogprobs => {
+                    self.logit_rows.len() as u32
+                }
+            },
+            logprob_rows: match self.readback {
+                LogitReadback::TargetLogprobs => self.logit_rows.len() as u32,
+                _ => 0,
             },
         }
     }
@@ -267,6 +281,9 @@ pub struct Logits {
     pub data: Vec<f32>,
     /// [num_logits] each row's argmax, when the step asked for it ([`LogitReadback::Argmax`]).
     pub token_ids: Option<Vec<u32>>,
+    /// [num_logits] each row's log-probability of its target ([`LogitReadback::TargetLogprobs`];
+    /// NaN for a row without one).
+    pub target_logprobs: Option<Vec<f32>>,
     /// Chunk index (as given to [`ForwardBatch::new`]) of each row.
     pub chunks: Vec<usize>,
     /// GPU time of the step, when it was measured.

@@ -27,6 +27,8 @@ pub(super) struct StepBuffers {
     pub tiles: wgpu::Buffer,
     /// [max_logit_rows] u32
     pub logit_rows: wgpu::Buffer,
+    /// [max_logit_rows] u32 each logit row's target token (`LogitReadback::TargetLogprobs`)
+    pub logit_targets: wgpu::Buffer,
     /// Quantized KV: [max_tokens] (token row, stage slot · block_size + offset) u32 pairs
     pub stage_rows: wgpu::Buffer,
     /// Quantized KV: [groups][completed_capacity] (block, stage slot, first row, staged) u32 ×4
@@ -60,6 +62,7 @@ impl StepBuffers {
                 .collect(),
             tiles: u32s("prefill tiles", 2 * tile_capacity),
             logit_rows: u32s("logit rows", o.max_logit_rows),
+            logit_targets: u32s("logit targets", o.max_logit_rows),
             stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
             completed_blocks: (0..o.kv_groups.len())
                 .map(|g| u32s(&format!("completed blocks group {g}"), 4 * completed_capacity))
@@ -89,6 +92,9 @@ impl StepBuffers {
         }
         write(&self.tiles, bytemuck::cast_slice(&b.prefill_tiles));
         write(&self.logit_rows, &b.logit_rows);
+        if b.readback == super::LogitReadback::TargetLogprobs {
+            write(&self.logit_targets, &b.logit_targets);
+        }
         write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
         for (buf, data) in self.completed_blocks.iter().zip(&b.completed_blocks) {
             write(buf, bytemuck::cast_slice(data));
@@ -132,7 +138,8 @@ pub(super) struct Activations {
     pub logits: wgpu::Buffer,
     /// MAP_READ copy of `logits`
     pub logits_staging: wgpu::Buffer,
-    /// [max_logit_rows] u32: each logit row's argmax (greedy sampling on the GPU)
+    /// [2, max_logit_rows] u32: each logit row's argmax (greedy sampling on the GPU), then its
+    /// target log-probability (`kernels::logprob`) as f32 bits, from word num_logits on
     pub token_ids: wgpu::Buffer,
     /// MAP_READ copy of `token_ids`
     pub token_ids_staging: wgpu::Buffer,
@@ -230,10 +237,10 @@ impl Activations {
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),
-            token_ids: gpu.storage_buffer("argmax token ids", (o.max_logit_rows.max(1) * 4) as u64),
+            token_ids: gpu.storage_buffer("argmax token ids", (o.max_logit_rows.max(1) * 8) as u64),
             token_ids_staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("argmax token ids staging"),
-                size: (o.max_logit_rows.max(1) * 4) as u64,
+                size: (o.max_logit_rows.max(1) * 8) as u64,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }),

@@ -25,6 +25,7 @@ use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
+use crate::kernels::logprob::{LogprobOp, NO_TARGET};
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
@@ -193,6 +194,8 @@ enum Op {
     Attention(AttentionOp),
     Glu(GluOp),
     Argmax(ArgmaxOp),
+    /// Each logit row's log-probability of its target token.
+    Logprob(LogprobOp),
     /// The final logit soft-cap (Gemma 4).
     Softcap(SoftcapOp),
     /// Gated attention's output gate (Qwen3.5).
@@ -222,6 +225,7 @@ impl Op {
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
             Op::Argmax(_) => "argmax",
+            Op::Logprob(_) => "logprob",
             Op::Softcap(_) => "softcap",
             Op::Gate(_) => "gate",
             Op::DeltaConv(_) => "delta_conv",
@@ -245,6 +249,7 @@ impl Op {
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
             Op::Argmax(op) => op.record(pass, shape),
+            Op::Logprob(op) => op.record(pass, shape),
             Op::Softcap(op) => op.record(pass, shape),
             Op::Gate(op) => op.record(pass, shape),
             Op::DeltaConv(op) => op.record(pass, shape),
@@ -373,6 +378,9 @@ impl Model {
             LogitReadback::Argmax => {
                 (&self.act.token_ids, &self.act.token_ids_staging, (rows * 4) as u64)
             }
+            LogitReadback::TargetLogprobs => {
+                (&self.act.token_ids, &self.act.token_ids_staging, (rows * 8) as u64)
+            }
         };
         if bytes > 0 {
             encoder.copy_buffer_to_buffer(src, 0, staging, 0, bytes);
@@ -388,9 +396,17 @@ impl Model {
             self.gpu.wait_idle()?;
             Vec::new()
         };
-        let (data, token_ids) = match batch.readback {
-            LogitReadback::Rows => (bytemuck::pod_collect_to_vec(&read), None),
-            LogitReadback::Argmax => (Vec::new(), Some(bytemuck::pod_collect_to_vec(&read))),
+        let (data, token_ids, target_logprobs) = match batch.readback {
+            LogitReadback::Rows => (bytemuck::pod_collect_to_vec(&read), None, None),
+            LogitReadback::Argmax => (Vec::new(), Some(bytemuck::pod_collect_to_vec(&read)), None),
+            LogitReadback::TargetLogprobs => {
+                let words: Vec<u32> = bytemuck::pod_collect_to_vec(&read);
+                let (ids, lps) = words.split_at(rows);
+                let lps = lps.iter().zip(&batch.logit_targets);
+                let lps =
+                    lps.map(|(&b, &t)| if t == NO_TARGET { f32::NAN } else { f32::from_bits(b) });
+                (Vec::new(), Some(ids.to_vec()), Some(lps.collect()))
+            }
         };
         // a validation error in this step's commands means the logits are not to be trusted
         self.gpu.check_errors()?;
@@ -403,7 +419,14 @@ impl Model {
             }),
             None => None,
         };
-        Ok(Logits { vocab, data, token_ids, chunks: batch.logit_chunks.clone(), timing })
+        Ok(Logits {
+            vocab,
+            data,
+            token_ids,
+            target_logprobs,
+            chunks: batch.logit_chunks.clone(),
+            timing,
+        })
     }
 
     fn check_capacity(&self, b: &ForwardBatch) -> Result<(), ModelError> {

@@ -399,7 +399,7 @@ pub fn check_tiny_perplexity(
 /// chunks) against transformers' float64 forward of `variant` within `rel_tol_hf`, and, where
 /// the golden has llama.cpp's llama-perplexity for a file of `model`'s name, against that
 /// within `rel_tol_llama`; with the kernels this adapter selects and the discrete-GPU ones
-/// forced.
+/// forced. The GPU-reduced log-probabilities also match the host's f64 ones from the rows.
 pub fn check_perplexity(
     golden: &serde_json::Value,
     model: &std::path::Path,
@@ -433,6 +433,11 @@ pub fn check_perplexity(
         if let Some(llama) = ppl["llama_cpp"][file].as_f64() {
             assert!((got / llama - 1.0).abs() < rel_tol_llama, "{what} vs llama.cpp {llama}");
         }
+        // `perplexity` reduces each position's log-probability on the GPU (f32); with a KLD
+        // base the rows come back and the host computes it in f64: the same figure
+        let mut base = Engine::load(&cfg).unwrap();
+        let rows = engine.perplexity_vs(&text, &opts, Some(&mut base), |_, _| {}).unwrap().ppl;
+        assert!((got / rows - 1.0).abs() < 1e-5, "{what}: {rows} from the rows on the host");
     }
 }
 

@@ -12,6 +12,7 @@ use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{InputNorm, LinearIo, LinearOp, TokenRows};
+use crate::kernels::logprob::LogprobOp;
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
@@ -245,6 +246,18 @@ impl Builder<'_> {
         let argmax =
             ArgmaxOp::new(self.gpu, self.kernels, step, &act.logits, &act.token_ids, vocab);
         ops.push(Op::Argmax(argmax));
+        // target log-probabilities on the GPU (perplexity, prompt logprobs), after the argmaxes
+        let targets = &self.step.logit_targets;
+        let logprob = LogprobOp::new(
+            self.gpu,
+            self.kernels,
+            step,
+            &act.logits,
+            targets,
+            &act.token_ids,
+            vocab,
+        );
+        ops.push(Op::Logprob(logprob));
         Ok(bytes)
     }
 
