@@ -648,7 +648,8 @@ async fn reasoning_is_split_and_template_kwargs_reach_the_template() {
 
 /// Log-probabilities against an independent reference: the engine's prompt logits of the same
 /// tokens (a prefill, not the decode steps the server ran), log-softmaxed in f64 here. Chat
-/// and completions shapes, streamed and not; a logit bias that forces a token; bad values 400.
+/// and completions shapes, streamed and not; a logit bias that forces a token, and the same
+/// token as a stop_token_id ending the output without its text; bad values 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_match_the_prompt_logits_and_logit_bias_forces_a_token() {
     use kvrun::engine::{CompletionRequest, Engine};
@@ -744,10 +745,23 @@ async fn logprobs_match_the_prompt_logits_and_logit_bias_forces_a_token() {
         server.post("/detokenize", json!({"tokens": [77]})).await.json::<Value>().await.unwrap();
     assert!(tokens.as_array().unwrap().iter().all(|t| *t == one["prompt"]), "{got}");
 
+    // stop_token_ids: the forced token ends the output at once, its text left out
+    let stopped = json!({
+        "model": MODEL, "prompt": [5, 17, 42], "max_tokens": 3, "temperature": 0,
+        "logit_bias": {"77": 100}, "stop_token_ids": [77], "ignore_eos": true,
+    });
+    let got: Value = server.post("/v1/completions", stopped).await.json().await.unwrap();
+    assert_eq!(got["choices"][0]["finish_reason"], "stop", "{got}");
+    assert_eq!(got["choices"][0]["text"], "", "{got}");
+    assert_eq!(got["usage"]["completion_tokens"], 1, "{got}");
+
     for (field, value) in [
         ("logit_bias", json!({"abc": 1})),
         ("logit_bias", json!({"999999": 1})),
         ("logit_bias", json!({"3": 500})),
+        ("stop_token_ids", json!([999999])),
+        ("stop_token_ids", json!([-1])),
+        ("stop_token_ids", json!(vec![1; 257])),
         ("top_logprobs", json!(21)),
         ("min_p", json!(1.5)),
         ("presence_penalty", json!(3)),

@@ -65,6 +65,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             namespace: None,
             logit_bias: Vec::new(),
             ignore_eos: false,
+            stop_token_ids: Vec::new(),
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

@@ -55,6 +55,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         namespace: None,
         logit_bias: Vec::new(),
         ignore_eos: false,
+        stop_token_ids: Vec::new(),
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

@@ -48,6 +48,8 @@ pub struct PromptRequest {
     pub logit_bias: Vec<(u32, f32)>,
     /// Keep generating past end-of-sequence tokens (benchmarks; vLLM's `ignore_eos`).
     pub ignore_eos: bool,
+    /// Token ids that end the output as end-of-sequence does (vLLM's `stop_token_ids`).
+    pub stop_token_ids: Vec<u32>,
 }
 
 impl PromptRequest {
@@ -60,6 +62,7 @@ impl PromptRequest {
             namespace: None,
             logit_bias: Vec::new(),
             ignore_eos: false,
+            stop_token_ids: Vec::new(),
         }
     }
 }
@@ -213,6 +216,7 @@ impl Frontend {
             prompt_logits_from: None,
             prompt_logprobs_only: false,
             logit_bias: req.logit_bias,
+            stop_token_ids: req.stop_token_ids,
         };
         request.validate()?;
         Ok(request)

@@ -35,6 +35,9 @@ pub struct CompletionRequest {
     pub prompt_logprobs_only: bool,
     /// (token id, added to its logit) for every sampled token.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Ids that end the output as end-of-sequence does, without their text, also with
+    /// `ignore_eos` (vLLM's `stop_token_ids`); `min_tokens` holds them back too.
+    pub stop_token_ids: Vec<u32>,
 }
 
 impl CompletionRequest {
@@ -49,6 +52,7 @@ impl CompletionRequest {
             prompt_logits_from: None,
             prompt_logprobs_only: false,
             logit_bias: Vec::new(),
+            stop_token_ids: Vec::new(),
         }
     }
 
@@ -78,7 +82,12 @@ impl CompletionRequest {
     fn stop_condition(&self, tokenizer: &Tokenizer, max_model_len: usize) -> StopCondition {
         StopCondition {
             max_tokens: self.params.max_tokens.min(max_model_len.saturating_sub(self.prompt.len())),
-            eos_ids: if self.ignore_eos { Vec::new() } else { tokenizer.eos_ids().to_vec() },
+            eos_ids: {
+                let eos = if self.ignore_eos { &[][..] } else { tokenizer.eos_ids() };
+                let mut ids = eos.to_vec();
+                ids.extend(self.stop_token_ids.iter().filter(|id| !eos.contains(id)));
+                ids
+            },
             stop_strings: self.stop.clone(),
         }
     }

@@ -44,6 +44,9 @@ pub struct CommonFields {
     pub min_tokens: Option<u64>,
     /// vLLM's: generate past end-of-sequence tokens (benchmarks).
     pub ignore_eos: Option<bool>,
+    /// vLLM's: token ids that end the output like end-of-sequence (their text left out; also
+    /// with `ignore_eos`; held back by `min_tokens`).
+    pub stop_token_ids: Option<Vec<i64>>,
     /// Every other field; see [`CommonFields::check_unsupported`].
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -153,7 +156,7 @@ impl CommonFields {
                              temperature, top_p, top_k, min_p, max_tokens, max_completion_tokens, \
                              stop, seed, n = 1, stream, stream_options, logprobs, top_logprobs, \
                              presence_penalty, frequency_penalty, repetition_penalty, \
-                             logit_bias)"
+                             logit_bias, min_tokens, ignore_eos, stop_token_ids)"
                         ),
                     ));
                 }
@@ -185,6 +188,35 @@ impl CommonFields {
             return Err(ApiError::bad_field("top_logprobs", "top_logprobs needs logprobs = true"));
         }
         Ok(asked)
+    }
+
+    /// `stop_token_ids`, checked against the vocabulary (at most 256).
+    pub fn stop_token_ids(&self, vocab_size: usize) -> Result<Vec<u32>, ApiError> {
+        let Some(ids) = &self.stop_token_ids else { return Ok(Vec::new()) };
+        if ids.len() > 256 {
+            return Err(ApiError::bad_field(
+                "stop_token_ids",
+                format!("stop_token_ids has {} ids; give at most 256", ids.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match u32::try_from(id).ok().filter(|&id| (id as usize) < vocab_size) {
+                Some(id) => out.push(id),
+                None => {
+                    return Err(ApiError::bad_field(
+                        "stop_token_ids",
+                        format!(
+                            "stop_token_ids entry {id} is not a token id of this model \
+                             (0..{vocab_size})"
+                        ),
+                    ))
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
     }
 
     /// `logit_bias` as (token id, bias), checked against the vocabulary.
@@ -488,5 +520,6 @@ pub fn prompt_request(
         namespace,
         logit_bias,
         ignore_eos: common.ignore_eos.unwrap_or(false),
+        stop_token_ids: common.stop_token_ids(vocab_size)?,
     })
 }

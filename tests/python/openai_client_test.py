@@ -645,6 +645,12 @@ def main():
                                            max_tokens=4, logit_bias={str(t): 100})
         one = raw.json("POST", "/detokenize", {"model": model, "tokens": [t]})["prompt"]
         assert biased.choices[0].text == one * 4, f"{biased.choices[0].text!r} vs 4 × {one!r}"
+        # the same token as a stop token id: the answer ends at once, without its text
+        stopped = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                            max_tokens=4, logit_bias={str(t): 100},
+                                            extra_body={"stop_token_ids": [t]})
+        assert stopped.choices[0].finish_reason == "stop", stopped
+        assert stopped.choices[0].text == "" and stopped.usage.completion_tokens == 1, stopped
         expect_error(openai.BadRequestError, 400, lambda: client.completions.create(
             model=model, prompt="hi", max_tokens=2, presence_penalty=5), "presence_penalty 5")
         changed = pen.choices[0].text != plain.choices[0].text
@@ -653,7 +659,8 @@ def main():
     checks.run("chat logprobs + top_logprobs: one entry a token, sorted, streamed the same",
                chat_logprobs)
     checks.run("completions logprobs: tokens, offsets, alternatives", completion_logprobs)
-    checks.run("penalties and min_p accepted, logit_bias forces a token, bad penalty → 400",
+    checks.run("penalties and min_p accepted, logit_bias forces a token, stop_token_ids ends "
+               "on it, bad penalty → 400",
                penalties_and_bias)
 
     # ---- tokenizer ----------------------------------------------------------------------------
