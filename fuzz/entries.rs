@@ -114,7 +114,7 @@ pub fn chat_template(data: &[u8]) {
             None => ChatMessage::new(["user", "assistant"][i % 2], m),
         })
         .collect();
-    let _ = template.render(&messages, data.len() % 2 == 0);
+    let _ = template.render(&messages, data.len().is_multiple_of(2));
 }
 
 fn tokenizer_round_trip(vocab: GgufVocab, text: &str) {

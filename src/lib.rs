@@ -16,6 +16,7 @@
 //! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree), tenant quotas | — |
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv, output (`FinishReason`) |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | — |
+//! | [`constrain`] | structured outputs: a request's constraint (JSON schema, regex, choice, Lark) compiled by llguidance over the model's vocabulary; per-sequence token masks | — (tokenizers, llguidance) |
 //! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`], the answer's reasoning and tool-call parsers | tokenizer |
 //! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
 //! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, output, sched, sample, tokenizer |
@@ -62,6 +63,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod constrain;
 pub mod engine;
 pub mod gpu;
 pub mod kernels;

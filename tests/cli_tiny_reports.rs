@@ -100,7 +100,7 @@ fn bench_decode_reports_each_context_length() {
         .iter()
         .map(|p| p["kv_bytes_used"].as_u64().unwrap())
         .collect();
-    assert!(used[0] >= 16 * 256 && used[0] % (16 * 256) == 0, "{used:?}");
+    assert!(used[0] >= 16 * 256 && used[0].is_multiple_of(16 * 256), "{used:?}");
     assert!(used[1] > used[0], "more context holds more KV: {used:?}");
     // The roofline: the 2 timed steps attend to ctx + 1 and ctx + 2 keys (mean ctx + 1 in
     // whole keys), 256 bytes each; every linear weight once; achieved GB/s = bytes ÷ GPU time.

@@ -938,3 +938,119 @@ async fn min_tokens_and_ignore_eos() {
     assert_eq!(err["error"]["param"], "min_tokens", "{err}");
     std::fs::remove_dir_all(&model).ok();
 }
+
+/// Structured outputs over HTTP on the tiny model: `response_format` (json_object, json_schema),
+/// vLLM's `structured_outputs` (choice, regex) and `guided_regex` give answers that follow them,
+/// streamed or not; a constraint that does not compile, two at once, and combinations that
+/// cannot end are 400s naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_outputs_follow_the_request() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Server::start(engine_config(4), options()).await;
+    let ask = |field: &str, value: Value, stream: bool| {
+        let mut b = chat("Answer.", 40, stream);
+        b["temperature"] = json!(0.8);
+        b["seed"] = json!(3);
+        b[field] = value;
+        b
+    };
+    let answer = |v: &Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let schema = json!({
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+        "required": ["ok", "n"], "additionalProperties": false,
+    });
+    let rf = json!({"type": "json_schema", "json_schema": {"name": "r", "schema": schema}});
+    let got: Value = server
+        .post("/v1/chat/completions", ask("response_format", rf, false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let text = answer(&got);
+    if got["choices"][0]["finish_reason"] == "stop" {
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(
+            v["ok"].is_boolean() && v["n"].is_i64() && v.as_object().unwrap().len() == 2,
+            "{v}"
+        );
+    } else {
+        assert!(text.starts_with('{'), "{got}");
+    }
+    let choice = json!({"choice": ["red", "green", "blue"]});
+    let got: Value = server
+        .post("/v1/chat/completions", ask("structured_outputs", choice, false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(["red", "green", "blue"].contains(&answer(&got).as_str()), "{got}");
+    assert_eq!(got["choices"][0]["finish_reason"], "stop", "{got}");
+    // streamed: the deltas join into a match
+    let body = server
+        .post("/v1/chat/completions", ask("guided_regex", json!("[a-c]{2}-[0-9]{1,3}"), true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let joined: String = sse_events(&body)
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect();
+    let (head, tail) = joined.split_once('-').unwrap_or_else(|| panic!("{joined:?}"));
+    assert!(head.len() == 2 && head.bytes().all(|b| (b'a'..=b'c').contains(&b)), "{joined:?}");
+    assert!(
+        (1..=3).contains(&tail.len()) && tail.bytes().all(|b| b.is_ascii_digit()),
+        "{joined:?}"
+    );
+    let got: Value = server
+        .post(
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": "x", "max_tokens": 30,
+            "response_format": {"type": "json_object"}, "temperature": 0}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let text = got["choices"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with('{'), "{got}");
+
+    for (body, field) in [
+        (ask("structured_outputs", json!({"regex": "(ab"}), false), "structured_outputs.regex"),
+        (ask("guided_json", json!({"type": "nonsense"}), false), "guided_json"),
+        (ask("response_format", json!({"type": "json_schema"}), false), "response_format"),
+        (ask("response_format", json!({"type": "xml"}), false), "response_format"),
+        (ask("structured_outputs", json!({"structural_tag": "x"}), false), "structured_outputs"),
+        (ask("structured_outputs", json!({"choice": []}), false), "structured_outputs.choice"),
+        (
+            {
+                let mut b = ask("response_format", json!({"type": "json_object"}), false);
+                b["guided_regex"] = json!("a");
+                b
+            },
+            "guided_regex",
+        ),
+        (
+            {
+                let mut b = ask("response_format", json!({"type": "json_object"}), false);
+                b["ignore_eos"] = json!(true);
+                b
+            },
+            "response_format",
+        ),
+    ] {
+        let response = server.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"]["param"], field, "{err}");
+    }
+    // text is no constraint
+    let plain = ask("response_format", json!({"type": "text"}), false);
+    assert_eq!(server.post("/v1/chat/completions", plain).await.status(), 200);
+    server.wait_idle().await;
+}

@@ -66,6 +66,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             logit_bias: Vec::new(),
             ignore_eos: false,
             stop_token_ids: Vec::new(),
+            constraint: None,
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

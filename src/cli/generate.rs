@@ -4,6 +4,7 @@ use std::io::Write;
 
 use super::args::{KvArgs, ModelArgs, SamplingArgs};
 use super::GlobalArgs;
+use crate::constrain::Constraint;
 use crate::engine::{Engine, Prompt, PromptRequest};
 use crate::tokenizer::ChatMessage;
 
@@ -29,7 +30,57 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
+    pub constraint: ConstraintArgs,
+    #[command(flatten)]
     pub kv: KvArgs,
+}
+
+/// Structured output: at most one of these (llama.cpp's `--json-schema`, `--json-schema-file`,
+/// `--grammar-file`; the grammar is llguidance's Lark, not GBNF).
+#[derive(clap::Args, Debug, Default)]
+#[group(multiple = false)]
+pub struct ConstraintArgs {
+    /// The output is JSON valid under this JSON schema (`{}` = any JSON object).
+    #[arg(short = 'j', long)]
+    pub json_schema: Option<String>,
+    /// --json-schema read from a file.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema_file: Option<std::path::PathBuf>,
+    /// The output matches this regular expression as a whole.
+    #[arg(long, value_name = "REGEX")]
+    pub regex: Option<String>,
+    /// The output follows this Lark grammar (llguidance's dialect: `start: …`).
+    #[arg(long, value_name = "FILE")]
+    pub grammar_file: Option<std::path::PathBuf>,
+}
+
+impl ConstraintArgs {
+    /// The constraint asked for, read and parsed (errors name the flag).
+    pub fn constraint(&self) -> anyhow::Result<Option<Constraint>> {
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{flag} {}: cannot read it: {e}", path.display()))
+        };
+        let schema = |flag: &str, text: &str| -> anyhow::Result<Constraint> {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| anyhow::anyhow!("{flag} is not JSON: {e}"))?;
+            Ok(match v {
+                serde_json::Value::Object(m) if m.is_empty() => Constraint::JsonObject,
+                v => Constraint::JsonSchema(v),
+            })
+        };
+        Ok(match self {
+            ConstraintArgs { json_schema: Some(s), .. } => Some(schema("--json-schema", s)?),
+            ConstraintArgs { json_schema_file: Some(p), .. } => {
+                Some(schema("--json-schema-file", &read("--json-schema-file", p)?)?)
+            }
+            ConstraintArgs { regex: Some(r), .. } => Some(Constraint::Regex(r.clone())),
+            ConstraintArgs { grammar_file: Some(p), .. } => {
+                Some(Constraint::Lark(read("--grammar-file", p)?))
+            }
+            _ => None,
+        })
+    }
 }
 
 /// What `--raw`, `--system` and `--prompt` ask for.
@@ -56,6 +107,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         logit_bias: Vec::new(),
         ignore_eos: false,
         stop_token_ids: Vec::new(),
+        constraint: args.constraint.constraint()?,
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

@@ -108,6 +108,8 @@ pub struct Engine {
     /// Most blocks the running sequences held at once, per KV-cache group, since the last
     /// [`Engine::take_peak_kv_blocks`] (measured each step once its blocks are reserved).
     peak_kv_blocks: Vec<usize>,
+    /// [vocab] a constrained sequence's logits with its grammar's mask applied: scratch.
+    masked: Vec<f32>,
 }
 
 impl Engine {
@@ -178,6 +180,7 @@ impl Engine {
             prompt_logits: HashMap::new(),
             prompt_logprobs: HashMap::new(),
             peak_kv_blocks: Vec::new(),
+            masked: Vec::new(),
         })
     }
 
@@ -198,7 +201,10 @@ impl Engine {
         req.validate()?;
         self.sched.add_request(req.to_sched(id)).map_err(|e| self.explain(e))?;
         self.update_metrics();
-        let active = Active::new(&req, self.frontend.tokenizer(), self.resolved.max_model_len);
+        let mut req = req;
+        let grammar = req.grammar.take();
+        let mut active = Active::new(&req, self.frontend.tokenizer(), self.resolved.max_model_len);
+        active.grammar = grammar;
         self.requests.insert(id, active);
         self.next_id = self.next_id.max(id + 1);
         Ok(())
@@ -217,7 +223,19 @@ impl Engine {
             *peak = (*peak).max(now);
         }
         let batch = self.prepare(&plan);
-        let logits = self.model.forward(&batch)?;
+        // The grammars' next-token masks are CPU work: done on a thread while the GPU runs.
+        let (model, requests) = (&mut self.model, &mut self.requests);
+        let logits = std::thread::scope(|scope| {
+            let constrained: Vec<_> = requests
+                .iter_mut()
+                .filter(|(id, a)| a.grammar.is_some() && plan.seqs.iter().any(|s| s.id == **id))
+                .filter_map(|(_, a)| a.grammar.as_mut())
+                .collect();
+            if !constrained.is_empty() {
+                scope.spawn(move || constrained.into_iter().for_each(|g| g.compute_mask()));
+            }
+            model.forward(&batch)
+        })?;
         let sampled = self.sample(&plan, &logits);
         let events = self.sched.commit(&plan, &sampled);
         let out = self.output(events, logits.timing.as_ref());
@@ -276,7 +294,9 @@ impl Engine {
         let mut targets = false;
         let reducible = plan.seqs.iter().all(|s| {
             let active = self.requests.get(&s.id);
-            let greedy = active.is_some_and(|a| a.sampler.is_greedy() && a.logprobs.is_none());
+            let greedy = active.is_some_and(|a| {
+                a.sampler.is_greedy() && a.logprobs.is_none() && a.grammar.is_none()
+            });
             let by_target = active.is_some_and(|a| a.prompt_targets.is_some());
             targets |= by_target && !s.prompt_logits.is_empty();
             logit_rows(s).is_empty()
@@ -343,10 +363,18 @@ impl Engine {
                 }
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
-                    let token = match &logits.token_ids {
+                    let token = match (&logits.token_ids, &mut active.grammar) {
                         // the GPU's argmax: the greedy sampler's choice (prepare asked for it)
-                        Some(ids) => ids[row],
-                        None => active.sampler.sample(logits.row(row)),
+                        (Some(ids), None) => ids[row],
+                        (_, Some(grammar)) => {
+                            self.masked.clear();
+                            self.masked.extend_from_slice(logits.row(row));
+                            grammar.apply(&mut self.masked);
+                            let token = active.sampler.sample(&self.masked);
+                            grammar.consume(token);
+                            token
+                        }
+                        (None, None) => active.sampler.sample(logits.row(row)),
                     };
                     if let Some(k) = active.logprobs {
                         let lp = crate::sample::token_logprobs(logits.row(row), token, k);

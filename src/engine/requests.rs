@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::constrain::GrammarMatcher;
 use crate::model::StepTiming;
 use crate::output::{Detokenizer, OutputStream, StopCondition};
 use crate::sample::{Sampler, SamplingParams, TokenLogprobs};
@@ -38,6 +39,8 @@ pub struct CompletionRequest {
     /// Ids that end the output as end-of-sequence does, without their text, also with
     /// `ignore_eos` (vLLM's `stop_token_ids`); `min_tokens` holds them back too.
     pub stop_token_ids: Vec<u32>,
+    /// The grammar the output follows (structured outputs: [`super::Frontend::compile`]).
+    pub grammar: Option<GrammarMatcher>,
 }
 
 impl CompletionRequest {
@@ -53,6 +56,7 @@ impl CompletionRequest {
             prompt_logprobs_only: false,
             logit_bias: Vec::new(),
             stop_token_ids: Vec::new(),
+            grammar: None,
         }
     }
 
@@ -64,6 +68,14 @@ impl CompletionRequest {
         }
         if self.prompt.is_empty() {
             return Err(FrontendError::EmptyPrompt);
+        }
+        if self.grammar.is_some() && (self.ignore_eos || self.params.min_tokens > 0) {
+            // the grammar ends the output with end-of-sequence when it is complete
+            return Err(FrontendError::Constraint(
+                "structured outputs end with the grammar's end-of-sequence, so they cannot be \
+                 combined with ignore_eos or min_tokens; remove those"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -146,6 +158,8 @@ pub(super) struct Active {
     /// A request that keeps only its prompt positions' next-token log-probabilities
     /// ([`CompletionRequest::prompt_logprobs_only`]): its prompt, whose tokens are the targets.
     pub prompt_targets: Option<Vec<u32>>,
+    /// The grammar the output follows; its next mask is computed beside the GPU's step.
+    pub grammar: Option<GrammarMatcher>,
     out: OutputStream,
     arrived: Instant,
     first_token: Option<Instant>,
@@ -169,6 +183,7 @@ impl Active {
             sampled_logprobs: None,
             prompt_targets: (req.prompt_logprobs_only && req.prompt_logits_from.is_some())
                 .then(|| req.prompt.clone()),
+            grammar: req.grammar.clone(),
             out: OutputStream::new(stop, Detokenizer::new(true)),
             arrived: Instant::now(),
             first_token: None,
@@ -207,7 +222,8 @@ impl Active {
         }
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
-        match self.out.push(tok, token) {
+        let completes = self.grammar.as_ref().is_some_and(|g| g.is_finished());
+        match self.out.push_token(tok, token, completes) {
             Ok(delta) => (delta.text, delta.finish),
             Err(_) => (String::new(), None),
         }

@@ -586,11 +586,11 @@ impl AttentionOp {
         let mut head_dims = model_head_dims.to_vec();
         head_dims.push(hd);
         assert!(
-            hd % 2 == 0 && hd <= MAX_HEAD_DIM,
+            hd.is_multiple_of(2) && hd <= MAX_HEAD_DIM,
             "head_dim {hd} must be even and at most {MAX_HEAD_DIM}"
         );
         assert!(
-            layout.num_heads % layout.num_kv_heads == 0,
+            layout.num_heads.is_multiple_of(layout.num_kv_heads),
             "query heads must be a multiple of KV heads"
         );
         let group = layout.num_heads / layout.num_kv_heads;
@@ -605,7 +605,7 @@ impl AttentionOp {
             );
         }
         if q.is_some() {
-            assert!(hd % 8 == 0, "quantized KV needs head_dim a multiple of 8, got {hd}");
+            assert!(hd.is_multiple_of(8), "quantized KV needs head_dim a multiple of 8, got {hd}");
         }
         let params = AttnParams {
             num_heads: layout.num_heads,

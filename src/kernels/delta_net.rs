@@ -158,7 +158,7 @@ pub enum DeltaNetKey {
 /// 64, 32, 16, 8, 4 that divides `dv` (a subgroup or two on GPUs, more workgroups for short
 /// batches than whole heads would give); `None` when `dv` is not a multiple of 4.
 pub fn scan_columns(dv: u32) -> Option<u32> {
-    [64, 32, 16, 8, 4].into_iter().find(|&c| dv % c == 0)
+    [64, 32, 16, 8, 4].into_iter().find(|&c| dv.is_multiple_of(c))
 }
 
 impl Kernel for DeltaNetKey {
@@ -367,7 +367,7 @@ impl ScanOp {
     #[track_caller]
     pub fn new(gpu: &Gpu, kernels: &Kernels, io: ScanIo<'_>, d: ScanDims) -> Self {
         assert!(SCAN_KEY_DIMS.contains(&d.dk), "no scan for key heads of {} channels", d.dk);
-        assert!(d.k_heads > 0 && d.v_heads % d.k_heads == 0, "v_heads % k_heads");
+        assert!(d.k_heads > 0 && d.v_heads.is_multiple_of(d.k_heads), "v_heads % k_heads");
         let cols = scan_columns(d.dv).expect("value heads a multiple of 4 channels");
         let (k_width, v_width) = (d.k_heads * d.dk, d.v_heads * d.dv);
         assert!(d.q_offset + k_width <= d.qkv_stride, "q heads overrun a row of qkv");

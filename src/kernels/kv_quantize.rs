@@ -253,7 +253,7 @@ impl KvQuantizeOp {
             (block_size as usize).max(layout.head_dim as usize) <= MAX_GROUPS,
             "kv_quantize holds at most {MAX_GROUPS} scale groups per head block"
         );
-        assert!(layout.head_dim % 8 == 0, "quantized KV needs head_dim a multiple of 8");
+        assert!(layout.head_dim.is_multiple_of(8), "quantized KV needs head_dim a multiple of 8");
         let params = KvQuantizeParams {
             num_kv_heads: layout.num_kv_heads,
             head_dim: layout.head_dim,

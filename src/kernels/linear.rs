@@ -338,7 +338,7 @@ impl RowLoad {
     pub fn for_part(variant: LinearVariant, rows: usize) -> RowLoad {
         match variant {
             LinearVariant::Gpu => RowLoad::One,
-            LinearVariant::Subgroup if rows % 2 == 0 => RowLoad::Pairs,
+            LinearVariant::Subgroup if rows.is_multiple_of(2) => RowLoad::Pairs,
             LinearVariant::Subgroup => RowLoad::One,
         }
     }
@@ -380,10 +380,10 @@ impl LinearOp {
     #[track_caller]
     pub fn new(gpu: &Gpu, kernels: &Kernels, label: &str, w: &GpuWeight, io: LinearIo<'_>) -> Self {
         assert!(
-            io.x_stride % 4 == 0 && io.x_offset % 4 == 0,
+            io.x_stride.is_multiple_of(4) && io.x_offset.is_multiple_of(4),
             "{label}: x rows must be vec4-aligned"
         );
-        assert!(w.cols % 32 == 0, "{label}: {} columns is not a multiple of 32", w.cols);
+        assert!(w.cols.is_multiple_of(32), "{label}: {} columns is not a multiple of 32", w.cols);
         let variant = kernels.config.linear;
         let wg_limit = gpu.limits.max_compute_workgroups_per_dimension;
         // the pipelines of a part of `rows` rows: each tile, whole rows and (where it splits)
@@ -419,7 +419,7 @@ impl LinearOp {
                 io.bias.is_none() && !io.accumulate,
                 "{label}: GLU epilogue with bias or residual"
             );
-            let even = |n: usize| n % 2 == 0;
+            let even = |n: usize| n.is_multiple_of(2);
             assert!(
                 w.parts.iter().all(|p| even(p.rows) && even(p.row_offset)),
                 "{label}: GLU epilogue over a weight part that splits a gate/up pair"

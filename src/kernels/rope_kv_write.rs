@@ -62,7 +62,7 @@ impl Kernel for RopeKvWriteKey {
 
 /// Whether the fused kernel can serve `layout`: whole Q/K/V heads of 4-channel units.
 pub fn fits(layout: QkvLayout) -> bool {
-    layout.head_dim % 4 == 0 && !layout.values_in_keys
+    layout.head_dim.is_multiple_of(4) && !layout.values_in_keys
 }
 
 /// Where the fused op reads and writes.

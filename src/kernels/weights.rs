@@ -418,7 +418,7 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
 /// Refuses a column count that is not whole blocks of `format` (before any row is cut).
 pub fn check_columns(name: &str, format: WeightFormat, cols: usize) -> Result<(), WeightError> {
     let multiple = format.column_multiple();
-    if cols % multiple != 0 || cols == 0 {
+    if !cols.is_multiple_of(multiple) || cols == 0 {
         return Err(WeightError::BadColumns { name: name.into(), format, cols, multiple });
     }
     Ok(())

@@ -96,7 +96,7 @@ impl DeltaNet {
                 "Gated DeltaNet {name} = {v} is 0 or absurdly large; the model's config is broken"
             )));
         }
-        if self.value_heads % self.key_heads != 0 || self.conv_taps < 2 {
+        if !self.value_heads.is_multiple_of(self.key_heads) || self.conv_taps < 2 {
             return Err(LoadError::config(format!(
                 "Gated DeltaNet with {} value heads over {} key heads and a {}-tap conv: the \
                  value heads must be whole groups of key heads and the conv at least 2 taps; \
@@ -376,14 +376,14 @@ impl ModelConfig {
                 "{name} is 0; the model's config is broken, re-download or re-convert it"
             )));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(LoadError::config(format!(
                 "num_heads = {} is not a multiple of num_kv_heads = {}; grouped-query attention \
                  needs whole groups, so the config is broken",
                 self.num_heads, self.num_kv_heads
             )));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(LoadError::config(format!(
                 "head_dim = {} is odd; RoPE rotates pairs, so it must be even",
                 self.head_dim
@@ -449,7 +449,8 @@ impl ModelConfig {
     fn validate_global_layers(&self) -> Result<(), LoadError> {
         let Some(g) = self.global_layers else { return Ok(()) };
         let (kvh, hd) = (g.num_kv_heads, g.head_dim);
-        if kvh == 0 || hd == 0 || hd % 2 != 0 || hd > 1 << 16 || self.num_heads % kvh != 0 {
+        if kvh == 0 || hd == 0 || hd % 2 != 0 || hd > 1 << 16 || !self.num_heads.is_multiple_of(kvh)
+        {
             return Err(LoadError::config(format!(
                 "global layers of {kvh} KV heads × {hd} channels under {} query heads: the head \
                  size must be even and the query heads whole groups of the KV heads; the \

@@ -64,6 +64,17 @@ impl OutputStream {
 
     /// Feed one generated id. After the sequence has finished, further ids are ignored.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<OutputDelta, TokenizerError> {
+        self.push_token(tok, id, false)
+    }
+
+    /// Feed one generated id; `completes`: it completes the output's grammar (structured
+    /// outputs), which ends the output with its text, as a stop (a stop string still cuts).
+    pub fn push_token(
+        &mut self,
+        tok: &Tokenizer,
+        id: u32,
+        completes: bool,
+    ) -> Result<OutputDelta, TokenizerError> {
         if let Some(reason) = self.finished {
             return Ok(OutputDelta { text: String::new(), finish: Some(reason) });
         }
@@ -74,7 +85,7 @@ impl OutputStream {
             self.held.push_str(&new);
         }
         let reached_max = self.num_tokens >= self.stop.max_tokens;
-        if is_eos || reached_max {
+        if is_eos || completes || reached_max {
             let rest = self.detok.flush(tok)?;
             self.held.push_str(&rest);
         }
@@ -82,7 +93,7 @@ impl OutputStream {
             self.held.truncate(cut);
             return Ok(self.emit(self.held.len(), Some(FinishReason::Stop)));
         }
-        if is_eos {
+        if is_eos || completes {
             return Ok(self.emit(self.held.len(), Some(FinishReason::Stop)));
         }
         if reached_max {

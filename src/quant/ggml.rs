@@ -150,7 +150,7 @@ impl GgmlType {
     /// Bytes of one row of `cols` elements; `cols` must be a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Result<usize, QuantError> {
         let block_elems = self.block_elems();
-        if cols % block_elems != 0 {
+        if !cols.is_multiple_of(block_elems) {
             return Err(QuantError::NotBlockMultiple { ty: self, cols, block_elems });
         }
         (cols / block_elems)

@@ -341,7 +341,7 @@ impl KvCacheSpec {
     pub fn check_head_dim(&self, head_dim: usize) -> Result<(), KvQuantError> {
         let format = self.format();
         let multiple = if format.is_quantized() { 8 } else { 2 };
-        if head_dim == 0 || head_dim % multiple != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(multiple) {
             return Err(KvQuantError::HeadDim { head_dim, format, multiple });
         }
         if self.rotate {

@@ -201,7 +201,10 @@ impl ScaleRegion {
 fn check(q: KvQuant, block_size: usize, head_dim: usize, words_len: usize) {
     assert!(q.is_valid(), "invalid KV quantization {q:?}; build it with KvQuant::new");
     let unit = if q.format.is_quantized() { 8 } else { 2 };
-    assert!(block_size > 0 && head_dim > 0 && head_dim % unit == 0, "bad head_dim {head_dim}");
+    assert!(
+        block_size > 0 && head_dim > 0 && head_dim.is_multiple_of(unit),
+        "bad head_dim {head_dim}"
+    );
     let want = head_block_words(q, block_size, head_dim).total_words;
     assert_eq!(words_len, want, "a head block of {q:?} is {want} words");
 }

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::constrain::Constraint;
 use crate::engine::SamplingDefaults;
 use crate::engine::{Conversation, Prompt, PromptRequest};
 use crate::sample::SamplingParams;
@@ -47,6 +48,15 @@ pub struct CommonFields {
     /// vLLM's: token ids that end the output like end-of-sequence (their text left out; also
     /// with `ignore_eos`; held back by `min_tokens`).
     pub stop_token_ids: Option<Vec<i64>>,
+    /// OpenAI's: `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": …}}`.
+    pub response_format: Option<Value>,
+    /// vLLM's: exactly one of `json`, `regex`, `choice`, `grammar` (Lark), `json_object`.
+    pub structured_outputs: Option<Value>,
+    /// vLLM's older names of `structured_outputs`' members.
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<Value>,
+    pub guided_choice: Option<Value>,
+    pub guided_grammar: Option<Value>,
     /// Every other field; see [`CommonFields::check_unsupported`].
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
@@ -134,9 +144,8 @@ pub struct CompletionRequest {
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// Fields kvrun does not implement, each with the values that ask for nothing.
-const UNSUPPORTED: [(&str, &[&str]); 5] = [
+const UNSUPPORTED: [(&str, &[&str]); 4] = [
     ("functions", &["null", "[]"]),
-    ("response_format", &["null", "{\"type\":\"text\"}"]),
     ("best_of", &["null", "1"]),
     ("echo", &["null", "false"]),
     ("suffix", &["null", "\"\""]),
@@ -156,7 +165,8 @@ impl CommonFields {
                              temperature, top_p, top_k, min_p, max_tokens, max_completion_tokens, \
                              stop, seed, n = 1, stream, stream_options, logprobs, top_logprobs, \
                              presence_penalty, frequency_penalty, repetition_penalty, \
-                             logit_bias, min_tokens, ignore_eos, stop_token_ids)"
+                             logit_bias, min_tokens, ignore_eos, stop_token_ids, \
+                             response_format, structured_outputs)"
                         ),
                     ));
                 }
@@ -188,6 +198,66 @@ impl CommonFields {
             return Err(ApiError::bad_field("top_logprobs", "top_logprobs needs logprobs = true"));
         }
         Ok(asked)
+    }
+
+    /// The structured output asked for, with the field that asked: `response_format`,
+    /// `structured_outputs` or one of the `guided_*` fields (at most one of them).
+    pub fn constraint(&self) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+        let mut found: Vec<(Constraint, &'static str)> = Vec::new();
+        if let Some(rf) = self.response_format.as_ref().filter(|v| !v.is_null()) {
+            found.extend(response_format(rf)?.map(|c| (c, "response_format")));
+        }
+        if let Some(so) = self.structured_outputs.as_ref().filter(|v| !v.is_null()) {
+            let Value::Object(map) = so else {
+                return Err(ApiError::bad_field(
+                    "structured_outputs",
+                    "structured_outputs must be an object with one of json, regex, choice, \
+                     grammar, json_object",
+                ));
+            };
+            let mut inner = Vec::new();
+            for (key, value) in map {
+                if value.is_null() || *value == Value::Bool(false) {
+                    continue;
+                }
+                let field = match key.as_str() {
+                    "json" => "structured_outputs.json",
+                    "regex" => "structured_outputs.regex",
+                    "choice" => "structured_outputs.choice",
+                    "grammar" => "structured_outputs.grammar",
+                    "json_object" => "structured_outputs.json_object",
+                    other => {
+                        return Err(ApiError::bad_field(
+                            "structured_outputs",
+                            format!(
+                                "structured_outputs.{other} is not supported by kvrun; use one \
+                                 of json, regex, choice, grammar (Lark), json_object"
+                            ),
+                        ))
+                    }
+                };
+                inner.push((guided(key, value, field)?, field));
+            }
+            found.extend(inner);
+        }
+        for (key, value, field) in [
+            ("json", &self.guided_json, "guided_json"),
+            ("regex", &self.guided_regex, "guided_regex"),
+            ("choice", &self.guided_choice, "guided_choice"),
+            ("grammar", &self.guided_grammar, "guided_grammar"),
+        ] {
+            if let Some(v) = value.as_ref().filter(|v| !v.is_null()) {
+                found.push((guided(key, v, field)?, field));
+            }
+        }
+        if found.len() > 1 {
+            let names: Vec<&str> = found.iter().map(|(_, f)| *f).collect();
+            return Err(ApiError::bad_field(
+                names[1],
+                format!("{} each ask for a structured output; send one", names.join(" and ")),
+            ));
+        }
+        Ok(found.pop())
     }
 
     /// `stop_token_ids`, checked against the vocabulary (at most 256).
@@ -471,6 +541,64 @@ fn template_tool_calls(calls: &[Value]) -> Value {
     Value::Array(calls.collect())
 }
 
+/// OpenAI's `response_format` (and llama-server's `json_object` with a `schema`).
+fn response_format(rf: &Value) -> Result<Option<Constraint>, ApiError> {
+    let bad = |m: String| ApiError::bad_field("response_format", m);
+    let kind = rf.get("type").and_then(Value::as_str).ok_or_else(|| {
+        bad("response_format needs a type: \"text\", \"json_object\" or \"json_schema\"".into())
+    })?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(match rf.get("schema") {
+            Some(schema) if !schema.is_null() => Constraint::JsonSchema(schema.clone()),
+            _ => Constraint::JsonObject,
+        })),
+        "json_schema" => {
+            let schema = rf
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .filter(|s| !s.is_null())
+                .ok_or_else(|| {
+                    bad("response_format type json_schema needs json_schema.schema (the JSON \
+                         schema the answer must follow)"
+                        .into())
+                })?;
+            Ok(Some(Constraint::JsonSchema(schema.clone())))
+        }
+        other => Err(bad(format!(
+            "response_format type {other:?} is not supported; use \"text\", \"json_object\" or \
+             \"json_schema\""
+        ))),
+    }
+}
+
+/// One of vLLM's structured-output members: `json` (a schema, or its text), `regex`,
+/// `choice`, `grammar` (Lark), `json_object`.
+fn guided(key: &str, value: &Value, field: &'static str) -> Result<Constraint, ApiError> {
+    let bad = |what: &str| ApiError::bad_field(field, format!("{field} must be {what}"));
+    Ok(match key {
+        "json" => match value {
+            Value::String(text) => Constraint::JsonSchema(
+                serde_json::from_str(text)
+                    .map_err(|_| bad("a JSON schema (object or its text)"))?,
+            ),
+            other => Constraint::JsonSchema(other.clone()),
+        },
+        "regex" => Constraint::Regex(value.as_str().ok_or_else(|| bad("a string"))?.to_string()),
+        "choice" => Constraint::Choice(
+            value
+                .as_array()
+                .and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect())
+                .ok_or_else(|| bad("an array of strings"))?,
+        ),
+        "grammar" => Constraint::Lark(value.as_str().ok_or_else(|| bad("a string"))?.to_string()),
+        _ => match value {
+            Value::Bool(true) => Constraint::JsonObject,
+            _ => return Err(bad("true")),
+        },
+    })
+}
+
 impl CompletionRequest {
     /// The prompt: a string, one string in an array, or token ids (one list).
     pub fn prompt(&self) -> Result<Prompt, ApiError> {
@@ -521,5 +649,6 @@ pub fn prompt_request(
         logit_bias,
         ignore_eos: common.ignore_eos.unwrap_or(false),
         stop_token_ids: common.stop_token_ids(vocab_size)?,
+        constraint: common.constraint()?.map(|(c, _)| c),
     })
 }

@@ -210,7 +210,22 @@ async fn generate(
         &defaults,
     )?;
     let wants_logprobs = req.params.logprobs.is_some();
-    let events = engine.submit_prompt(req)?;
+    // compiling a grammar is CPU work (the first one builds the vocabulary's trie): off the
+    // runtime's threads, as tokenizing is; its errors name the field that asked for it
+    let field = common.constraint()?.map(|(_, field)| field);
+    let frontend = engine.frontend().clone();
+    let req = tokio::task::spawn_blocking(move || frontend.request(req))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| {
+            let is_grammar = matches!(e, FrontendError::Constraint(_));
+            let mut api = ApiError::from(e);
+            if is_grammar {
+                api.param = field.map(str::to_string).or(api.param);
+            }
+            api
+        })?;
+    let events = engine.submit(req)?;
     let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
     let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
     let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);

@@ -61,7 +61,7 @@ struct LayerKv<'b> {
 /// The shape rules of the kernels and the options, whatever the architecture.
 pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::Unsupported(m));
-    if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 {
+    if !c.hidden_size.is_multiple_of(32) || !c.intermediate_size.is_multiple_of(32) {
         return bad(format!(
             "hidden size {} and FFN size {} must be multiples of 32 for the GPU kernels",
             c.hidden_size, c.intermediate_size
