@@ -821,10 +821,12 @@ async fn generation_config_sets_the_sampling_defaults() {
 
 /// Tools: offered ones reach the template (the prompt grows by their JSON), an assistant turn's
 /// calls reach it with their arguments as an object (a `city` the template reads), a tool turn
-/// is accepted; an answer without calls finishes as usual; a required or named call (it needs
-/// constrained decoding) and a malformed tool are refused naming the field.
+/// is accepted; an answer without calls finishes as usual; a required or named `tool_choice`
+/// makes the answer calls (by grammar) of the tools it allows, with arguments following their
+/// schemas; an unknown name, a required call without tools, a bad choice, a malformed tool and
+/// a second constraint are refused naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tools_reach_the_template_and_unsupported_choices_are_refused() {
+async fn tools_reach_the_template_and_required_or_named_choices_are_enforced() {
     if common::gpu().is_none() {
         return;
     }
@@ -882,13 +884,42 @@ async fn tools_reach_the_template_and_unsupported_choices_are_refused() {
         "the city is rendered: {with_call} {longer}"
     );
 
-    for (choice, tools) in [
-        (Some(json!("required")), json!([tool])),
-        (Some(json!({"type": "function", "function": {"name": "w"}})), json!([tool])),
-        (None, json!([{"type": "function"}])),
+    // "required": the answer is a call, by grammar, parsed back (two tools and named choices
+    // on the real model: tool_choice_on_the_real_model)
+    let mut b = ask(Some(json!([tool])), Some(json!("required")));
+    b["max_tokens"] = json!(110); // the random model writes what whitespace JSON allows
+    // with thinking on the prompt opens a <think> block, and the grammar waits for its end,
+    // which this random model never writes (tests/structured_outputs.rs checks the wait)
+    b["chat_template_kwargs"] = json!({"enable_thinking": false});
+    let got: Value = server.post("/v1/chat/completions", b).await.json().await.unwrap();
+    assert_eq!(got["choices"][0]["finish_reason"], "tool_calls", "{got}");
+    let calls = got["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["function"]["name"], "w", "{got}");
+    // a function without parameters takes none
+    assert_eq!(calls[0]["function"]["arguments"], "{}", "{got}");
+
+    for (choice, tools, extra, field) in [
+        (
+            Some(json!({"type": "function", "function": {"name": "x"}})),
+            json!([tool]),
+            None,
+            "tool_choice",
+        ),
+        (Some(json!("required")), json!([]), None, "tool_choice"),
+        (Some(json!("sometimes")), json!([tool]), None, "tool_choice"),
+        (None, json!([{"type": "function"}]), None, "tools"),
+        (
+            Some(json!("required")),
+            json!([tool]),
+            Some(("response_format", json!({"type": "json_object"}))),
+            "response_format",
+        ),
     ] {
-        let field = if choice.is_some() { "tool_choice" } else { "tools" };
-        let response = server.post("/v1/chat/completions", ask(Some(tools), choice)).await;
+        let mut b = ask(Some(tools), choice);
+        if let Some((k, v)) = extra {
+            b[k] = v;
+        }
+        let response = server.post("/v1/chat/completions", b).await;
         assert_eq!(response.status(), 400, "{field}");
         let err: Value = response.json().await.unwrap();
         assert_eq!(err["error"]["param"], field, "{err}");
@@ -1052,5 +1083,60 @@ async fn structured_outputs_follow_the_request() {
     // text is no constraint
     let plain = ask("response_format", json!({"type": "text"}), false);
     assert_eq!(server.post("/v1/chat/completions", plain).await.status(), 200);
+    server.wait_idle().await;
+}
+
+/// `tool_choice` on SmolLM2 (whose template has no tools: the grammar alone makes the answer
+/// calls): "required" with two tools calls one of them, a named function calls that one, with
+/// arguments that follow its schema; parallel calls when allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_on_the_real_model() {
+    let Some(path) = common::real_model("tool_choice_on_the_real_model") else { return };
+    if common::gpu().is_none() {
+        return;
+    }
+    let mut cfg = EngineConfig::new(path);
+    cfg.max_model_len = Some(512);
+    let server = Server::start(cfg, options()).await;
+    let weather = json!({"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+        "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"],
+        "additionalProperties": false}}});
+    let time = json!({"type": "function", "function": {"name": "get_time"}});
+    for (choice, parallel, names) in [
+        (json!("required"), false, vec!["get_weather", "get_time"]),
+        (json!("required"), true, vec!["get_weather", "get_time"]),
+        (json!({"type": "function", "function": {"name": "get_time"}}), true, vec!["get_time"]),
+        (
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            true,
+            vec!["get_weather"],
+        ),
+    ] {
+        let body = json!({
+            "model": MODEL, "max_tokens": 160, "temperature": 0,
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [weather, time], "tool_choice": choice, "parallel_tool_calls": parallel,
+        });
+        let got: Value = server.post("/v1/chat/completions", body).await.json().await.unwrap();
+        let c = &got["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{choice}: {got}");
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert!(!calls.is_empty() && (parallel || calls.len() == 1), "{got}");
+        for call in calls {
+            let name = call["function"]["name"].as_str().unwrap();
+            assert!(names.contains(&name), "{choice}: called {name}");
+            let args: Value =
+                serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            if name == "get_weather" {
+                assert!(args["city"].is_string(), "{args}");
+                assert!(args["unit"] == "celsius" || args["unit"] == "fahrenheit", "{args}");
+                assert_eq!(args.as_object().unwrap().len(), 2, "{args}");
+            } else {
+                assert_eq!(args, json!({}), "{args}");
+            }
+        }
+        println!("{choice} parallel={parallel}: {calls:?}");
+    }
     server.wait_idle().await;
 }

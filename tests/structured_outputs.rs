@@ -250,6 +250,95 @@ fn regex_and_json_schema_walks_end_in_matching_text() {
     }
 }
 
+/// `starting_after`: tokens up to and including `</think>` are free (the mask changes nothing),
+/// the grammar applies from there, and a token that spans the end feeds its rest to the grammar.
+#[test]
+fn a_grammar_can_wait_for_the_end_of_reasoning() {
+    for (name, tok) in tokenizers("a_grammar_can_wait_for_the_end_of_reasoning") {
+        let n = n_vocab(&tok);
+        let grammars = Grammars::new(tok.inner(), n, tok.eos_ids()).unwrap();
+        let choice = Constraint::Choice(vec!["yes".into(), "no".into()]);
+        let fresh = allowed(&mut grammars.compile(&choice).unwrap(), n);
+        for (thought, rest) in [("Let me see.</think>", ""), ("ok</think>y", "y")] {
+            let mut g = grammars.compile(&choice).unwrap().starting_after("</think>");
+            let ids = tok.inner().encode_fast(thought, false).unwrap().get_ids().to_vec();
+            for &id in &ids {
+                assert!(!g.is_active() && !g.is_finished(), "{name}: active inside {thought:?}");
+                assert!(allowed(&mut g, n).iter().all(|&a| a), "{name}: masked inside the thought");
+                g.consume(id);
+            }
+            assert!(g.is_active(), "{name}: still waiting after {thought:?} ({ids:?})");
+            let mask = allowed(&mut g, n);
+            if rest.is_empty() {
+                assert_eq!(mask, fresh, "{name}: the grammar did not start afresh");
+            } else {
+                // after "y" only "es" may follow: never "no"
+                let no = tok.inner().encode_fast("no", false).unwrap().get_ids()[0] as usize;
+                assert!(!mask[no], "{name}: the spanning token's rest was not fed");
+                for id in tok.inner().encode_fast("es", false).unwrap().get_ids() {
+                    g.consume(*id);
+                }
+                assert!(g.is_finished() && g.error().is_none(), "{name}: {:?}", g.error());
+            }
+        }
+    }
+}
+
+/// Tool-call grammars: random walks end in text the tool-call parser reads back as calls of
+/// the offered tools with arguments that follow their schemas (one call unless parallel).
+#[test]
+fn tool_call_walks_parse_back_as_calls() {
+    use kvrun::output::{ToolCallParser, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+    let tools = vec![
+        (
+            "get_weather".to_string(),
+            json!({"type": "object", "properties": {"city": {"type":
+            "string", "maxLength": 6}}, "required": ["city"], "additionalProperties": false}),
+        ),
+        (
+            "now".to_string(),
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        ),
+    ];
+    let quoted = |s: &str| serde_json::to_string(s).unwrap();
+    for (name, tok) in tokenizers("tool_call_walks_parse_back_as_calls") {
+        let n = n_vocab(&tok);
+        let bytes = token_bytes(tok.inner(), n).unwrap();
+        let grammars = Grammars::new(tok.inner(), n, tok.eos_ids()).unwrap();
+        let mut complete = 0;
+        for (seed, parallel) in (0..8).zip([false, true].into_iter().cycle()) {
+            let c = Constraint::ToolCalls {
+                tools: tools.clone(),
+                parallel,
+                open: quoted(TOOL_CALL_OPEN),
+                close: quoted(TOOL_CALL_CLOSE),
+            };
+            let (text, done) = walk(&grammars, &c, &bytes, tok.eos_ids(), seed, |_, _| {});
+            if !done {
+                continue;
+            }
+            complete += 1;
+            let text = String::from_utf8(text).unwrap();
+            let mut parser = ToolCallParser::new();
+            let said = parser.push(&text);
+            let (rest, calls) = parser.finish();
+            assert_eq!((said.as_str(), rest.as_str()), ("", ""), "{name}: {text:?}");
+            assert!(!calls.is_empty() && (parallel || calls.len() == 1), "{name}: {text:?}");
+            for call in calls {
+                match call.name.as_str() {
+                    "get_weather" => {
+                        let city = call.arguments["city"].as_str().unwrap();
+                        assert!(city.chars().count() <= 6, "{name}: {text:?}");
+                    }
+                    "now" => assert_eq!(call.arguments, json!({}), "{name}: {text:?}"),
+                    other => panic!("{name}: called {other}"),
+                }
+            }
+        }
+        assert!(complete >= 4, "{name}: only {complete} walks ended");
+    }
+}
+
 #[test]
 fn bad_constraints_are_refused_with_their_error() {
     let Some((_, tok)) = tokenizers("bad_constraints_are_refused_with_their_error").pop() else {

@@ -67,6 +67,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             ignore_eos: false,
             stop_token_ids: Vec::new(),
             constraint: None,
+            constraint_after: None,
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

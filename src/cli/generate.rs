@@ -108,6 +108,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         ignore_eos: false,
         stop_token_ids: Vec::new(),
         constraint: args.constraint.constraint()?,
+        constraint_after: None,
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

@@ -36,21 +36,32 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// A grammar in llguidance's Lark dialect (`start: …`).
     Lark(String),
+    /// An answer that is tool calls and nothing else, each `open`, a newline, the call as JSON
+    /// (`{"name": …, "arguments": {…}}`), a newline, `close` (the Hermes / Qwen format that
+    /// [`crate::output::ToolCallParser`] reads): one call, or one or more with `parallel`,
+    /// newline-separated. `tools`: (name, JSON schema of its arguments). `open` and `close`
+    /// are written as Lark writes them: a quoted literal or a special token's `<[id]>`.
+    ToolCalls { tools: Vec<(String, Value)>, parallel: bool, open: String, close: String },
 }
 
-/// Whitespace JSON may hold between two of its tokens: at most 16 characters of it. llguidance's
-/// default (any amount) lets a small model write newlines until `max_tokens`; llama.cpp's
-/// JSON grammars bound it too. A schema's own `x-guidance` options replace this.
-const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,16}";
+/// Whitespace JSON may hold between two of its tokens: one space, or a newline and up to 20
+/// spaces or tabs of indent (llama.cpp's JSON grammars' `space`). llguidance's default (any
+/// amount) lets a small model write whitespace until `max_tokens`. A schema's own
+/// `x-guidance` options replace this.
+const JSON_WHITESPACE: &str = r"\x20|\x0A[\x20\x09]{0,20}";
+
+/// kvrun's JSON options ([`JSON_WHITESPACE`]) on a schema that has none of its own.
+fn with_json_options(schema: &mut Value) {
+    if let Value::Object(map) = schema {
+        map.entry("x-guidance")
+            .or_insert_with(|| serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }));
+    }
+}
 
 impl Constraint {
     fn grammar(&self) -> Result<TopLevelGrammar, String> {
         let json = |mut schema: Value| {
-            if let Value::Object(map) = &mut schema {
-                map.entry("x-guidance").or_insert_with(
-                    || serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }),
-                );
-            }
+            with_json_options(&mut schema);
             TopLevelGrammar::from_json_schema(schema)
         };
         Ok(match self {
@@ -73,6 +84,31 @@ impl Constraint {
                 TopLevelGrammar::from_lark(format!("start: {}", quoted.join(" | ")))
             }
             Constraint::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+            Constraint::ToolCalls { tools, parallel, open, close } => {
+                if tools.is_empty() {
+                    return Err("no tools to call".into());
+                }
+                let calls: Vec<Value> = tools
+                    .iter()
+                    .map(|(name, params)| {
+                        serde_json::json!({
+                            "type": "object",
+                            "properties": {"name": {"const": name}, "arguments": params},
+                            "required": ["name", "arguments"],
+                            "additionalProperties": false,
+                        })
+                    })
+                    .collect();
+                let mut schema = match calls.as_slice() {
+                    [one] => one.clone(),
+                    _ => serde_json::json!({ "anyOf": calls }),
+                };
+                with_json_options(&mut schema);
+                let start = if *parallel { "call (\"\\n\" call)*" } else { "call" };
+                TopLevelGrammar::from_lark(format!(
+                    "start: {start}\ncall: {open} \"\\n\" body \"\\n\" {close}\nbody: %json {schema}\n"
+                ))
+            }
         })
     }
 
@@ -84,6 +120,7 @@ impl Constraint {
             Constraint::Regex(_) => "regex",
             Constraint::Choice(_) => "choice",
             Constraint::Lark(_) => "grammar",
+            Constraint::ToolCalls { .. } => "tool-call grammar",
         }
     }
 }
@@ -112,7 +149,7 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(e);
         }
-        Ok(GrammarMatcher { matcher, mask: None, error: None })
+        Ok(GrammarMatcher { matcher, mask: None, error: None, waiting: None })
     }
 }
 
@@ -123,6 +160,9 @@ pub struct GrammarMatcher {
     mask: Option<SimpleVob>,
     /// The first error llguidance reported (the output then ends at the next token).
     error: Option<String>,
+    /// Free text comes first, up to and including this text ([`GrammarMatcher::starting_after`]),
+    /// with the bytes of the tokens so far.
+    waiting: Option<Box<(String, Vec<u8>)>>,
 }
 
 impl Clone for GrammarMatcher {
@@ -131,6 +171,7 @@ impl Clone for GrammarMatcher {
             matcher: self.matcher.deep_clone(),
             mask: self.mask.clone(),
             error: self.error.clone(),
+            waiting: self.waiting.clone(),
         }
     }
 }
@@ -140,16 +181,29 @@ impl fmt::Debug for GrammarMatcher {
         f.debug_struct("GrammarMatcher")
             .field("has_mask", &self.mask.is_some())
             .field("error", &self.error)
+            .field("waiting_for", &self.waiting.as_ref().map(|w| &w.0))
             .finish()
     }
 }
 
 impl GrammarMatcher {
+    /// The grammar applies only after the output has written `text` (a reasoning model's
+    /// `</think>`, when its prompt opened the reasoning): tokens up to there are free.
+    pub fn starting_after(mut self, text: impl Into<String>) -> Self {
+        self.waiting = Some(Box::new((text.into(), Vec::new())));
+        self
+    }
+
+    /// Whether the grammar applies to the next token (not still waiting for its start).
+    pub fn is_active(&self) -> bool {
+        self.waiting.is_none()
+    }
+
     /// Computes the next token's mask (the CPU work; the engine runs it beside the GPU's step).
     /// Once the grammar is complete and takes nothing more, only end-of-sequence is allowed; an
     /// error allows only end-of-sequence too.
     pub fn compute_mask(&mut self) {
-        if self.mask.is_some() {
+        if self.mask.is_some() || self.waiting.is_some() {
             return;
         }
         let mask = match self.matcher.compute_mask_or_eos() {
@@ -176,6 +230,9 @@ impl GrammarMatcher {
 
     /// Sets every logit the grammar does not allow next to −∞ (ids past the mask too).
     pub fn apply(&mut self, logits: &mut [f32]) {
+        if self.waiting.is_some() {
+            return;
+        }
         self.compute_mask();
         let mask = self.mask.as_ref().expect("computed");
         for (id, logit) in logits.iter_mut().enumerate() {
@@ -188,6 +245,24 @@ impl GrammarMatcher {
     /// Follows the token sampled (from logits [`GrammarMatcher::apply`] masked).
     pub fn consume(&mut self, token: u32) {
         self.mask = None;
+        if let Some(w) = &mut self.waiting {
+            let Ok(env) = self.matcher.tok_env() else { return };
+            let (start, seen) = &mut **w;
+            seen.extend_from_slice(env.tok_trie().token(token));
+            let Some(at) = seen.windows(start.len()).position(|b| b == start.as_bytes()) else {
+                return;
+            };
+            // what the token wrote after the start is the grammar's first text
+            let rest = seen[at + start.len()..].to_vec();
+            self.waiting = None;
+            if !rest.is_empty() {
+                let tokens = env.tokenize_bytes(&rest);
+                if let Err(e) = self.matcher.consume_tokens(&tokens) {
+                    self.note_error(e.to_string());
+                }
+            }
+            return;
+        }
         if self.error.is_some() || self.matcher.is_stopped() {
             return;
         }
@@ -199,7 +274,7 @@ impl GrammarMatcher {
     /// Whether the output is complete: the grammar takes no more tokens (or failed). The output
     /// stage ends the sequence on the token that completed it.
     pub fn is_finished(&self) -> bool {
-        self.error.is_some() || self.matcher.is_stopped()
+        self.waiting.is_none() && (self.error.is_some() || self.matcher.is_stopped())
     }
 
     /// The error that ended the output early, if any.

@@ -55,6 +55,9 @@ pub struct PromptRequest {
     pub stop_token_ids: Vec<u32>,
     /// What the output must match (structured outputs), compiled by [`Frontend::request`].
     pub constraint: Option<Constraint>,
+    /// The constraint applies only after the output has written this text (a reasoning
+    /// model's `</think>` where the prompt opened its reasoning); `None`: from the start.
+    pub constraint_after: Option<String>,
 }
 
 impl PromptRequest {
@@ -69,6 +72,7 @@ impl PromptRequest {
             ignore_eos: false,
             stop_token_ids: Vec::new(),
             constraint: None,
+            constraint_after: None,
         }
     }
 }
@@ -244,7 +248,11 @@ impl Frontend {
             prompt_logprobs_only: false,
             logit_bias: req.logit_bias,
             stop_token_ids: req.stop_token_ids,
-            grammar: req.constraint.as_ref().map(|c| self.compile(c)).transpose()?,
+            grammar: match (&req.constraint, req.constraint_after) {
+                (Some(c), Some(after)) => Some(self.compile(c)?.starting_after(after)),
+                (Some(c), None) => Some(self.compile(c)?),
+                (None, _) => None,
+            },
         };
         request.validate()?;
         Ok(request)

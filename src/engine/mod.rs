@@ -228,7 +228,8 @@ impl Engine {
         let logits = std::thread::scope(|scope| {
             let constrained: Vec<_> = requests
                 .iter_mut()
-                .filter(|(id, a)| a.grammar.is_some() && plan.seqs.iter().any(|s| s.id == **id))
+                .filter(|(_, a)| a.grammar.as_ref().is_some_and(|g| g.is_active()))
+                .filter(|(id, _)| plan.seqs.iter().any(|s| s.id == **id))
                 .filter_map(|(_, a)| a.grammar.as_mut())
                 .collect();
             if !constrained.is_empty() {
@@ -295,7 +296,9 @@ impl Engine {
         let reducible = plan.seqs.iter().all(|s| {
             let active = self.requests.get(&s.id);
             let greedy = active.is_some_and(|a| {
-                a.sampler.is_greedy() && a.logprobs.is_none() && a.grammar.is_none()
+                a.sampler.is_greedy()
+                    && a.logprobs.is_none()
+                    && a.grammar.as_ref().is_none_or(|g| !g.is_active())
             });
             let by_target = active.is_some_and(|a| a.prompt_targets.is_some());
             targets |= by_target && !s.prompt_logits.is_empty();
@@ -364,9 +367,15 @@ impl Engine {
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
                     let token = match (&logits.token_ids, &mut active.grammar) {
-                        // the GPU's argmax: the greedy sampler's choice (prepare asked for it)
-                        (Some(ids), None) => ids[row],
-                        (_, Some(grammar)) => {
+                        // the GPU's argmax: the greedy sampler's choice (prepare asked for it
+                        // only where no grammar applies yet)
+                        (Some(ids), grammar) => {
+                            if let Some(g) = grammar {
+                                g.consume(ids[row]);
+                            }
+                            ids[row]
+                        }
+                        (None, Some(grammar)) => {
                             self.masked.clear();
                             self.masked.extend_from_slice(logits.row(row));
                             grammar.apply(&mut self.masked);

@@ -8,6 +8,8 @@ mod stop;
 mod tool_calls;
 
 pub use detokenizer::Detokenizer;
-pub use reasoning::{prompt_opens_reasoning, template_reasons, ReasoningParser, Split};
+pub use reasoning::{
+    prompt_opens_reasoning, template_reasons, ReasoningParser, Split, THINK_END, THINK_START,
+};
 pub use stop::{FinishReason, OutputDelta, OutputStream, StopCondition};
-pub use tool_calls::{ToolCall, ToolCallParser};
+pub use tool_calls::{ToolCall, ToolCallParser, CLOSE as TOOL_CALL_CLOSE, OPEN as TOOL_CALL_OPEN};

@@ -7,8 +7,10 @@
 
 use serde_json::{Map, Value};
 
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
+/// What opens and closes a call (the grammar of `tool_choice` writes them too:
+/// [`crate::constrain::Constraint::ToolCalls`]).
+pub const OPEN: &str = "<tool_call>";
+pub const CLOSE: &str = "</tool_call>";
 
 /// One parsed call: the function's name and its arguments (a JSON object).
 #[derive(Clone, Debug, PartialEq)]

@@ -9,6 +9,7 @@ use super::error::ApiError;
 use crate::constrain::Constraint;
 use crate::engine::SamplingDefaults;
 use crate::engine::{Conversation, Prompt, PromptRequest};
+use crate::output::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use crate::sample::SamplingParams;
 use crate::tokenizer::{check_template_vars, ChatMessage, TemplateVars};
 
@@ -90,7 +91,8 @@ pub struct ChatCompletionRequest {
     /// to the chat template as `tools`.
     #[serde(default)]
     pub tools: Option<Vec<Value>>,
-    /// `"auto"` (with tools: the default) or `"none"`; a required or named call is refused.
+    /// `"auto"` (with tools: the default), `"none"`, `"required"` or a named function (the
+    /// last two enforced by a grammar: [`ChatCompletionRequest::tool_constraint`]).
     #[serde(default)]
     pub tool_choice: Option<Value>,
     #[serde(default)]
@@ -137,6 +139,15 @@ pub struct CompletionRequest {
     pub prompt: Value,
     #[serde(flatten)]
     pub common: CommonFields,
+}
+
+/// What `tool_choice` asks for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ToolChoice<'a> {
+    Auto,
+    None,
+    Required,
+    Named(&'a str),
 }
 
 /// The message roles OpenAI's API defines (`developer` is rendered as `system`, which chat
@@ -428,36 +439,40 @@ impl ChatCompletionRequest {
         Ok(Conversation { messages: self.messages()?, vars })
     }
 
-    /// The tools the model is offered: `tools` unless `tool_choice` is `"none"`, each checked
-    /// to be a function with a name. A required or named call needs constrained decoding,
-    /// which kvrun does not have yet: refused.
-    pub fn tools_offered(&self) -> Result<Option<&[Value]>, ApiError> {
-        match self.tool_choice.as_ref().and_then(Value::as_str) {
-            None if self.tool_choice.as_ref().is_some_and(|c| !c.is_null()) => {
-                return Err(ApiError::bad_field(
-                    "tool_choice",
-                    "tool_choice naming a function needs constrained decoding, which kvrun does \
-                     not have yet; use \"auto\" (the model decides) or \"none\"",
-                ))
-            }
-            Some("required") => {
-                return Err(ApiError::bad_field(
-                    "tool_choice",
-                    "tool_choice \"required\" needs constrained decoding, which kvrun does not \
-                     have yet; use \"auto\" (the model decides) or \"none\"",
-                ))
-            }
-            Some("none") => return Ok(None),
-            Some("auto") | None => {}
-            Some(other) => {
-                return Err(ApiError::bad_field(
-                    "tool_choice",
-                    format!("tool_choice {other:?} is invalid; use \"auto\" or \"none\""),
-                ))
-            }
+    /// What `tool_choice` asks: `"auto"` (the default), `"none"`, `"required"`, or a named
+    /// function (`{"type": "function", "function": {"name": …}}`).
+    fn tool_choice(&self) -> Result<ToolChoice<'_>, ApiError> {
+        let bad = |what: String| ApiError::bad_field("tool_choice", what);
+        match &self.tool_choice {
+            None | Some(Value::Null) => Ok(ToolChoice::Auto),
+            Some(Value::String(s)) => match s.as_str() {
+                "auto" => Ok(ToolChoice::Auto),
+                "none" => Ok(ToolChoice::None),
+                "required" => Ok(ToolChoice::Required),
+                other => Err(bad(format!(
+                    "tool_choice {other:?} is invalid; use \"auto\", \"none\", \"required\" or \
+                     {{\"type\": \"function\", \"function\": {{\"name\": …}}}}"
+                ))),
+            },
+            Some(v) => match v["function"]["name"].as_str() {
+                Some(name) if v["type"] == "function" => Ok(ToolChoice::Named(name)),
+                _ => Err(bad(format!(
+                    "tool_choice {v} is invalid; name a function as {{\"type\": \"function\", \
+                     \"function\": {{\"name\": …}}}}"
+                ))),
+            },
         }
-        let Some(tools) = self.tools.as_deref().filter(|t| !t.is_empty()) else { return Ok(None) };
-        for (i, tool) in tools.iter().enumerate() {
+    }
+
+    /// The tools the model is offered: `tools` unless `tool_choice` is `"none"`, each checked
+    /// to be a named function; a required or named choice needs them (and the name among them).
+    pub fn tools_offered(&self) -> Result<Option<&[Value]>, ApiError> {
+        let choice = self.tool_choice()?;
+        if choice == ToolChoice::None {
+            return Ok(None);
+        }
+        let tools = self.tools.as_deref().filter(|t| !t.is_empty());
+        for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
             let named = tool["type"] == "function" && tool["function"]["name"].is_string();
             if !named {
                 return Err(ApiError::bad_field(
@@ -468,7 +483,51 @@ impl ChatCompletionRequest {
                 ));
             }
         }
-        Ok(Some(tools))
+        match (choice, tools) {
+            (ToolChoice::Required | ToolChoice::Named(_), None) => Err(ApiError::bad_field(
+                "tool_choice",
+                "tool_choice asks for a tool call but the request offers no tools; send tools",
+            )),
+            (ToolChoice::Named(name), Some(tools))
+                if !tools.iter().any(|t| t["function"]["name"] == name) =>
+            {
+                Err(ApiError::bad_field(
+                    "tool_choice",
+                    format!("tool_choice names the function {name:?}, which tools does not offer"),
+                ))
+            }
+            _ => Ok(tools),
+        }
+    }
+
+    /// The grammar `tool_choice` enforces: with `"required"` the answer is one or more calls
+    /// (one unless `parallel_tool_calls`) of the tools, with a named function one call of it;
+    /// `None` for `"auto"` and `"none"`. `tag` writes the call tags as the grammar writes them
+    /// (see [`Constraint::ToolCalls`]).
+    pub fn tool_constraint(
+        &self,
+        tag: impl Fn(&str) -> String,
+    ) -> Result<Option<Constraint>, ApiError> {
+        let Some(tools) = self.tools_offered()? else { return Ok(None) };
+        let signature = |t: &Value| {
+            let name = t["function"]["name"].as_str().unwrap_or_default().to_string();
+            let params = t["function"].get("parameters").filter(|p| !p.is_null());
+            // a function without `parameters` takes none (OpenAI's reading)
+            let none = serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false});
+            (name, params.cloned().unwrap_or(none))
+        };
+        let (picked, parallel): (Vec<_>, bool) = match self.tool_choice()? {
+            ToolChoice::Required => {
+                (tools.iter().map(signature).collect(), self.parallel_tool_calls.unwrap_or(true))
+            }
+            ToolChoice::Named(name) => (
+                tools.iter().filter(|t| t["function"]["name"] == name).map(signature).collect(),
+                false,
+            ),
+            ToolChoice::Auto | ToolChoice::None => return Ok(None),
+        };
+        let (open, close) = (tag(TOOL_CALL_OPEN), tag(TOOL_CALL_CLOSE));
+        Ok(Some(Constraint::ToolCalls { tools: picked, parallel, open, close }))
     }
 
     /// The conversation as chat-template messages (text parts joined).
@@ -638,6 +697,7 @@ pub fn prompt_request(
     namespace: Option<u64>,
     vocab_size: usize,
     defaults: &SamplingDefaults,
+    constraint: Option<Constraint>,
 ) -> Result<PromptRequest, ApiError> {
     let (params, stop) = common.sampling(context_left, defaults)?;
     let logit_bias = common.logit_bias(vocab_size)?;
@@ -649,6 +709,7 @@ pub fn prompt_request(
         logit_bias,
         ignore_eos: common.ignore_eos.unwrap_or(false),
         stop_token_ids: common.stop_token_ids(vocab_size)?,
-        constraint: common.constraint()?.map(|(c, _)| c),
+        constraint,
+        constraint_after: None,
     })
 }

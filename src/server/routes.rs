@@ -18,9 +18,12 @@ use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest
 use super::stream::{Generation, Kind};
 use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
+use crate::constrain::Constraint;
 use crate::engine::SamplingDefaults;
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
-use crate::output::{prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallParser};
+use crate::output::{
+    prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallParser, THINK_END,
+};
 use crate::tokenizer::ChatMessage;
 
 /// Largest request body accepted (bigger ones get a 413).
@@ -147,8 +150,33 @@ async fn chat_completions(
     let prompt = Prompt::Chat(req.conversation()?);
     // with tools offered, the answer's tool calls are parsed (only the first unless parallel)
     let tool_calls = req.tools_offered()?.map(|_| req.parallel_tool_calls.unwrap_or(true));
+    // a required or named tool_choice is a grammar, as response_format is: one of them
+    let frontend = state.engine()?.frontend().clone();
+    let constraint = match (req.tool_constraint(|t| tag(&frontend, t))?, req.common.constraint()?) {
+        (Some(_), Some((_, field))) => {
+            return Err(ApiError::bad_field(
+                field,
+                format!(
+                    "tool_choice (required or a named function) and {field} both constrain the \
+                     answer; send one"
+                ),
+            ))
+        }
+        (Some(tools), None) => Some((tools, "tool_choice")),
+        (None, other) => other,
+    };
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Chat, tool_calls).await
+    generate(state, namespace, prompt, &req.common, Kind::Chat, tool_calls, constraint).await
+}
+
+/// A tool-call tag as the grammar writes it: the special token (`<[id]>`) where the vocabulary
+/// has one of that text, else the quoted text.
+fn tag(frontend: &crate::engine::Frontend, text: &str) -> String {
+    let specials = frontend.tokenizer().inner().get_added_tokens_decoder();
+    match specials.iter().find(|(_, t)| t.special && t.content == text) {
+        Some((id, _)) => format!("<[{id}]>"),
+        None => serde_json::to_string(text).expect("strings serialize"),
+    }
 }
 
 async fn completions(
@@ -160,12 +188,14 @@ async fn completions(
     let req: CompletionRequest = parse(body)?;
     check_model(&state, &req.common)?;
     let prompt = req.prompt()?;
+    let constraint = req.common.constraint()?;
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Completion, None).await
+    generate(state, namespace, prompt, &req.common, Kind::Completion, None, constraint).await
 }
 
 /// Both generation endpoints: admit, tokenize, submit, then stream or collect the answer.
 /// `tool_calls`: parse the answer's tool calls (`Some(parallel)`: all of them, or the first).
+/// `constraint`: the structured output asked for, with the field that asked.
 async fn generate(
     state: Arc<AppState>,
     namespace: Option<u64>,
@@ -173,6 +203,7 @@ async fn generate(
     common: &CommonFields,
     kind: Kind,
     tool_calls: Option<bool>,
+    constraint: Option<(Constraint, &'static str)>,
 ) -> Result<Response, ApiError> {
     let admission = state.admit()?;
     let engine = state.engine()?.clone();
@@ -208,11 +239,18 @@ async fn generate(
         namespace,
         vocab_size,
         &defaults,
+        constraint.as_ref().map(|(c, _)| c.clone()),
     )?;
+    let mut req = req;
+    let reasoning = kind == Kind::Chat && reasons;
+    if reasoning && opens_reasoning {
+        // the prompt opened the reasoning: it is free text; the answer after it is constrained
+        req.constraint_after = Some(THINK_END.to_string());
+    }
     let wants_logprobs = req.params.logprobs.is_some();
     // compiling a grammar is CPU work (the first one builds the vocabulary's trie): off the
     // runtime's threads, as tokenizing is; its errors name the field that asked for it
-    let field = common.constraint()?.map(|(_, field)| field);
+    let field = constraint.map(|(_, field)| field);
     let frontend = engine.frontend().clone();
     let req = tokio::task::spawn_blocking(move || frontend.request(req))
         .await
@@ -226,7 +264,7 @@ async fn generate(
             api
         })?;
     let events = engine.submit(req)?;
-    let reasoning = (kind == Kind::Chat && reasons).then(|| ReasoningParser::new(opens_reasoning));
+    let reasoning = reasoning.then(|| ReasoningParser::new(opens_reasoning));
     let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
     let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);
     let model = state.opts.served_model_name.clone();
