@@ -22,14 +22,14 @@ impl Drop for Server {
 
 fn python_ready() -> Result<(), String> {
     let out = Command::new("python3")
-        .args(["-c", "import openai, prometheus_client.openmetrics.parser"])
+        .args(["-c", "import openai, prometheus_client.openmetrics.parser, jsonschema"])
         .output()
         .map_err(|e| format!("no python3: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "python3 lacks openai / prometheus-client (run scripts/setup.sh): {}",
+            "python3 lacks openai / prometheus-client / jsonschema (run scripts/setup.sh): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }

@@ -8,7 +8,7 @@ BASE_URL defaults to $KVRUN_BASE_URL, then http://127.0.0.1:8000 (with or withou
 /v1); API_KEY defaults to $KVRUN_API_KEY (none if unset: then the wrong-key check is skipped).
 The served model name and its context length come from GET /v1/models.
 
-Needs `openai` and `prometheus-client` (scripts/setup.sh installs them). Prints one line per
+Needs `openai`, `jsonschema` and `prometheus-client` (scripts/setup.sh installs them). Prints one line per
 check and ends with `N passed, M failed`; the exit status is 1 when any check failed.
 
 Against the tiny synthetic model:
@@ -26,7 +26,9 @@ import time
 import traceback
 import urllib.parse
 
+import jsonschema
 import openai
+import pydantic
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 MAX_TOKENS = 12  # small: the whole script runs in seconds against the tiny model
@@ -662,6 +664,81 @@ def main():
     checks.run("penalties and min_p accepted, logit_bias forces a token, stop_token_ids ends "
                "on it, bad penalty → 400",
                penalties_and_bias)
+
+    # ---- structured outputs and tool calls ----------------------------------------------------
+
+    short = [{"role": "user", "content": "Weather?"}]  # the tiny model's context is 256 bytes
+    person = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 8},
+                             "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"], "additionalProperties": False}
+
+    def json_schema_output():
+        r = client.chat.completions.create(
+            model=model, messages=short, temperature=0, max_tokens=120,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person", "schema": person, "strict": True}})
+        assert r.choices[0].finish_reason == "stop", r
+        value = json.loads(r.choices[0].message.content)
+        jsonschema.validate(value, person)
+
+        # the SDK's own structured parsing, into a Pydantic model
+        class Person(pydantic.BaseModel):
+            name: str = pydantic.Field(max_length=8)
+            age: int = pydantic.Field(ge=0, le=120)
+
+        parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+        parsed = parse(model=model, messages=short, temperature=0, max_tokens=120,
+                       response_format=Person).choices[0].message.parsed
+        assert isinstance(parsed, Person), parsed
+        # vLLM's structured_outputs: a choice
+        colors = ["red", "green", "blue"]
+        c = client.chat.completions.create(model=model, messages=short, temperature=0.7,
+                                           seed=5, max_tokens=8,
+                                           extra_body={"structured_outputs": {"choice": colors}})
+        assert c.choices[0].message.content in colors, c
+        expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=model, messages=short, max_tokens=4,
+            extra_body={"structured_outputs": {"regex": "(unclosed"}}), "bad regex")
+        return f"{value}, {parsed!r}, {c.choices[0].message.content!r}"
+
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string", "maxLength": 8},
+                                      "unit": {"enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city", "unit"], "additionalProperties": False}}}
+
+    def tool_choice_required():
+        r = client.chat.completions.create(model=model, messages=short, temperature=0,
+                                           max_tokens=150, tools=[weather],
+                                           tool_choice="required")
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls", r
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.function.name == "get_weather", call
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, weather["function"]["parameters"])
+        # streamed: the tool_calls deltas add up to the same call
+        stream = client.chat.completions.create(
+            model=model, messages=short, temperature=0, max_tokens=150, tools=[weather],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True)
+        name, arguments, finish = "", "", None
+        for chunk in stream:
+            if not chunk.choices:
+                continue
+            for d in chunk.choices[0].delta.tool_calls or []:
+                name += d.function.name or ""
+                arguments += d.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        assert (name, finish) == ("get_weather", "tool_calls"), (name, finish)
+        assert json.loads(arguments) == args, (arguments, args)
+        return f"get_weather({call.function.arguments})"
+
+    checks.run("response_format json_schema → valid JSON; the SDK's parse(); a choice; a bad "
+               "regex → 400", json_schema_output)
+    checks.run("tool_choice required / named → a call whose arguments follow the schema, "
+               "streamed the same", tool_choice_required)
 
     # ---- tokenizer ----------------------------------------------------------------------------
 
