@@ -32,8 +32,8 @@ fi
 # into the system's Python as root and into the user's site-packages otherwise. Debian 12+ marks
 # its Python externally managed (PEP 668), so pip refuses that; then retry with
 # --break-system-packages (pip 23.0.1+, as Debian 12 ships).
-py_packages=(openai prometheus-client gguf numpy jsonschema)
-if python3 -c 'import openai, prometheus_client.openmetrics.parser, gguf, numpy, jsonschema' >/dev/null 2>&1; then
+py_packages=(openai anthropic prometheus-client gguf numpy jsonschema)
+if python3 -c 'import openai, anthropic, prometheus_client.openmetrics.parser, gguf, numpy, jsonschema' >/dev/null 2>&1; then
     echo "the Python test packages (${py_packages[*]}) are installed"
 else
     export PIP_ROOT_USER_ACTION=ignore # no "running pip as root" warning

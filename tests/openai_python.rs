@@ -22,14 +22,14 @@ impl Drop for Server {
 
 fn python_ready() -> Result<(), String> {
     let out = Command::new("python3")
-        .args(["-c", "import openai, prometheus_client.openmetrics.parser, jsonschema"])
+        .args(["-c", "import openai, anthropic, prometheus_client.openmetrics.parser, jsonschema"])
         .output()
         .map_err(|e| format!("no python3: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "python3 lacks openai / prometheus-client / jsonschema (run scripts/setup.sh): {}",
+            "python3 lacks openai / anthropic / prometheus-client / jsonschema (run scripts/setup.sh): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
@@ -84,5 +84,32 @@ fn official_openai_client_against_kvrun_serve() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the openai client checks failed:\n{stdout}");
+    assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
+}
+
+/// `tests/python/anthropic_client_test.py`: the official `anthropic` client against
+/// `/v1/messages` (create, stream, count_tokens, a forced tool call and its result, an error).
+#[test]
+fn official_anthropic_client_against_kvrun_serve() {
+    if common::gpu().is_none() {
+        return;
+    }
+    if let Err(why) = python_ready() {
+        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
+        eprintln!("SKIPPING: {why}");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = root.join("assets/tiny-llama/tiny-llama-q.gguf");
+    let args = ["--api-key", "test-key", "-c", "256", "--served-model-name", "tiny"];
+    let (_server, base) = serve(&model, &args);
+    let out = Command::new("python3")
+        .arg(root.join("tests/python/anthropic_client_test.py"))
+        .args([&base, "test-key", "tiny"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the anthropic client checks failed:\n{stdout}");
     assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
 }

@@ -888,8 +888,8 @@ async fn tools_reach_the_template_and_required_or_named_choices_are_enforced() {
     // on the real model: tool_choice_on_the_real_model)
     let mut b = ask(Some(json!([tool])), Some(json!("required")));
     b["max_tokens"] = json!(110); // the random model writes what whitespace JSON allows
-    // with thinking on the prompt opens a <think> block, and the grammar waits for its end,
-    // which this random model never writes (tests/structured_outputs.rs checks the wait)
+                                  // with thinking on the prompt opens a <think> block, and the grammar waits for its end,
+                                  // which this random model never writes (tests/structured_outputs.rs checks the wait)
     b["chat_template_kwargs"] = json!({"enable_thinking": false});
     let got: Value = server.post("/v1/chat/completions", b).await.json().await.unwrap();
     assert_eq!(got["choices"][0]["finish_reason"], "tool_calls", "{got}");
@@ -1138,5 +1138,135 @@ async fn tool_choice_on_the_real_model() {
         }
         println!("{choice} parallel={parallel}: {calls:?}");
     }
+    server.wait_idle().await;
+}
+
+/// Anthropic's Messages API on the tiny model: a `message` whose text equals the chat
+/// endpoint's answer to the same conversation (greedy), the event stream's text deltas adding up
+/// to it with the events in Anthropic's order, `count_tokens` equal to the usage's input tokens,
+/// `tool_choice` any → a `tool_use` block (stop_reason tool_use) whose input follows the
+/// schema, a `tool_result` turn accepted, `x-api-key` auth, and errors in Anthropic's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_messages_map_onto_the_chat_path() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let opts = ServeOptions { api_key: Some("k".into()), ..options() };
+    let mut cfg = engine_config(4);
+    cfg.max_model_len = Some(256); // the tiny model's (its tokens are bytes)
+    let server = Server::start(cfg, opts).await;
+    let post = |path: &str, body: Value| {
+        server
+            .client
+            .post(format!("{}{path}", server.base))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+    };
+    let body = json!({
+        "model": MODEL, "max_tokens": 12, "temperature": 0,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}],
+    });
+    let got: Value = post("/v1/messages", body.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!((got["type"].as_str(), got["role"].as_str()), (Some("message"), Some("assistant")));
+    assert!(got["id"].as_str().unwrap().starts_with("msg_"), "{got}");
+    let text = got["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    let openai = json!({
+        "model": MODEL, "max_tokens": 12, "temperature": 0,
+        "messages": [{"role": "system", "content": "Be brief."},
+                     {"role": "user", "content": "Hello there"}],
+    });
+    let chat: Value = server
+        .client
+        .post(format!("{}/v1/chat/completions", server.base))
+        .bearer_auth("k")
+        .json(&openai)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(text, chat["choices"][0]["message"]["content"].as_str().unwrap(), "{got}");
+    assert_eq!(got["stop_reason"], "max_tokens", "{got}");
+    assert_eq!(got["usage"]["output_tokens"], 12, "{got}");
+    let counted: Value =
+        post("/v1/messages/count_tokens", body.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!(counted["input_tokens"], got["usage"]["input_tokens"], "{counted} {got}");
+
+    // streamed: Anthropic's events in order, the deltas adding up to the same text
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let raw = post("/v1/messages", streamed).await.unwrap().text().await.unwrap();
+    let events: Vec<&str> = raw.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{raw}");
+    assert_eq!(&events[events.len() - 2..], ["message_delta", "message_stop"], "{raw}");
+    let joined: String = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter(|v| v["type"] == "content_block_delta")
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(joined, text, "{raw}");
+
+    // tools: "any" forces a call of the schema's shape
+    let tool = json!({"name": "w", "description": "weather", "input_schema": {"type": "object",
+        "properties": {"c": {"type": "string", "maxLength": 3}}, "required": ["c"],
+        "additionalProperties": false}});
+    let ask = json!({
+        "model": MODEL, "max_tokens": 100, "temperature": 0, "tools": [tool],
+        "tool_choice": {"type": "any"},
+        "messages": [{"role": "user", "content": "Weather?"}],
+    });
+    let got: Value = post("/v1/messages", ask).await.unwrap().json().await.unwrap();
+    assert_eq!(got["stop_reason"], "tool_use", "{got}");
+    let call = got["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap();
+    assert_eq!(call["name"], "w", "{got}");
+    assert!(call["input"]["c"].as_str().is_some_and(|c| c.chars().count() <= 3), "{got}");
+    // the call and its result as the next turn
+    let follow = json!({
+        "model": MODEL, "max_tokens": 4, "tools": [tool],
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],
+                "content": [{"type": "text", "text": "sunny"}]}]},
+        ],
+    });
+    let response = post("/v1/messages", follow).await.unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+
+    // errors in Anthropic's shape
+    for (bad, needle) in [
+        (json!({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
+        (
+            json!({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content":
+                [{"type": "image", "source": {}}]}]}),
+            "image",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}),
+            "role",
+        ),
+    ] {
+        let response = post("/v1/messages", bad).await.unwrap();
+        assert_eq!(response.status(), 400);
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["type"], "error", "{err}");
+        assert_eq!(err["error"]["type"], "invalid_request_error", "{err}");
+        assert!(err["error"]["message"].as_str().unwrap().contains(needle), "{err}");
+    }
+    let unauthorized = server
+        .client
+        .post(format!("{}/v1/messages", server.base))
+        .header("x-api-key", "wrong")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), 401);
     server.wait_idle().await;
 }

@@ -15,6 +15,7 @@
 //! back. Requests beyond `--max-num-seqs` + `--max-queued-requests` in flight get a 503 with
 //! `Retry-After`. Errors have OpenAI's shape ([`error::ApiError`]).
 
+mod anthropic;
 mod error;
 mod openai;
 mod routes;

@@ -13,6 +13,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::anthropic::{self, AnthropicError};
 use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
 use super::stream::{Generation, Kind};
@@ -33,6 +34,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let authed = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -57,11 +60,12 @@ struct KeyTenant(String);
 async fn authorize(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let opts = &state.opts;
     if opts.api_key.is_some() || !opts.api_keys.is_empty() {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        // OpenAI clients send `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`
+        let headers = req.headers();
+        let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let given = bearer
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
         let tenant = given.and_then(|k| opts.api_keys.get(k)).cloned();
         if let Some(tenant) = tenant {
             req.extensions_mut().insert(KeyTenant(tenant));
@@ -69,7 +73,7 @@ async fn authorize(State(state): State<Arc<AppState>>, mut req: Request, next: N
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong API key; send the server's --api-key (or a key of --api-keys) \
-                 as `Authorization: Bearer KEY`",
+                 as `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
             )
             .into_response();
         }
@@ -146,6 +150,53 @@ async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: ChatCompletionRequest = parse(body)?;
+    chat(state, headers, key_tenant, req, Shape::OpenAi).await
+}
+
+/// `POST /v1/messages`: Anthropic's Messages API on the chat path, answered in its shapes.
+async fn messages(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    key_tenant: Option<Extension<KeyTenant>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let body: serde_json::Value = parse(body)?;
+    let req = anthropic::chat_request(&body, true)?;
+    Ok(chat(state, headers, key_tenant, req, Shape::Anthropic).await?)
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt tokens a Messages body would take.
+async fn count_tokens(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let body: serde_json::Value = parse(body)?;
+    let req = anthropic::chat_request(&body, false)?;
+    check_model(&state, &req.common)?;
+    let prompt = Prompt::Chat(req.conversation()?);
+    let frontend = state.engine()?.frontend().clone();
+    let ids = tokio::task::spawn_blocking(move || frontend.tokens(&prompt))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(ApiError::from)?;
+    Ok(Json(json!({ "input_tokens": ids.len() })).into_response())
+}
+
+/// How an answer is written: OpenAI's chat shapes, or Anthropic's messages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    OpenAi,
+    Anthropic,
+}
+
+/// A chat request, answered in `shape`.
+async fn chat(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    key_tenant: Option<Extension<KeyTenant>>,
+    req: ChatCompletionRequest,
+    shape: Shape,
+) -> Result<Response, ApiError> {
     check_model(&state, &req.common)?;
     let prompt = Prompt::Chat(req.conversation()?);
     // with tools offered, the answer's tool calls are parsed (only the first unless parallel)
@@ -166,7 +217,8 @@ async fn chat_completions(
         (None, other) => other,
     };
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Chat, tool_calls, constraint).await
+    let job = Job { kind: Kind::Chat, tool_calls, constraint, shape };
+    generate(state, namespace, prompt, &req.common, job).await
 }
 
 /// A tool-call tag as the grammar writes it: the special token (`<[id]>`) where the vocabulary
@@ -190,21 +242,29 @@ async fn completions(
     let prompt = req.prompt()?;
     let constraint = req.common.constraint()?;
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    generate(state, namespace, prompt, &req.common, Kind::Completion, None, constraint).await
+    let job = Job { kind: Kind::Completion, tool_calls: None, constraint, shape: Shape::OpenAi };
+    generate(state, namespace, prompt, &req.common, job).await
 }
 
-/// Both generation endpoints: admit, tokenize, submit, then stream or collect the answer.
-/// `tool_calls`: parse the answer's tool calls (`Some(parallel)`: all of them, or the first).
-/// `constraint`: the structured output asked for, with the field that asked.
+/// What a generation endpoint asks of [`generate`] beside the prompt and common fields.
+struct Job {
+    kind: Kind,
+    /// Parse the answer's tool calls (`Some(parallel)`: all of them, or the first).
+    tool_calls: Option<bool>,
+    /// The structured output asked for, with the field that asked.
+    constraint: Option<(Constraint, &'static str)>,
+    shape: Shape,
+}
+
+/// Every generation endpoint: admit, tokenize, submit, then stream or collect the answer.
 async fn generate(
     state: Arc<AppState>,
     namespace: Option<u64>,
     prompt: Prompt,
     common: &CommonFields,
-    kind: Kind,
-    tool_calls: Option<bool>,
-    constraint: Option<(Constraint, &'static str)>,
+    job: Job,
 ) -> Result<Response, ApiError> {
+    let Job { kind, tool_calls, constraint, shape } = job;
     let admission = state.admit()?;
     let engine = state.engine()?.clone();
     let frontend = engine.frontend().clone();
@@ -268,11 +328,15 @@ async fn generate(
     let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
     let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);
     let model = state.opts.served_model_name.clone();
-    if common.stream() {
-        Ok(generation.sse(kind, model, common.include_usage()))
-    } else {
-        Ok(Json(generation.collect(kind, &model).await?).into_response())
-    }
+    Ok(match (shape, common.stream()) {
+        (Shape::OpenAi, true) => generation.sse(kind, model, common.include_usage()),
+        (Shape::OpenAi, false) => Json(generation.collect(kind, &model).await?).into_response(),
+        (Shape::Anthropic, true) => anthropic::sse(generation, model),
+        (Shape::Anthropic, false) => {
+            let chat = generation.collect(kind, &model).await?;
+            Json(anthropic::message(&chat, &model)).into_response()
+        }
+    })
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {

@@ -50,15 +50,15 @@ pub struct Generation {
 }
 
 /// How a request ended, as the API reports it.
-struct Ending {
+pub(super) struct Ending {
     reason: FinishReason,
-    usage: Usage,
+    pub usage: Usage,
     /// The answer holds tool calls: `finish_reason` is `"tool_calls"`.
-    tool_calls: bool,
+    pub tool_calls: bool,
 }
 
 impl Ending {
-    fn finish_reason(&self) -> &'static str {
+    pub fn finish_reason(&self) -> &'static str {
         if self.tool_calls {
             "tool_calls"
         } else {
@@ -110,7 +110,7 @@ impl Generation {
 
     /// A piece of the answer as reasoning and content (all content without a parser); the
     /// last piece (`end`) also flushes what the parser held back.
-    fn split(&mut self, text: &str, end: bool) -> Split {
+    pub(super) fn split(&mut self, text: &str, end: bool) -> Split {
         let Some(parser) = self.reasoning.as_mut() else {
             return Split { reasoning: String::new(), content: text.to_string() };
         };
@@ -126,7 +126,7 @@ impl Generation {
     /// A split piece through the tool-call parser (when tools were offered): its content
     /// minus what may be a call; at the `end`, the calls found (the first only unless
     /// parallel) and the content left.
-    fn calls(&mut self, mut split: Split, end: bool) -> (Split, Vec<ToolCall>) {
+    pub(super) fn calls(&mut self, mut split: Split, end: bool) -> (Split, Vec<ToolCall>) {
         let Some((parser, parallel)) = self.tools.as_mut() else { return (split, Vec::new()) };
         split.content = parser.push(&split.content);
         if !end {
@@ -142,7 +142,7 @@ impl Generation {
 
     /// The next piece of text (with its token's log-probabilities, when asked), or how the
     /// request ended (with its last text).
-    async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
+    pub(super) async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
         let event = self.events.next().await;
         match event {
             Some(StreamEvent::Output(OutputEvent::Delta { text, logprobs, .. })) => {
@@ -470,7 +470,7 @@ fn finish_reason(reason: FinishReason) -> &'static str {
 }
 
 /// OpenAI's `usage`, with `prompt_tokens_details.cached_tokens` always present.
-fn usage_json(u: &Usage) -> Value {
+pub(super) fn usage_json(u: &Usage) -> Value {
     json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
