@@ -1,7 +1,9 @@
-//! `kvrun serve` as a client sees it: the built binary on loopback, driven by the official
+//! `kvrun serve` as clients see it: the built binary on loopback, driven by the official
 //! `openai` Python client and checked with `prometheus_client`'s strict OpenMetrics parser
-//! (`tests/python/openai_client_test.py`). Needs python3 with `openai` and `prometheus-client`
-//! (`scripts/setup.sh` installs them); skips without them unless `KVRUN_NO_SKIP=1`.
+//! (`tests/python/openai_client_test.py`), by the official `anthropic` client
+//! (`tests/python/anthropic_client_test.py`), and its chat page in headless chromium
+//! (`tests/python/chat_page_test.py`). `scripts/setup.sh` installs what they need; they skip
+//! without it unless `KVRUN_NO_SKIP=1`.
 
 mod common;
 
@@ -112,4 +114,40 @@ fn official_anthropic_client_against_kvrun_serve() {
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the anthropic client checks failed:\n{stdout}");
     assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
+}
+
+/// `tests/python/chat_page_test.py`: the chat page at `GET /` in Debian's headless chromium
+/// (selenium through chromedriver) against SmolLM2: type, send, the reply streams, the KV
+/// panel's numbers change (the second turn's cached tokens and prefix hits). Needs `chromium`,
+/// `chromium-driver` and the `selenium` package (`scripts/setup.sh` installs them).
+#[test]
+fn chat_page_in_a_headless_browser() {
+    let Some(model) = common::real_model("chat_page_in_a_headless_browser") else { return };
+    if common::gpu().is_none() {
+        return;
+    }
+    let ready = Path::new("/usr/bin/chromium").exists()
+        && Path::new("/usr/bin/chromedriver").exists()
+        && Command::new("python3")
+            .args(["-c", "import selenium"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        let why = "no /usr/bin/chromium, /usr/bin/chromedriver or python3 selenium \
+                   (run scripts/setup.sh)";
+        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
+        eprintln!("SKIPPING: {why}");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (_server, base) = serve(&model, &["--api-key", "page-key", "-c", "1024"]);
+    let out = Command::new("python3")
+        .arg(root.join("tests/python/chat_page_test.py"))
+        .args([&base, "page-key"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the chat page check failed:\n{stdout}");
+    assert!(stdout.starts_with("ok "), "{stdout}");
 }

@@ -11,6 +11,7 @@
 //! | `kvrun:state_snapshot_slots` / `kvrun:state_snapshots` | gauge | prefix-cache state snapshot slots, and those holding a cached prefix's snapshot (hybrids; 0 otherwise) |
 //! | `kvrun:state_snapshots_evicted_total` | counter | snapshots evicted to make room |
 //! | `kvrun:prefix_cache_queries_total` / `_hits_total` | counter | prompt tokens looked up / found in the prefix cache |
+//! | `kvrun:prefix_cache_evicted_blocks_total` | counter | cached KV blocks evicted to make room |
 //! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
 //! | `kvrun:time_to_first_token_seconds` | histogram | arrival → first token |
@@ -70,6 +71,7 @@ pub struct Metrics {
     state_bytes_per_sequence: AtomicU64,
     prefix_cache_queries: Counter,
     prefix_cache_hits: Counter,
+    prefix_cache_evicted_blocks: Counter,
     num_preemptions: Counter,
     prompt_tokens: Counter,
     generation_tokens: Counter,
@@ -115,6 +117,7 @@ impl Metrics {
             state_bytes_per_sequence: AtomicU64::new(0),
             prefix_cache_queries: Counter::default(),
             prefix_cache_hits: Counter::default(),
+            prefix_cache_evicted_blocks: Counter::default(),
             num_preemptions: Counter::default(),
             prompt_tokens: Counter::default(),
             generation_tokens: Counter::default(),
@@ -171,6 +174,11 @@ impl Metrics {
             "kvrun:prefix_cache_hits",
             "Prompt tokens found in the prefix cache",
             m.prefix_cache_hits.clone(),
+        );
+        r.register(
+            "kvrun:prefix_cache_evicted_blocks",
+            "Cached KV blocks evicted from the prefix cache to make room",
+            m.prefix_cache_evicted_blocks.clone(),
         );
         r.register(
             "kvrun:num_preemptions",
@@ -258,6 +266,7 @@ impl Metrics {
             (&self.state_snapshots_evicted, stats.num_evicted_snapshots),
             (&self.prefix_cache_queries, stats.prefix_query_tokens),
             (&self.prefix_cache_hits, stats.prefix_hit_tokens),
+            (&self.prefix_cache_evicted_blocks, stats.num_evicted_blocks),
             (&self.num_preemptions, stats.num_preemptions),
             (&self.prompt_tokens, stats.prompt_tokens),
             (&self.generation_tokens, stats.generation_tokens),
@@ -349,6 +358,7 @@ mod tests {
             num_snapshot_slots: 8,
             num_snapshots: 3,
             num_evicted_snapshots: 2,
+            num_evicted_blocks: 7,
             ..SchedulerStats::default()
         };
         metrics.update_from(&stats);
@@ -371,6 +381,7 @@ mod tests {
             "# TYPE kvrun:prefix_cache_queries counter",
             "kvrun:prefix_cache_queries_total 1000",
             "kvrun:prefix_cache_hits_total 640",
+            "kvrun:prefix_cache_evicted_blocks_total 7",
             "kvrun:num_preemptions_total 1",
             "kvrun:prompt_tokens_total 1000",
             "kvrun:generation_tokens_total 80",

@@ -42,6 +42,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(authed)
+        .route("/", get(chat_page))
         .route("/health", get(health))
         .route("/version", get(version))
         .route("/metrics", get(metrics))
@@ -49,6 +50,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// The chat page (`GET /`): one HTML file in the binary, no build step and nothing fetched from
+/// elsewhere; it streams chat over `/v1/chat/completions` and draws its KV panel from
+/// `/metrics`.
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+async fn chat_page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], CHAT_PAGE).into_response()
 }
 
 /// The tenant a request's API key belongs to (`--api-keys`).
