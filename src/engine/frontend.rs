@@ -213,8 +213,8 @@ impl Frontend {
         Ok(ids)
     }
 
-    /// `constraint` compiled against the model's vocabulary (built once, on the first call:
-    /// about a second for a 262,144-token vocabulary on this project's CI machine).
+    /// `constraint` compiled against the model's vocabulary (its token trie is built once, on
+    /// the first call).
     pub fn compile(&self, constraint: &Constraint) -> Result<GrammarMatcher, FrontendError> {
         let grammars = self.grammars.get_or_init(|| {
             let tok = &self.tokenizer;

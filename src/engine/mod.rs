@@ -229,7 +229,7 @@ impl Engine {
             let constrained: Vec<_> = requests
                 .iter_mut()
                 .filter(|(_, a)| a.grammar.as_ref().is_some_and(|g| g.is_active()))
-                .filter(|(id, _)| plan.seqs.iter().any(|s| s.id == **id))
+                .filter(|(id, _)| plan.seqs.iter().any(|s| s.id == **id && s.sample))
                 .filter_map(|(_, a)| a.grammar.as_mut())
                 .collect();
             if !constrained.is_empty() {

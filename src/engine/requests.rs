@@ -70,9 +70,9 @@ impl CompletionRequest {
             return Err(FrontendError::EmptyPrompt);
         }
         if self.grammar.is_some() && (self.ignore_eos || self.params.min_tokens > 0) {
-            // the grammar ends the output with end-of-sequence when it is complete
+            // a complete grammar ends the output (or allows only end-of-sequence)
             return Err(FrontendError::Constraint(
-                "structured outputs end with the grammar's end-of-sequence, so they cannot be \
+                "a structured output ends where its grammar is complete, so it cannot be \
                  combined with ignore_eos or min_tokens; remove those"
                     .into(),
             ));
