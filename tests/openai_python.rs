@@ -65,55 +65,56 @@ fn serve(model: &Path, extra: &[&str]) -> (Server, String) {
     panic!("kvrun serve did not report its address");
 }
 
-#[test]
-fn official_openai_client_against_kvrun_serve() {
-    if common::gpu().is_none() {
-        return;
-    }
-    if let Err(why) = python_ready() {
-        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
-        eprintln!("SKIPPING: {why}");
-        return;
-    }
+/// Runs `tests/python/SCRIPT` with `args` (the server's address first) and checks it passed:
+/// its exit status, and its last summary line (`ends`).
+fn run_script(script: &str, args: &[&str], ends: impl Fn(&str) -> bool) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let model = root.join("assets/tiny-llama/tiny-llama-q.gguf");
-    let (_server, base) = serve(&model, &["--api-key", "test-key", "-c", "256"]);
     let out = Command::new("python3")
-        .arg(root.join("tests/python/openai_client_test.py"))
-        .args([&base, "test-key"])
+        .arg(root.join("tests/python").join(script))
+        .args(args)
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the openai client checks failed:\n{stdout}");
-    assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
+    assert!(out.status.success(), "{script} failed:\n{stdout}");
+    assert!(stdout.lines().any(&ends), "{stdout}");
+}
+
+/// The tiny model's path.
+fn tiny_model() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf")
+}
+
+/// Python with the clients' packages, or a skip (a failure under `KVRUN_NO_SKIP`).
+fn clients_ready() -> bool {
+    if let Err(why) = python_ready() {
+        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
+        eprintln!("SKIPPING: {why}");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn official_openai_client_against_kvrun_serve() {
+    if common::gpu().is_none() || !clients_ready() {
+        return;
+    }
+    let (_server, base) = serve(&tiny_model(), &["--api-key", "test-key", "-c", "256"]);
+    run_script("openai_client_test.py", &[&base, "test-key"], |l| l.ends_with(" passed, 0 failed"));
 }
 
 /// `tests/python/anthropic_client_test.py`: the official `anthropic` client against
 /// `/v1/messages` (create, stream, count_tokens, a forced tool call and its result, an error).
 #[test]
 fn official_anthropic_client_against_kvrun_serve() {
-    if common::gpu().is_none() {
+    if common::gpu().is_none() || !clients_ready() {
         return;
     }
-    if let Err(why) = python_ready() {
-        assert!(!common::no_skip(), "{why} and KVRUN_NO_SKIP is set");
-        eprintln!("SKIPPING: {why}");
-        return;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let model = root.join("assets/tiny-llama/tiny-llama-q.gguf");
     let args = ["--api-key", "test-key", "-c", "256", "--served-model-name", "tiny"];
-    let (_server, base) = serve(&model, &args);
-    let out = Command::new("python3")
-        .arg(root.join("tests/python/anthropic_client_test.py"))
-        .args([&base, "test-key", "tiny"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the anthropic client checks failed:\n{stdout}");
-    assert!(stdout.lines().any(|l| l.ends_with(" passed, 0 failed")), "{stdout}");
+    let (_server, base) = serve(&tiny_model(), &args);
+    let script_args = [base.as_str(), "test-key", "tiny"];
+    run_script("anthropic_client_test.py", &script_args, |l| l.ends_with(" passed, 0 failed"));
 }
 
 /// `tests/python/chat_page_test.py`: the chat page at `GET /` in Debian's headless chromium
@@ -139,15 +140,6 @@ fn chat_page_in_a_headless_browser() {
         eprintln!("SKIPPING: {why}");
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (_server, base) = serve(&model, &["--api-key", "page-key", "-c", "1024"]);
-    let out = Command::new("python3")
-        .arg(root.join("tests/python/chat_page_test.py"))
-        .args([&base, "page-key"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the chat page check failed:\n{stdout}");
-    assert!(stdout.starts_with("ok "), "{stdout}");
+    run_script("chat_page_test.py", &[&base, "page-key"], |l| l.starts_with("ok "));
 }

@@ -5,9 +5,7 @@
 //! in Anthropic's shapes — a `message` object, or the `message_start` …
 //! `content_block_delta` … `message_stop` event stream — with Anthropic's error bodies.
 
-use std::convert::Infallible;
-
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
@@ -434,8 +432,5 @@ pub fn sse(mut gen: Generation, model: String) -> Response {
             }
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+    super::stream::sse_response(rx)
 }

@@ -234,9 +234,8 @@ async fn chat(
 /// A tool-call tag as the grammar writes it: the special token (`<[id]>`) where the vocabulary
 /// has one of that text, else the quoted text.
 fn tag(frontend: &crate::engine::Frontend, text: &str) -> String {
-    let specials = frontend.tokenizer().inner().get_added_tokens_decoder();
-    match specials.iter().find(|(_, t)| t.special && t.content == text) {
-        Some((id, _)) => format!("<[{id}]>"),
+    match frontend.tokenizer().special_token_id(text) {
+        Some(id) => format!("<[{id}]>"),
         None => serde_json::to_string(text).expect("strings serialize"),
     }
 }

@@ -280,11 +280,16 @@ impl Generation {
                 }
             }
         });
-        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
-        });
-        Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+        sse_response(rx)
     }
+}
+
+/// The SSE response that sends what arrives on `rx` (with keep-alives) until it closes.
+pub(super) fn sse_response(rx: tokio::sync::mpsc::Receiver<Event>) -> Response {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
 /// Builds the chunks of one stream.

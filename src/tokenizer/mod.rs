@@ -148,15 +148,20 @@ impl Tokenizer {
 
     /// Adds the [`TURN_ENDERS`] that are special tokens of this vocabulary to the EOS set.
     fn add_turn_enders(&mut self) {
-        let specials = self.inner.get_added_tokens_decoder();
         for text in TURN_ENDERS {
-            let found = specials.iter().find(|(_, t)| t.special && t.content == text);
-            if let Some((&id, _)) = found {
+            if let Some(id) = self.special_token_id(text) {
                 if !self.eos_ids.contains(&id) {
                     self.eos_ids.push(id);
                 }
             }
         }
+    }
+
+    /// The id of the special token whose text is `text` (`<|im_end|>`), if the vocabulary has
+    /// one (a plain token of that text does not count).
+    pub fn special_token_id(&self, text: &str) -> Option<u32> {
+        let specials = self.inner.get_added_tokens_decoder();
+        specials.iter().find(|(_, t)| t.special && t.content == text).map(|(&id, _)| id)
     }
 
     /// Token ids of `text`. With `add_special`, BOS is prepended iff the model adds one (and EOS
