@@ -310,7 +310,14 @@ async fn bad_bodies_get_4xx_and_the_server_keeps_serving() {
             400,
             Some("max_tokens"),
         ),
-        ("n = 2", "/v1/completions", br#"{"prompt":"hi","n":2}"#.to_vec(), 400, Some("n")),
+        ("n = 0", "/v1/completions", br#"{"prompt":"hi","n":0}"#.to_vec(), 400, Some("n")),
+        (
+            "n beyond --max-num-seqs",
+            "/v1/completions",
+            br#"{"prompt":"hi","n":1000}"#.to_vec(),
+            400,
+            Some("n"),
+        ),
         (
             "an unsupported field",
             "/v1/completions",
@@ -968,6 +975,72 @@ async fn min_tokens_and_ignore_eos() {
     let err: Value = response.json().await.unwrap();
     assert_eq!(err["error"]["param"], "min_tokens", "{err}");
     std::fs::remove_dir_all(&model).ok();
+}
+
+/// `n` choices: indexed 0..n, sampled apart (choice i with seed + i, so a rerun repeats them
+/// all), the prompt's full KV blocks computed once and shared (the other choices' lookups hit
+/// the prefix cache for all of them), usage counting the prompt once; streamed, each chunk
+/// names its choice and each choice's text equals the collected one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_choices_share_the_prompt_blocks() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Server::start(engine_config(4), options()).await;
+    let block_size = server.state.engine().unwrap().config().block_size as u64;
+    let words = "the quick brown fox jumps over the lazy dog and a cat";
+    let ask = |n: u64, stream: bool| {
+        json!({ "model": MODEL, "prompt": words, "max_tokens": 8, "temperature": 1.0,
+                "seed": 7, "n": n, "stream": stream, "stream_options": {"include_usage": true} })
+    };
+    let (hits, queries) = ("kvrun:prefix_cache_hits_total", "kvrun:prefix_cache_queries_total");
+    let (hits0, queries0) = (server.metric(hits).await, server.metric(queries).await);
+    let three: Value = server.post("/v1/completions", ask(3, false)).await.json().await.unwrap();
+    let prompt_tokens = three["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens >= 3 * block_size, "a prompt of several blocks: {three}");
+    // the first choice computes the prompt; the other two find all its full blocks cached (a
+    // lookup covers the whole prompt, a hit stops before its last token: it is computed for
+    // the logits)
+    let shared = (prompt_tokens - 1) / block_size * block_size;
+    assert_eq!(server.metric(queries).await - queries0, (3 * prompt_tokens) as f64);
+    assert_eq!(server.metric(hits).await - hits0, (2 * shared) as f64, "{three}");
+    let one: Value = server.post("/v1/completions", ask(1, false)).await.json().await.unwrap();
+    let texts: Vec<&str> = (0..3).map(|i| three["choices"][i]["text"].as_str().unwrap()).collect();
+    for (i, c) in three["choices"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(c["index"], i, "{three}");
+    }
+    assert_eq!(three["choices"].as_array().unwrap().len(), 3);
+    assert_eq!(texts[0], one["choices"][0]["text"], "choice 0 samples with the seed itself");
+    assert!(texts[1] != texts[0] || texts[2] != texts[0], "the choices sample apart: {texts:?}");
+    let usage = &three["usage"];
+    assert_eq!(usage["prompt_tokens"], prompt_tokens, "the prompt counted once: {usage}");
+    let completion: u64 = three["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| if c["finish_reason"] == "length" { 8 } else { 0 })
+        .sum();
+    assert_eq!(usage["completion_tokens"], completion, "all three ran to max_tokens: {three}");
+    // streamed: each chunk names its choice; per choice, the collected text
+    let resp = server.post("/v1/completions", ask(3, true)).await;
+    let events = sse_events(&resp.text().await.unwrap());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let mut streamed = vec![String::new(); 3];
+    let mut finished = [0; 3];
+    for c in &chunks {
+        if let Some(choice) = c["choices"].get(0) {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            streamed[i].push_str(choice["text"].as_str().unwrap());
+            finished[i] += usize::from(!choice["finish_reason"].is_null());
+        }
+    }
+    assert_eq!(streamed, texts, "each streamed choice equals the collected one");
+    assert_eq!(finished, [1, 1, 1], "one finish per choice");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["completion_tokens"], usage["completion_tokens"], "{last}");
+    server.wait_idle().await;
 }
 
 /// Structured outputs over HTTP on the tiny model: `response_format` (json_object, json_schema),

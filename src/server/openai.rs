@@ -174,7 +174,7 @@ impl CommonFields {
                         format!(
                             "`{name}` = {text} is not supported by kvrun; remove it (supported: \
                              temperature, top_p, top_k, min_p, max_tokens, max_completion_tokens, \
-                             stop, seed, n = 1, stream, stream_options, logprobs, top_logprobs, \
+                             stop, seed, n, stream, stream_options, logprobs, top_logprobs, \
                              presence_penalty, frequency_penalty, repetition_penalty, \
                              logit_bias, min_tokens, ignore_eos, stop_token_ids, \
                              response_format, structured_outputs)"
@@ -336,16 +336,6 @@ impl CommonFields {
         defaults: &SamplingDefaults,
     ) -> Result<(SamplingParams, Vec<String>), ApiError> {
         self.check_unsupported()?;
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(ApiError::bad_field(
-                    "n",
-                    format!(
-                        "n = {n} is not supported; kvrun returns one choice per request (n = 1)"
-                    ),
-                ));
-            }
-        }
         let max_tokens = match (self.max_completion_tokens, self.max_tokens) {
             (Some(0), _) | (None, Some(0)) => {
                 return Err(ApiError::bad_field("max_tokens", "max_tokens must be at least 1"))
@@ -413,6 +403,25 @@ impl CommonFields {
             ));
         }
         Ok((params, stop))
+    }
+
+    /// How many choices to answer (`n`, default 1): each is its own sequence, and with the
+    /// prefix cache on they share the prompt's full KV blocks (the first computes them, the
+    /// others wait for them and compute only the prompt's partial last block). At most
+    /// `max_num_seqs` (`--max-num-seqs`), so that all of them run together.
+    pub fn choices(&self, max_num_seqs: usize) -> Result<usize, ApiError> {
+        match self.n {
+            None => Ok(1),
+            Some(0) => Err(ApiError::bad_field("n", "n = 0 asks for no answer; use n ≥ 1")),
+            Some(n) if n > max_num_seqs as u64 => Err(ApiError::bad_field(
+                "n",
+                format!(
+                    "n = {n} is more choices than this server runs at once (--max-num-seqs \
+                     {max_num_seqs}); ask for at most {max_num_seqs}"
+                ),
+            )),
+            Some(n) => Ok(n as usize),
+        }
     }
 
     pub fn stream(&self) -> bool {

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::anthropic::{self, AnthropicError};
 use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
-use super::stream::{Generation, Kind};
+use super::stream::{self, Generation, Kind};
 use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
 use crate::constrain::Constraint;
@@ -274,8 +274,9 @@ async fn generate(
     job: Job,
 ) -> Result<Response, ApiError> {
     let Job { kind, tool_calls, constraint, shape } = job;
-    let admission = state.admit()?;
+    let admission = Arc::new(state.admit()?);
     let engine = state.engine()?.clone();
+    let n = common.choices(engine.config().max_num_seqs)?;
     let frontend = engine.frontend().clone();
     // a chat answer of a reasoning model is split: does its template write <think> blocks
     let reasons = match state.opts.reasoning_parser {
@@ -321,28 +322,55 @@ async fn generate(
     // runtime's threads, as tokenizing is; its errors name the field that asked for it
     let field = constraint.map(|(_, field)| field);
     let frontend = engine.frontend().clone();
-    let req = tokio::task::spawn_blocking(move || frontend.request(req))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| {
-            let is_grammar = matches!(e, FrontendError::Constraint(_));
-            let mut api = ApiError::from(e);
-            if is_grammar {
-                api.param = field.map(str::to_string).or(api.param);
-            }
-            api
-        })?;
-    let events = engine.submit(req)?;
-    let reasoning = reasoning.then(|| ReasoningParser::new(opens_reasoning));
-    let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
-    let generation = Generation::new(engine, events, admission, reasoning, wants_logprobs, tools);
+    // one request per choice, each its own sampler stream: with a seed, choice i samples with
+    // seed + i (as vLLM's children do), so the choices differ and a rerun repeats them all
+    let choices = tokio::task::spawn_blocking(move || {
+        (0..n as u64)
+            .map(|i| {
+                let mut choice = req.clone();
+                choice.params.seed = req.params.seed.wrapping_add(i);
+                frontend.request(choice)
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| {
+        let is_grammar = matches!(e, FrontendError::Constraint(_));
+        let mut api = ApiError::from(e);
+        if is_grammar {
+            api.param = field.map(str::to_string).or(api.param);
+        }
+        api
+    })?;
+    let mut generations = Vec::with_capacity(n);
+    for req in choices {
+        // a submit that fails drops the choices before it, which cancels them
+        let events = engine.submit(req)?;
+        let reasoning = reasoning.then(|| ReasoningParser::new(opens_reasoning));
+        let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
+        let admission = admission.clone();
+        generations.push(Generation::new(
+            engine.clone(),
+            events,
+            admission,
+            reasoning,
+            wants_logprobs,
+            tools,
+        ));
+    }
     let model = state.opts.served_model_name.clone();
     Ok(match (shape, common.stream()) {
-        (Shape::OpenAi, true) => generation.sse(kind, model, common.include_usage()),
-        (Shape::OpenAi, false) => Json(generation.collect(kind, &model).await?).into_response(),
-        (Shape::Anthropic, true) => anthropic::sse(generation, model),
+        (Shape::OpenAi, true) => stream::sse(generations, kind, model, common.include_usage()),
+        (Shape::OpenAi, false) => {
+            Json(stream::collect(generations, kind, &model).await?).into_response()
+        }
+        (Shape::Anthropic, true) => {
+            let one = generations.pop().expect("Anthropic's requests have no n: one choice");
+            anthropic::sse(one, model)
+        }
         (Shape::Anthropic, false) => {
-            let chat = generation.collect(kind, &model).await?;
+            let chat = stream::collect(generations, kind, &model).await?;
             Json(anthropic::message(&chat, &model)).into_response()
         }
     })

@@ -1,8 +1,10 @@
-//! One generation's answer: collected into one JSON object, or streamed as server-sent events.
-//! A [`Generation`] dropped before its request finished (the client went away) cancels the
-//! request, so its KV blocks come back, and counts a disconnect.
+//! A request's answer: its choices (`n`, one [`Generation`] each) collected into one JSON
+//! object, or streamed as server-sent events. A [`Generation`] dropped before its request
+//! finished (the client went away) cancels the request, so its KV blocks come back, and counts a
+//! disconnect.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -46,7 +48,8 @@ pub struct Generation {
     /// Chat with tools offered: finds the answer's tool calls; `bool`: keep them all
     /// (`parallel_tool_calls`), else the first.
     tools: Option<(ToolCallParser, bool)>,
-    _admission: Admission,
+    /// The request's place in the in-flight count, shared by its choices.
+    _admission: Arc<Admission>,
 }
 
 /// How a request ended, as the API reports it.
@@ -80,7 +83,7 @@ impl Generation {
     pub(super) fn new(
         engine: EngineHandle,
         events: RequestStream,
-        admission: Admission,
+        admission: Arc<Admission>,
         reasoning: Option<ReasoningParser>,
         wants_logprobs: bool,
         tools: Option<(ToolCallParser, bool)>,
@@ -167,8 +170,13 @@ impl Generation {
         }
     }
 
-    /// Waits for the whole answer: one `chat.completion` or `text_completion` object.
-    pub async fn collect(mut self, kind: Kind, model: &str) -> Result<Value, ApiError> {
+    /// Waits for this choice's whole answer: its entry of `choices` (at `index`) and how it
+    /// ended.
+    async fn collect_choice(
+        mut self,
+        kind: Kind,
+        index: usize,
+    ) -> Result<(Value, Ending), ApiError> {
         let (mut text, mut reasoning) = (String::new(), String::new());
         let mut logprobs: Vec<TokenLogprobs> = Vec::new();
         loop {
@@ -186,102 +194,154 @@ impl Generation {
                 let logprobs = self.take_logprobs(kind, 0);
                 let choice = match kind {
                     Kind::Chat => json!({
-                        "index": 0,
+                        "index": index,
                         "message": message,
                         "logprobs": logprobs,
                         "finish_reason": end.finish_reason(),
                     }),
                     Kind::Completion => json!({
-                        "index": 0,
+                        "index": index,
                         "text": text,
                         "logprobs": logprobs,
                         "finish_reason": end.finish_reason(),
                     }),
                 };
-                return Ok(json!({
-                    "id": response_id(kind),
-                    "object": match kind { Kind::Chat => "chat.completion", Kind::Completion => "text_completion" },
-                    "created": now(),
-                    "model": model,
-                    "choices": [choice],
-                    "usage": usage_json(&end.usage),
-                }));
+                return Ok((choice, end));
             }
         }
     }
 
-    /// Streams the answer as SSE: a chunk per piece of text, a last chunk with the finish
-    /// reason, a usage chunk when asked, then `[DONE]`. An error midway is sent as an
-    /// `{"error": …}` event before `[DONE]`.
-    pub fn sse(self, kind: Kind, model: String, include_usage: bool) -> Response {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
-        tokio::spawn(async move {
-            let chunks =
-                Chunks { kind, id: response_id(kind), created: now(), model, include_usage };
-            let mut gen = self;
-            let mut sent = 0; // bytes of answer text sent (completions' text_offset)
-            if kind == Kind::Chat {
-                let first = chunks.chunk(json!({ "role": "assistant", "content": "" }), None);
-                if tx.send(first).await.is_err() {
-                    return;
+    /// Streams this choice's answer into `tx`: a chunk per piece of text, a last chunk with
+    /// the finish reason. An error midway is sent as an `{"error": …}` event.
+    async fn stream_choice(
+        mut self,
+        chunks: &Chunks,
+        index: usize,
+        tx: &tokio::sync::mpsc::Sender<Event>,
+    ) -> ChoiceEnd {
+        let kind = chunks.kind;
+        let mut sent = 0; // bytes of answer text sent (completions' text_offset)
+        if kind == Kind::Chat {
+            let first = chunks.chunk(index, json!({ "role": "assistant", "content": "" }), None);
+            if tx.send(first).await.is_err() {
+                return ChoiceEnd::Left;
+            }
+        }
+        loop {
+            let next = tokio::select! {
+                next = self.next() => next,
+                _ = tx.closed() => return ChoiceEnd::Left, // dropping `self` cancels
+            };
+            let (events, end) = match next {
+                Ok((text, None)) if text.is_empty() => continue,
+                Ok((text, None)) => {
+                    let split = self.split(&text, false);
+                    let (split, _) = self.calls(split, false);
+                    if split.reasoning.is_empty() && split.content.is_empty() {
+                        continue; // held back (a tag may be starting)
+                    }
+                    let logprobs = self.take_logprobs(kind, sent);
+                    sent += split.content.len();
+                    (vec![chunks.pieces(index, &split, logprobs)], None)
+                }
+                Ok((text, Some(mut end))) => {
+                    let mut out = Vec::new();
+                    let split = self.split(&text, true);
+                    let (split, calls) = self.calls(split, true);
+                    let logprobs = self.take_logprobs(kind, sent);
+                    let empty = split.reasoning.is_empty() && split.content.is_empty();
+                    if !empty || !logprobs.is_null() {
+                        out.push(chunks.pieces(index, &split, logprobs));
+                    }
+                    if !calls.is_empty() {
+                        let delta = json!({ "tool_calls": tool_calls_json(&calls, true) });
+                        out.push(chunks.chunk(index, delta, None));
+                        end.tool_calls = true;
+                    }
+                    out.push(chunks.text(index, "", Some(end.finish_reason())));
+                    (out, Some(ChoiceEnd::Done(end.usage)))
+                }
+                Err(e) => {
+                    (vec![Event::default().data(e.body().to_string())], Some(ChoiceEnd::Failed))
+                }
+            };
+            for event in events {
+                if tx.send(event).await.is_err() {
+                    return ChoiceEnd::Left;
                 }
             }
-            loop {
-                let next = tokio::select! {
-                    next = gen.next() => next,
-                    _ = tx.closed() => return, // the client left: dropping `gen` cancels
-                };
-                let events = match next {
-                    Ok((text, None)) if text.is_empty() => continue,
-                    Ok((text, None)) => {
-                        let split = gen.split(&text, false);
-                        let (split, _) = gen.calls(split, false);
-                        if split.reasoning.is_empty() && split.content.is_empty() {
-                            continue; // held back (a tag may be starting)
-                        }
-                        let logprobs = gen.take_logprobs(kind, sent);
-                        sent += split.content.len();
-                        chunks.pieces(&split, logprobs).into_iter().collect()
-                    }
-                    Ok((text, Some(mut end))) => {
-                        let mut out = Vec::new();
-                        let split = gen.split(&text, true);
-                        let (split, calls) = gen.calls(split, true);
-                        let logprobs = gen.take_logprobs(kind, sent);
-                        let empty = split.reasoning.is_empty() && split.content.is_empty();
-                        if !empty || !logprobs.is_null() {
-                            out.extend(chunks.pieces(&split, logprobs));
-                        }
-                        if !calls.is_empty() {
-                            let delta = json!({ "tool_calls": tool_calls_json(&calls, true) });
-                            out.push(chunks.chunk(delta, None));
-                            end.tool_calls = true;
-                        }
-                        out.push(chunks.text("", Some(end.finish_reason())));
-                        if include_usage {
-                            out.push(chunks.usage(&end.usage));
-                        }
-                        out.push(Event::default().data("[DONE]"));
-                        out
-                    }
-                    Err(e) => vec![
-                        Event::default().data(e.body().to_string()),
-                        Event::default().data("[DONE]"),
-                    ],
-                };
-                let last = gen.finished;
-                for event in events {
-                    if tx.send(event).await.is_err() {
-                        return;
-                    }
-                }
-                if last {
-                    return;
-                }
+            if let Some(end) = end {
+                return end;
             }
-        });
-        sse_response(rx)
+        }
     }
+}
+
+/// How a streamed choice ended.
+enum ChoiceEnd {
+    Done(Usage),
+    /// An error, sent in the stream.
+    Failed,
+    /// The client went away.
+    Left,
+}
+
+/// Waits for every choice's whole answer: one `chat.completion` or `text_completion` object,
+/// `choices` in index order.
+pub async fn collect(choices: Vec<Generation>, kind: Kind, model: &str) -> Result<Value, ApiError> {
+    let answers = choices.into_iter().enumerate().map(|(i, g)| g.collect_choice(kind, i));
+    let mut entries = Vec::new();
+    let mut usages = Vec::new();
+    for answer in futures_util::future::join_all(answers).await {
+        let (choice, end) = answer?;
+        entries.push(choice);
+        usages.push(end.usage);
+    }
+    Ok(json!({
+        "id": response_id(kind),
+        "object": match kind { Kind::Chat => "chat.completion", Kind::Completion => "text_completion" },
+        "created": now(),
+        "model": model,
+        "choices": entries,
+        "usage": usage_json(&request_usage(&usages)),
+    }))
+}
+
+/// Streams every choice as SSE, their chunks interleaved as they come (each names its choice's
+/// `index`): chunks of text, a last chunk with each finish reason, a usage chunk when asked,
+/// then `[DONE]`.
+pub fn sse(choices: Vec<Generation>, kind: Kind, model: String, include_usage: bool) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let chunks = Chunks { kind, id: response_id(kind), created: now(), model, include_usage };
+        let streams =
+            choices.into_iter().enumerate().map(|(i, g)| g.stream_choice(&chunks, i, &tx));
+        let mut usages = Vec::new();
+        for end in futures_util::future::join_all(streams).await {
+            match end {
+                ChoiceEnd::Done(usage) => usages.push(usage),
+                ChoiceEnd::Failed => {}
+                ChoiceEnd::Left => return,
+            }
+        }
+        if include_usage && !usages.is_empty() {
+            let _ = tx.send(chunks.usage(&request_usage(&usages))).await;
+        }
+        let _ = tx.send(Event::default().data("[DONE]")).await;
+    });
+    sse_response(rx)
+}
+
+/// A request's usage from its choices' (in index order): the prompt counted once, as OpenAI
+/// bills it (its tokens and cache hit as the first choice saw them), completion tokens added up.
+fn request_usage(choices: &[Usage]) -> Usage {
+    let mut usage = choices.first().copied().unwrap_or_default();
+    for u in choices.iter().skip(1) {
+        usage.completion_tokens += u.completion_tokens;
+        usage.computed_prefill_tokens += u.computed_prefill_tokens;
+        usage.num_preemptions += u.num_preemptions;
+    }
+    usage
 }
 
 /// The SSE response that sends what arrives on `rx` (with keep-alives) until it closes.
@@ -316,21 +376,22 @@ impl Chunks {
         Event::default().data(obj.to_string())
     }
 
-    fn chunk(&self, delta: Value, reason: Option<&'static str>) -> Event {
+    fn chunk(&self, index: usize, delta: Value, reason: Option<&'static str>) -> Event {
         let choice =
-            json!({ "index": 0, "delta": delta, "logprobs": null, "finish_reason": reason });
+            json!({ "index": index, "delta": delta, "logprobs": null, "finish_reason": reason });
         self.envelope(json!([choice]), Value::Null)
     }
 
-    fn text(&self, text: &str, reason: Option<&'static str>) -> Event {
+    fn text(&self, index: usize, text: &str, reason: Option<&'static str>) -> Event {
         match self.kind {
             Kind::Chat => {
                 let delta = if reason.is_some() { json!({}) } else { json!({ "content": text }) };
-                self.chunk(delta, reason)
+                self.chunk(index, delta, reason)
             }
             Kind::Completion => {
-                let choice =
-                    json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": reason });
+                let choice = json!({
+                    "index": index, "text": text, "logprobs": null, "finish_reason": reason,
+                });
                 self.envelope(json!([choice]), Value::Null)
             }
         }
@@ -338,7 +399,7 @@ impl Chunks {
 
     /// The chunk of a split piece of text (`reasoning_content` and/or `content` in a chat
     /// delta) with its tokens' `logprobs` (`null` when not asked).
-    fn pieces(&self, split: &Split, logprobs: Value) -> Option<Event> {
+    fn pieces(&self, index: usize, split: &Split, logprobs: Value) -> Event {
         let choice = match self.kind {
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
@@ -348,13 +409,15 @@ impl Chunks {
                 if !split.content.is_empty() || split.reasoning.is_empty() {
                     delta.insert("content".into(), json!(split.content));
                 }
-                json!({ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null })
+                json!({
+                    "index": index, "delta": delta, "logprobs": logprobs, "finish_reason": null,
+                })
             }
             Kind::Completion => json!({
-                "index": 0, "text": split.content, "logprobs": logprobs, "finish_reason": null,
+                "index": index, "text": split.content, "logprobs": logprobs, "finish_reason": null,
             }),
         };
-        Some(self.envelope(json!([choice]), Value::Null))
+        self.envelope(json!([choice]), Value::Null)
     }
 
     fn usage(&self, usage: &Usage) -> Event {

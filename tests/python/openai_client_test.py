@@ -540,10 +540,41 @@ def main():
             "chat prompt over the context")
         return msg
 
-    def n_two():
-        err = expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
-            model=model, messages=CHAT_MESSAGES, max_tokens=2, n=2), "n=2")
-        return f"param {err['param']!r}"
+    def n_three():
+        def cache():
+            f, _ = scrape(raw)
+            return (sample_value(f, "kvrun:prefix_cache_hits", "kvrun:prefix_cache_hits_total"),
+                    sample_value(f, "kvrun:prefix_cache_queries",
+                                 "kvrun:prefix_cache_queries_total"))
+        # a prompt no earlier check sent: its blocks are computed by this request's first choice
+        prompt = COMPLETION_PROMPT + " a fox named n_three"
+        hits0, queries0 = cache()
+        r = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS,
+                                      temperature=1.0, seed=11, n=3)
+        hits, queries = cache()
+        assert [c.index for c in r.choices] == [0, 1, 2], r
+        assert all(c.finish_reason in ("stop", "length") for c in r.choices), r
+        assert len({c.text for c in r.choices}) > 1, f"three samples, all the same: {r}"
+        p = r.usage.prompt_tokens
+        assert queries - queries0 == 3 * p, f"three lookups of the {p}-token prompt: {queries - queries0}"
+        # the other two choices find the first one's full blocks of the prompt (16 tokens each)
+        assert hits - hits0 >= 2 * (p - 16), f"the choices share the prompt: hits {hits - hits0}"
+        if all(c.finish_reason == "length" for c in r.choices):
+            assert r.usage.completion_tokens == 3 * MAX_TOKENS, f"added up: {r.usage}"
+        assert r.usage.prompt_tokens == p, "the prompt counted once"
+        # chat, streamed: each chunk names its choice, each choice ends once
+        stream = client.chat.completions.create(model=model, messages=CHAT_MESSAGES,
+                                                max_tokens=4, temperature=1.0, seed=3, n=3,
+                                                stream=True)
+        texts, ends = ["", "", ""], [0, 0, 0]
+        for c in stream:
+            for ch in c.choices:
+                texts[ch.index] += ch.delta.content or ""
+                ends[ch.index] += ch.finish_reason is not None
+        assert ends == [1, 1, 1], ends
+        expect_error(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=model, messages=CHAT_MESSAGES, max_tokens=2, n=0), "n=0")
+        return f"prefix-cache hits {hits - hits0:.0f} of {queries - queries0:.0f} looked up"
 
     def unknown_model():
         err = expect_error(openai.NotFoundError, 404, lambda: client.chat.completions.create(
@@ -575,7 +606,8 @@ def main():
 
     checks.run("wrong API key → 401 AuthenticationError", wrong_key)
     checks.run("prompt over max_model_len → 400 naming both numbers", over_context)
-    checks.run("n=2 → 400 BadRequestError", n_two)
+    checks.run("n=3: three sampled choices sharing the prompt's KV blocks, streamed by index; "
+               "n=0 → 400", n_three)
     checks.run("unknown model → 404 NotFoundError", unknown_model)
     checks.run("invalid JSON body (raw) → 400 with the error shape", invalid_json)
     checks.run("temperature -1 → 400 BadRequestError", negative_temperature)
