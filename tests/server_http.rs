@@ -33,6 +33,7 @@ fn options() -> ServeOptions {
         tenant_header: "x-tenant-id".into(),
         metrics_vllm_names: false,
         reasoning_parser: Default::default(),
+        tool_call_parser: Default::default(),
         generation_config: Default::default(),
     }
 }
@@ -558,13 +559,6 @@ fn thinking_model() -> PathBuf {
 
 /// [`thinking_model`] in its own directory (`name`) with this `generation_config.json`.
 fn thinking_model_with(name: &str, generation_config: &Value) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
-    let dir = std::env::temp_dir().join(format!("kvrun-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    std::fs::write(dir.join("generation_config.json"), generation_config.to_string()).unwrap();
     let template = "{% if tools %}<tools>{{ tools | tojson }}</tools>\n{% endif %}\
                     {% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
                     {% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} \
@@ -572,9 +566,110 @@ fn thinking_model_with(name: &str, generation_config: &Value) -> PathBuf {
                     {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n\
                     {% if enable_thinking is defined and enable_thinking is false %}\
                     <think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+    tiny_qwen35_with(name, generation_config, template)
+}
+
+/// A copy of the tiny Qwen3.5 in its own directory (`name`) with this `generation_config.json`
+/// and chat template.
+fn tiny_qwen35_with(name: &str, generation_config: &Value, template: &str) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-qwen35/hf");
+    let dir = std::env::temp_dir().join(format!("kvrun-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("generation_config.json"), generation_config.to_string()).unwrap();
     let config = json!({ "chat_template": template, "eos_token": "<|im_end|>" });
     std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
     dir
+}
+
+/// Tool calls in each family's format, chosen from the chat template (or by
+/// `--tool-call-parser`): a required `tool_choice` writes the calls as that family does, and
+/// they come back parsed, collected and streamed. `skip_special_tokens: false` keeps special
+/// tokens in the text (the server turns it off where a format's markers are special tokens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_call_formats_follow_the_template() {
+    use kvrun::server::ToolCallParserMode;
+    if common::gpu().is_none() {
+        return;
+    }
+    let turns = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                 {% endfor %}<|im_start|>assistant\n";
+    let cases = [
+        (
+            "mistral",
+            format!("{{% if tools %}}[AVAILABLE_TOOLS]{{% endif %}}{turns}{{# [TOOL_CALLS] [ #}}"),
+            ToolCallParserMode::Auto,
+            "[TOOL_CALLS] [",
+        ),
+        (
+            "mistral-args",
+            format!("{turns}{{# [TOOL_CALLS]name[ARGS]{{}} #}}"),
+            ToolCallParserMode::Auto,
+            "[ARGS]",
+        ),
+        (
+            "llama3",
+            format!("{turns}{{# <|python_tag|> #}}"),
+            ToolCallParserMode::Auto,
+            "\"parameters\"",
+        ),
+        ("llama3-by-flag", turns.to_string(), ToolCallParserMode::Llama3Json, "\"parameters\""),
+    ];
+    let tool = json!({"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string", "maxLength": 5}},
+         "required": ["city"], "additionalProperties": false}}});
+    for (name, template, mode, written) in cases {
+        let model = tiny_qwen35_with(&format!("tools-{name}"), &json!({}), &template);
+        let mut cfg = EngineConfig::new(model.clone());
+        cfg.max_model_len = Some(256);
+        let opts = ServeOptions { tool_call_parser: mode, ..options() };
+        let server = Server::start(cfg, opts).await;
+        let mut b = chat("Weather?", 170, false);
+        b["tools"] = json!([tool]);
+        b["tool_choice"] = json!("required");
+        b["parallel_tool_calls"] = json!(false); // one call: the random model would go on
+        b["logprobs"] = json!(true);
+        let got: Value = server.post("/v1/chat/completions", b.clone()).await.json().await.unwrap();
+        let choice = &got["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{name}: {got}");
+        let call = &choice["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "get_weather", "{name}: {got}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert!(args["city"].as_str().unwrap().chars().count() <= 5, "{name}: {got}");
+        // the answer's tokens (its log-probability entries) show the family's format
+        let raw: String = choice["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["token"].as_str().unwrap())
+            .collect();
+        assert!(raw.contains(written), "{name}: {raw:?}");
+        b["stream"] = json!(true);
+        let events =
+            sse_events(&server.post("/v1/chat/completions", b).await.text().await.unwrap());
+        let chunks: Vec<Value> =
+            events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+        let streamed: Vec<&Value> =
+            chunks.iter().filter_map(|c| c["choices"].get(0)?["delta"].get("tool_calls")).collect();
+        assert_eq!(streamed.len(), 1, "{name}: one delta with the calls: {chunks:?}");
+        assert_eq!(streamed[0][0]["function"]["arguments"], call["arguments"], "{name}");
+        std::fs::remove_dir_all(&model).ok();
+    }
+    // a vocabulary with special tokens (the tiny Gemma 4's `<|turn>`)
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma4/hf");
+    let mut cfg = EngineConfig::new(path);
+    cfg.max_model_len = Some(64);
+    let server = Server::start(cfg, options()).await;
+    let engine = server.state.engine().unwrap();
+    let id = engine.frontend().tokenizer().special_token_id("<|turn>").unwrap();
+    for (skip, want) in [(true, ""), (false, "<|turn><|turn>")] {
+        let b = json!({ "model": MODEL, "prompt": "hi", "max_tokens": 2, "temperature": 0,
+                        "logit_bias": { id.to_string(): 100 }, "skip_special_tokens": skip });
+        let got: Value = server.post("/v1/completions", b).await.json().await.unwrap();
+        assert_eq!(got["choices"][0]["text"], want, "skip_special_tokens {skip}: {got}");
+    }
 }
 
 /// Chat answers of a reasoning model: `chat_template_kwargs` reach the template

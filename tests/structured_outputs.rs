@@ -301,11 +301,13 @@ fn a_grammar_can_wait_for_the_end_of_reasoning() {
     }
 }
 
-/// Tool-call grammars: random walks end in text the tool-call parser reads back as calls of
-/// the offered tools with arguments that follow their schemas (one call unless parallel).
+/// Tool-call grammars, in every family's syntax: random walks end in text that the parser of
+/// that format reads back as calls of the offered tools with arguments that follow their
+/// schemas (one call unless parallel), and nothing else.
 #[test]
 fn tool_call_walks_parse_back_as_calls() {
-    use kvrun::output::{ToolCallParser, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+    use kvrun::constrain::CallSyntax;
+    use kvrun::output::{ToolCallFormat, ToolCallParser};
     let tools = vec![
         (
             "get_weather".to_string(),
@@ -318,41 +320,55 @@ fn tool_call_walks_parse_back_as_calls() {
         ),
     ];
     let quoted = |s: &str| serde_json::to_string(s).unwrap();
+    let syntaxes = [
+        (
+            ToolCallFormat::Hermes,
+            CallSyntax::Tagged { open: quoted("<tool_call>"), close: quoted("</tool_call>") },
+        ),
+        (ToolCallFormat::Llama3Json, CallSyntax::Json),
+        (ToolCallFormat::Mistral, CallSyntax::Array { open: quoted("[TOOL_CALLS]") }),
+        (
+            ToolCallFormat::Mistral,
+            CallSyntax::Named { open: quoted("[TOOL_CALLS]"), args: quoted("[ARGS]") },
+        ),
+    ];
     for (name, tok) in tokenizers("tool_call_walks_parse_back_as_calls") {
         let n = n_vocab(&tok);
         let bytes = token_bytes(tok.inner(), n).unwrap();
         let grammars = Grammars::new(tok.inner(), n, tok.eos_ids()).unwrap();
-        let mut complete = 0;
-        for (seed, parallel) in (0..8).zip([false, true].into_iter().cycle()) {
-            let c = Constraint::ToolCalls {
-                tools: tools.clone(),
-                parallel,
-                open: quoted(TOOL_CALL_OPEN),
-                close: quoted(TOOL_CALL_CLOSE),
-            };
-            let (text, done) = walk(&grammars, &c, &bytes, tok.eos_ids(), seed, |_, _| {});
-            if !done {
-                continue;
-            }
-            complete += 1;
-            let text = String::from_utf8(text).unwrap();
-            let mut parser = ToolCallParser::new();
-            let said = parser.push(&text);
-            let (rest, calls) = parser.finish();
-            assert_eq!((said.as_str(), rest.as_str()), ("", ""), "{name}: {text:?}");
-            assert!(!calls.is_empty() && (parallel || calls.len() == 1), "{name}: {text:?}");
-            for call in calls {
-                match call.name.as_str() {
-                    "get_weather" => {
-                        let city = call.arguments["city"].as_str().unwrap();
-                        assert!(city.chars().count() <= 6, "{name}: {text:?}");
+        for (format, syntax) in &syntaxes {
+            let mut complete = 0;
+            for (seed, parallel) in (0..8).zip([false, true].into_iter().cycle()) {
+                let c = Constraint::ToolCalls {
+                    tools: tools.clone(),
+                    parallel,
+                    syntax: syntax.clone(),
+                };
+                let (text, done) = walk(&grammars, &c, &bytes, tok.eos_ids(), seed, |_, _| {});
+                if !done {
+                    continue;
+                }
+                complete += 1;
+                let text = String::from_utf8(text).unwrap();
+                let mut parser = ToolCallParser::with_format(*format);
+                let said = parser.push(&text);
+                let (rest, calls) = parser.finish();
+                let at = format!("{name} {syntax:?}: {text:?}");
+                assert_eq!((said.as_str(), rest.as_str()), ("", ""), "{at}");
+                assert!(!calls.is_empty() && (parallel || calls.len() == 1), "{at}");
+                for call in calls {
+                    match call.name.as_str() {
+                        "get_weather" => {
+                            let city = call.arguments["city"].as_str().unwrap();
+                            assert!(city.chars().count() <= 6, "{at}");
+                        }
+                        "now" => assert_eq!(call.arguments, json!({}), "{at}"),
+                        other => panic!("{at}: called {other}"),
                     }
-                    "now" => assert_eq!(call.arguments, json!({}), "{name}: {text:?}"),
-                    other => panic!("{name}: called {other}"),
                 }
             }
+            assert!(complete >= 4, "{name} {syntax:?}: only {complete} walks ended");
         }
-        assert!(complete >= 4, "{name}: only {complete} walks ended");
     }
 }
 

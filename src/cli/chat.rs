@@ -68,6 +68,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             stop_token_ids: Vec::new(),
             constraint: None,
             constraint_after: None,
+            skip_special_tokens: true,
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

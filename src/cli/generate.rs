@@ -109,6 +109,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         stop_token_ids: Vec::new(),
         constraint: args.constraint.constraint()?,
         constraint_after: None,
+        skip_special_tokens: true,
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// generation_config.json or GGUF general.sampling.*), vllm (temperature 1, nothing else).
     #[arg(long, value_enum, default_value = "auto")]
     pub generation_config: crate::server::GenerationConfig,
+    /// The format tool calls are read in, and written in under a required or named
+    /// tool_choice: auto (the one the chat template teaches), hermes (<tool_call>; also
+    /// qwen3_xml), llama3_json, mistral ([TOOL_CALLS]).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tool_call_parser: crate::server::ToolCallParserMode,
     /// Cap a tenant's KV blocks (running + cached; a hybrid's recurrent states count as their
     /// bytes): TENANT=FRACTION of the pool (0.25) or TENANT=BYTES (64MiB). Over it, the tenant's own cached blocks go first, then its
     /// requests wait; other tenants are not preempted for it. Repeatable.
@@ -93,6 +98,7 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         tenant_header,
         metrics_vllm_names: args.metrics_vllm_names,
         reasoning_parser: args.reasoning_parser,
+        tool_call_parser: args.tool_call_parser,
         generation_config: args.generation_config,
     };
     server::run(SocketAddr::new(args.host, args.port), cfg, opts)

@@ -36,12 +36,87 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// A grammar in llguidance's Lark dialect (`start: …`).
     Lark(String),
-    /// An answer that is tool calls and nothing else, each `open`, a newline, the call as JSON
-    /// (`{"name": …, "arguments": {…}}`), a newline, `close` (the Hermes / Qwen format that
-    /// [`crate::output::ToolCallParser`] reads): one call, or one or more with `parallel`,
-    /// newline-separated. `tools`: (name, JSON schema of its arguments). `open` and `close`
-    /// are written as Lark writes them: a quoted literal or a special token's `<[id]>`.
-    ToolCalls { tools: Vec<(String, Value)>, parallel: bool, open: String, close: String },
+    /// An answer that is tool calls and nothing else, written in `syntax` (the format of the
+    /// model family, which [`crate::output::ToolCallParser`] reads back): one call, or one or
+    /// more with `parallel`. `tools`: (name, JSON schema of its arguments).
+    ToolCalls { tools: Vec<(String, Value)>, parallel: bool, syntax: CallSyntax },
+}
+
+/// How [`Constraint::ToolCalls`] writes calls ([`crate::output::ToolCallFormat`]). Markers are
+/// written as Lark writes them: a quoted literal, or a special token's `<[id]>`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CallSyntax {
+    /// Hermes / Qwen: each call `open`, a newline, `{"name": …, "arguments": {…}}`, a newline,
+    /// `close`; calls newline-separated.
+    Tagged { open: String, close: String },
+    /// Llama 3: each call `{"name": …, "parameters": {…}}`; calls joined by `; `.
+    Json,
+    /// Mistral (v3 tokenizers): `open`, a space, then a JSON array of `{"name": …,
+    /// "arguments": {…}}`.
+    Array { open: String },
+    /// Mistral (v11 and later): each call `open`, its name, `args`, its arguments as JSON.
+    Named { open: String, args: String },
+}
+
+impl CallSyntax {
+    /// The Lark grammar of calls of `tools`.
+    fn lark(&self, tools: &[(String, Value)], parallel: bool) -> String {
+        // one call's JSON: {"name": <one of the tools>, <key>: <its arguments>}
+        let call_json = |key: &str| {
+            let calls: Vec<Value> = tools
+                .iter()
+                .map(|(name, params)| {
+                    serde_json::json!({
+                        "type": "object",
+                        "properties": {"name": {"const": name}, key: params},
+                        "required": ["name", key],
+                        "additionalProperties": false,
+                    })
+                })
+                .collect();
+            let mut schema = match calls.as_slice() {
+                [one] => one.clone(),
+                _ => serde_json::json!({ "anyOf": calls }),
+            };
+            with_json_options(&mut schema);
+            format!("body: %json {schema}\n")
+        };
+        let calls = |sep: &str| {
+            if parallel {
+                format!("start: call ({sep} call)*\n")
+            } else {
+                "start: call\n".to_string()
+            }
+        };
+        match self {
+            CallSyntax::Tagged { open, close } => format!(
+                "{}call: {open} \"\\n\" body \"\\n\" {close}\n{}",
+                calls("\"\\n\""),
+                call_json("arguments")
+            ),
+            CallSyntax::Json => {
+                format!("{}call: body\n{}", calls("\"; \""), call_json("parameters"))
+            }
+            CallSyntax::Array { open } => {
+                let more = if parallel { " (\", \" body)*" } else { "" };
+                format!("start: {open} \" [\" body{more} \"]\"\n{}", call_json("arguments"))
+            }
+            CallSyntax::Named { open, args } => {
+                let mut g = calls("");
+                let names: Vec<String> = (0..tools.len()).map(|i| format!("call{i}")).collect();
+                g.push_str(&format!("call: {}\n", names.join(" | ")));
+                for (i, (name, params)) in tools.iter().enumerate() {
+                    let mut schema = params.clone();
+                    with_json_options(&mut schema);
+                    let name = serde_json::to_string(name).expect("strings serialize");
+                    g.push_str(&format!(
+                        "call{i}: {open} {name} {args} args{i}\nargs{i}: %json {schema}\n"
+                    ));
+                }
+                g
+            }
+        }
+    }
 }
 
 /// Whitespace JSON may hold between two of its tokens: one space, or a newline and up to 20
@@ -84,30 +159,11 @@ impl Constraint {
                 TopLevelGrammar::from_lark(format!("start: {}", quoted.join(" | ")))
             }
             Constraint::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
-            Constraint::ToolCalls { tools, parallel, open, close } => {
+            Constraint::ToolCalls { tools, parallel, syntax } => {
                 if tools.is_empty() {
                     return Err("no tools to call".into());
                 }
-                let calls: Vec<Value> = tools
-                    .iter()
-                    .map(|(name, params)| {
-                        serde_json::json!({
-                            "type": "object",
-                            "properties": {"name": {"const": name}, "arguments": params},
-                            "required": ["name", "arguments"],
-                            "additionalProperties": false,
-                        })
-                    })
-                    .collect();
-                let mut schema = match calls.as_slice() {
-                    [one] => one.clone(),
-                    _ => serde_json::json!({ "anyOf": calls }),
-                };
-                with_json_options(&mut schema);
-                let start = if *parallel { "call (\"\\n\" call)*" } else { "call" };
-                TopLevelGrammar::from_lark(format!(
-                    "start: {start}\ncall: {open} \"\\n\" body \"\\n\" {close}\nbody: %json {schema}\n"
-                ))
+                TopLevelGrammar::from_lark(syntax.lark(tools, *parallel))
             }
         })
     }

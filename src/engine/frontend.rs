@@ -58,6 +58,9 @@ pub struct PromptRequest {
     /// The constraint applies only after the output has written this text (a reasoning
     /// model's `</think>` where the prompt opened its reasoning); `None`: from the start.
     pub constraint_after: Option<String>,
+    /// Leave special tokens out of the output's text (the default; vLLM's
+    /// `skip_special_tokens`). Off where they carry meaning, e.g. Mistral's `[TOOL_CALLS]`.
+    pub skip_special_tokens: bool,
 }
 
 impl PromptRequest {
@@ -73,6 +76,7 @@ impl PromptRequest {
             stop_token_ids: Vec::new(),
             constraint: None,
             constraint_after: None,
+            skip_special_tokens: true,
         }
     }
 }
@@ -248,6 +252,7 @@ impl Frontend {
             prompt_logprobs_only: false,
             logit_bias: req.logit_bias,
             stop_token_ids: req.stop_token_ids,
+            skip_special_tokens: req.skip_special_tokens,
             grammar: match (&req.constraint, req.constraint_after) {
                 (Some(c), Some(after)) => Some(self.compile(c)?.starting_after(after)),
                 (Some(c), None) => Some(self.compile(c)?),

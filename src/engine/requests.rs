@@ -39,6 +39,8 @@ pub struct CompletionRequest {
     /// Ids that end the output as end-of-sequence does, without their text, also with
     /// `ignore_eos` (vLLM's `stop_token_ids`); `min_tokens` holds them back too.
     pub stop_token_ids: Vec<u32>,
+    /// Leave special tokens out of the output's text (end-of-sequence never has text).
+    pub skip_special_tokens: bool,
     /// The grammar the output follows (structured outputs: [`super::Frontend::compile`]).
     pub grammar: Option<GrammarMatcher>,
 }
@@ -56,6 +58,7 @@ impl CompletionRequest {
             prompt_logprobs_only: false,
             logit_bias: Vec::new(),
             stop_token_ids: Vec::new(),
+            skip_special_tokens: true,
             grammar: None,
         }
     }
@@ -184,7 +187,7 @@ impl Active {
             prompt_targets: (req.prompt_logprobs_only && req.prompt_logits_from.is_some())
                 .then(|| req.prompt.clone()),
             grammar: req.grammar.clone(),
-            out: OutputStream::new(stop, Detokenizer::new(true)),
+            out: OutputStream::new(stop, Detokenizer::new(req.skip_special_tokens)),
             arrived: Instant::now(),
             first_token: None,
             last_token: None,

@@ -12,4 +12,7 @@ pub use reasoning::{
     prompt_opens_reasoning, template_reasons, ReasoningParser, Split, THINK_END, THINK_START,
 };
 pub use stop::{FinishReason, OutputDelta, OutputStream, StopCondition};
-pub use tool_calls::{ToolCall, ToolCallParser, CLOSE as TOOL_CALL_CLOSE, OPEN as TOOL_CALL_OPEN};
+pub use tool_calls::{
+    ToolCall, ToolCallFormat, ToolCallParser, CLOSE as TOOL_CALL_CLOSE, MISTRAL_ARGS,
+    MISTRAL_CALLS, OPEN as TOOL_CALL_OPEN, PYTHON_TAG,
+};

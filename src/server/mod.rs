@@ -50,6 +50,40 @@ pub struct ServeOptions {
     pub reasoning_parser: ReasoningParserMode,
     /// Whether requests take the model's recommended sampling settings for fields they omit.
     pub generation_config: GenerationConfig,
+    /// The format tool calls are read (and, for `tool_choice`, written) in.
+    pub tool_call_parser: ToolCallParserMode,
+}
+
+/// `--tool-call-parser` (vLLM's flag and names): the format a model writes tool calls in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolCallParserMode {
+    /// The one the chat template teaches (`[TOOL_CALLS]` → mistral, `<tool_call>` → hermes,
+    /// `<|python_tag|>` → llama3_json), else hermes.
+    #[default]
+    Auto,
+    /// `<tool_call>` JSON or XML blocks (Hermes, Qwen2.5, Qwen3, Qwen3.5, Qwen3-Coder).
+    #[value(alias = "qwen3_xml", alias = "qwen3_coder")]
+    Hermes,
+    /// Llama 3.1–3.3's `{"name", "parameters"}` objects.
+    #[value(name = "llama3_json")]
+    Llama3Json,
+    /// Mistral's `[TOOL_CALLS]`.
+    Mistral,
+}
+
+impl ToolCallParserMode {
+    /// The format for a model whose chat template is `template`.
+    pub fn format(self, template: Option<&str>) -> crate::output::ToolCallFormat {
+        use crate::output::ToolCallFormat;
+        match self {
+            ToolCallParserMode::Auto => {
+                template.map(ToolCallFormat::from_template).unwrap_or_default()
+            }
+            ToolCallParserMode::Hermes => ToolCallFormat::Hermes,
+            ToolCallParserMode::Llama3Json => ToolCallFormat::Llama3Json,
+            ToolCallParserMode::Mistral => ToolCallFormat::Mistral,
+        }
+    }
 }
 
 /// `--generation-config` (vLLM's flag): where a request's omitted sampling fields come from.

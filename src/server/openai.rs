@@ -6,10 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::constrain::Constraint;
+use crate::constrain::{CallSyntax, Constraint};
 use crate::engine::SamplingDefaults;
 use crate::engine::{Conversation, Prompt, PromptRequest};
-use crate::output::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 use crate::sample::SamplingParams;
 use crate::tokenizer::{check_template_vars, ChatMessage, TemplateVars};
 
@@ -49,6 +48,8 @@ pub struct CommonFields {
     /// vLLM's: token ids that end the output like end-of-sequence (their text left out; also
     /// with `ignore_eos`; held back by `min_tokens`).
     pub stop_token_ids: Option<Vec<i64>>,
+    /// vLLM's: leave special tokens out of the text (default true).
+    pub skip_special_tokens: Option<bool>,
     /// OpenAI's: `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": …}}`.
     pub response_format: Option<Value>,
     /// vLLM's: exactly one of `json`, `regex`, `choice`, `grammar` (Lark), `json_object`.
@@ -511,12 +512,9 @@ impl ChatCompletionRequest {
 
     /// The grammar `tool_choice` enforces: with `"required"` the answer is one or more calls
     /// (one unless `parallel_tool_calls`) of the tools, with a named function one call of it;
-    /// `None` for `"auto"` and `"none"`. `tag` writes the call tags as the grammar writes them
-    /// (see [`Constraint::ToolCalls`]).
-    pub fn tool_constraint(
-        &self,
-        tag: impl Fn(&str) -> String,
-    ) -> Result<Option<Constraint>, ApiError> {
+    /// `None` for `"auto"` and `"none"`. The calls are written in `syntax` (the model family's
+    /// format, see [`Constraint::ToolCalls`]).
+    pub fn tool_constraint(&self, syntax: CallSyntax) -> Result<Option<Constraint>, ApiError> {
         let Some(tools) = self.tools_offered()? else { return Ok(None) };
         let signature = |t: &Value| {
             let name = t["function"]["name"].as_str().unwrap_or_default().to_string();
@@ -535,8 +533,7 @@ impl ChatCompletionRequest {
             ),
             ToolChoice::Auto | ToolChoice::None => return Ok(None),
         };
-        let (open, close) = (tag(TOOL_CALL_OPEN), tag(TOOL_CALL_CLOSE));
-        Ok(Some(Constraint::ToolCalls { tools: picked, parallel, open, close }))
+        Ok(Some(Constraint::ToolCalls { tools: picked, parallel, syntax }))
     }
 
     /// The conversation as chat-template messages (text parts joined).
@@ -720,5 +717,6 @@ pub fn prompt_request(
         stop_token_ids: common.stop_token_ids(vocab_size)?,
         constraint,
         constraint_after: None,
+        skip_special_tokens: common.skip_special_tokens.unwrap_or(true),
     })
 }

@@ -19,11 +19,12 @@ use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest
 use super::stream::{self, Generation, Kind};
 use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
-use crate::constrain::Constraint;
+use crate::constrain::{CallSyntax, Constraint};
 use crate::engine::SamplingDefaults;
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
 use crate::output::{
-    prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallParser, THINK_END,
+    prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallFormat, ToolCallParser,
+    MISTRAL_ARGS, MISTRAL_CALLS, THINK_END, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
 };
 use crate::tokenizer::ChatMessage;
 
@@ -209,11 +210,17 @@ async fn chat(
 ) -> Result<Response, ApiError> {
     check_model(&state, &req.common)?;
     let prompt = Prompt::Chat(req.conversation()?);
-    // with tools offered, the answer's tool calls are parsed (only the first unless parallel)
-    let tool_calls = req.tools_offered()?.map(|_| req.parallel_tool_calls.unwrap_or(true));
-    // a required or named tool_choice is a grammar, as response_format is: one of them
     let frontend = state.engine()?.frontend().clone();
-    let constraint = match (req.tool_constraint(|t| tag(&frontend, t))?, req.common.constraint()?) {
+    // with tools offered, the answer's tool calls are parsed (only the first unless parallel),
+    // in the format of the model's family
+    let template = frontend.tokenizer().chat_template_source();
+    let format = state.opts.tool_call_parser.format(template);
+    let tool_calls = req
+        .tools_offered()?
+        .map(|_| ToolCalls { format, parallel: req.parallel_tool_calls.unwrap_or(true) });
+    // a required or named tool_choice is a grammar, as response_format is: one of them
+    let syntax = call_syntax(&frontend, format, template);
+    let constraint = match (req.tool_constraint(syntax)?, req.common.constraint()?) {
         (Some(_), Some((_, field))) => {
             return Err(ApiError::bad_field(
                 field,
@@ -231,13 +238,44 @@ async fn chat(
     generate(state, namespace, prompt, &req.common, job).await
 }
 
-/// A tool-call tag as the grammar writes it: the special token (`<[id]>`) where the vocabulary
-/// has one of that text, else the quoted text.
+/// A tool-call marker as the grammar writes it: the special token (`<[id]>`) where the
+/// vocabulary has one of that text, else the quoted text.
 fn tag(frontend: &crate::engine::Frontend, text: &str) -> String {
     match frontend.tokenizer().special_token_id(text) {
         Some(id) => format!("<[{id}]>"),
         None => serde_json::to_string(text).expect("strings serialize"),
     }
+}
+
+/// How a required or named `tool_choice` writes calls in `format`; Mistral's v11 form
+/// (`NAME[ARGS]{…}`) where the template writes `[ARGS]`, else its JSON array.
+fn call_syntax(
+    frontend: &crate::engine::Frontend,
+    format: ToolCallFormat,
+    template: Option<&str>,
+) -> CallSyntax {
+    match format {
+        ToolCallFormat::Hermes => CallSyntax::Tagged {
+            open: tag(frontend, TOOL_CALL_OPEN),
+            close: tag(frontend, TOOL_CALL_CLOSE),
+        },
+        ToolCallFormat::Llama3Json => CallSyntax::Json,
+        ToolCallFormat::Mistral if template.is_some_and(|t| t.contains(MISTRAL_ARGS)) => {
+            CallSyntax::Named {
+                open: tag(frontend, MISTRAL_CALLS),
+                args: tag(frontend, MISTRAL_ARGS),
+            }
+        }
+        ToolCallFormat::Mistral => CallSyntax::Array { open: tag(frontend, MISTRAL_CALLS) },
+    }
+}
+
+/// A chat with tools offered: the format its calls are read in, and whether all of them are
+/// kept (`parallel_tool_calls`) or the first.
+#[derive(Clone, Copy, Debug)]
+struct ToolCalls {
+    format: ToolCallFormat,
+    parallel: bool,
 }
 
 async fn completions(
@@ -258,8 +296,8 @@ async fn completions(
 /// What a generation endpoint asks of [`generate`] beside the prompt and common fields.
 struct Job {
     kind: Kind,
-    /// Parse the answer's tool calls (`Some(parallel)`: all of them, or the first).
-    tool_calls: Option<bool>,
+    /// Parse the answer's tool calls.
+    tool_calls: Option<ToolCalls>,
     /// The structured output asked for, with the field that asked.
     constraint: Option<(Constraint, &'static str)>,
     shape: Shape,
@@ -312,6 +350,13 @@ async fn generate(
         constraint.as_ref().map(|(c, _)| c.clone()),
     )?;
     let mut req = req;
+    if let Some(t) = tool_calls {
+        // markers that are special tokens in this vocabulary must reach the parser
+        let tok = engine.frontend().tokenizer();
+        if t.format.special_markers().iter().any(|m| tok.special_token_id(m).is_some()) {
+            req.skip_special_tokens = false;
+        }
+    }
     let reasoning = kind == Kind::Chat && reasons;
     if reasoning && opens_reasoning {
         // the prompt opened the reasoning: it is free text; the answer after it is constrained
@@ -348,7 +393,7 @@ async fn generate(
         // a submit that fails drops the choices before it, which cancels them
         let events = engine.submit(req)?;
         let reasoning = reasoning.then(|| ReasoningParser::new(opens_reasoning));
-        let tools = tool_calls.map(|parallel| (ToolCallParser::new(), parallel));
+        let tools = tool_calls.map(|t| (ToolCallParser::with_format(t.format), t.parallel));
         let admission = admission.clone();
         generations.push(Generation::new(
             engine.clone(),
