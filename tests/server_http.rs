@@ -584,6 +584,35 @@ fn tiny_qwen35_with(name: &str, generation_config: &Value, template: &str) -> Pa
     dir
 }
 
+/// A reasoning template whose generation prompt leaves the model to open `<think>` itself
+/// (Qwen3 with thinking on): a structured output waits for the reasoning to end (the answer's
+/// first tokens are free: a logit bias makes them `x`, which no JSON starts with); with
+/// thinking off the prompt closes the block and the grammar holds from the first token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grammar_waits_for_reasoning_the_model_opens() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                    {% endfor %}<|im_start|>assistant\n{% if enable_thinking is defined and \
+                    enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}";
+    let model = tiny_qwen35_with("qwen3-style", &json!({}), template);
+    let mut cfg = EngineConfig::new(model.clone());
+    cfg.max_model_len = Some(256);
+    let server = Server::start(cfg, options()).await;
+    let x = server.state.engine().unwrap().frontend().tokenizer().encode("x", false).unwrap()[0];
+    for (thinking, starts) in [(true, "xxx"), (false, "{")] {
+        let mut b = chat("Weather?", 3, false);
+        b["response_format"] = json!({"type": "json_object"});
+        b["logit_bias"] = json!({ x.to_string(): 100 });
+        b["chat_template_kwargs"] = json!({ "enable_thinking": thinking });
+        let got: Value = server.post("/v1/chat/completions", b).await.json().await.unwrap();
+        let content = got["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(content.starts_with(starts), "thinking {thinking}: {got}");
+    }
+    std::fs::remove_dir_all(&model).ok();
+}
+
 /// Tool calls in each family's format, chosen from the chat template (or by
 /// `--tool-call-parser`): a required `tool_choice` writes the calls as that family does, and
 /// they come back parsed, collected and streamed. `skip_special_tokens: false` keeps special

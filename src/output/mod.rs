@@ -9,7 +9,8 @@ mod tool_calls;
 
 pub use detokenizer::Detokenizer;
 pub use reasoning::{
-    prompt_opens_reasoning, template_reasons, ReasoningParser, Split, THINK_END, THINK_START,
+    prompt_closes_reasoning, prompt_opens_reasoning, template_reasons, ReasoningParser, Split,
+    THINK_END, THINK_START,
 };
 pub use stop::{FinishReason, OutputDelta, OutputStream, StopCondition};
 pub use tool_calls::{

@@ -20,6 +20,13 @@ pub fn prompt_opens_reasoning(prompt: &str) -> bool {
     prompt.trim_end().ends_with(THINK_START)
 }
 
+/// Whether a rendered chat prompt ends with a closed reasoning block (Qwen3's and
+/// DeepSeek-V3.1's generation prompts with thinking off write an empty one): the model answers
+/// at once.
+pub fn prompt_closes_reasoning(prompt: &str) -> bool {
+    prompt.trim_end().ends_with(THINK_END)
+}
+
 /// Where the parser is in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {

@@ -23,8 +23,9 @@ use crate::constrain::{CallSyntax, Constraint};
 use crate::engine::SamplingDefaults;
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
 use crate::output::{
-    prompt_opens_reasoning, template_reasons, ReasoningParser, ToolCallFormat, ToolCallParser,
-    MISTRAL_ARGS, MISTRAL_CALLS, THINK_END, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
+    prompt_closes_reasoning, prompt_opens_reasoning, template_reasons, ReasoningParser,
+    ToolCallFormat, ToolCallParser, MISTRAL_ARGS, MISTRAL_CALLS, THINK_END, TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
 };
 use crate::tokenizer::ChatMessage;
 
@@ -324,16 +325,18 @@ async fn generate(
             frontend.tokenizer().chat_template_source().is_some_and(template_reasons)
         }
     };
-    let (ids, opens_reasoning) = tokio::task::spawn_blocking(move || match &prompt {
-        Prompt::Chat(conversation) => {
-            let text = frontend.chat_text(conversation)?;
-            let opens = prompt_opens_reasoning(&text);
-            Ok::<_, FrontendError>((frontend.tokens(&Prompt::Text(text))?, opens))
-        }
-        other => Ok((frontend.tokens(other)?, false)),
-    })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    // how the prompt leaves the reasoning: (opened for the model, closed before the answer)
+    let (ids, (opens_reasoning, closes_reasoning)) =
+        tokio::task::spawn_blocking(move || match &prompt {
+            Prompt::Chat(conversation) => {
+                let text = frontend.chat_text(conversation)?;
+                let how = (prompt_opens_reasoning(&text), prompt_closes_reasoning(&text));
+                Ok::<_, FrontendError>((frontend.tokens(&Prompt::Text(text))?, how))
+            }
+            other => Ok((frontend.tokens(other)?, (false, false))),
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     let context_left = engine.config().max_model_len.saturating_sub(ids.len());
     let vocab_size = engine.frontend().tokenizer().vocab_size();
     let defaults = match state.opts.generation_config {
@@ -358,8 +361,10 @@ async fn generate(
         }
     }
     let reasoning = kind == Kind::Chat && reasons;
-    if reasoning && opens_reasoning {
-        // the prompt opened the reasoning: it is free text; the answer after it is constrained
+    if reasoning && !closes_reasoning {
+        // the reasoning is free text, the answer after it constrained: where the prompt opened
+        // the block, and (as vLLM's reasoning parsers decide) where it leaves the model to open
+        // one itself (Qwen3 with thinking on); only a prompt that closed it is answered at once
         req.constraint_after = Some(THINK_END.to_string());
     }
     let wants_logprobs = req.params.logprobs.is_some();
