@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             StreamEvent::Error(e) => anyhow::bail!("the request failed: {e}"),
+            _ => {} // events this request did not ask for (prompt log-probabilities, …)
         }
     }
 
@@ -74,6 +75,7 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             StreamEvent::Error(e) => anyhow::bail!("the request failed: {e}"),
+            _ => {}
         }
     }
     engine.shutdown();

@@ -76,6 +76,7 @@ fn run_tenants(
                     outputs.entry(ids[&id]).or_default().push(token)
                 }
                 OutputEvent::Finished { .. } => finished += 1,
+                other => panic!("not asked for: {other:?}"),
             }
         }
         engine.scheduler().kv().check_integrity().unwrap();

@@ -36,6 +36,7 @@ fn collect(stream: &mut kvrun::engine::RequestStream) -> (Vec<u32>, FinishReason
         match stream.next_blocking().expect("stream ended without Finished") {
             StreamEvent::Output(OutputEvent::Delta { token, .. }) => tokens.push(token),
             StreamEvent::Output(OutputEvent::Finished { reason, .. }) => return (tokens, reason),
+            StreamEvent::Output(other) => panic!("not asked for: {other:?}"),
             StreamEvent::Error(e) => panic!("request failed: {e}"),
         }
     }
@@ -66,6 +67,7 @@ fn threads_and_async_callers_share_one_engine() {
             match event {
                 StreamEvent::Output(OutputEvent::Delta { token, .. }) => tokens.push(token),
                 StreamEvent::Output(OutputEvent::Finished { .. }) => break,
+                StreamEvent::Output(other) => panic!("not asked for: {other:?}"),
                 StreamEvent::Error(e) => panic!("{e}"),
             }
         }

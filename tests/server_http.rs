@@ -613,6 +613,122 @@ async fn a_grammar_waits_for_reasoning_the_model_opens() {
     std::fs::remove_dir_all(&model).ok();
 }
 
+/// vLLM's `prompt_logprobs` and completions' `echo` with `logprobs` (how evaluation harnesses
+/// score a text): each prompt position's log-probability of the prompt's next token, against a
+/// float64 log-softmax of the engine's own prompt logits; its rank and alternatives; the echo
+/// writes the prompt before the answer with `null` for the first token; streamed the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_and_echo_score_the_prompt() {
+    use kvrun::engine::{CompletionRequest, Engine};
+    if common::gpu().is_none() {
+        return;
+    }
+    let server = Server::start(engine_config(2), options()).await;
+    let prompt: Vec<u32> = vec![5, 17, 42, 9, 100, 7, 33, 61];
+    let rows = {
+        let prompt = prompt.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut engine = Engine::load(&engine_config(1)).unwrap();
+            let mut req = CompletionRequest::new(prompt, 1);
+            req.prompt_logits_from = Some(0);
+            let id = engine.add_request(req).unwrap();
+            while engine.has_unfinished() {
+                engine.step().unwrap();
+            }
+            engine.take_prompt_logits(id)
+        })
+        .await
+        .unwrap()
+    };
+    // float64: the log-probability of `id` in row `r`, and its rank
+    let reference = |r: usize, id: u32| {
+        let row = &rows[r];
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+        let z = row.iter().map(|&l| (f64::from(l) - max).exp()).sum::<f64>().ln() + max;
+        let own = row[id as usize];
+        let rank = 1 + row
+            .iter()
+            .enumerate()
+            .filter(|&(i, &l)| l > own || (l == own && (i as u32) < id))
+            .count();
+        (f64::from(own) - z, rank as u64)
+    };
+    let body = json!({ "model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0,
+                       "prompt_logprobs": 2 });
+    let got: Value = server.post("/v1/completions", body).await.json().await.unwrap();
+    let pl = got["choices"][0]["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(pl.len(), prompt.len(), "{got}");
+    assert!(pl[0].is_null());
+    for p in 1..prompt.len() {
+        let (want, rank) = reference(p - 1, prompt[p]);
+        let map = pl[p].as_object().unwrap();
+        let own = &map[&prompt[p].to_string()];
+        assert!((own["logprob"].as_f64().unwrap() - want).abs() < 1e-4, "position {p}: {own}");
+        assert_eq!(own["rank"], rank, "position {p}");
+        assert!(map.len() <= 3 && map.len() >= 2, "the token and 2 alternatives: {map:?}");
+        let ranks: Vec<u64> = map.values().map(|v| v["rank"].as_u64().unwrap()).collect();
+        assert!(ranks.contains(&1) && ranks.contains(&2), "{map:?}");
+    }
+    // the same for chat, beside the choices
+    let mut body = chat("hello", 2, false);
+    body["prompt_logprobs"] = json!(0);
+    let got: Value = server.post("/v1/chat/completions", body).await.json().await.unwrap();
+    let n = got["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(got["prompt_logprobs"].as_array().unwrap().len(), n, "{got}");
+    assert!(got["choices"][0].get("prompt_logprobs").is_none());
+
+    // echo + logprobs: the prompt's tokens first, then the answer's
+    let body = json!({ "model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0,
+                       "echo": true, "logprobs": 1 });
+    let got: Value = server.post("/v1/completions", body.clone()).await.json().await.unwrap();
+    let choice = &got["choices"][0];
+    let lp = &choice["logprobs"];
+    let tokens: Vec<&str> =
+        lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(tokens.len(), prompt.len() + 2, "{got}");
+    assert_eq!(tokens.concat(), choice["text"].as_str().unwrap(), "the text is the tokens");
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+    for p in 1..prompt.len() {
+        let (want, _) = reference(p - 1, prompt[p]);
+        let got_lp = lp["token_logprobs"][p].as_f64().unwrap();
+        assert!((got_lp - want).abs() < 1e-4, "position {p}: {got_lp} vs {want}");
+        assert!(lp["top_logprobs"][p].as_object().unwrap().len() <= 1);
+    }
+    let offsets: Vec<usize> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect();
+    let mut at = 0;
+    for (t, &o) in tokens.iter().zip(&offsets) {
+        assert_eq!(o, at, "text_offset runs over the echo and the answer");
+        at += t.len();
+    }
+    // streamed: the echo (with its log-probabilities) first, the same text in all
+    let mut body = body;
+    body["stream"] = json!(true);
+    let events = sse_events(&server.post("/v1/completions", body).await.text().await.unwrap());
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let text: String =
+        chunks.iter().filter_map(|c| c["choices"].get(0)?["text"].as_str()).collect();
+    assert_eq!(text, choice["text"].as_str().unwrap());
+    let streamed: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["logprobs"]["token_logprobs"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(streamed, lp["token_logprobs"].as_array().unwrap().clone());
+    // out of range
+    let bad = json!({ "model": MODEL, "prompt": "hi", "prompt_logprobs": 21 });
+    let response = server.post("/v1/completions", bad).await;
+    assert_eq!(response.status(), 400);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"]["param"], "prompt_logprobs");
+    server.wait_idle().await;
+}
+
 /// Tool calls in each family's format, chosen from the chat template (or by
 /// `--tool-call-parser`): a required `tool_choice` writes the calls as that family does, and
 /// they come back parsed, collected and streamed. `skip_special_tokens: false` keeps special

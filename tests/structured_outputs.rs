@@ -442,6 +442,7 @@ fn engine_outputs_follow_their_constraints() {
                     texts[i].push_str(&text);
                     reasons[i] = Some(reason);
                 }
+                other => panic!("not asked for: {other:?}"),
             }
         }
     }

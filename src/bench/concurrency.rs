@@ -163,7 +163,7 @@ impl ConcurrencyBench {
                         }
                         cached += usage.cached_tokens as u64;
                     }
-                    OutputEvent::Finished { .. } => {}
+                    OutputEvent::Finished { .. } | OutputEvent::PromptLogprobs { .. } => {}
                 }
             }
             let kv = engine.scheduler().kv();

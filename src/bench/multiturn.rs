@@ -304,6 +304,7 @@ fn record(
 ) -> anyhow::Result<Option<(usize, usize)>> {
     let reply_tokens = conv.workload.spec.reply_tokens;
     match event {
+        OutputEvent::PromptLogprobs { .. } => Ok(None), // never asked for
         OutputEvent::Delta { id, token, .. } => {
             if let Some(open) = conv.open.get_mut(&id) {
                 open.2.push(token);

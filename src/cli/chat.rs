@@ -69,6 +69,7 @@ pub fn run(args: &ChatArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             constraint: None,
             constraint_after: None,
             skip_special_tokens: true,
+            prompt_logprobs: None,
         })?;
         let out = engine.generate(&req, |piece| {
             let _ = stdout.write_all(piece.as_bytes());

@@ -110,6 +110,7 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         constraint: args.constraint.constraint()?,
         constraint_after: None,
         skip_special_tokens: true,
+        prompt_logprobs: None,
     })?;
     let mut stdout = std::io::stdout();
     let out = engine.generate(&req, |piece| {

@@ -61,6 +61,9 @@ pub struct PromptRequest {
     /// Leave special tokens out of the output's text (the default; vLLM's
     /// `skip_special_tokens`). Off where they carry meaning, e.g. Mistral's `[TOOL_CALLS]`.
     pub skip_special_tokens: bool,
+    /// Report the prompt's token log-probabilities with this many alternatives
+    /// ([`CompletionRequest::prompt_logprobs`]).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl PromptRequest {
@@ -77,6 +80,7 @@ impl PromptRequest {
             constraint: None,
             constraint_after: None,
             skip_special_tokens: true,
+            prompt_logprobs: None,
         }
     }
 }
@@ -250,6 +254,7 @@ impl Frontend {
             namespace: req.namespace,
             prompt_logits_from: None,
             prompt_logprobs_only: false,
+            prompt_logprobs: req.prompt_logprobs,
             logit_bias: req.logit_bias,
             stop_token_ids: req.stop_token_ids,
             skip_special_tokens: req.skip_special_tokens,

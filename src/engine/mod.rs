@@ -359,8 +359,21 @@ impl Engine {
                             self.prompt_logprobs.entry(s.id).or_default().push(lp)
                         }
                         (None, _) => {
-                            let kept = self.prompt_logits.entry(s.id).or_default();
-                            kept.push(logits.row(row).to_vec());
+                            let active = self.requests.get_mut(&s.id);
+                            match active.and_then(|a| a.prompt_logprobs.as_mut()) {
+                                // reduced now: the prompt's next token, its rank, alternatives
+                                Some(p) => {
+                                    if let Some(&t) = p.prompt.get(s.start_pos + r + 1) {
+                                        let row = logits.row(row);
+                                        let lp = crate::sample::token_logprobs(row, t, p.k);
+                                        p.entries.push((lp, crate::sample::token_rank(row, t)));
+                                    }
+                                }
+                                None => {
+                                    let kept = self.prompt_logits.entry(s.id).or_default();
+                                    kept.push(logits.row(row).to_vec());
+                                }
+                            }
                         }
                     }
                 }
@@ -435,6 +448,9 @@ impl Engine {
             match event {
                 crate::sched::TokenEvent::Token { id, token } => {
                     let Some(active) = self.requests.get_mut(&id) else { continue };
+                    if let Some(p) = active.prompt_logprobs.take() {
+                        out.push(OutputEvent::PromptLogprobs { id, logprobs: p.entries });
+                    }
                     let (delta, end) =
                         active.push(self.frontend.tokenizer(), token, now, &self.metrics);
                     let logprobs = active.sampled_logprobs.take();

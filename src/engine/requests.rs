@@ -34,6 +34,11 @@ pub struct CompletionRequest {
     /// the step allows (`model::LogitReadback::TargetLogprobs`: 8 bytes a row on the bus, not
     /// the vocabulary's logits), not the rows.
     pub prompt_logprobs_only: bool,
+    /// Report each prompt position's token log-probability with this many most likely
+    /// alternatives (vLLM's `prompt_logprobs`): one [`OutputEvent::PromptLogprobs`] before the
+    /// first token. Its prompt is computed whole (no prefix-cache hit: a cached position has no
+    /// logits); each row is reduced as it comes, none is kept.
+    pub prompt_logprobs: Option<usize>,
     /// (token id, added to its logit) for every sampled token.
     pub logit_bias: Vec<(u32, f32)>,
     /// Ids that end the output as end-of-sequence does, without their text, also with
@@ -56,6 +61,7 @@ impl CompletionRequest {
             namespace: None,
             prompt_logits_from: None,
             prompt_logprobs_only: false,
+            prompt_logprobs: None,
             logit_bias: Vec::new(),
             stop_token_ids: Vec::new(),
             skip_special_tokens: true,
@@ -88,7 +94,10 @@ impl CompletionRequest {
             id,
             prompt: self.prompt.clone(),
             namespace: self.namespace,
-            prompt_logits_from: self.prompt_logits_from,
+            prompt_logits_from: match self.prompt_logprobs {
+                Some(_) => Some(0),
+                None => self.prompt_logits_from,
+            },
         }
     }
 
@@ -125,14 +134,21 @@ pub struct RequestTiming {
     pub decode_steps: usize,
 }
 
-/// What [`super::Engine::step`] reports, in order, per request.
+/// What [`super::Engine::step`] reports, in order, per request. Non-exhaustive: an embedder
+/// matches the events it asked for and passes over the rest.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum OutputEvent {
     /// A generated token and the text it completes (may be empty while a character or a
     /// possible stop string is incomplete).
     /// `logprobs`: the token's log-probability and the most likely alternatives, when the
     /// request asked for them ([`SamplingParams::logprobs`]).
     Delta { id: RequestId, text: String, token: u32, logprobs: Option<Box<TokenLogprobs>> },
+    /// The prompt's token log-probabilities (when the request asked for them:
+    /// [`CompletionRequest::prompt_logprobs`]), before its first `Delta`: one entry per prompt
+    /// position from the second on (the first has no context), each with its rank among the
+    /// vocabulary (1 = the most likely).
+    PromptLogprobs { id: RequestId, logprobs: Vec<(TokenLogprobs, u32)> },
     /// The request ended. `text` is what was still held back; `usage` counts tokens.
     Finished {
         id: RequestId,
@@ -146,9 +162,21 @@ pub enum OutputEvent {
 impl OutputEvent {
     pub fn id(&self) -> RequestId {
         match self {
-            OutputEvent::Delta { id, .. } | OutputEvent::Finished { id, .. } => *id,
+            OutputEvent::Delta { id, .. }
+            | OutputEvent::PromptLogprobs { id, .. }
+            | OutputEvent::Finished { id, .. } => *id,
         }
     }
+}
+
+/// A request's prompt log-probabilities while its prompt is computed
+/// ([`CompletionRequest::prompt_logprobs`]).
+pub(super) struct PromptLogprobs {
+    /// Alternatives per position.
+    pub k: usize,
+    pub prompt: Vec<u32>,
+    /// (entry, rank) per position from the second on, so far.
+    pub entries: Vec<(TokenLogprobs, u32)>,
 }
 
 /// An unfinished request's state in the engine.
@@ -163,6 +191,9 @@ pub(super) struct Active {
     pub prompt_targets: Option<Vec<u32>>,
     /// The grammar the output follows; its next mask is computed beside the GPU's step.
     pub grammar: Option<GrammarMatcher>,
+    /// Prompt log-probabilities asked for ([`CompletionRequest::prompt_logprobs`]): the
+    /// alternatives wanted, the prompt, the entries so far (sent before the first token).
+    pub prompt_logprobs: Option<PromptLogprobs>,
     out: OutputStream,
     arrived: Instant,
     first_token: Option<Instant>,
@@ -187,6 +218,11 @@ impl Active {
             prompt_targets: (req.prompt_logprobs_only && req.prompt_logits_from.is_some())
                 .then(|| req.prompt.clone()),
             grammar: req.grammar.clone(),
+            prompt_logprobs: req.prompt_logprobs.map(|k| PromptLogprobs {
+                k,
+                prompt: req.prompt.clone(),
+                entries: Vec::new(),
+            }),
             out: OutputStream::new(stop, Detokenizer::new(req.skip_special_tokens)),
             arrived: Instant::now(),
             first_token: None,

@@ -14,4 +14,4 @@ mod params;
 mod sampler;
 
 pub use params::{SampleError, SamplingParams, MAX_TOP_LOGPROBS};
-pub use sampler::{token_logprobs, Sampler, TokenLogprobs};
+pub use sampler::{token_logprobs, token_rank, Sampler, TokenLogprobs};

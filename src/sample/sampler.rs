@@ -272,6 +272,20 @@ pub fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
     }
 }
 
+/// The rank of `token` among `logits` (1 = the most likely): one more than the tokens with a
+/// larger logit, or an equal one and a lower id (the order [`token_logprobs`] lists them in).
+/// O(vocab).
+pub fn token_rank(logits: &[f32], token: u32) -> u32 {
+    let finite = |l: f32| if l.is_nan() { f32::NEG_INFINITY } else { l };
+    let Some(&own) = logits.get(token as usize) else { return logits.len() as u32 + 1 };
+    let own = finite(own);
+    let before = (0u32..)
+        .zip(logits)
+        .filter(|&(id, &l)| finite(l) > own || (finite(l) == own && id < token))
+        .count();
+    before as u32 + 1
+}
+
 /// Larger value first; equal values by lower token id. Values are never NaN here.
 fn descending(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
     b.0.partial_cmp(&a.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1))

@@ -12,6 +12,9 @@ use crate::engine::{Conversation, Prompt, PromptRequest};
 use crate::sample::SamplingParams;
 use crate::tokenizer::{check_template_vars, ChatMessage, TemplateVars};
 
+/// Most alternatives a log-probability entry may show (OpenAI's and vLLM's bound).
+pub const MAX_LOGPROBS: usize = 20;
+
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 16;
 
@@ -50,6 +53,8 @@ pub struct CommonFields {
     pub stop_token_ids: Option<Vec<i64>>,
     /// vLLM's: leave special tokens out of the text (default true).
     pub skip_special_tokens: Option<bool>,
+    /// vLLM's: each prompt position's token log-probability with this many alternatives.
+    pub prompt_logprobs: Option<i64>,
     /// OpenAI's: `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": …}}`.
     pub response_format: Option<Value>,
     /// vLLM's: exactly one of `json`, `regex`, `choice`, `grammar` (Lark), `json_object`.
@@ -138,6 +143,11 @@ pub struct ContentPart {
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: Value,
+    /// Write the prompt before the answer (and, with `logprobs`, its tokens' log-probabilities
+    /// before the answer's): OpenAI's legacy field, which evaluation harnesses use to score
+    /// a text.
+    #[serde(default)]
+    pub echo: Option<bool>,
     #[serde(flatten)]
     pub common: CommonFields,
 }
@@ -210,6 +220,19 @@ impl CommonFields {
             return Err(ApiError::bad_field("top_logprobs", "top_logprobs needs logprobs = true"));
         }
         Ok(asked)
+    }
+
+    /// vLLM's `prompt_logprobs`: the alternatives per prompt position (at most
+    /// [`MAX_LOGPROBS`], as for `top_logprobs`), `None` when not asked.
+    pub fn prompt_logprobs(&self) -> Result<Option<usize>, ApiError> {
+        match self.prompt_logprobs {
+            None => Ok(None),
+            Some(k) if (0..=MAX_LOGPROBS as i64).contains(&k) => Ok(Some(k as usize)),
+            Some(k) => Err(ApiError::bad_field(
+                "prompt_logprobs",
+                format!("prompt_logprobs = {k} is out of range; use 0 to {MAX_LOGPROBS}"),
+            )),
+        }
     }
 
     /// The structured output asked for, with the field that asked: `response_format`,
@@ -718,5 +741,6 @@ pub fn prompt_request(
         constraint,
         constraint_after: None,
         skip_special_tokens: common.skip_special_tokens.unwrap_or(true),
+        prompt_logprobs: common.prompt_logprobs()?,
     })
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use super::anthropic::{self, AnthropicError};
 use super::error::ApiError;
 use super::openai::{self, ChatCompletionRequest, CommonFields, CompletionRequest};
-use super::stream::{self, Generation, Kind};
+use super::stream::{self, Generation, Kind, PromptReport};
 use super::{status, AppState};
 use super::{GenerationConfig, ReasoningParserMode};
 use crate::constrain::{CallSyntax, Constraint};
@@ -235,7 +235,7 @@ async fn chat(
         (None, other) => other,
     };
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    let job = Job { kind: Kind::Chat, tool_calls, constraint, shape };
+    let job = Job { kind: Kind::Chat, tool_calls, constraint, shape, echo: false };
     generate(state, namespace, prompt, &req.common, job).await
 }
 
@@ -290,7 +290,9 @@ async fn completions(
     let prompt = req.prompt()?;
     let constraint = req.common.constraint()?;
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    let job = Job { kind: Kind::Completion, tool_calls: None, constraint, shape: Shape::OpenAi };
+    let echo = req.echo.unwrap_or(false);
+    let job =
+        Job { kind: Kind::Completion, tool_calls: None, constraint, shape: Shape::OpenAi, echo };
     generate(state, namespace, prompt, &req.common, job).await
 }
 
@@ -302,6 +304,8 @@ struct Job {
     /// The structured output asked for, with the field that asked.
     constraint: Option<(Constraint, &'static str)>,
     shape: Shape,
+    /// Completions' `echo`: the prompt is written before the answer.
+    echo: bool,
 }
 
 /// Every generation endpoint: admit, tokenize, submit, then stream or collect the answer.
@@ -312,7 +316,7 @@ async fn generate(
     common: &CommonFields,
     job: Job,
 ) -> Result<Response, ApiError> {
-    let Job { kind, tool_calls, constraint, shape } = job;
+    let Job { kind, tool_calls, constraint, shape, echo } = job;
     let admission = Arc::new(state.admit()?);
     let engine = state.engine()?.clone();
     let n = common.choices(engine.config().max_num_seqs)?;
@@ -343,6 +347,7 @@ async fn generate(
         GenerationConfig::Auto => *engine.frontend().sampling_defaults(),
         GenerationConfig::Vllm => SamplingDefaults::default(),
     };
+    let echo = echo.then(|| ids.clone());
     let req = openai::prompt_request(
         Prompt::Tokens(ids),
         common,
@@ -368,6 +373,15 @@ async fn generate(
         req.constraint_after = Some(THINK_END.to_string());
     }
     let wants_logprobs = req.params.logprobs.is_some();
+    // an echoed prompt with log-probabilities needs its own, with as many alternatives
+    let prompt = PromptReport {
+        echo,
+        logprobs: req.prompt_logprobs,
+        echo_top: req.params.logprobs.unwrap_or(0),
+    };
+    if prompt.echo.is_some() && wants_logprobs {
+        req.prompt_logprobs = Some(req.prompt_logprobs.unwrap_or(0).max(prompt.echo_top));
+    }
     // compiling a grammar is CPU work (the first one builds the vocabulary's trie): off the
     // runtime's threads, as tokenizing is; its errors name the field that asked for it
     let field = constraint.map(|(_, field)| field);
@@ -407,6 +421,7 @@ async fn generate(
             reasoning,
             wants_logprobs,
             tools,
+            prompt.clone(),
         ));
     }
     let model = state.opts.served_model_name.clone();

@@ -48,8 +48,24 @@ pub struct Generation {
     /// Chat with tools offered: finds the answer's tool calls; `bool`: keep them all
     /// (`parallel_tool_calls`), else the first.
     tools: Option<(ToolCallParser, bool)>,
+    /// What the answer reports of its prompt.
+    prompt: PromptReport,
+    /// The prompt's token log-probabilities (with their ranks), once the engine sent them.
+    prompt_logprobs: Option<Vec<(TokenLogprobs, u32)>>,
     /// The request's place in the in-flight count, shared by its choices.
     _admission: Arc<Admission>,
+}
+
+/// What an answer reports of its prompt, besides its usage.
+#[derive(Clone, Debug, Default)]
+pub struct PromptReport {
+    /// Completions' `echo`: the prompt's ids, written before the answer's text (and, with
+    /// `logprobs`, their log-probabilities before the answer's).
+    pub echo: Option<Vec<u32>>,
+    /// vLLM's `prompt_logprobs`: this many alternatives per prompt position.
+    pub logprobs: Option<usize>,
+    /// With `echo` and `logprobs`: the alternatives each echoed token shows.
+    pub echo_top: usize,
 }
 
 /// How a request ended, as the API reports it.
@@ -87,6 +103,7 @@ impl Generation {
         reasoning: Option<ReasoningParser>,
         wants_logprobs: bool,
         tools: Option<(ToolCallParser, bool)>,
+        prompt: PromptReport,
     ) -> Self {
         Generation {
             engine,
@@ -96,8 +113,26 @@ impl Generation {
             logprobs: Vec::new(),
             wants_logprobs,
             tools,
+            prompt,
+            prompt_logprobs: None,
             _admission: admission,
         }
+    }
+
+    /// What goes before the answer's first piece, taken once: completions' echoed prompt text
+    /// with its log-probabilities in the endpoint's shape (`null` unless asked), and vLLM's
+    /// `prompt_logprobs` (`None` unless asked).
+    fn take_prompt(&mut self, kind: Kind) -> (Option<String>, Value, Option<Value>) {
+        let tok = self.engine.frontend().tokenizer();
+        let lps = self.prompt_logprobs.take().unwrap_or_default();
+        let field = self.prompt.logprobs.take().map(|k| prompt_logprobs_json(tok, &lps, k));
+        let Some(ids) = self.prompt.echo.take() else { return (None, Value::Null, field) };
+        let text = tok.decode(&ids, false).unwrap_or_default();
+        let logprobs = match (self.wants_logprobs, kind) {
+            (true, Kind::Completion) => echo_logprobs_json(tok, &ids, &lps, self.prompt.echo_top),
+            _ => Value::Null,
+        };
+        (Some(text), logprobs, field)
     }
 
     /// The log-probabilities gathered since the last call, in the endpoint's shape; `null`
@@ -146,7 +181,11 @@ impl Generation {
     /// The next piece of text (with its token's log-probabilities, when asked), or how the
     /// request ended (with its last text).
     pub(super) async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
-        let event = self.events.next().await;
+        let mut event = self.events.next().await;
+        while let Some(StreamEvent::Output(OutputEvent::PromptLogprobs { logprobs, .. })) = event {
+            self.prompt_logprobs = Some(logprobs);
+            event = self.events.next().await;
+        }
         match event {
             Some(StreamEvent::Output(OutputEvent::Delta { text, logprobs, .. })) => {
                 self.logprobs.extend(logprobs.map(|lp| *lp));
@@ -155,6 +194,9 @@ impl Generation {
             Some(StreamEvent::Output(OutputEvent::Finished { reason, usage, text, .. })) => {
                 self.finished = true;
                 Ok((text, Some(Ending { reason, usage, tool_calls: false })))
+            }
+            Some(StreamEvent::Output(OutputEvent::PromptLogprobs { .. })) => {
+                unreachable!("taken above")
             }
             Some(StreamEvent::Error(message)) => {
                 self.finished = true;
@@ -190,9 +232,11 @@ impl Generation {
                 let reasoning = self.reasoning.is_some().then_some(reasoning);
                 let message = chat_message(&text, reasoning, &calls);
                 end.tool_calls = !calls.is_empty();
+                let (echo, echo_logprobs, prompt_logprobs) = self.take_prompt(kind);
+                let echo = echo.unwrap_or_default();
                 self.logprobs = logprobs;
-                let logprobs = self.take_logprobs(kind, 0);
-                let choice = match kind {
+                let logprobs = join_logprobs(echo_logprobs, self.take_logprobs(kind, echo.len()));
+                let mut choice = match kind {
                     Kind::Chat => json!({
                         "index": index,
                         "message": message,
@@ -201,11 +245,14 @@ impl Generation {
                     }),
                     Kind::Completion => json!({
                         "index": index,
-                        "text": text,
+                        "text": echo + &text,
                         "logprobs": logprobs,
                         "finish_reason": end.finish_reason(),
                     }),
                 };
+                if let Some(p) = prompt_logprobs {
+                    choice["prompt_logprobs"] = p;
+                }
                 return Ok((choice, end));
             }
         }
@@ -232,6 +279,19 @@ impl Generation {
                 next = self.next() => next,
                 _ = tx.closed() => return ChoiceEnd::Left, // dropping `self` cancels
             };
+            if next.is_ok() {
+                // the prompt's report comes first (completions' echo, vLLM's prompt_logprobs)
+                let (echo, logprobs, prompt_logprobs) = self.take_prompt(kind);
+                if echo.is_some() || prompt_logprobs.is_some() {
+                    let echo = echo.unwrap_or_default();
+                    sent += echo.len();
+                    let split = Split { reasoning: String::new(), content: echo };
+                    let first = chunks.first_piece(index, &split, logprobs, prompt_logprobs);
+                    if tx.send(first).await.is_err() {
+                        return ChoiceEnd::Left;
+                    }
+                }
+            }
             let (events, end) = match next {
                 Ok((text, None)) if text.is_empty() => continue,
                 Ok((text, None)) => {
@@ -297,14 +357,26 @@ pub async fn collect(choices: Vec<Generation>, kind: Kind, model: &str) -> Resul
         entries.push(choice);
         usages.push(end.usage);
     }
-    Ok(json!({
+    let mut answer = json!({
         "id": response_id(kind),
         "object": match kind { Kind::Chat => "chat.completion", Kind::Completion => "text_completion" },
         "created": now(),
         "model": model,
         "choices": entries,
         "usage": usage_json(&request_usage(&usages)),
-    }))
+    });
+    if kind == Kind::Chat {
+        // vLLM writes a chat's prompt_logprobs beside its choices (one prompt for them all)
+        let choices = answer["choices"].as_array_mut().expect("an array");
+        let found: Vec<Value> = choices
+            .iter_mut()
+            .filter_map(|c| c.as_object_mut()?.remove("prompt_logprobs"))
+            .collect();
+        if let Some(p) = found.into_iter().next() {
+            answer["prompt_logprobs"] = p;
+        }
+    }
+    Ok(answer)
 }
 
 /// Streams every choice as SSE, their chunks interleaved as they come (each names its choice's
@@ -399,8 +471,28 @@ impl Chunks {
 
     /// The chunk of a split piece of text (`reasoning_content` and/or `content` in a chat
     /// delta) with its tokens' `logprobs` (`null` when not asked).
+    /// [`Chunks::pieces`] with the prompt's `prompt_logprobs` (vLLM's field) in its choice.
+    fn first_piece(
+        &self,
+        index: usize,
+        split: &Split,
+        logprobs: Value,
+        prompt_logprobs: Option<Value>,
+    ) -> Event {
+        let mut choice = self.piece_choice(index, split, logprobs);
+        if let Some(p) = prompt_logprobs {
+            choice["prompt_logprobs"] = p;
+        }
+        self.envelope(json!([choice]), Value::Null)
+    }
+
     fn pieces(&self, index: usize, split: &Split, logprobs: Value) -> Event {
-        let choice = match self.kind {
+        let choice = self.piece_choice(index, split, logprobs);
+        self.envelope(json!([choice]), Value::Null)
+    }
+
+    fn piece_choice(&self, index: usize, split: &Split, logprobs: Value) -> Value {
+        match self.kind {
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
                 if !split.reasoning.is_empty() {
@@ -416,8 +508,7 @@ impl Chunks {
             Kind::Completion => json!({
                 "index": index, "text": split.content, "logprobs": logprobs, "finish_reason": null,
             }),
-        };
-        self.envelope(json!([choice]), Value::Null)
+        }
     }
 
     fn usage(&self, usage: &Usage) -> Event {
@@ -524,6 +615,70 @@ fn logprobs_json(tok: &Tokenizer, kind: Kind, lps: &[TokenLogprobs], offset: usi
                 "top_logprobs": top,
                 "text_offset": offsets,
             })
+        }
+    }
+}
+
+/// vLLM's `prompt_logprobs`: `null` for the first position (it has no context), then per
+/// position a map from token id (a string) to `{logprob, rank, decoded_token}`, holding the
+/// prompt's token and the `k` most likely ones.
+fn prompt_logprobs_json(tok: &Tokenizer, lps: &[(TokenLogprobs, u32)], k: usize) -> Value {
+    let entry = |id: u32, logprob: f32, rank: u32| json!({ "logprob": finite(logprob), "rank": rank, "decoded_token": token_text(tok, id) });
+    let mut out = vec![Value::Null];
+    for (lp, rank) in lps {
+        let mut map = serde_json::Map::new();
+        for (i, &(id, l)) in (1u32..).zip(lp.top.iter().take(k)) {
+            map.insert(id.to_string(), entry(id, l, i));
+        }
+        map.insert(lp.token.to_string(), entry(lp.token, lp.logprob, *rank));
+        out.push(Value::Object(map));
+    }
+    Value::Array(out)
+}
+
+/// Completions' log-probabilities of an echoed prompt (`ids`; `lps` from its second token on):
+/// the first token's are `null`, as OpenAI's legacy API wrote them; `k` alternatives each.
+fn echo_logprobs_json(
+    tok: &Tokenizer,
+    ids: &[u32],
+    lps: &[(TokenLogprobs, u32)],
+    k: usize,
+) -> Value {
+    let mut offsets = Vec::with_capacity(ids.len());
+    let mut at = 0;
+    let tokens: Vec<String> = ids
+        .iter()
+        .map(|&id| {
+            let text = token_text(tok, id);
+            offsets.push(at);
+            at += text.len();
+            text
+        })
+        .collect();
+    let mut token_logprobs = vec![Value::Null];
+    let mut top = vec![Value::Null];
+    for (lp, _) in lps {
+        token_logprobs.push(json!(finite(lp.logprob)));
+        let map: serde_json::Map<String, Value> =
+            lp.top.iter().take(k).map(|&(id, l)| (token_text(tok, id), json!(finite(l)))).collect();
+        top.push(Value::Object(map));
+    }
+    json!({ "tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top,
+            "text_offset": offsets })
+}
+
+/// Two completions log-probability objects one after the other (`null` stands for none).
+fn join_logprobs(first: Value, second: Value) -> Value {
+    match (first, second) {
+        (Value::Null, b) => b,
+        (a, Value::Null) => a,
+        (mut a, b) => {
+            for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+                if let (Some(x), Some(y)) = (a[key].as_array_mut(), b[key].as_array()) {
+                    x.extend(y.iter().cloned());
+                }
+            }
+            a
         }
     }
 }

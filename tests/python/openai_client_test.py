@@ -662,7 +662,17 @@ def main():
             assert "".join(lp.tokens) == text, "tokens join to the text"
         assert all(len(t) <= 2 for t in lp.top_logprobs)
         assert lp.text_offset == sorted(lp.text_offset)
-        return f"{len(lp.tokens)} tokens"
+        # echo (how evaluation harnesses score a text): the prompt's tokens first, the first
+        # without a log-probability, then the answer's
+        e = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
+                                      max_tokens=1, logprobs=1, echo=True)
+        elp = e.choices[0].logprobs
+        assert e.choices[0].text.startswith(COMPLETION_PROMPT), e.choices[0].text
+        assert len(elp.tokens) == e.usage.prompt_tokens + 1, (len(elp.tokens), e.usage)
+        assert elp.token_logprobs[0] is None and elp.top_logprobs[0] is None
+        assert all(v <= 0 for v in elp.token_logprobs[1:]), elp.token_logprobs
+        assert elp.token_logprobs[-1] == lp.token_logprobs[0], "the answer's first token agrees"
+        return f"{len(lp.tokens)} tokens; echoed {e.usage.prompt_tokens} prompt tokens"
 
     def penalties_and_bias():
         plain = client.completions.create(model=model, prompt=COMPLETION_PROMPT, temperature=0,
@@ -692,7 +702,8 @@ def main():
 
     checks.run("chat logprobs + top_logprobs: one entry a token, sorted, streamed the same",
                chat_logprobs)
-    checks.run("completions logprobs: tokens, offsets, alternatives", completion_logprobs)
+    checks.run("completions logprobs: tokens, offsets, alternatives; echo scores the prompt",
+               completion_logprobs)
     checks.run("penalties and min_p accepted, logit_bias forces a token, stop_token_ids ends "
                "on it, bad penalty → 400",
                penalties_and_bias)

@@ -169,6 +169,7 @@ pub fn run(requests: usize, seed: u64) -> SoakReport {
                     finished += 1;
                     ended += 1;
                 }
+                other => panic!("request {id}: not asked for: {other:?}"),
             }
         }
         steps += 1;
