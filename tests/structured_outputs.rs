@@ -3,7 +3,8 @@
 //! - every token's bytes spell what the tokenizer encodes (the bridge to llguidance);
 //! - a choice grammar's mask equals the mask found by brute force over the vocabulary's bytes
 //!   at every step of random walks (an independent reference of llguidance's answer);
-//! - random walks through regex and JSON-schema grammars end in text that matches them;
+//! - random walks through regex and JSON-schema grammars end in text that matches them, also
+//!   over random schemas (proptest) checked by a hand-written validator;
 //! - bad constraints are refused with their error;
 //! - the engine's constrained outputs on SmolLM2 (greedy and sampled, alone and batched with
 //!   an unconstrained request that stays bit-identical).
@@ -467,4 +468,98 @@ fn engine_outputs_follow_their_constraints() {
     // and the JSON one is not what the model writes unconstrained
     let free = engine.generate(&request("Describe a person as JSON.", None, 0.0), |_| {}).unwrap();
     assert_ne!(free.text, texts[0], "the constraint changed nothing");
+}
+
+/// A random JSON schema of the subset [`follows`] checks: bounded strings, integer ranges,
+/// booleans, string enums, arrays and closed objects, nested up to two levels.
+fn schema_strategy() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        (1usize..5).prop_map(|n| json!({"type": "string", "maxLength": n})),
+        (-20i64..20, 0i64..60)
+            .prop_map(|(lo, span)| json!({"type": "integer", "minimum": lo, "maximum": lo + span})),
+        Just(json!({"type": "boolean"})),
+        prop::collection::btree_set("[a-z]{1,3}", 1..4).prop_map(|v| json!({ "enum": v })),
+    ];
+    leaf.prop_recursive(2, 10, 3, |inner| {
+        prop_oneof![
+            (inner.clone(), 0usize..3)
+                .prop_map(|(items, max)| json!({"type": "array", "items": items, "maxItems": max})),
+            prop::collection::vec(inner, 1..3).prop_map(|props| {
+                let names: Vec<String> = (0..props.len()).map(|i| format!("p{i}")).collect();
+                let properties: serde_json::Map<String, Value> =
+                    names.iter().cloned().zip(props).collect();
+                json!({"type": "object", "properties": properties, "required": names,
+                       "additionalProperties": false})
+            }),
+        ]
+    })
+}
+
+/// Whether `v` follows `schema` (the subset [`schema_strategy`] writes), checked by hand: the
+/// reference llguidance's grammar is held to.
+fn follows(schema: &Value, v: &Value) -> bool {
+    if let Some(options) = schema.get("enum") {
+        return options.as_array().unwrap().contains(v);
+    }
+    match schema["type"].as_str().unwrap() {
+        "string" => v
+            .as_str()
+            .is_some_and(|s| s.chars().count() as u64 <= schema["maxLength"].as_u64().unwrap()),
+        "integer" => v.as_i64().is_some_and(|i| {
+            schema["minimum"].as_i64().unwrap() <= i && i <= schema["maximum"].as_i64().unwrap()
+        }),
+        "boolean" => v.is_boolean(),
+        "array" => v.as_array().is_some_and(|a| {
+            a.len() as u64 <= schema["maxItems"].as_u64().unwrap()
+                && a.iter().all(|x| follows(&schema["items"], x))
+        }),
+        "object" => v.as_object().is_some_and(|o| {
+            let props = schema["properties"].as_object().unwrap();
+            o.len() == props.len()
+                && props.iter().all(|(k, s)| o.get(k).is_some_and(|x| follows(s, x)))
+        }),
+        other => panic!("no such type in the strategy: {other}"),
+    }
+}
+
+/// Grammar masks never let a walk leave the grammar, over random schemas: every token a mask
+/// allows is consumed without error, and every walk that ends (end-of-sequence allowed and
+/// taken) is JSON that follows its schema, checked by hand.
+#[test]
+fn random_schemas_walk_to_documents_that_follow_them() {
+    use proptest::test_runner::{Config, TestRunner};
+    let toks = tokenizers("random_schemas_walk_to_documents_that_follow_them");
+    let prepared: Vec<_> = toks
+        .iter()
+        .map(|(name, tok)| {
+            let n = n_vocab(tok);
+            let bytes = token_bytes(tok.inner(), n).unwrap();
+            (*name, tok, bytes, Grammars::new(tok.inner(), n, tok.eos_ids()).unwrap())
+        })
+        .collect();
+    let ended = std::cell::Cell::new(0);
+    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
+    runner
+        .run(&(schema_strategy(), 0u64..1000), |(schema, seed)| {
+            let top = json!({"type": "object", "properties": {"a": schema},
+                             "required": ["a"], "additionalProperties": false});
+            for (name, tok, bytes, grammars) in &prepared {
+                let c = Constraint::JsonSchema(top.clone());
+                let (text, done) = walk(grammars, &c, bytes, tok.eos_ids(), seed, |_, _| {});
+                if !done {
+                    continue; // cut at 200 tokens, as max_tokens would
+                }
+                ended.set(ended.get() + 1);
+                let v: Value = serde_json::from_slice(&text).map_err(|e| {
+                    proptest::test_runner::TestCaseError::fail(format!("{name}: {e}"))
+                })?;
+                proptest::prop_assert!(follows(&top, &v), "{name}: {v} breaks {top}");
+            }
+            Ok(())
+        })
+        .unwrap();
+    if !prepared.is_empty() {
+        assert!(ended.get() >= 24, "only {} walks ended", ended.get());
+    }
 }
