@@ -761,6 +761,12 @@ async fn tool_call_formats_follow_the_template() {
             "\"parameters\"",
         ),
         ("llama3-by-flag", turns.to_string(), ToolCallParserMode::Llama3Json, "\"parameters\""),
+        (
+            "harmony",
+            format!("{turns}{{# <|channel|>final<|message|> #}}"),
+            ToolCallParserMode::Auto,
+            "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>",
+        ),
     ];
     let tool = json!({"type": "function", "function": {"name": "get_weather", "parameters":
         {"type": "object", "properties": {"city": {"type": "string", "maxLength": 5}},

@@ -332,6 +332,14 @@ fn tool_call_walks_parse_back_as_calls() {
             ToolCallFormat::Mistral,
             CallSyntax::Named { open: quoted("[TOOL_CALLS]"), args: quoted("[ARGS]") },
         ),
+        (
+            ToolCallFormat::Harmony,
+            CallSyntax::Harmony {
+                channel: quoted("<|channel|>"),
+                constrain: quoted("<|constrain|>"),
+                message: quoted("<|message|>"),
+            },
+        ),
     ];
     for (name, tok) in tokenizers("tool_call_walks_parse_back_as_calls") {
         let n = n_vocab(&tok);

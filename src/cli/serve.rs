@@ -51,7 +51,7 @@ pub struct ServeArgs {
     pub generation_config: crate::server::GenerationConfig,
     /// The format tool calls are read in, and written in under a required or named
     /// tool_choice: auto (the one the chat template teaches), hermes (<tool_call>; also
-    /// qwen3_xml), llama3_json, mistral ([TOOL_CALLS]).
+    /// qwen3_xml), llama3_json, mistral ([TOOL_CALLS]), openai (gpt-oss's harmony).
     #[arg(long, value_enum, default_value = "auto")]
     pub tool_call_parser: crate::server::ToolCallParserMode,
     /// Cap a tenant's KV blocks (running + cached; a hybrid's recurrent states count as their

@@ -56,6 +56,9 @@ pub enum CallSyntax {
     Array { open: String },
     /// Mistral (v11 and later): each call `open`, its name, `args`, its arguments as JSON.
     Named { open: String, args: String },
+    /// gpt-oss's harmony: one message `channel` `commentary to=functions.NAME ` `constrain`
+    /// `json` `message` then its arguments as JSON (one call: each would be its own message).
+    Harmony { channel: String, constrain: String, message: String },
 }
 
 impl CallSyntax {
@@ -111,6 +114,22 @@ impl CallSyntax {
                     let name = serde_json::to_string(name).expect("strings serialize");
                     g.push_str(&format!(
                         "call{i}: {open} {name} {args} args{i}\nargs{i}: %json {schema}\n"
+                    ));
+                }
+                g
+            }
+            CallSyntax::Harmony { channel, constrain, message } => {
+                let mut g = String::from("start: call\n");
+                let names: Vec<String> = (0..tools.len()).map(|i| format!("call{i}")).collect();
+                g.push_str(&format!("call: {}\n", names.join(" | ")));
+                for (i, (name, params)) in tools.iter().enumerate() {
+                    let mut schema = params.clone();
+                    with_json_options(&mut schema);
+                    let to = serde_json::to_string(&format!("commentary to=functions.{name} "))
+                        .expect("strings serialize");
+                    g.push_str(&format!(
+                        "call{i}: {channel} {to} {constrain} \"json\" {message} args{i}\n\
+                         args{i}: %json {schema}\n"
                     ));
                 }
                 g

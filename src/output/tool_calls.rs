@@ -6,7 +6,10 @@
 //! - `llama3_json`: Llama 3.1–3.3's JSON object `{"name": …, "parameters": {…}}`, after
 //!   `<|python_tag|>` or as the whole answer, several joined by `;`;
 //! - `mistral`: `[TOOL_CALLS]` then a JSON array of `{"name", "arguments"}` objects (v3
-//!   tokenizers) or, per call, `NAME[ARGS]{…}` (v11 and later).
+//!   tokenizers) or, per call, `NAME[ARGS]{…}` (v11 and later);
+//! - `openai`: gpt-oss's harmony messages to `functions.NAME` (read by
+//!   [`super::HarmonyParser`], which a chat answer goes through whole; here the calls, with
+//!   every other message's text as content).
 //!
 //! Text before the first call streams through as content; from a (possibly partial) opening
 //! marker on it is held until the answer ends. What does not parse stays content, so nothing is
@@ -32,13 +35,16 @@ pub enum ToolCallFormat {
     Hermes,
     Llama3Json,
     Mistral,
+    Harmony,
 }
 
 impl ToolCallFormat {
     /// The format a chat template teaches, read off the markers it writes; Hermes (the most
     /// common, and what kvrun's tool-call grammar writes by default) when it names none.
     pub fn from_template(template: &str) -> Self {
-        if template.contains(MISTRAL_CALLS) {
+        if super::template_is_harmony(template) {
+            ToolCallFormat::Harmony
+        } else if template.contains(MISTRAL_CALLS) {
             ToolCallFormat::Mistral
         } else if template.contains(OPEN) {
             ToolCallFormat::Hermes
@@ -56,6 +62,7 @@ impl ToolCallFormat {
             ToolCallFormat::Hermes => &[],
             ToolCallFormat::Llama3Json => &[PYTHON_TAG],
             ToolCallFormat::Mistral => &[MISTRAL_CALLS, MISTRAL_ARGS],
+            ToolCallFormat::Harmony => &super::harmony::MARKERS,
         }
     }
 
@@ -65,6 +72,10 @@ impl ToolCallFormat {
         match self {
             ToolCallFormat::Hermes => text.find(OPEN),
             ToolCallFormat::Mistral => text.find(MISTRAL_CALLS),
+            ToolCallFormat::Harmony => [super::harmony::CHANNEL, super::harmony::START]
+                .iter()
+                .filter_map(|m| text.find(m))
+                .min(),
             ToolCallFormat::Llama3Json => text.find(PYTHON_TAG).or_else(|| {
                 // a bare JSON object as the answer
                 let lead = text.len() - text.trim_start().len();
@@ -79,6 +90,7 @@ impl ToolCallFormat {
             ToolCallFormat::Hermes => &[OPEN],
             ToolCallFormat::Llama3Json => &[PYTHON_TAG],
             ToolCallFormat::Mistral => &[MISTRAL_CALLS],
+            ToolCallFormat::Harmony => &[super::harmony::CHANNEL, super::harmony::START],
         }
     }
 
@@ -106,6 +118,12 @@ impl ToolCallFormat {
                     }
                 }
                 (content, calls)
+            }
+            ToolCallFormat::Harmony => {
+                let mut p = super::HarmonyParser::new();
+                let s = p.push(held);
+                let (rest, calls) = p.finish();
+                (s.reasoning + &s.content + &rest.reasoning + &rest.content, calls)
             }
         }
     }

@@ -351,8 +351,7 @@ pub fn sse(mut gen: Generation, model: String) -> Response {
                 }
             };
             let end = ending.is_some();
-            let split = gen.split(&text, end);
-            let (split, calls) = gen.calls(split, end);
+            let (split, calls) = gen.parse(&text, end);
             for (kind, piece) in [("thinking", &split.reasoning), ("text", &split.content)] {
                 if piece.is_empty() {
                     continue;

@@ -57,8 +57,8 @@ pub struct ServeOptions {
 /// `--tool-call-parser` (vLLM's flag and names): the format a model writes tool calls in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ToolCallParserMode {
-    /// The one the chat template teaches (`[TOOL_CALLS]` → mistral, `<tool_call>` → hermes,
-    /// `<|python_tag|>` → llama3_json), else hermes.
+    /// The one the chat template teaches (harmony's `<|channel|>` → openai, `[TOOL_CALLS]` →
+    /// mistral, `<tool_call>` → hermes, `<|python_tag|>` → llama3_json), else hermes.
     #[default]
     Auto,
     /// `<tool_call>` JSON or XML blocks (Hermes, Qwen2.5, Qwen3, Qwen3.5, Qwen3-Coder).
@@ -69,6 +69,9 @@ pub enum ToolCallParserMode {
     Llama3Json,
     /// Mistral's `[TOOL_CALLS]`.
     Mistral,
+    /// gpt-oss's harmony messages (`to=functions.NAME`; the answer read by channel).
+    #[value(alias = "harmony")]
+    Openai,
 }
 
 impl ToolCallParserMode {
@@ -82,6 +85,7 @@ impl ToolCallParserMode {
             ToolCallParserMode::Hermes => ToolCallFormat::Hermes,
             ToolCallParserMode::Llama3Json => ToolCallFormat::Llama3Json,
             ToolCallParserMode::Mistral => ToolCallFormat::Mistral,
+            ToolCallParserMode::Openai => ToolCallFormat::Harmony,
         }
     }
 }

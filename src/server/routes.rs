@@ -23,9 +23,9 @@ use crate::constrain::{CallSyntax, Constraint};
 use crate::engine::SamplingDefaults;
 use crate::engine::{tenant_namespace, FrontendError, Prompt};
 use crate::output::{
-    prompt_closes_reasoning, prompt_opens_reasoning, template_reasons, ReasoningParser,
-    ToolCallFormat, ToolCallParser, MISTRAL_ARGS, MISTRAL_CALLS, THINK_END, TOOL_CALL_CLOSE,
-    TOOL_CALL_OPEN,
+    prompt_closes_reasoning, prompt_opens_reasoning, template_reasons, AnswerParser, HarmonyParser,
+    ReasoningParser, ToolCallFormat, ToolCallParser, HARMONY_CHANNEL, HARMONY_CONSTRAIN,
+    HARMONY_MESSAGE, MISTRAL_ARGS, MISTRAL_CALLS, THINK_END, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
 };
 use crate::tokenizer::ChatMessage;
 
@@ -235,7 +235,8 @@ async fn chat(
         (None, other) => other,
     };
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
-    let job = Job { kind: Kind::Chat, tool_calls, constraint, shape, echo: false };
+    let harmony = format == ToolCallFormat::Harmony;
+    let job = Job { kind: Kind::Chat, tool_calls, constraint, shape, echo: false, harmony };
     generate(state, namespace, prompt, &req.common, job).await
 }
 
@@ -268,6 +269,11 @@ fn call_syntax(
             }
         }
         ToolCallFormat::Mistral => CallSyntax::Array { open: tag(frontend, MISTRAL_CALLS) },
+        ToolCallFormat::Harmony => CallSyntax::Harmony {
+            channel: tag(frontend, HARMONY_CHANNEL),
+            constrain: tag(frontend, HARMONY_CONSTRAIN),
+            message: tag(frontend, HARMONY_MESSAGE),
+        },
     }
 }
 
@@ -291,8 +297,14 @@ async fn completions(
     let constraint = req.common.constraint()?;
     let namespace = namespace(&state, &headers, key_tenant.as_deref())?;
     let echo = req.echo.unwrap_or(false);
-    let job =
-        Job { kind: Kind::Completion, tool_calls: None, constraint, shape: Shape::OpenAi, echo };
+    let job = Job {
+        kind: Kind::Completion,
+        tool_calls: None,
+        constraint,
+        shape: Shape::OpenAi,
+        echo,
+        harmony: false,
+    };
     generate(state, namespace, prompt, &req.common, job).await
 }
 
@@ -306,6 +318,8 @@ struct Job {
     shape: Shape,
     /// Completions' `echo`: the prompt is written before the answer.
     echo: bool,
+    /// A chat whose template writes gpt-oss's harmony messages: the answer is read by channel.
+    harmony: bool,
 }
 
 /// Every generation endpoint: admit, tokenize, submit, then stream or collect the answer.
@@ -316,7 +330,7 @@ async fn generate(
     common: &CommonFields,
     job: Job,
 ) -> Result<Response, ApiError> {
-    let Job { kind, tool_calls, constraint, shape, echo } = job;
+    let Job { kind, tool_calls, constraint, shape, echo, harmony } = job;
     let admission = Arc::new(state.admit()?);
     let engine = state.engine()?.clone();
     let n = common.choices(engine.config().max_num_seqs)?;
@@ -358,14 +372,17 @@ async fn generate(
         constraint.as_ref().map(|(c, _)| c.clone()),
     )?;
     let mut req = req;
-    if let Some(t) = tool_calls {
-        // markers that are special tokens in this vocabulary must reach the parser
-        let tok = engine.frontend().tokenizer();
-        if t.format.special_markers().iter().any(|m| tok.special_token_id(m).is_some()) {
-            req.skip_special_tokens = false;
-        }
+    // markers that are special tokens in this vocabulary must reach the parser
+    let markers = match (harmony, tool_calls) {
+        (true, _) => ToolCallFormat::Harmony.special_markers(),
+        (false, Some(t)) => t.format.special_markers(),
+        (false, None) => &[],
+    };
+    let tok = engine.frontend().tokenizer();
+    if markers.iter().any(|m| tok.special_token_id(m).is_some()) {
+        req.skip_special_tokens = false;
     }
-    let reasoning = kind == Kind::Chat && reasons;
+    let reasoning = kind == Kind::Chat && reasons && !harmony;
     if reasoning && !closes_reasoning {
         // the reasoning is free text, the answer after it constrained: where the prompt opened
         // the block, and (as vLLM's reasoning parsers decide) where it leaves the model to open
@@ -411,16 +428,25 @@ async fn generate(
     for req in choices {
         // a submit that fails drops the choices before it, which cancels them
         let events = engine.submit(req)?;
-        let reasoning = reasoning.then(|| ReasoningParser::new(opens_reasoning));
-        let tools = tool_calls.map(|t| (ToolCallParser::with_format(t.format), t.parallel));
+        let parallel = tool_calls.is_none_or(|t| t.parallel);
+        let parser = match (kind, harmony) {
+            (Kind::Completion, _) => None,
+            (Kind::Chat, true) => {
+                Some(AnswerParser::Harmony { parser: HarmonyParser::new(), parallel })
+            }
+            (Kind::Chat, false) => Some(AnswerParser::Tagged {
+                reasoning: reasoning.then(|| ReasoningParser::new(opens_reasoning)),
+                tools: tool_calls.map(|t| ToolCallParser::with_format(t.format)),
+                parallel,
+            }),
+        };
         let admission = admission.clone();
         generations.push(Generation::new(
             engine.clone(),
             events,
             admission,
-            reasoning,
+            parser,
             wants_logprobs,
-            tools,
             prompt.clone(),
         ));
     }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::Admission;
 use crate::engine::{EngineHandle, OutputEvent, RequestStream, StreamEvent};
-use crate::output::{ReasoningParser, Split, ToolCall, ToolCallParser};
+use crate::output::{AnswerParser, Split, ToolCall};
 use crate::sample::TokenLogprobs;
 use crate::sched::{FinishReason, Usage};
 use crate::tokenizer::Tokenizer;
@@ -39,15 +39,13 @@ pub struct Generation {
     engine: EngineHandle,
     events: RequestStream,
     finished: bool,
-    /// Chat answers of reasoning models: splits `reasoning_content` from `content`.
-    reasoning: Option<ReasoningParser>,
+    /// Chat answers: reasoning, content and tool calls in the model family's format (`None`:
+    /// all content).
+    parser: Option<AnswerParser>,
     /// Log-probabilities of tokens not yet sent (when the request asked for them).
     logprobs: Vec<TokenLogprobs>,
     /// Whether the request asked for log-probabilities (`logprobs` is then never `null`).
     wants_logprobs: bool,
-    /// Chat with tools offered: finds the answer's tool calls; `bool`: keep them all
-    /// (`parallel_tool_calls`), else the first.
-    tools: Option<(ToolCallParser, bool)>,
     /// What the answer reports of its prompt.
     prompt: PromptReport,
     /// The prompt's token log-probabilities (with their ranks), once the engine sent them.
@@ -100,19 +98,17 @@ impl Generation {
         engine: EngineHandle,
         events: RequestStream,
         admission: Arc<Admission>,
-        reasoning: Option<ReasoningParser>,
+        parser: Option<AnswerParser>,
         wants_logprobs: bool,
-        tools: Option<(ToolCallParser, bool)>,
         prompt: PromptReport,
     ) -> Self {
         Generation {
             engine,
             events,
             finished: false,
-            reasoning,
+            parser,
             logprobs: Vec::new(),
             wants_logprobs,
-            tools,
             prompt,
             prompt_logprobs: None,
             _admission: admission,
@@ -146,36 +142,13 @@ impl Generation {
         logprobs_json(self.engine.frontend().tokenizer(), kind, &lps, offset)
     }
 
-    /// A piece of the answer as reasoning and content (all content without a parser); the
-    /// last piece (`end`) also flushes what the parser held back.
-    pub(super) fn split(&mut self, text: &str, end: bool) -> Split {
-        let Some(parser) = self.reasoning.as_mut() else {
-            return Split { reasoning: String::new(), content: text.to_string() };
-        };
-        let mut split = parser.push(text);
-        if end {
-            let rest = parser.finish();
-            split.reasoning.push_str(&rest.reasoning);
-            split.content.push_str(&rest.content);
+    /// A piece of the answer as reasoning and content (all content without a parser); at the
+    /// `end`, also what the parser held back and the tool calls found.
+    pub(super) fn parse(&mut self, text: &str, end: bool) -> (Split, Vec<ToolCall>) {
+        match self.parser.as_mut() {
+            Some(p) => p.push(text, end),
+            None => (Split { reasoning: String::new(), content: text.to_string() }, Vec::new()),
         }
-        split
-    }
-
-    /// A split piece through the tool-call parser (when tools were offered): its content
-    /// minus what may be a call; at the `end`, the calls found (the first only unless
-    /// parallel) and the content left.
-    pub(super) fn calls(&mut self, mut split: Split, end: bool) -> (Split, Vec<ToolCall>) {
-        let Some((parser, parallel)) = self.tools.as_mut() else { return (split, Vec::new()) };
-        split.content = parser.push(&split.content);
-        if !end {
-            return (split, Vec::new());
-        }
-        let (rest, mut calls) = parser.finish();
-        split.content.push_str(&rest);
-        if !*parallel {
-            calls.truncate(1);
-        }
-        (split, calls)
     }
 
     /// The next piece of text (with its token's log-probabilities, when asked), or how the
@@ -224,12 +197,12 @@ impl Generation {
         loop {
             let (piece, ending) = self.next().await?;
             logprobs.append(&mut self.logprobs);
-            let split = self.split(&piece, ending.is_some());
-            let (split, calls) = self.calls(split, ending.is_some());
+            let (split, calls) = self.parse(&piece, ending.is_some());
             text.push_str(&split.content);
             reasoning.push_str(&split.reasoning);
             if let Some(mut end) = ending {
-                let reasoning = self.reasoning.is_some().then_some(reasoning);
+                let reports = self.parser.as_ref().is_some_and(AnswerParser::reports_reasoning);
+                let reasoning = reports.then_some(reasoning);
                 let message = chat_message(&text, reasoning, &calls);
                 end.tool_calls = !calls.is_empty();
                 let (echo, echo_logprobs, prompt_logprobs) = self.take_prompt(kind);
@@ -295,8 +268,7 @@ impl Generation {
             let (events, end) = match next {
                 Ok((text, None)) if text.is_empty() => continue,
                 Ok((text, None)) => {
-                    let split = self.split(&text, false);
-                    let (split, _) = self.calls(split, false);
+                    let (split, _) = self.parse(&text, false);
                     if split.reasoning.is_empty() && split.content.is_empty() {
                         continue; // held back (a tag may be starting)
                     }
@@ -306,8 +278,7 @@ impl Generation {
                 }
                 Ok((text, Some(mut end))) => {
                     let mut out = Vec::new();
-                    let split = self.split(&text, true);
-                    let (split, calls) = self.calls(split, true);
+                    let (split, calls) = self.parse(&text, true);
                     let logprobs = self.take_logprobs(kind, sent);
                     let empty = split.reasoning.is_empty() && split.content.is_empty();
                     if !empty || !logprobs.is_null() {
