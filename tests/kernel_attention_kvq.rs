@@ -536,8 +536,10 @@ fn sliding_window_every_format() {
         let mut cs = chunks(bs);
         cs.extend([Chunk { start: 100, len: 1 }, Chunk { start: 90, len: 45 }]);
         for (j, spec) in specs.into_iter().enumerate() {
-            // every window for the first shape; one per format for the others
-            let ws: &[usize] = if i == 0 { &windows } else { &windows[(i + j) % 6..][..1] };
+            // two windows per format for the first shape, every window covered across the
+            // formats; one per format for the others
+            let ws: &[usize] =
+                if i == 0 { &windows[(2 * j) % 6..][..2] } else { &windows[(i + j) % 6..][..1] };
             for (k, &w) in ws.iter().enumerate() {
                 check_window(spec, s, &cs, Some(w), (700 + i * 100 + j * 10 + k) as u64);
             }
