@@ -365,21 +365,37 @@ fn deepseek_mla_figures() {
 }
 
 /// Gemma 3 4B (34 layers, 5 global, window 1024, 4 KV heads × 256) and 27B (62 layers, 10
-/// global, 16 KV heads × 128): the group sizes of kv/groups.rs (6 and 13 slots, 2 and 3
-/// padding slots) and their blocks.
+/// global, 16 KV heads × 128): the group sizes of kv/groups.rs, padding weighed in bytes (a
+/// full group's padding slot costs the whole context's blocks, a sliding group's 97): at
+/// `-c 8192` 5 slots for both (4B: 1 full + 6 sliding, 1 padding slot; 27B: 2 full + 11
+/// sliding, 3), at `-c 32768` 10 for the 27B (1 full + 6 sliding, 8 padding slots, all
+/// sliding: 97 MiB of its 3.21 GiB a sequence).
 #[test]
 fn gemma_3_4b_and_27b_groups() {
-    let cases: [(&str, u64, u64, u64, u64, u64); 2] =
-        [("gemma-3-4b-it", 6, 6, 2, 4, 256), ("gemma-3-27b-it", 13, 5, 3, 16, 128)];
-    for (name, slots, groups, padding, kv_heads, head_dim) in cases {
+    let cases: [(&str, u64, u64, u64, u64, u64, u64); 2] =
+        [("gemma-3-4b-it", 5, 1, 6, 1, 4, 256), ("gemma-3-27b-it", 5, 2, 11, 3, 16, 128)];
+    for (name, slots, full, sliding, padding, kv_heads, head_dim) in cases {
         let p = plan_json(&config(name), &["-c", "8192"]);
-        assert_eq!(p["kv_groups"].as_array().unwrap().len() as u64, groups, "{name}");
+        let groups = p["kv_groups"].as_array().unwrap();
+        let count = |kind: &str| groups.iter().filter(|g| g["kind"] == kind).count() as u64;
+        assert_eq!((count("full"), count("sliding")), (full, sliding), "{name}");
         assert_eq!(u(&p, "kv_padding_slots"), padding, "{name}");
         assert_eq!(u(&p, "kv_bytes_per_block"), slots * kv_heads * 16 * head_dim * 4, "{name}");
         // Full group: 512 blocks; sliding: ceil((1023 + 512) / 16) + 1 = 97.
-        let blocks = 512 + (groups - 1) * 97;
+        let blocks = full * 512 + sliding * 97;
         assert_eq!(u(&p, "kv_bytes_per_sequence"), blocks * u(&p, "kv_bytes_per_block"), "{name}");
+        // the padding is in the sliding groups: 97 blocks of a slot each
+        let slot_bytes = u(&p, "kv_bytes_per_block") / slots;
+        assert_eq!(u(&p, "kv_padding_bytes_per_sequence"), padding * 97 * slot_bytes, "{name}");
+        let needed = u(&p, "kv_bytes_per_sequence") - u(&p, "kv_padding_bytes_per_sequence");
+        assert!(u(&p, "kv_padding_bytes_per_sequence") * 16 <= needed, "{name}: at most 1/16");
     }
+    let p = plan_json(&config("gemma-3-27b-it"), &["-c", "32768"]);
+    assert_eq!(p["kv_groups"].as_array().unwrap().len(), 7);
+    assert_eq!(u(&p, "kv_padding_slots"), 8);
+    let slot_bytes = 16 * 16 * 128 * 4;
+    assert_eq!(u(&p, "kv_padding_bytes_per_sequence"), 8 * 97 * slot_bytes);
+    assert_eq!(u(&p, "kv_bytes_per_sequence"), (2048 + 6 * 97) * 10 * slot_bytes);
     // Quantized KV stages each sequence's partial last block of K and V in f16, per model layer
     // (padding slots have none; `engine::kv_storage`). 4B: 34 layers × 4 KV heads × 16 tokens ×
     // 256 × 2 bytes × K and V (36 slots would give 2,359,296).

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::args::{KvFormatArgs, ModelArgs};
 use crate::engine::{
-    kv_groups, model_kv_layout, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+    kv_groups_at, model_kv_layout, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 use crate::kv::{parse_bytes, plan, PlanHeads, PlanInput};
 use crate::loader::{HfConfigExtras, ModelConfig, ModelFile};
@@ -168,7 +168,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         );
     }
     // The groups and the block the engine would use (engine::ResolvedConfig does the same).
-    let groups = kv_groups(&config, max_model_len);
+    let planned = crate::kv::PlannedContext {
+        max_model_len,
+        block_size: args.block_size,
+        step_tokens: args.max_num_batched_tokens,
+    };
+    let groups = kv_groups_at(&config, planned);
     let layout = model_kv_layout(&spec, args.block_size, &config, &groups)?;
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
     let head_shapes = head_shapes(&config, &spec, args.block_size)?;

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use crate::gpu::GpuOptions;
-use crate::kv::{format_bytes, GroupKind, HeadBlockStorage, KvGroups, KvLayout, KvStorage};
+use crate::kv::{
+    format_bytes, GroupKind, HeadBlockStorage, KvGroups, KvLayout, KvStorage, PlannedContext,
+};
 use crate::loader::ModelConfig;
 use crate::quant::{head_block_words, KvCacheSpec, KvQuant, KvQuantError};
 
@@ -221,16 +223,28 @@ impl ResolvedConfig {
 /// newest two (the end of its last prompt and of its last reply).
 pub const DEFAULT_STATE_SNAPSHOTS_PER_SEQ: usize = 2;
 
-/// The KV-cache groups of `model`'s layers ([`KvGroups::from_layer_kinds`]) for contexts of
-/// up to `max_model_len` tokens: a window that covers the whole context is full attention (and
-/// keeps the prefix cache available).
-pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
+/// The KV-cache groups of `model`'s layers ([`KvGroups::from_packed_layers_at`]) for
+/// sequences of up to `planned.max_model_len` tokens: a window that covers the whole context is
+/// full attention (and keeps the prefix cache available); padding slots are weighed by the
+/// blocks their group holds at that context.
+pub fn kv_groups_at(model: &ModelConfig, planned: PlannedContext) -> KvGroups {
     let kinds: Vec<Option<GroupKind>> = model
         .layers
         .iter()
-        .map(|layer| crate::model::layer_group_kind(layer.attention, max_model_len))
+        .map(|layer| crate::model::layer_group_kind(layer.attention, planned.max_model_len))
         .collect();
-    KvGroups::from_packed_layers(&kinds, &crate::model::layers_per_slot(model))
+    KvGroups::from_packed_layers_at(&kinds, &crate::model::layers_per_slot(model), Some(planned))
+}
+
+/// [`kv_groups_at`] with the default block size and step budget (`EngineConfig::new`'s).
+pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
+    let d = EngineConfig::new(std::path::PathBuf::new());
+    let planned = PlannedContext {
+        max_model_len,
+        block_size: d.block_size,
+        step_tokens: d.max_num_batched_tokens,
+    };
+    kv_groups_at(model, planned)
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -301,7 +315,12 @@ impl ResolvedConfig {
                 "--max-num-seqs and the batch token budget must be at least 1".into(),
             ));
         }
-        let kv_groups = kv_groups(model, max_model_len);
+        let planned = PlannedContext {
+            max_model_len,
+            block_size: cfg.block_size,
+            step_tokens: cfg.max_num_batched_tokens,
+        };
+        let kv_groups = kv_groups_at(model, planned);
         // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
         let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
         // A recurrent layer's state cannot be cut back to a prefix: a cached prefix is usable

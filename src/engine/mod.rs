@@ -30,8 +30,8 @@ use std::time::Instant;
 
 pub use crate::loader::SamplingDefaults;
 pub use config::{
-    kv_groups, kv_storage, model_kv_layout, model_kv_storage, tenant_namespace, EngineConfig,
-    KvQuota, ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
+    kv_groups, kv_groups_at, kv_storage, model_kv_layout, model_kv_storage, tenant_namespace,
+    EngineConfig, KvQuota, ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
     DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 pub use frontend::{Conversation, Frontend, FrontendError, Prompt, PromptRequest};

@@ -12,18 +12,24 @@
 //!
 //! A group of a kind with `n` layers takes `ceil(n / s)` groups of `s` slots; slots without a
 //! layer are padding (allocated, never used). Fewer groups mean fewer block tables per sequence
-//! and per step; less padding means fewer wasted pool bytes. [`KvGroups::from_layer_kinds`]
-//! takes the largest `s` whose padding is at most 1/16 of the layers (6.25 % of the pool):
+//! and per step; less padding means fewer wasted pool bytes. A padding slot costs what its
+//! group holds: in a full-attention group the whole context's blocks, in a sliding group only
+//! the window's. So padding is weighed in bytes at the planned context ([`PlannedContext`]:
+//! `-c`, block size, step tokens), and [`KvGroups::from_packed_layers_at`] takes the largest `s`
+//! whose padding is at most 1/16 (6.25 %) of the bytes the layers need; padding lands in the
+//! sliding groups, where it is cheap. At `-c 32768`, 16-token blocks, 512-token steps:
 //!
-//! | model | layers (full + sliding) | s | groups | padding |
-//! |---|---|---|---|---|
-//! | Llama / SmolLM2 / Qwen2 | 30 + 0 (SmolLM2) | 30 | 1 full | 0 |
-//! | Mistral 7B v0.1 (window 4096) | 0 + 32 | 32 | 1 sliding | 0 |
-//! | Gemma 3 270M (window 512) | 3 + 15 | 3 | 1 full + 5 sliding | 0 |
-//! | Gemma 3 4B (window 1024) | 5 + 29 | 6 | 1 full + 5 sliding | 2 slots (5.6 %) |
-//! | Gemma 3 27B (window 1024) | 10 + 52 | 13 | 1 full + 4 sliding | 3 slots (4.6 %) |
+//! | model | layers (full + sliding) | s | groups | padding slots | padding bytes |
+//! |---|---|---|---|---|---|
+//! | Llama / SmolLM2 / Qwen2 | 30 + 0 (SmolLM2) | 30 | 1 full | 0 | 0 |
+//! | Mistral 7B v0.1 (window 4096) | 0 + 32 | 32 | 1 sliding | 0 | 0 |
+//! | Gemma 3 270M (window 512) | 3 + 15 | 3 | 1 full + 5 sliding | 0 | 0 |
+//! | Gemma 3 4B (window 1024) | 5 + 29 | 5 | 1 full + 6 sliding | 1 sliding | 0.7 % |
+//! | Gemma 3 27B (window 1024) | 10 + 52 | 10 | 1 full + 6 sliding | 8 sliding | 3.0 % |
 //!
-//! (Padding as a share of the padded slots: 2/36, 3/65.)
+//! Weighed by slots instead (every slot alike: [`KvGroups::from_packed_layers`], when no
+//! context is planned), Gemma 3 27B takes s = 13 with 3 padding slots in its full group: 24 %
+//! more bytes than its layers need at that context.
 
 /// How the layers of a group attend to the past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -92,6 +98,26 @@ pub struct KvGroups {
 /// Most padding [`KvGroups::from_layer_kinds`] accepts, as a fraction of the layers: 1/16.
 const MAX_PADDING_DIVISOR: usize = 16;
 
+/// The sequences a pool is planned for, which weigh a padding slot by the blocks its group
+/// holds ([`KvGroups::from_packed_layers_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedContext {
+    /// `-c`: the longest sequence.
+    pub max_model_len: usize,
+    pub block_size: usize,
+    /// Most tokens one step computes (`--max-num-batched-tokens`).
+    pub step_tokens: usize,
+}
+
+impl PlannedContext {
+    /// Blocks a sequence holds at most in a group of `kind`.
+    pub fn blocks(&self, kind: GroupKind) -> usize {
+        let all = self.max_model_len.div_ceil(self.block_size.max(1));
+        let step = self.step_tokens.min(self.max_model_len);
+        kind.max_live_blocks(self.block_size.max(1), step).map_or(all, |live| live.min(all))
+    }
+}
+
 impl KvGroups {
     /// Every layer alike, full attention: one group of all layers (today's layout).
     pub fn uniform(num_layers: usize) -> KvGroups {
@@ -120,6 +146,17 @@ impl KvGroups {
     /// `model::layers_per_slot`), so they leave none of it unused. A kind of `n` layers takes
     /// `ceil(n / per_slot)` slots; the padding rule counts slots.
     pub fn from_packed_layers(kinds: &[Option<GroupKind>], layers_per_slot: &[usize]) -> KvGroups {
+        KvGroups::from_packed_layers_at(kinds, layers_per_slot, None)
+    }
+
+    /// Like [`KvGroups::from_packed_layers`], weighing each padding slot by the blocks its
+    /// group holds at `planned` (see the module docs): padding goes where it costs least.
+    /// `None` weighs every slot alike.
+    pub fn from_packed_layers_at(
+        kinds: &[Option<GroupKind>],
+        layers_per_slot: &[usize],
+        planned: Option<PlannedContext>,
+    ) -> KvGroups {
         let kv_layers = kinds.iter().flatten().count();
         assert!(kv_layers > 0, "a model has at least one layer with KV");
         assert!(
@@ -128,14 +165,20 @@ impl KvGroups {
         );
         let by_kind = Self::by_kind(kinds, layers_per_slot);
         let units = |(_, l, per): &(GroupKind, Vec<usize>, usize)| l.len().div_ceil(*per);
+        // what a slot of a kind costs: its blocks at the planned context, or 1
+        let weight = |(kind, ..): &(GroupKind, Vec<usize>, usize)| {
+            planned.map_or(1, |p| p.blocks(*kind).max(1))
+        };
         let largest = by_kind.iter().map(units).max().expect("non-empty");
         let padding = |s: usize| -> usize {
-            by_kind.iter().map(|k| units(k).div_ceil(s) * s - units(k)).sum()
+            by_kind.iter().map(|k| (units(k).div_ceil(s) * s - units(k)) * weight(k)).sum()
         };
-        let slots_per_block = (1..=largest)
-            .rev()
-            .find(|&s| padding(s) * MAX_PADDING_DIVISOR <= kv_layers)
-            .unwrap_or(1);
+        let needed = match planned {
+            Some(_) => by_kind.iter().map(|k| units(k) * weight(k)).sum(),
+            None => kv_layers,
+        };
+        let slots_per_block =
+            (1..=largest).rev().find(|&s| padding(s) * MAX_PADDING_DIVISOR <= needed).unwrap_or(1);
         KvGroups::with_slots_packed(kinds, layers_per_slot, slots_per_block)
     }
 
@@ -223,6 +266,14 @@ impl KvGroups {
     /// Layers that keep KV (in a group).
     pub fn num_kv_layers(&self) -> usize {
         self.layer_slot.iter().flatten().count()
+    }
+
+    /// Blocks' worth of padding slots one sequence holds at `planned`: each group's padding
+    /// slots × the blocks it holds (a slot's bytes per block × this = the padding's bytes).
+    pub fn padding_slot_blocks(&self, planned: PlannedContext) -> usize {
+        let used = |g: &KvGroup| g.layers.len().div_ceil(g.layers_per_slot);
+        let pad = |g: &KvGroup| (self.slots_per_block - used(g)) * planned.blocks(g.kind);
+        self.groups.iter().map(pad).sum()
     }
 
     /// Slots without a layer, over all groups (allocated, never used).
@@ -387,5 +438,29 @@ mod tests {
         let g = KvGroups::from_layer_kinds(&gemma3(18, 512));
         assert_eq!(g.blocks_for_lone_sequence(16, 8192, 512), 512 + 5 * 65);
         assert_eq!(g.blocks_for_lone_sequence(16, 100, 512), 6 * 7);
+    }
+    /// Gemma 3 27B's layers (every sixth full, window 1024): weighed in bytes at -c 32768 the
+    /// padding goes to the sliding groups (s = 10, 8 padding slots of 97 blocks); by slots
+    /// alone, 3 padding slots land in the full group (s = 13) and cost 3 × 2048 blocks.
+    #[test]
+    fn padding_weighed_in_bytes_goes_to_the_sliding_groups() {
+        let kinds: Vec<Option<GroupKind>> = (0..62)
+            .map(|l| {
+                Some(if l % 6 == 5 { GroupKind::Full } else { GroupKind::Sliding { window: 1024 } })
+            })
+            .collect();
+        let per = vec![1; 62];
+        let planned = PlannedContext { max_model_len: 32768, block_size: 16, step_tokens: 512 };
+        let by_bytes = KvGroups::from_packed_layers_at(&kinds, &per, Some(planned));
+        let by_slots = KvGroups::from_packed_layers(&kinds, &per);
+        assert_eq!((by_bytes.slots_per_block(), by_bytes.len()), (10, 7));
+        assert_eq!((by_slots.slots_per_block(), by_slots.len()), (13, 5));
+        assert_eq!(by_bytes.padding_slot_blocks(planned), 8 * 97);
+        assert_eq!(by_slots.padding_slot_blocks(planned), 3 * 2048);
+        // the bytes a sequence holds, in slot-blocks: 25,524 needed
+        let held = |g: &KvGroups| {
+            g.groups().iter().map(|x| planned.blocks(x.kind) * g.slots_per_block()).sum::<usize>()
+        };
+        assert_eq!((held(&by_bytes), held(&by_slots)), (25_524 + 776, 25_524 + 6_144));
     }
 }

@@ -75,7 +75,7 @@ pub use block_pool::{BlockId, BlockPool};
 pub use block_table::{BlockTable, NULL_BLOCK};
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
-pub use groups::{GroupKind, KvGroup, KvGroups};
+pub use groups::{GroupKind, KvGroup, KvGroups, PlannedContext};
 pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId, SnapshotTarget};
 pub use plan::{plan, staging_bytes_per_sequence, Plan, PlanHeads, PlanInput};

@@ -108,6 +108,9 @@ pub struct Plan {
     pub kv_bytes_per_sequence_full_attention: u64,
     /// Layer slots of one block that hold no layer (equal-sized groups), over all groups.
     pub kv_padding_slots: usize,
+    /// Of `kv_bytes_per_sequence`, the bytes of those padding slots (each costs the blocks its
+    /// group holds: a full group's the whole context's, a sliding group's its window's).
+    pub kv_padding_bytes_per_sequence: u64,
     /// The groups, in block-table order.
     pub kv_groups: Vec<PlanGroup>,
     /// The layers' KV head shapes when there are several (empty otherwise): a narrower
@@ -215,6 +218,15 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         kv_bytes_per_sequence_full_attention: (all_blocks * num_groups)
             .saturating_mul(bytes_per_block),
         kv_padding_slots: groups.num_padding_slots(),
+        kv_padding_bytes_per_sequence: {
+            let planned = super::PlannedContext {
+                max_model_len: input.max_model_len,
+                block_size: layout.block_size,
+                step_tokens: step,
+            };
+            let slot_bytes = bytes_per_block / groups.slots_per_block().max(1) as u64;
+            (groups.padding_slot_blocks(planned) as u64).saturating_mul(slot_bytes)
+        },
         kv_groups,
         kv_head_shapes: input.head_shapes.clone(),
         kv_tokens_fit: kv_blocks_fit / num_groups * layout.block_size as u64,
@@ -298,12 +310,18 @@ impl std::fmt::Display for Plan {
                 row(f, &format!("  group {i}"), g.kv_bytes_per_sequence, note)?;
             }
             let saved = format!(
-                "without windows ({:.0} % of it held); {} padding slots",
+                "without windows ({:.0} % of it held)",
                 100.0 * self.kv_bytes_per_sequence as f64
                     / self.kv_bytes_per_sequence_full_attention.max(1) as f64,
-                self.kv_padding_slots
             );
             row(f, "full attention", self.kv_bytes_per_sequence_full_attention, saved)?;
+            let note = format!(
+                "of the sequence's: {} layer slots without a layer ({:.1} %)",
+                self.kv_padding_slots,
+                100.0 * self.kv_padding_bytes_per_sequence as f64
+                    / self.kv_bytes_per_sequence.max(1) as f64
+            );
+            row(f, "  padding", self.kv_padding_bytes_per_sequence, note)?;
         }
         for h in &self.kv_head_shapes {
             let note = format!(
