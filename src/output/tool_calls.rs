@@ -321,13 +321,7 @@ mod tests {
     use serde_json::json;
 
     fn run(pieces: &[&str]) -> (String, Vec<ToolCall>) {
-        let mut p = ToolCallParser::new();
-        let mut content = String::new();
-        for piece in pieces {
-            content += &p.push(piece);
-        }
-        let (rest, calls) = p.finish();
-        (content + &rest, calls)
+        run_as(ToolCallFormat::Hermes, pieces)
     }
 
     #[test]

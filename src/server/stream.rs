@@ -154,34 +154,35 @@ impl Generation {
     /// The next piece of text (with its token's log-probabilities, when asked), or how the
     /// request ended (with its last text).
     pub(super) async fn next(&mut self) -> Result<(String, Option<Ending>), ApiError> {
-        let mut event = self.events.next().await;
-        while let Some(StreamEvent::Output(OutputEvent::PromptLogprobs { logprobs, .. })) = event {
-            self.prompt_logprobs = Some(logprobs);
-            event = self.events.next().await;
-        }
-        match event {
-            Some(StreamEvent::Output(OutputEvent::Delta { text, logprobs, .. })) => {
-                self.logprobs.extend(logprobs.map(|lp| *lp));
-                Ok((text, None))
-            }
-            Some(StreamEvent::Output(OutputEvent::Finished { reason, usage, text, .. })) => {
-                self.finished = true;
-                Ok((text, Some(Ending { reason, usage, tool_calls: false })))
-            }
-            Some(StreamEvent::Output(OutputEvent::PromptLogprobs { .. })) => {
-                unreachable!("taken above")
-            }
-            Some(StreamEvent::Error(message)) => {
-                self.finished = true;
-                Err(ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, message))
-            }
-            None => {
-                self.finished = true;
-                Err(ApiError::new(
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "the engine stopped before the request finished",
-                ))
-            }
+        loop {
+            return match self.events.next().await {
+                Some(StreamEvent::Output(OutputEvent::PromptLogprobs { logprobs, .. })) => {
+                    // before the first token: kept for the answer's prompt report
+                    self.prompt_logprobs = Some(logprobs);
+                    continue;
+                }
+                Some(StreamEvent::Output(OutputEvent::Delta { text, logprobs, .. })) => {
+                    self.logprobs.extend(logprobs.map(|lp| *lp));
+                    Ok((text, None))
+                }
+                Some(StreamEvent::Output(OutputEvent::Finished {
+                    reason, usage, text, ..
+                })) => {
+                    self.finished = true;
+                    Ok((text, Some(Ending { reason, usage, tool_calls: false })))
+                }
+                Some(StreamEvent::Error(message)) => {
+                    self.finished = true;
+                    Err(ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, message))
+                }
+                None => {
+                    self.finished = true;
+                    Err(ApiError::new(
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        "the engine stopped before the request finished",
+                    ))
+                }
+            };
         }
     }
 
