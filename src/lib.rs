@@ -16,10 +16,10 @@
 //! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree), tenant quotas | — |
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv, output (`FinishReason`) |
 //! | [`sample`] | sampling parameters, seeded RNG, greedy fast path | — |
-//! | [`constrain`] | structured outputs: a request's constraint (JSON schema, regex, choice, Lark) compiled by llguidance over the model's vocabulary; per-sequence token masks | — (tokenizers, llguidance) |
-//! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`], the answer's reasoning and tool-call parsers | tokenizer |
+//! | [`constrain`] | structured outputs: a request's constraint (JSON schema, regex, choice, Lark, tool calls in a family's syntax) compiled by llguidance over the model's vocabulary; per-sequence token masks | — (tokenizers, llguidance) |
+//! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`], a chat answer's parsers ([`output::AnswerParser`]: `<think>` reasoning, tool calls per family format, gpt-oss's harmony channels) | tokenizer |
 //! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
-//! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE, `/metrics`, tenants; talks to the engine only through its handle | engine, output, sched, sample, tokenizer |
+//! | [`server`] | `kvrun serve`: OpenAI-compatible HTTP + SSE (`n` choices, tools, structured outputs, log-probabilities), Anthropic's `/v1/messages`, the chat page, `/metrics`, tenants; talks to the engine only through its handle | engine, output, sched, sample, tokenizer, constrain |
 //! | [`bench`] | benchmark workloads and their reports (JSON, Markdown, SVG); `bench serve` over HTTP | engine, gpu, kernels (the bandwidth probes), kv, loader, model, quant, sched, tokenizer |
 //! | [`cli`] | clap subcommands | every room |
 //!

@@ -613,13 +613,29 @@ async fn a_grammar_waits_for_reasoning_the_model_opens() {
     std::fs::remove_dir_all(&model).ok();
 }
 
+/// The engine's own logits of `tokens`' positions from `from` on (a scoring request): the
+/// reference the served log-probabilities are checked against.
+fn prompt_logits(
+    engine: &mut kvrun::engine::Engine,
+    tokens: Vec<u32>,
+    from: usize,
+) -> Vec<Vec<f32>> {
+    let mut req = kvrun::engine::CompletionRequest::new(tokens, 1);
+    req.prompt_logits_from = Some(from);
+    let id = engine.add_request(req).unwrap();
+    while engine.has_unfinished() {
+        engine.step().unwrap();
+    }
+    engine.take_prompt_logits(id)
+}
+
 /// vLLM's `prompt_logprobs` and completions' `echo` with `logprobs` (how evaluation harnesses
 /// score a text): each prompt position's log-probability of the prompt's next token, against a
 /// float64 log-softmax of the engine's own prompt logits; its rank and alternatives; the echo
 /// writes the prompt before the answer with `null` for the first token; streamed the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prompt_logprobs_and_echo_score_the_prompt() {
-    use kvrun::engine::{CompletionRequest, Engine};
+    use kvrun::engine::Engine;
     if common::gpu().is_none() {
         return;
     }
@@ -628,14 +644,7 @@ async fn prompt_logprobs_and_echo_score_the_prompt() {
     let rows = {
         let prompt = prompt.clone();
         tokio::task::spawn_blocking(move || {
-            let mut engine = Engine::load(&engine_config(1)).unwrap();
-            let mut req = CompletionRequest::new(prompt, 1);
-            req.prompt_logits_from = Some(0);
-            let id = engine.add_request(req).unwrap();
-            while engine.has_unfinished() {
-                engine.step().unwrap();
-            }
-            engine.take_prompt_logits(id)
+            prompt_logits(&mut Engine::load(&engine_config(1)).unwrap(), prompt, 0)
         })
         .await
         .unwrap()
@@ -931,13 +940,7 @@ async fn logprobs_match_the_prompt_logits_and_logit_bias_forces_a_token() {
             engine.generate(&CompletionRequest::new(prompt.clone(), 4), |_| {}).unwrap().tokens;
         let mut all = prompt.clone();
         all.extend(&ids[..3]);
-        let mut req = CompletionRequest::new(all, 1);
-        req.prompt_logits_from = Some(prompt.len() - 1);
-        let id = engine.add_request(req).unwrap();
-        while engine.has_unfinished() {
-            engine.step().unwrap();
-        }
-        (ids, engine.take_prompt_logits(id))
+        (ids, prompt_logits(&mut engine, all, prompt.len() - 1))
     })
     .await
     .unwrap();
