@@ -514,8 +514,11 @@ fn follows(schema: &Value, v: &Value) -> bool {
         "string" => v
             .as_str()
             .is_some_and(|s| s.chars().count() as u64 <= schema["maxLength"].as_u64().unwrap()),
-        "integer" => v.as_i64().is_some_and(|i| {
-            schema["minimum"].as_i64().unwrap() <= i && i <= schema["maximum"].as_i64().unwrap()
+        // an integer by value, as JSON Schema reads it: `-0` is 0
+        "integer" => v.as_f64().is_some_and(|x| {
+            x.fract() == 0.0
+                && schema["minimum"].as_f64().unwrap() <= x
+                && x <= schema["maximum"].as_f64().unwrap()
         }),
         "boolean" => v.is_boolean(),
         "array" => v.as_array().is_some_and(|a| {
@@ -547,7 +550,11 @@ fn random_schemas_walk_to_documents_that_follow_them() {
         })
         .collect();
     let ended = std::cell::Cell::new(0);
-    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
+    // a fixed seed: the same 24 schemas every run (CI must not pass or fail by chance)
+    let rng = proptest::test_runner::TestRng::deterministic_rng(
+        proptest::test_runner::RngAlgorithm::ChaCha,
+    );
+    let mut runner = TestRunner::new_with_rng(Config { cases: 24, ..Config::default() }, rng);
     runner
         .run(&(schema_strategy(), 0u64..1000), |(schema, seed)| {
             let top = json!({"type": "object", "properties": {"a": schema},
