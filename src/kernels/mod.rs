@@ -20,6 +20,7 @@ pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
 pub mod logprob;
+pub mod moe;
 pub mod reference;
 pub mod rms_norm;
 pub mod rope;
@@ -241,6 +242,10 @@ pipeline_keys! {
     DeltaNet(delta_net::DeltaNetKey),
     /// Gated attention's output gate, x · sigmoid(g).
     Gate(gate::GateKey),
+    /// Mixture of experts: each token's experts and their weights from the router's logits.
+    MoeRoute(moe::RouteKey),
+    /// Mixture of experts: the chosen experts' gate|up or down projections.
+    MoeExperts(moe::ExpertKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod llama_cpp;
+pub mod weights;
 
 use std::sync::OnceLock;
 

@@ -251,6 +251,22 @@ pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Mixture-of-experts routing of one token: softmax over `logits` ([experts]), the `used`
+/// experts of highest probability (ties: the lower index first) and their probabilities,
+/// divided by their sum when `norm`. Returns (ids, weights) in rank order.
+pub fn moe_route(logits: &[f32], used: usize, norm: bool) -> (Vec<u32>, Vec<f32>) {
+    let m = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(f64::from(b)));
+    let sum: f64 = logits.iter().map(|&l| (f64::from(l) - m).exp()).sum();
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    // stable: equal logits keep the lower index first
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let chosen = &order[..used];
+    let probs: Vec<f64> = chosen.iter().map(|&e| (f64::from(logits[e]) - m).exp() / sum).collect();
+    let total: f64 = probs.iter().sum();
+    let weights = probs.iter().map(|&p| if norm { p / total } else { p } as f32).collect();
+    (chosen.iter().map(|&e| e as u32).collect(), weights)
+}
+
 #[cfg(test)]
 mod tests {
     use super::attention;

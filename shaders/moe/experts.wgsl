@@ -1,0 +1,96 @@
+// Mixture-of-experts projections over stacked expert weights (llama.cpp's mul_mat_vec_id): the
+// weight is every expert's rows one after the other ([experts · rows, k], one GpuWeight), and a
+// token's rows are those of the experts the router chose for it (route.wgsl's ids), so a step
+// reads only the chosen experts' weights.
+//
+// MODE_GATE_UP: one pair (token t, rank j) per workgroup row y: rows 2i, 2i + 1 of expert
+//   ids[t, j] are its gate row i and up row i (model::weights interleaves each expert's rows),
+//   x is token t's (normed) input, and h[t · used + j, i] = act(gate) · up.
+// MODE_DOWN: one token t per y: out[t, n] += Σ_j weights[t, j] · Σ_k W_{ids[t, j]}[n, k] ·
+//   h[t · used + j, k], the ranks added in order j = 0, 1, … into one sum before the residual.
+//
+// One invocation a weight row, 64 rows a workgroup: neighbouring invocations read neighbouring
+// blocks (the block-interleaved layout), as linear.wgsl's GPU variant, and each row's dot is
+// w_dot per block summed in chunks of CHUNK_BLOCKS, the chunk sums left to right — a token's
+// result depends on its own routing only, never on the batch.
+
+struct ExpertParams {
+    k: u32,           // input features (multiple of 32)
+    rows: u32,        // rows per expert (MODE_GATE_UP: 2 · ffn, gate/up pairs)
+    total_rows: u32,  // experts · rows: the stacked weight's rows
+    used: u32,        // experts per token
+    x_stride: u32,    // floats between input rows (multiple of 4)
+    out_stride: u32,  // floats between output rows
+    glu_kind: u32,    // MODE_GATE_UP: the activation (common/glu.wgsl)
+    _pad: u32,
+}
+
+const MODE_GATE_UP: u32 = 0u;
+const MODE_DOWN: u32 = 1u;
+const CHUNK_BLOCKS: u32 = 8u;
+
+override MODE: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: ExpertParams;
+@group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [w_unit units, W_VEC4_PER_BLOCK]
+@group(0) @binding(3) var<storage, read> ws: array<u32>;        // side words
+@group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [rows of x, x_stride / 4]
+@group(0) @binding(5) var<storage, read> ids: array<u32>;       // [tokens, used]
+@group(0) @binding(6) var<storage, read> weights: array<f32>;   // [tokens, used] (MODE_DOWN)
+@group(0) @binding(7) var<storage, read_write> out: array<f32>; // [rows of out, out_stride]
+
+var<workgroup> glu_sums: array<f32, 64>;
+
+fn x_block_at(row: u32, b: u32) -> XBlock {
+    let i = row + 8u * b;
+    return x_block(V8(x[i], x[i + 1u], x[i + 2u], x[i + 3u], x[i + 4u], x[i + 5u], x[i + 6u],
+                      x[i + 7u]));
+}
+
+// Σ_k W[row n of the stacked weight, k] · x[row starting at vec4 `xr`].
+fn row_dot(n: u32, xr: u32) -> f32 {
+    let blocks = p.k / 32u;
+    var acc = 0.0;
+    for (var c0 = 0u; c0 < blocks; c0 += CHUNK_BLOCKS) {
+        var cs = 0.0;
+        for (var b = c0; b < min(c0 + CHUNK_BLOCKS, blocks); b++) {
+            cs += w_dot(w_decode(w_load(n, b, p.total_rows, blocks)), x_block_at(xr, b));
+        }
+        acc += cs;
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let y = wid.y + wid.z * nwg.y;
+    let ys = select(step.num_tokens * p.used, step.num_tokens, MODE == MODE_DOWN);
+    if (y >= ys) {
+        return;
+    }
+    let n = wid.x * 64u + lid;
+    let nn = min(n, p.rows - 1u);  // rows past the end compute a copy of the last, unwritten
+    if (MODE == MODE_GATE_UP) {
+        let t = y / p.used;
+        let e = ids[y];
+        let sum = row_dot(e * p.rows + nn, t * p.x_stride / 4u);
+        glu_sums[lid] = sum;
+        workgroupBarrier();
+        // a workgroup's 64 rows are whole pairs (rows and the workgroup start are even)
+        if (n < p.rows && (lid & 1u) == 0u) {
+            out[y * p.out_stride + n / 2u] = glu(p.glu_kind, sum, glu_sums[lid + 1u]);
+        }
+        return;
+    }
+    var acc = 0.0;
+    for (var j = 0u; j < p.used; j++) {
+        let v = y * p.used + j;
+        acc += weights[v] * row_dot(ids[v] * p.rows + nn, v * p.x_stride / 4u);
+    }
+    if (n < p.rows) {
+        let idx = y * p.out_stride + n;
+        out[idx] = out[idx] + acc;
+    }
+}

@@ -1,0 +1,140 @@
+// Mixture-of-experts routing (Qwen3-MoE, as transformers' Qwen3MoeSparseMoeBlock and llama.cpp's
+// build_moe_ffn with softmax gating): per token, p = softmax(router logits) in f32, the USED
+// experts of highest p (ties: the lower expert index first), and their weights p_j, divided by
+// Σ_j p_j when FLAG_NORM (norm_topk_prob). Writes ids[t, j] and weights[t, j] in rank order.
+//
+// One workgroup of 64 invocations per token: the experts are strided over the invocations, the
+// max, the sum of exponentials and each rank's choice are workgroup trees in one fixed order,
+// so a token's routing never depends on the batch.
+
+struct RouteParams {
+    experts: u32,        // router logits per token
+    used: u32,           // experts chosen per token (≤ MAX_USED)
+    flags: u32,          // FLAG_NORM
+    logits_stride: u32,  // floats between tokens' router logits
+}
+
+const FLAG_NORM: u32 = 1u;
+const MAX_USED: u32 = 32u;  // kernels::moe::MAX_USED
+
+@group(0) @binding(0) var<uniform> step: StepInfo;
+@group(0) @binding(1) var<uniform> p: RouteParams;
+@group(0) @binding(2) var<storage, read> logits: array<f32>;        // [tokens, logits_stride]
+@group(0) @binding(3) var<storage, read_write> ids: array<u32>;     // [tokens, used]
+@group(0) @binding(4) var<storage, read_write> weights: array<f32>; // [tokens, used]
+
+var<workgroup> tree_v: array<f32, 64>;
+var<workgroup> tree_i: array<u32, 64>;
+var<workgroup> picked: array<u32, MAX_USED>;
+
+// Workgroup max of v (every invocation gets it).
+fn tree_max(lid: u32, v: f32) -> f32 {
+    tree_v[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            tree_v[lid] = max(tree_v[lid], tree_v[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = tree_v[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Workgroup sum of v: a fixed tree (every invocation gets it).
+fn tree_sum(lid: u32, v: f32) -> f32 {
+    tree_v[lid] = v;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            tree_v[lid] = tree_v[lid] + tree_v[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = tree_v[0];
+    workgroupBarrier();
+    return r;
+}
+
+// (v, i) beats (w, j): the higher value, and on a tie the lower index.
+fn beats(v: f32, i: u32, w: f32, j: u32) -> bool {
+    return v > w || (v == w && i < j);
+}
+
+// The workgroup's best (value, index) pair; every invocation gets the index.
+fn tree_best(lid: u32, v: f32, i: u32) -> u32 {
+    tree_v[lid] = v;
+    tree_i[lid] = i;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s && beats(tree_v[lid + s], tree_i[lid + s], tree_v[lid], tree_i[lid])) {
+            tree_v[lid] = tree_v[lid + s];
+            tree_i[lid] = tree_i[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = tree_i[0];
+    workgroupBarrier();
+    return r;
+}
+
+fn is_picked(e: u32, count: u32) -> bool {
+    for (var j = 0u; j < count; j++) {
+        if (picked[j] == e) {
+            return true;
+        }
+    }
+    return false;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.y;
+    if (t >= step.num_tokens) {
+        return;
+    }
+    let row = t * p.logits_stride;
+    var m = bitcast<f32>(0xff7fffffu);
+    for (var e = lid; e < p.experts; e += 64u) {
+        m = max(m, logits[row + e]);
+    }
+    m = tree_max(lid, m);
+    var s = 0.0;
+    for (var e = lid; e < p.experts; e += 64u) {
+        s += exp(logits[row + e] - m);
+    }
+    s = tree_sum(lid, s);
+    for (var j = 0u; j < p.used; j++) {
+        // invocations with no candidate left offer (-inf, experts): never chosen over a real one
+        var bv = bitcast<f32>(0xff7fffffu);
+        var bi = p.experts;
+        for (var e = lid; e < p.experts; e += 64u) {
+            let v = logits[row + e];
+            if (!is_picked(e, j) && beats(v, e, bv, bi)) {
+                bv = v;
+                bi = e;
+            }
+        }
+        let best = tree_best(lid, bv, bi);
+        if (lid == 0u) {
+            picked[j] = best;
+        }
+        workgroupBarrier();
+    }
+    if (lid != 0u) {
+        return;
+    }
+    var total = 0.0;
+    for (var j = 0u; j < p.used; j++) {
+        total += exp(logits[row + picked[j]] - m) / s;
+    }
+    for (var j = 0u; j < p.used; j++) {
+        var w = exp(logits[row + picked[j]] - m) / s;
+        if ((p.flags & FLAG_NORM) != 0u) {
+            w = w / total;
+        }
+        ids[t * p.used + j] = picked[j];
+        weights[t * p.used + j] = w;
+    }
+}

@@ -1,0 +1,284 @@
+//! Host half of `shaders/moe/`: a mixture-of-experts MLP as three ops after the router's
+//! logits (an ordinary [`super::linear`] projection):
+//!
+//! - [`RouteOp`] (`route.wgsl`): per token, softmax over the router logits, the `used` experts
+//!   of highest probability (ties to the lower index) and their weights, renormalised where the
+//!   model says (`norm_topk_prob`) → `ids`, `weights` `[tokens, used]`;
+//! - [`ExpertOp`] in [`ExpertMode::GateUp`] (`experts.wgsl`): each (token, rank) pair's expert
+//!   gate|up rows with the GLU epilogue → `h [tokens · used, ffn]`;
+//! - [`ExpertOp`] in [`ExpertMode::Down`]: each token's experts' down rows, weighted and summed
+//!   in rank order, added to the residual.
+//!
+//! A step reads only the chosen experts' weights (llama.cpp's `mul_mat_vec_id`); every token's
+//! result depends on its own routing alone, so outputs are the same under any batching.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::source::{self, GLU, STEP, WEIGHTS, WEIGHTS_STORAGE};
+use super::weights::WeightFormat;
+use super::{check_grid, groups, record_per_token, GpuWeight, Kernel, Kernels, StepShape};
+use crate::gpu::{BindingKind, Gpu, Pipeline};
+use crate::loader::Activation;
+
+/// Most experts a token may use (WGSL `MAX_USED`; the largest served model uses 10).
+pub const MAX_USED: u32 = 32;
+
+/// Mirror of WGSL `RouteParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct RouteParams {
+    pub experts: u32,
+    pub used: u32,
+    pub flags: u32,
+    pub logits_stride: u32,
+}
+const _: () = assert!(std::mem::size_of::<RouteParams>() == 16);
+
+/// `RouteParams::flags`: divide the chosen probabilities by their sum.
+pub const FLAG_NORM: u32 = 1;
+
+/// Binding order of the routing kernel.
+pub const ROUTE_BINDINGS: [BindingKind; 5] = [
+    BindingKind::Uniform,          // step: StepInfo (num_tokens)
+    BindingKind::Uniform,          // p: RouteParams
+    BindingKind::StorageRead,      // logits: [tokens, logits_stride]
+    BindingKind::StorageReadWrite, // ids: [tokens, used]
+    BindingKind::StorageReadWrite, // weights: [tokens, used]
+];
+
+/// The routing pipeline (one variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RouteKey;
+
+impl Kernel for RouteKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![STEP, include_str!("../../shaders/moe/route.wgsl")]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        ROUTE_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        vec![RouteKey]
+    }
+}
+
+/// How a model routes its tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Routing {
+    pub experts: u32,
+    pub used: u32,
+    /// Renormalise the chosen experts' probabilities to sum to 1 (`norm_topk_prob`).
+    pub norm: bool,
+}
+
+/// One routing dispatch: a workgroup per token.
+pub struct RouteOp {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    wg_limit: u32,
+}
+
+impl RouteOp {
+    /// `logits` holds `[tokens, experts]` f32 router logits; `ids` and `weights` get `[tokens,
+    /// used]`.
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        step: &wgpu::Buffer,
+        logits: &wgpu::Buffer,
+        [ids, weights]: [&wgpu::Buffer; 2],
+        routing: Routing,
+    ) -> Self {
+        let Routing { experts, used, norm } = routing;
+        assert!(
+            used > 0 && used <= experts && used <= MAX_USED,
+            "{used} experts a token of {experts} (at most {MAX_USED})"
+        );
+        let pipeline = kernels.pipeline(gpu, RouteKey);
+        let flags = if norm { FLAG_NORM } else { 0 };
+        let params = RouteParams { experts, used, flags, logits_stride: experts };
+        let ubuf = gpu.uniform_buffer_init("moe route", bytemuck::bytes_of(&params));
+        let bind_group =
+            pipeline.bind_group(gpu, "moe route", &[step, &ubuf, logits, ids, weights]);
+        RouteOp { bind_group, pipeline, wg_limit: gpu.limits.max_compute_workgroups_per_dimension }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
+        record_per_token(pass, &self.pipeline, &self.bind_group, 64, shape, self.wg_limit)
+    }
+}
+
+/// Which projection of the experts an [`ExpertOp`] computes (WGSL `MODE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExpertMode {
+    /// Gate|up rows interleaved per expert, the GLU epilogue: `h[t · used + j]`.
+    GateUp(Activation),
+    /// Down rows, the ranks' outputs weighted and summed, added to the residual.
+    Down,
+}
+
+/// Mirror of WGSL `ExpertParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ExpertParams {
+    pub k: u32,
+    pub rows: u32,
+    pub total_rows: u32,
+    pub used: u32,
+    pub x_stride: u32,
+    pub out_stride: u32,
+    pub glu_kind: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<ExpertParams>() == 32);
+
+/// Binding order of the expert kernel.
+pub const EXPERT_BINDINGS: [BindingKind; 8] = [
+    BindingKind::Uniform,          // step: StepInfo (num_tokens)
+    BindingKind::Uniform,          // p: ExpertParams
+    BindingKind::StorageRead,      // wq: the stacked weight's words
+    BindingKind::StorageRead,      // ws: its side words
+    BindingKind::StorageRead,      // x: [rows of x, x_stride]
+    BindingKind::StorageRead,      // ids: [tokens, used]
+    BindingKind::StorageRead,      // weights: [tokens, used]
+    BindingKind::StorageReadWrite, // out: [rows of out, out_stride]
+];
+
+/// An expert pipeline: the weight format and the projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExpertKey {
+    pub format: WeightFormat,
+    /// `MODE_DOWN` or `MODE_GATE_UP` (the activation is a parameter, not a variant).
+    pub down: bool,
+}
+
+impl Kernel for ExpertKey {
+    fn parts(&self) -> Vec<&'static str> {
+        vec![
+            STEP,
+            GLU,
+            WEIGHTS,
+            WEIGHTS_STORAGE,
+            source::weight_snippet(self.format),
+            include_str!("../../shaders/moe/experts.wgsl"),
+        ]
+    }
+
+    fn constants(&self) -> Vec<(&'static str, f64)> {
+        vec![("MODE", if self.down { 1.0 } else { 0.0 })]
+    }
+
+    fn bindings(&self) -> Vec<BindingKind> {
+        EXPERT_BINDINGS.to_vec()
+    }
+
+    fn all() -> Vec<Self> {
+        WeightFormat::ALL
+            .iter()
+            .flat_map(|&format| [false, true].map(|down| ExpertKey { format, down }))
+            .collect()
+    }
+}
+
+/// Where an [`ExpertOp`] reads and writes.
+pub struct ExpertIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    /// GateUp: the normed input `[tokens, x_stride]`; Down: `h [tokens · used, x_stride]`.
+    pub x: &'a wgpu::Buffer,
+    pub x_stride: u32,
+    pub ids: &'a wgpu::Buffer,
+    pub weights: &'a wgpu::Buffer,
+    /// GateUp: `h`; Down: the residual stream, accumulated into.
+    pub out: &'a wgpu::Buffer,
+    pub out_stride: u32,
+}
+
+/// One projection of the chosen experts.
+pub struct ExpertOp {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    rows: u32,
+    used: u32,
+    down: bool,
+    wg_limit: u32,
+}
+
+impl ExpertOp {
+    /// `weight`: `experts` experts' rows stacked (`rows_per_expert` each; GateUp: gate and up
+    /// rows interleaved, `model::weights::expert_gate_up`) in one part.
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        mode: ExpertMode,
+        weight: &GpuWeight,
+        experts: u32,
+        used: u32,
+        io: ExpertIo<'_>,
+    ) -> Self {
+        assert_eq!(weight.parts.len(), 1, "a stacked expert weight in one binding");
+        let rows = weight.rows as u32 / experts;
+        assert_eq!(rows * experts, weight.rows as u32, "whole experts");
+        let down = mode == ExpertMode::Down;
+        assert!(down || rows.is_multiple_of(2), "gate/up pairs");
+        assert!(weight.cols.is_multiple_of(32) && io.x_stride.is_multiple_of(4));
+        assert!(used > 0 && used <= experts, "{used} experts a token of {experts}");
+        let glu_kind = match mode {
+            ExpertMode::GateUp(act) => super::glu::kind(act),
+            ExpertMode::Down => 0,
+        };
+        let params = ExpertParams {
+            k: weight.cols as u32,
+            rows,
+            total_rows: weight.rows as u32,
+            used,
+            x_stride: io.x_stride,
+            out_stride: io.out_stride,
+            glu_kind,
+            _pad: 0,
+        };
+        let pipeline = kernels.pipeline(gpu, ExpertKey { format: weight.format, down });
+        let label = if down { "moe down" } else { "moe gate_up" };
+        let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+        let part = &weight.parts[0];
+        let buffers = [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out];
+        let bind_group = pipeline.bind_group(gpu, label, &buffers);
+        ExpertOp {
+            bind_group,
+            pipeline,
+            rows,
+            used,
+            down,
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    /// Rows of this op's grid: (token, rank) pairs for GateUp, tokens for Down.
+    fn grid_rows(&self, shape: &StepShape) -> u32 {
+        if self.down {
+            shape.num_tokens
+        } else {
+            shape.num_tokens * self.used
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
+        let ys = self.grid_rows(shape);
+        if ys == 0 {
+            return 0;
+        }
+        // (token, rank) pairs past the per-dimension limit fold into z
+        let y = ys.min(self.wg_limit);
+        let grid = [groups(self.rows, 64), y, ys.div_ceil(y)];
+        check_grid(grid, self.wg_limit);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
+    }
+}

@@ -1,0 +1,245 @@
+//! The mixture-of-experts kernels (`kvrun::kernels::moe`) against their CPU references: the
+//! router's top-k (ties, every logit equal, more experts than a workgroup's lanes, k = 1 and
+//! k = 8, with and without renormalisation) and the expert projections for every weight format
+//! (all tokens on one expert, experts without tokens, one token, 65 tokens, k = 1 and k = 8),
+//! with sentinels after every output.
+
+mod common;
+
+use common::weights::random_weight;
+use common::*;
+use kvrun::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
+use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
+use kvrun::loader::Activation;
+use rand::Rng;
+
+fn step_of(gpu: &kvrun::gpu::Gpu, tokens: usize) -> (wgpu::Buffer, StepShape) {
+    let n = tokens as u32;
+    let step = step_uniform(gpu, StepInfo { num_tokens: n, ..Default::default() });
+    (step, StepShape { num_tokens: n, ..Default::default() })
+}
+
+/// Routing against `reference::moe_route`: ids exact, weights within a few f32 ulp.
+#[test]
+fn moe_route_matches_reference() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let mut r = rng(4300);
+    // (experts, used, norm, tokens, how the logits are drawn)
+    let cases = [
+        (8usize, 2usize, true, 5usize, "random"),
+        (8, 1, false, 3, "random"),
+        (8, 8, true, 2, "random"),
+        (130, 8, true, 65, "random"),
+        (64, 4, false, 7, "ties"),
+        (16, 3, true, 2, "equal"),
+    ];
+    for (experts, used, norm, tokens, how) in cases {
+        let mut logits = uniform(&mut r, tokens * experts, 4.0);
+        match how {
+            // a few values repeated, so ties sit across ranks and across lanes
+            "ties" => logits.iter_mut().for_each(|v| *v = (*v * 2.0).round() / 2.0),
+            "equal" => logits.iter_mut().for_each(|v| *v = 0.25),
+            _ => {}
+        }
+        let buf = storage_f32(gpu, &logits);
+        let sentinel = vec![SENTINEL; (tokens + 1) * used];
+        let ids = storage_f32(gpu, &sentinel);
+        let weights = storage_f32(gpu, &sentinel);
+        let (step, shape) = step_of(gpu, tokens);
+        let routing = Routing { experts: experts as u32, used: used as u32, norm };
+        let op = RouteOp::new(gpu, &t.kernels, &step, &buf, [&ids, &weights], routing);
+        run(gpu, |pass| {
+            op.record(pass, &shape);
+        });
+        let got_ids = gpu.read_f32(&ids, 0, (tokens + 1) * used).unwrap();
+        let got_w = gpu.read_f32(&weights, 0, (tokens + 1) * used).unwrap();
+        let what = format!("route {experts} experts, top {used}, norm {norm}, {how}");
+        let (mut want_ids, mut want_w) = (Vec::new(), Vec::new());
+        for row in logits.chunks_exact(experts) {
+            let (i, w) = reference::moe_route(row, used, norm);
+            want_ids.extend(i);
+            want_w.extend(w);
+        }
+        let got: Vec<u32> = got_ids[..tokens * used].iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want_ids, "{what}: ids");
+        assert_close(&what, &got_w[..tokens * used], &want_w, 1e-7, 4e-6);
+        assert_sentinels(&what, &got_ids[tokens * used..]);
+        assert_sentinels(&what, &got_w[tokens * used..]);
+        if norm {
+            for w in got_w[..tokens * used].chunks_exact(used) {
+                assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{what}: {w:?}");
+            }
+        }
+    }
+}
+
+/// Stacked experts' weights in `format`: (file bytes of gate|up interleaved per expert, of
+/// down; f32 values of gate, up [experts, ffn, hidden] and down [experts, hidden, ffn]).
+type Experts = (Vec<u8>, Vec<u8>, [Vec<f32>; 3]);
+
+fn random_experts(
+    r: &mut rand::rngs::StdRng,
+    format: WeightFormat,
+    experts: usize,
+    hidden: usize,
+    ffn: usize,
+) -> Experts {
+    let (g_bytes, gate) = random_weight(r, format, experts * ffn, hidden);
+    let (u_bytes, up) = random_weight(r, format, experts * ffn, hidden);
+    let (down_bytes, down) = random_weight(r, format, experts * hidden, ffn);
+    let row = g_bytes.len() / (experts * ffn);
+    let mut gate_up = Vec::new();
+    for (g, u) in g_bytes.chunks_exact(row).zip(u_bytes.chunks_exact(row)) {
+        gate_up.extend_from_slice(g);
+        gate_up.extend_from_slice(u);
+    }
+    (gate_up, down_bytes, [gate, up, down])
+}
+
+/// The expert kernels for every weight format: GateUp's h and Down's residual sum against the
+/// CPU MLP (Down fed the GPU's own h, so each op is checked against its own math), for routings
+/// with every token on one expert, experts left without tokens, k = 1 and k = 8.
+#[test]
+fn moe_experts_match_reference() {
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    let mut r = rng(4301);
+    for (fi, format) in WeightFormat::ALL.into_iter().enumerate() {
+        let k_quant =
+            matches!(format, WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K);
+        let (hidden, ffn) = if k_quant { (256, 256) } else { (96, 64) };
+        let experts = 9;
+        let (gate_up, down_bytes, [gate, up, down]) =
+            random_experts(&mut r, format, experts, hidden, ffn);
+        let max = t.kernels.config.max_binding_bytes;
+        let gu =
+            GpuWeight::upload(gpu, "gate_up", format, experts * 2 * ffn, hidden, &gate_up, max)
+                .unwrap();
+        let dw = GpuWeight::upload(gpu, "down", format, experts * hidden, ffn, &down_bytes, max)
+            .unwrap();
+        // (tokens, used, routing): ids drawn from `pick`
+        let cases: [(usize, usize, &str); 4] =
+            [(1, 8, "distinct"), (3, 2, "one expert"), (65, 1, "few experts"), (5, 8, "distinct")];
+        for (ci, (tokens, used, pick)) in cases.into_iter().enumerate() {
+            if fi % 2 == 1 && ci == 2 {
+                continue; // 65 tokens on half the formats: the kernel's rows do not depend on it
+            }
+            let mut ids = Vec::new();
+            for _ in 0..tokens {
+                let mut row: Vec<u32> = match pick {
+                    "one expert" => vec![4; used],
+                    "few experts" => vec![[2u32, 7][r.random_range(0..2)]; used],
+                    _ => (0..experts as u32).collect(),
+                };
+                if pick == "distinct" {
+                    for i in 0..used {
+                        let j = r.random_range(i..row.len());
+                        row.swap(i, j);
+                    }
+                }
+                ids.extend(&row[..used]);
+            }
+            let weights: Vec<f32> = (0..tokens * used).map(|_| r.random_range(0.05..1.0)).collect();
+            let x = uniform(&mut r, tokens * hidden, 1.0);
+            let residual = uniform(&mut r, tokens * hidden, 1.0);
+            let (step, shape) = step_of(gpu, tokens);
+            let ids_buf = storage_u32(gpu, &ids);
+            let w_buf = storage_f32(gpu, &weights);
+            let x_buf = storage_f32(gpu, &x);
+            let h_init = vec![SENTINEL; (tokens * used + 1) * ffn];
+            let h_buf = storage_f32(gpu, &h_init);
+            let mut out_init = residual.clone();
+            out_init.extend(vec![SENTINEL; hidden]);
+            let out_buf = storage_f32(gpu, &out_init);
+            let io = |x, x_stride, out, out_stride| ExpertIo {
+                step: &step,
+                x,
+                x_stride,
+                ids: &ids_buf,
+                weights: &w_buf,
+                out,
+                out_stride,
+            };
+            let (e, k) = (experts as u32, used as u32);
+            let gate_up_op = ExpertOp::new(
+                gpu,
+                &t.kernels,
+                ExpertMode::GateUp(Activation::Silu),
+                &gu,
+                e,
+                k,
+                io(&x_buf, hidden as u32, &h_buf, ffn as u32),
+            );
+            let down_op = ExpertOp::new(
+                gpu,
+                &t.kernels,
+                ExpertMode::Down,
+                &dw,
+                e,
+                k,
+                io(&h_buf, ffn as u32, &out_buf, hidden as u32),
+            );
+            run(gpu, |pass| {
+                gate_up_op.record(pass, &shape);
+                down_op.record(pass, &shape);
+            });
+            let what = format!("{format:?} experts, {tokens} tokens, top {used}, {pick}");
+            let h = gpu.read_f32(&h_buf, 0, (tokens * used + 1) * ffn).unwrap();
+            assert_sentinels(&what, &h[tokens * used * ffn..]);
+            // h: act(gate · x) · (up · x) per (token, rank), against f64 sums; the bound is
+            // the linear kernel's (1e-5 of Σ|w·x|) carried through the product
+            let (mut want_h, mut bound_h) = (Vec::new(), Vec::new());
+            for (v, &ex) in ids.iter().enumerate() {
+                let ex = ex as usize;
+                let xr = &x[(v / used) * hidden..(v / used + 1) * hidden];
+                let m = |w: &[f32]| w[ex * ffn * hidden..(ex + 1) * ffn * hidden].to_vec();
+                let abs = |w: &[f32]| w.iter().map(|a| a.abs()).collect::<Vec<_>>();
+                let ax: Vec<f32> = xr.iter().map(|a| a.abs()).collect();
+                let g = reference::linear(&m(&gate), xr, ffn, hidden, None);
+                let u = reference::linear(&m(&up), xr, ffn, hidden, None);
+                let ag = reference::linear(&abs(&m(&gate)), &ax, ffn, hidden, None);
+                let au = reference::linear(&abs(&m(&up)), &ax, ffn, hidden, None);
+                want_h.extend(reference::silu_mul(&g, &u));
+                for i in 0..ffn {
+                    let err_g = 1e-5 * ag[i] + 1e-6;
+                    let err_u = 1e-5 * au[i] + 1e-6;
+                    let s = reference::silu_mul(&[g[i].abs() + err_g], &[1.0])[0].abs();
+                    bound_h.push(1.1 * err_g * (u[i].abs() + err_u) + s * err_u + 1e-6);
+                }
+            }
+            assert_within(&format!("{what}: h"), &h[..tokens * used * ffn], &want_h, &bound_h);
+            // down on the GPU's h, weighted, summed in rank order, added to the residual
+            let got = gpu.read_f32(&out_buf, 0, (tokens + 1) * hidden).unwrap();
+            assert_sentinels(&what, &got[tokens * hidden..]);
+            let h = &h[..tokens * used * ffn];
+            let abs_h: Vec<f32> = h.iter().map(|a| a.abs()).collect();
+            let abs_down: Vec<f32> = down.iter().map(|a| a.abs()).collect();
+            let (mut want, mut bound) = (Vec::new(), Vec::new());
+            for ti in 0..tokens {
+                let mut acc = vec![0.0f64; hidden];
+                let mut mag = vec![0.0f64; hidden];
+                for j in 0..used {
+                    let v = ti * used + j;
+                    let ex = ids[v] as usize;
+                    let dm = &down[ex * hidden * ffn..(ex + 1) * hidden * ffn];
+                    let adm = &abs_down[ex * hidden * ffn..(ex + 1) * hidden * ffn];
+                    let hr = &h[v * ffn..(v + 1) * ffn];
+                    let d = reference::linear(dm, hr, hidden, ffn, None);
+                    let ad =
+                        reference::linear(adm, &abs_h[v * ffn..(v + 1) * ffn], hidden, ffn, None);
+                    for n in 0..hidden {
+                        acc[n] += f64::from(weights[v]) * f64::from(d[n]);
+                        mag[n] += f64::from(weights[v]) * f64::from(ad[n]);
+                    }
+                }
+                for n in 0..hidden {
+                    let res = f64::from(residual[ti * hidden + n]);
+                    want.push((res + acc[n]) as f32);
+                    bound.push((1e-5 * mag[n] + 1e-6 * (1.0 + res.abs() + acc[n].abs())) as f32);
+                }
+            }
+            assert_within(&format!("{what}: down"), &got[..tokens * hidden], &want, &bound);
+        }
+    }
+}
