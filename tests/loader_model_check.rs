@@ -25,7 +25,17 @@ fn rewrite(
     drop: &[&str],
     cut: &[(&str, usize)],
 ) -> PathBuf {
-    let src = tiny();
+    rewrite_from(&tiny(), name, overrides, drop, cut)
+}
+
+/// [`rewrite`] of another GGUF.
+fn rewrite_from(
+    src: &GgufFile,
+    name: &str,
+    overrides: &[(&str, GgufValue)],
+    drop: &[&str],
+    cut: &[(&str, usize)],
+) -> PathBuf {
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
         if !overrides.iter().any(|(o, _)| o == k) {
@@ -136,4 +146,32 @@ fn odd_paths_are_reported_as_what_they_are() {
     let missing = temp("absent.gguf");
     let msg = open_err(&missing).to_lowercase();
     assert_eq!(msg.matches("no such file").count(), 1, "the reason is printed once: {msg}");
+}
+
+/// A Qwen3-MoE GGUF whose expert counts or tensors are broken is refused with the key or the
+/// tensor named, before anything is sized from them.
+#[test]
+fn moe_files_with_bad_experts_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/tiny-qwen3moe/tiny-qwen3moe-f32.gguf");
+    let src = GgufFile::open(&path).unwrap();
+    let key = |k: &str| format!("qwen3moe.{k}");
+    let cases: [(&str, u32, &[&str]); 6] = [
+        ("expert_used_count", 0, &["0 experts used per token of 16"]),
+        ("expert_used_count", 17, &["17 experts used per token of 16"]),
+        ("expert_used_count", 40, &["40 experts used per token", "at most 32"]),
+        ("expert_count", 1 << 20, &["1048576 experts"]),
+        ("expert_count", 32, &["blk.0.ffn_gate_inp.weight", "expert_count 32"]),
+        ("expert_feed_forward_length", 64, &["blk.0.ffn_gate_exps.weight", "64"]),
+    ];
+    for (k, v, parts) in cases {
+        let out = rewrite_from(&src, "moe.gguf", &[(&key(k), GgufValue::U32(v))], &[], &[]);
+        let msg = open_err(&out);
+        assert!(parts.iter().all(|p| msg.contains(p)), "{k} = {v}: {msg}");
+    }
+    let out = rewrite_from(&src, "moe-drop.gguf", &[], &["blk.1.ffn_down_exps.weight"], &[]);
+    let msg = open_err(&out);
+    assert!(msg.contains("blk.1.ffn_down_exps.weight"), "{msg}");
+    let out = rewrite_from(&src, "moe-same.gguf", &[], &[], &[]);
+    ModelFile::open(&out).unwrap();
 }

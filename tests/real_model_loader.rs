@@ -48,6 +48,7 @@ fn smollm2_config_and_tensors() {
         mla: None,
         rotary_dims: None,
         moe_layers: 0,
+        moe: None,
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,

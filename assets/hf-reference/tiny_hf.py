@@ -186,7 +186,8 @@ def hf_name(gguf_name, layer_names):
     return f"model.layers.{layer}.{layer_names[base]}.{suffix}"
 
 
-def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_shift=0.0):
+def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_shift=0.0,
+          gguf_state=None):
     """Writes everything a tiny model's script promises, next to it (`here`):
     hf/ (the byte-level tokenizer and `make_model(vocab)`'s save_pretrained), NAME-f32.gguf and
     NAME-q8_0.gguf (llama.cpp's converter, the pre-tokenizer declared as `pre`), golden.json
@@ -194,7 +195,9 @@ def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_sh
     weights loaded back into the same model, their norms less the converter's `norm_shift`; the
     perplexity of PPL_TEXT under both and llama.cpp's llama-perplexity on both GGUFs).
     `make_model(vocab)` must build the same seeded model every call; `seed` draws the token ids.
-    Returns the vocabulary size."""
+    `gguf_state(arrays)`, where the GGUF's tensors do not map one to one onto the HF parameters
+    (stacked experts), turns the dequantized GGUF arrays into the HF state dict (norms already
+    shifted). Returns the vocabulary size."""
     import torch
     hf = os.path.join(here, "hf")
     os.makedirs(hf, exist_ok=True)
@@ -207,10 +210,12 @@ def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_sh
     convert(hf, q8, "q8_0", pre)
     logits = {"hf_f32": logits_f64(make_model(vocab), ids.tolist())}
     q_model = make_model(vocab).to(torch.float64)
-    state = {}
-    for k, v in gguf_arrays(q8).items():
-        state[hf_name(k, layer_names)] = torch.from_numpy(
-            v - norm_shift if k.endswith("norm.weight") else v)
+    arrays = {k: v - norm_shift if k.endswith("norm.weight") else v
+              for k, v in gguf_arrays(q8).items()}
+    if gguf_state is not None:
+        state = {k: torch.from_numpy(v) for k, v in gguf_state(arrays).items()}
+    else:
+        state = {hf_name(k, layer_names): torch.from_numpy(v) for k, v in arrays.items()}
     missing, unexpected = q_model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     q_model.tie_weights()

@@ -43,8 +43,8 @@ pub struct PlanArgs {
     pub state_snapshots: Option<usize>,
 }
 
-/// Parameters of a config with dense MLPs, for the weight bytes of a bare config.json (an MoE
-/// model's experts are not counted: a lower bound).
+/// Parameters of a config, for the weight bytes of a bare config.json (DeepSeek's experts, which
+/// kvrun does not run, are not counted: a lower bound there).
 fn parameter_count(c: &ModelConfig) -> u64 {
     let (d, f, v) = (c.hidden_size as u64, c.intermediate_size as u64, c.vocab_size as u64);
     let h = c.num_heads as u64;
@@ -72,7 +72,11 @@ fn parameter_count(c: &ModelConfig) -> u64 {
     let norms = 2 * d
         + if c.post_norms { 2 * d } else { 0 }
         + if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
-    let mlp = 3 * d * f + norms;
+    // a mixture of experts: the router and every expert's gate, up and down
+    let mlp = match c.moe {
+        Some(m) => d * m.experts as u64 * (1 + 3 * m.expert_ffn as u64) + norms,
+        None => 3 * d * f + norms,
+    };
     // a Gated DeltaNet layer: q|k|v, z, b, a in; the conv; A_log, dt_bias; the gated norm; out
     let recurrent = c.delta_net.map_or(0, |n| {
         let (conv, value, heads) =
@@ -103,6 +107,32 @@ pub struct ModelShape {
     pub config: ModelConfig,
     /// Exact for model files, estimated from `torch_dtype` for a bare config.json.
     pub weight_bytes: u64,
+    /// The weights one token reads: all of them, less the experts it is not routed to (a
+    /// mixture of experts reads `experts_used` of `experts`).
+    pub active_weight_bytes: u64,
+}
+
+/// `total` less the share of `expert_bytes` a token's unchosen experts hold.
+fn active_bytes(config: &ModelConfig, total: u64, expert_bytes: u64) -> u64 {
+    match config.moe {
+        Some(m) => {
+            let unused = (m.experts - m.experts_used) as u128;
+            total - (expert_bytes as u128 * unused / m.experts as u128) as u64
+        }
+        None => total,
+    }
+}
+
+/// Whether a tensor is one expert's or a stack of experts' (GGUF `ffn_gate_exps`, HF
+/// `ffn_gate.E` as `loader::hf` names them).
+fn is_expert_tensor(name: &str) -> bool {
+    if name.contains("_exps.") {
+        return true;
+    }
+    let mut parts = name.rsplit('.');
+    let (_, expert) = (parts.next(), parts.next());
+    expert.is_some_and(|e| e.parse::<usize>().is_ok())
+        && ["ffn_gate", "ffn_up", "ffn_down"].contains(&parts.next().unwrap_or(""))
 }
 
 /// The model's shape from a `.gguf` file, an HF directory or a bare config.json.
@@ -112,11 +142,23 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let (config, extras) =
             ModelConfig::from_hf_config_json_with_extras(&json).map_err(|e| e.in_file(path))?;
-        let weight_bytes = parameter_count(&config) * dtype_bytes(&extras);
-        return Ok(ModelShape { config, weight_bytes });
+        let bytes = dtype_bytes(&extras);
+        let weight_bytes = parameter_count(&config) * bytes;
+        let experts = config.moe.map_or(0, |m| {
+            (config.moe_layers * m.experts * 3 * m.expert_ffn * config.hidden_size) as u64
+        });
+        let active_weight_bytes = active_bytes(&config, weight_bytes, experts * bytes);
+        return Ok(ModelShape { config, weight_bytes, active_weight_bytes });
     }
     let file = ModelFile::open(path)?;
-    Ok(ModelShape { config: file.config().clone(), weight_bytes: file.weight_bytes() })
+    let config = file.config().clone();
+    let weight_bytes = file.weight_bytes();
+    let mut expert_bytes = 0u64;
+    for name in file.tensor_names().into_iter().filter(|n| is_expert_tensor(n)) {
+        expert_bytes += file.tensor(name)?.data.len() as u64;
+    }
+    let active_weight_bytes = active_bytes(&config, weight_bytes, expert_bytes);
+    Ok(ModelShape { config, weight_bytes, active_weight_bytes })
 }
 
 /// The KV head shapes of a model whose layers have several (Gemma 4), with the bytes a token
@@ -155,7 +197,8 @@ fn head_shapes(
 }
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
-    let ModelShape { config, weight_bytes } = model_shape(&args.model.path()?)?;
+    let ModelShape { config, weight_bytes, active_weight_bytes } =
+        model_shape(&args.model.path()?)?;
     let spec = args.format.spec()?;
     let max_model_len = args
         .max_model_len
@@ -186,6 +229,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         max_num_seqs: args.max_num_seqs,
         kv_cache_memory,
         weight_bytes,
+        active_weight_bytes,
         kv_bytes_per_token_expanded: config.mla.map(|m| {
             let per_head = (m.q_head_dim() + m.v_head_dim) as u64;
             config.num_layers as u64 * config.num_heads as u64 * per_head * 2

@@ -39,6 +39,8 @@ pub struct PlanInput {
     pub kv_cache_memory: Option<u64>,
     /// Bytes of the model weights as stored (reported, not part of the KV budget).
     pub weight_bytes: u64,
+    /// Of those, the bytes one token reads (a mixture of experts: its chosen experts only).
+    pub active_weight_bytes: u64,
     /// MLA: the KV bytes per token the same heads would cache as plain per-head K and V
     /// (`layers × heads × (qk_nope + qk_rope + v_head_dim) × element bytes`), for comparison;
     /// `None` for other attention.
@@ -124,6 +126,8 @@ pub struct Plan {
     /// Whole `max_model_len` sequences the budget holds.
     pub sequences_fit: u64,
     pub weight_bytes: u64,
+    /// The weights one token reads (= `weight_bytes` but for a mixture of experts).
+    pub active_weight_bytes: u64,
     pub block_size: usize,
     /// The `--kv-cache-dtype` name (`"f16"`, `"int8"` …).
     pub kv_cache_dtype: &'static str,
@@ -233,6 +237,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, KvError> {
         kv_blocks_fit,
         sequences_fit: kv_blocks_fit / blocks_per_sequence,
         weight_bytes: input.weight_bytes,
+        active_weight_bytes: input.active_weight_bytes,
         block_size: layout.block_size,
         kv_cache_dtype: layout.storage.dtype_name,
         kv_k_scale: layout.storage.k.scale_name,
@@ -347,6 +352,10 @@ impl std::fmt::Display for Plan {
         );
         row(f, "budget", self.kv_cache_memory, fit_note)?;
         row(f, "weights", self.weight_bytes, String::new())?;
+        if self.active_weight_bytes != self.weight_bytes {
+            let note = "a token's share: its chosen experts only".to_string();
+            row(f, "weights/token", self.active_weight_bytes, note)?;
+        }
         if self.kv_staging_bytes_per_sequence > 0 {
             let note = format!(
                 "f16 partial blocks of {} running sequences ({} per sequence), outside the budget",
@@ -403,6 +412,7 @@ mod tests {
             max_num_seqs: seqs,
             kv_cache_memory: budget,
             weight_bytes: 13_476_839_424,
+            active_weight_bytes: 13_476_839_424,
             kv_bytes_per_token_expanded: None,
         }
     }

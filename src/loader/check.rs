@@ -5,7 +5,7 @@
 //! must be refused here, before anything is allocated from those numbers.
 
 use super::error::LoadError;
-use super::{Architecture, AttentionKind, ModelFile};
+use super::{Architecture, AttentionKind, ModelFile, SourceFormat};
 use std::collections::BTreeSet;
 
 /// One dimension the config implies: its config name and value.
@@ -16,7 +16,7 @@ type Dim = (&'static str, usize);
 /// against the file. Layer count first, so a huge `block_count` costs one pass over the names.
 pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     let c = file.config();
-    if c.moe_layers > 0 {
+    if c.moe_layers > 0 && c.moe.is_none() {
         return Err(LoadError::config(format!(
             "{} of this model's {} layers are mixture-of-experts, which kvrun does not run yet \
              (`kvrun plan` sizes its KV cache); use a model whose layers are all dense",
@@ -78,9 +78,34 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
             _ => "ffn_norm.weight",
         };
         expect(file, &name(ffn_norm), &[hidden])?;
+        if let Some(m) = c.moe {
+            experts(file, l, m, hidden)?;
+            continue;
+        }
         expect(file, &name("ffn_gate.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_up.weight"), &[ffn, hidden])?;
         expect(file, &name("ffn_down.weight"), &[hidden, ffn])?;
+    }
+    Ok(())
+}
+
+/// A mixture-of-experts MLP's tensors: the router [experts, hidden] and the experts' gate, up
+/// and down projections, stacked (GGUF `ffn_gate_exps` [experts, ffn, hidden]) or one tensor
+/// per expert (HF, mapped to `ffn_gate.E` [ffn, hidden]).
+fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(), LoadError> {
+    let name = |t: &str| format!("blk.{l}.{t}");
+    let experts = ("expert_count", m.experts);
+    let ffn = ("expert_feed_forward_length", m.expert_ffn);
+    expect(file, &name("ffn_gate_inp.weight"), &[experts, hidden])?;
+    if file.has_tensor(&name("ffn_gate_exps.weight")) || file.format() == SourceFormat::Gguf {
+        expect(file, &name("ffn_gate_exps.weight"), &[experts, ffn, hidden])?;
+        expect(file, &name("ffn_up_exps.weight"), &[experts, ffn, hidden])?;
+        return expect(file, &name("ffn_down_exps.weight"), &[experts, hidden, ffn]);
+    }
+    for e in 0..m.experts {
+        expect(file, &name(&format!("ffn_gate.{e}.weight")), &[ffn, hidden])?;
+        expect(file, &name(&format!("ffn_up.{e}.weight")), &[ffn, hidden])?;
+        expect(file, &name(&format!("ffn_down.{e}.weight")), &[hidden, ffn])?;
     }
     Ok(())
 }

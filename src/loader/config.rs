@@ -6,7 +6,8 @@ use super::gguf::GgufFile;
 use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
-pub(super) const SUPPORTED: &str = "Llama (incl. Mistral), Qwen2, Qwen3 (dense), Qwen3.5 (dense), \
+pub(super) const SUPPORTED: &str =
+    "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 (dense), \
      Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, dense layers only)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -20,6 +21,10 @@ pub enum Architecture {
     /// before RoPE (plain weights, not Gemma's `1 + w`) and an explicit head_dim (0.6B:
     /// 16 heads × 128 ≠ hidden 1024).
     Qwen3,
+    /// Qwen3-MoE (`Qwen3MoeForCausalLM`, GGUF `qwen3moe`): Qwen3's attention with a
+    /// mixture-of-experts MLP in every layer ([`Moe`]: softmax routing over the experts, the
+    /// top `experts_used`, no shared expert).
+    Qwen3Moe,
     /// Gemma 3 (text): Q/K norms, GELU-tanh MLP, scaled embeddings, post-norms, and
     /// interleaved sliding-window (local) and full (global) layers with their own RoPE.
     Gemma3,
@@ -160,6 +165,43 @@ impl Mla {
 /// What Gemma 4's full-attention ("global") layers do differently from its sliding ones: a
 /// KV head shape of their own (fewer, wider heads: 512 channels where the sliding layers have
 /// 256), and K = V (`attention_k_eq_v`).
+/// A mixture-of-experts MLP (Qwen3-MoE): per token, a router (`ffn_gate_inp`, [experts,
+/// hidden]) scores every expert, softmax turns the scores into probabilities, the
+/// `experts_used` most probable experts run (each a SwiGLU MLP of `expert_ffn` channels) and
+/// their outputs are summed weighted by those probabilities, renormalised to sum to 1 when
+/// `norm_topk_prob`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Moe {
+    pub experts: usize,
+    pub experts_used: usize,
+    pub expert_ffn: usize,
+    pub norm_topk_prob: bool,
+}
+
+impl Moe {
+    /// Most experts a token may use: the routing kernel's (`kernels::moe::MAX_USED`).
+    pub const MAX_USED: usize = 32;
+
+    pub(super) fn check(&self) -> Result<(), LoadError> {
+        let Moe { experts, experts_used, expert_ffn, .. } = *self;
+        if experts == 0 || experts > 1 << 16 || expert_ffn == 0 || expert_ffn > 1 << 20 {
+            return Err(LoadError::config(format!(
+                "{experts} experts of {expert_ffn} channels: both must be positive and sane; the \
+                 model's config is broken"
+            )));
+        }
+        if experts_used == 0 || experts_used > experts || experts_used > Self::MAX_USED {
+            return Err(LoadError::config(format!(
+                "{experts_used} experts used per token of {experts}: it must be 1 to {} (and at \
+                 most {}); the model's config is broken",
+                experts,
+                Self::MAX_USED
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct GlobalLayers {
     /// KV heads of these layers (their query heads are the model's `num_heads`).
@@ -303,9 +345,12 @@ pub struct ModelConfig {
     pub rotary_dims: Option<usize>,
     /// Multi-head latent attention (DeepSeek); `None` for every other architecture.
     pub mla: Option<Mla>,
-    /// Layers whose MLP is a mixture of experts, which kvrun does not run: a model with any is
-    /// refused at load (`plan` still sizes its KV).
+    /// Layers whose MLP is a mixture of experts. Without [`ModelConfig::moe`] (DeepSeek's
+    /// experts) kvrun does not run them: a model with any is refused at load (`plan` still sizes
+    /// its KV).
     pub moe_layers: usize,
+    /// The experts' shape where kvrun runs them (Qwen3-MoE: every layer's MLP).
+    pub moe: Option<Moe>,
     /// The shape of the [`AttentionKind::Recurrent`] layers (Qwen3.5's Gated DeltaNet);
     /// `None` when there are none.
     pub delta_net: Option<DeltaNet>,
@@ -441,6 +486,9 @@ impl ModelConfig {
         self.validate_global_layers()?;
         self.validate_mla()?;
         self.validate_delta_net()?;
+        if let Some(m) = self.moe {
+            m.check()?;
+        }
         self.validate_layers()
     }
 

@@ -33,6 +33,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         "qwen2" => (Architecture::Qwen2, RopeStyle::Neox),
         // not permuted either (llama.cpp's Qwen3Model converts as Qwen2Model): NEOX
         "qwen3" => (Architecture::Qwen3, RopeStyle::Neox),
+        "qwen3moe" => (Architecture::Qwen3Moe, RopeStyle::Neox),
         "gemma3" => (Architecture::Gemma3, RopeStyle::Neox),
         "gemma4" => (Architecture::Gemma4, RopeStyle::Neox),
         // not permuted by the converter; RoPE on adjacent pairs (ggml's NORM), as HF DeepSeek
@@ -97,7 +98,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
         attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
         // Qwen3's per-head norms (llama.cpp `LLM_ARCH_QWEN3`: attn_q_norm, attn_k_norm)
-        qk_norm: arch == Architecture::Qwen3,
+        qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::Qwen3Moe),
         activation: Activation::Silu,
         embedding_scale: None,
         post_norms: false,
@@ -107,6 +108,7 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         mla: None,
         rotary_dims,
         moe_layers: 0,
+        moe: None,
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,
@@ -124,8 +126,26 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     if arch == Architecture::Qwen35 {
         qwen35(&m, &mut config)?;
     }
+    if arch == Architecture::Qwen3Moe {
+        qwen3moe(&m, &mut config)?;
+    }
     config.validate()?;
     Ok(config)
+}
+
+/// Qwen3-MoE (llama.cpp `llama_model_qwen3moe`): every layer's MLP is `expert_count` experts
+/// of `expert_feed_forward_length` channels, `expert_used_count` a token; llama.cpp always
+/// renormalises the chosen experts' weights for this architecture (its converter writes no key
+/// for `norm_topk_prob`).
+fn qwen3moe(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    c.moe = Some(super::config::Moe {
+        experts: m.usize("expert_count")?,
+        experts_used: m.usize("expert_used_count")?,
+        expert_ffn: m.usize("expert_feed_forward_length")?,
+        norm_topk_prob: true,
+    });
+    c.moe_layers = c.num_layers;
+    Ok(())
 }
 
 /// Qwen3.5 (llama.cpp `llama_model_qwen35::load_arch_hparams`): the Gated DeltaNet's shape

@@ -51,6 +51,15 @@ struct HfConfigJson {
     n_routed_experts: Option<usize>,
     first_k_dense_replace: Option<usize>,
     moe_layer_freq: Option<usize>,
+    // Qwen3-MoE
+    num_experts: Option<usize>,
+    /// transformers ≥ 5 writes Qwen3-MoE's `num_experts` under this name
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    norm_topk_prob: Option<bool>,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
     // Qwen3.5 (Gated DeltaNet layers)
     linear_conv_kernel_dim: Option<usize>,
     linear_key_head_dim: Option<usize>,
@@ -122,6 +131,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "LlamaForCausalLM" | "MistralForCausalLM" => Architecture::Llama,
         "Qwen2ForCausalLM" => Architecture::Qwen2,
         "Qwen3ForCausalLM" => Architecture::Qwen3,
+        "Qwen3MoeForCausalLM" => Architecture::Qwen3Moe,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
         "Gemma4ForCausalLM" | "Gemma4ForConditionalGeneration" => Architecture::Gemma4,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
@@ -160,6 +170,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         Architecture::Gemma4 => gemma4(&c)?,
         Architecture::Deepseek2 => deepseek2(&c)?,
         Architecture::Qwen35 => qwen35(&c)?,
+        Architecture::Qwen3Moe => qwen3moe(&c)?,
         _ => llama_like(arch, &c)?,
     };
     config.validate()?;
@@ -204,7 +215,7 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         tie_word_embeddings: c.tie_word_embeddings,
         attention_bias: arch == Architecture::Qwen2 || c.attention_bias,
         // Qwen3Attention: q_norm, k_norm over each head before RoPE
-        qk_norm: arch == Architecture::Qwen3,
+        qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::Qwen3Moe),
         activation: Activation::Silu,
         embedding_scale: None,
         post_norms: false,
@@ -214,6 +225,7 @@ fn base(arch: Architecture, c: &HfConfigJson, layers: Vec<LayerSpec>) -> ModelCo
         mla: None,
         rotary_dims: None,
         moe_layers: 0,
+        moe: None,
         delta_net: None,
         attn_output_gate: false,
         global_layers: None,
@@ -233,7 +245,9 @@ fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadE
     let window_on = c.use_sliding_window.unwrap_or(arch == Architecture::Llama);
     let window = c.sliding_window.filter(|_| window_on);
     let first_sliding = match arch {
-        Architecture::Qwen2 | Architecture::Qwen3 => c.max_window_layers.unwrap_or(28),
+        Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
+            c.max_window_layers.unwrap_or(28)
+        }
         _ => 0,
     };
     let kinds = match &c.layer_types {
@@ -247,6 +261,32 @@ fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadE
     };
     let layers = kinds.into_iter().map(|attention| LayerSpec { attention, rope }).collect();
     Ok(base(arch, c, layers))
+}
+
+/// Qwen3-MoE (`Qwen3MoeConfig`): Qwen3's attention, every layer's MLP `num_experts` experts of
+/// `moe_intermediate_size` channels, `num_experts_per_tok` a token, `norm_topk_prob`
+/// (transformers' default: false). Dense layers among them (`mlp_only_layers`,
+/// `decoder_sparse_step` > 1) are refused: no published checkpoint has them.
+fn qwen3moe(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let mut config = llama_like(Architecture::Qwen3Moe, c)?;
+    let dense = c.mlp_only_layers.as_ref().is_some_and(|l| !l.is_empty());
+    if dense || c.decoder_sparse_step.unwrap_or(1) != 1 {
+        return Err(LoadError::config(
+            "a Qwen3-MoE config with dense layers (mlp_only_layers, decoder_sparse_step > 1) is \
+             not supported: kvrun runs Qwen3-MoE with experts in every layer",
+        ));
+    }
+    let need = |v: Option<usize>, key: &str| {
+        v.ok_or_else(|| LoadError::config(format!("Qwen3-MoE config.json lacks {key}")))
+    };
+    config.moe = Some(super::config::Moe {
+        experts: need(c.num_experts.or(c.num_local_experts), "num_experts")?,
+        experts_used: need(c.num_experts_per_tok, "num_experts_per_tok")?,
+        expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
+        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+    });
+    config.moe_layers = config.num_layers;
+    Ok(config)
 }
 
 /// Gemma 3: five sliding layers (RoPE base `rope_local_base_freq`, never scaled) for every

@@ -140,6 +140,8 @@ pub fn canonical_name(hf: &str) -> String {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
+        // Qwen3-MoE's router; its experts (`mlp.experts.E.*`) below
+        "mlp.gate.weight" => "ffn_gate_inp.weight",
         // DeepSeek-V2/V3 (MLA), as llama.cpp's deepseek2 names them
         "self_attn.q_a_proj.weight" => "attn_q_a.weight",
         "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",
@@ -147,9 +149,24 @@ pub fn canonical_name(hf: &str) -> String {
         "self_attn.kv_a_proj_with_mqa.weight" => "attn_kv_a_mqa.weight",
         "self_attn.kv_a_layernorm.weight" => "attn_kv_a_norm.weight",
         "self_attn.kv_b_proj.weight" => "attn_kv_b.weight",
-        _ => return hf.to_string(),
+        _ => return expert_name(layer, param).unwrap_or_else(|| hf.to_string()),
     };
     format!("blk.{layer}.{mapped}")
+}
+
+/// An expert's projection, `mlp.experts.E.gate_proj.weight` → `blk.L.ffn_gate.E.weight` (GGUF
+/// stacks every expert of a layer in one `ffn_gate_exps`; an HF checkpoint keeps one tensor per
+/// expert, which the model's loader stacks).
+fn expert_name(layer: &str, param: &str) -> Option<String> {
+    let (expert, proj) = param.strip_prefix("mlp.experts.")?.split_once('.')?;
+    let expert: usize = expert.parse().ok()?;
+    let base = match proj {
+        "gate_proj.weight" => "ffn_gate",
+        "up_proj.weight" => "ffn_up",
+        "down_proj.weight" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{base}.{expert}.weight"))
 }
 
 fn read_text(path: &Path) -> Result<String, LoadError> {

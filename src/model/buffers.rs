@@ -128,7 +128,9 @@ pub(super) struct Activations {
     pub attn_gate: wgpu::Buffer,
     /// Gated DeltaNet layers' rows (`None` without recurrent layers).
     pub delta: Option<DeltaActivations>,
-    /// [max_tokens, 2 · ffn] fused gate and up projections
+    /// Mixture-of-experts rows (`None` without experts).
+    pub moe: Option<MoeActivations>,
+    /// [max_tokens, 2 · ffn] fused gate and up projections (1 float with experts)
     pub gate_up: wgpu::Buffer,
     /// [max_tokens, ffn]
     pub ffn: wgpu::Buffer,
@@ -162,6 +164,17 @@ pub(super) struct MlaActivations {
     pub c_kv: wgpu::Buffer,
     /// [max_tokens, heads · v_head_dim] per-head values (`W_UV_h` of the latent outputs)
     pub v: wgpu::Buffer,
+}
+
+/// A mixture-of-experts MLP's rows (`kernels::moe`).
+pub(super) struct MoeActivations {
+    /// [max_tokens, experts] the router's logits
+    pub logits: wgpu::Buffer,
+    /// [max_tokens, experts used] each token's experts (u32) and their weights (f32)
+    pub ids: wgpu::Buffer,
+    pub weights: wgpu::Buffer,
+    /// [max_tokens · experts used, expert ffn] each (token, expert) pair's act(gate) · up
+    pub h: wgpu::Buffer,
 }
 
 /// A Gated DeltaNet layer's rows (`kernels::delta_net`).
@@ -198,6 +211,8 @@ impl Activations {
         let qk = widest(&|kvh, hd| (c.num_heads + kvh + v_norm_heads(kvh)) * hd).unwrap_or(0);
         let attn_width = c.num_heads * c.max_head_dim();
         let logits_bytes = (o.max_logit_rows.max(1) * c.vocab_size * 4) as u64;
+        // a mixture of experts has no dense MLP (its rows are `moe`)
+        let dense_ffn = if c.moe.is_some() { 1 } else { c.intermediate_size };
         Activations {
             hidden: f32s("hidden", t, c.hidden_size),
             normed: f32s("normed", t, c.hidden_size),
@@ -227,8 +242,14 @@ impl Activations {
                 conv: f32s("delta_net conv out", t, d.conv_channels()),
                 o: f32s("delta_net out", t, d.value_dim()),
             }),
-            gate_up: f32s("gate_up", t, 2 * c.intermediate_size),
-            ffn: f32s("ffn", t, c.intermediate_size),
+            moe: c.moe.map(|m| MoeActivations {
+                logits: f32s("moe router logits", t, m.experts),
+                ids: f32s("moe expert ids", t, m.experts_used),
+                weights: f32s("moe expert weights", t, m.experts_used),
+                h: f32s("moe expert rows", t * m.experts_used, m.expert_ffn),
+            }),
+            gate_up: f32s("gate_up", t, 2 * dense_ffn),
+            ffn: f32s("ffn", t, dense_ffn),
             logits_in: f32s("logits in", o.max_logit_rows, c.hidden_size),
             logits: gpu.storage_buffer("logits", logits_bytes),
             logits_staging: gpu.device.create_buffer(&wgpu::BufferDescriptor {

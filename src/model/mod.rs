@@ -26,6 +26,7 @@ use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::logprob::{LogprobOp, NO_TARGET};
+use crate::kernels::moe::{ExpertOp, RouteOp};
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
@@ -206,6 +207,10 @@ enum Op {
     DeltaScan(ScanOp),
     /// A Gated DeltaNet layer's gated RMSNorm.
     DeltaNorm(GatedNormOp),
+    /// Mixture of experts: each token's experts and weights from the router's logits.
+    MoeRoute(RouteOp),
+    /// Mixture of experts: the chosen experts' gate|up or down projections.
+    MoeExperts(ExpertOp),
 }
 
 impl Op {
@@ -231,6 +236,8 @@ impl Op {
             Op::DeltaConv(_) => "delta_conv",
             Op::DeltaScan(_) => "delta_scan",
             Op::DeltaNorm(_) => "delta_norm",
+            Op::MoeRoute(_) => "moe_route",
+            Op::MoeExperts(_) => "moe_experts",
         }
     }
 
@@ -255,6 +262,8 @@ impl Op {
             Op::DeltaConv(op) => op.record(pass, shape),
             Op::DeltaScan(op) => op.record(pass, shape),
             Op::DeltaNorm(op) => op.record(pass, shape),
+            Op::MoeRoute(op) => op.record(pass, shape),
+            Op::MoeExperts(op) => op.record(pass, shape),
         }
     }
 }

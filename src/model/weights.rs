@@ -267,3 +267,105 @@ pub fn gate_up(
 pub fn gpu_bytes(w: &GpuWeight) -> u64 {
     w.parts.iter().map(|p| p.words.size() + p.scales.size()).sum()
 }
+
+/// One projection (`base`: `ffn_gate`, `ffn_up`, `ffn_down`) of every expert of layer `l`, as
+/// the file rows of each expert ([rows, cols]) and their format: GGUF's stacked
+/// `blk.l.{base}_exps.weight` [experts, rows, cols] or an HF checkpoint's tensor per expert
+/// (`blk.l.{base}.E.weight`, `loader::hf`).
+fn expert_rows<'f>(
+    file: &'f ModelFile,
+    l: usize,
+    base: &str,
+    [experts, rows, cols]: [usize; 3],
+) -> Result<(WeightFormat, Vec<&'f [u8]>), ModelError> {
+    let stacked = format!("blk.{l}.{base}_exps.weight");
+    if file.has_tensor(&stacked) {
+        let t = file.tensor(&stacked)?;
+        check_shape(&t, &[experts, rows, cols])?;
+        let format = weight_format(&t)?;
+        check_columns(&stacked, format, cols)?;
+        let per_expert = rows * format.file_row_bytes(cols);
+        return Ok((format, t.data.chunks_exact(per_expert).collect()));
+    }
+    let mut format = None;
+    let mut out = Vec::with_capacity(experts);
+    for e in 0..experts {
+        let name = format!("blk.{l}.{base}.{e}.weight");
+        let t = file.tensor(&name)?;
+        check_shape(&t, &[rows, cols])?;
+        let f = weight_format(&t)?;
+        if format.is_some_and(|first| first != f) {
+            return Err(ModelError::Unsupported(format!(
+                "the experts of blk.{l}.{base} mix weight formats ({:?} and {f:?}); kvrun stacks \
+                 a layer's experts in one weight of one format, so convert the model to one",
+                format.unwrap()
+            )));
+        }
+        check_columns(&name, f, cols)?;
+        format = Some(f);
+        out.push(t.data);
+    }
+    Ok((format.expect("at least one expert"), out))
+}
+
+/// A stacked expert weight in one part: the expert kernel binds one buffer.
+fn one_binding(w: GpuWeight, label: &str, max_binding: u64) -> Result<GpuWeight, ModelError> {
+    if w.parts.len() == 1 {
+        return Ok(w);
+    }
+    Err(ModelError::Unsupported(format!(
+        "the stacked experts {label} ({} bytes on the GPU) do not fit one storage binding of this \
+         adapter ({max_binding} bytes) and kvrun does not split experts across bindings yet; use \
+         a smaller quantization or an adapter with larger bindings",
+        gpu_bytes(&w)
+    )))
+}
+
+/// The gate and up projections of layer `l`'s `experts` experts ([ffn, hidden] each) as one
+/// weight for `kernels::moe`'s gate|up kernel: expert e's rows at `e · 2 · ffn`, its gate row i
+/// and up row i at 2i and 2i + 1 (as [`gate_up`] interleaves a dense MLP).
+pub fn expert_gate_up(
+    gpu: &Gpu,
+    file: &ModelFile,
+    l: usize,
+    [experts, ffn, hidden]: [usize; 3],
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    let shape = [experts, ffn, hidden];
+    let (format, gate) = expert_rows(file, l, "ffn_gate", shape)?;
+    let (up_format, up) = expert_rows(file, l, "ffn_up", shape)?;
+    let label = format!("blk.{l}.ffn_gate_up_exps");
+    if up_format != format {
+        return Err(ModelError::Unsupported(format!(
+            "{label}: the experts' gate ({format:?}) and up ({up_format:?}) projections differ in \
+             format; kvrun interleaves them in one weight, so convert the model to one format"
+        )));
+    }
+    let row_bytes = format.file_row_bytes(hidden);
+    let mut data = Vec::with_capacity(2 * experts * ffn * row_bytes);
+    for (g, u) in gate.iter().zip(&up) {
+        for (g_row, u_row) in g.chunks_exact(row_bytes).zip(u.chunks_exact(row_bytes)) {
+            data.extend_from_slice(g_row);
+            data.extend_from_slice(u_row);
+        }
+    }
+    let rows = 2 * experts * ffn;
+    let w = GpuWeight::upload(gpu, &label, format, rows, hidden, &data, max_binding)?;
+    one_binding(w, &label, max_binding)
+}
+
+/// The down projections of layer `l`'s experts ([hidden, ffn] each), stacked: expert e's rows
+/// at `e · hidden`.
+pub fn expert_down(
+    gpu: &Gpu,
+    file: &ModelFile,
+    l: usize,
+    [experts, ffn, hidden]: [usize; 3],
+    max_binding: u64,
+) -> Result<GpuWeight, ModelError> {
+    let (format, down) = expert_rows(file, l, "ffn_down", [experts, hidden, ffn])?;
+    let label = format!("blk.{l}.ffn_down_exps");
+    let data = down.concat();
+    let w = GpuWeight::upload(gpu, &label, format, experts * hidden, ffn, &data, max_binding)?;
+    one_binding(w, &label, max_binding)
+}

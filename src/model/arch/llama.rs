@@ -1,5 +1,5 @@
 //! The Llama family (Llama 2/3, SmolLM2, Mistral without window, Qwen2 with QKV bias, Qwen3 with
-//! Q/K norms) as a flat list of dispatches:
+//! Q/K norms, Qwen3-MoE: Qwen3 with experts for its MLP) as a flat list of dispatches:
 //!
 //! ```text
 //! hidden = embed(tokens)
@@ -24,6 +24,10 @@
 //!             ffn    = silu(normed · Wgateᵀ) · (normed · Wupᵀ)
 //!                                                 one linear (GLU epilogue) when the types agree
 //!             hidden += ffn · Wdownᵀ
+//!             Qwen3-MoE instead (Builder::moe_mlp, kernels::moe): normed = rms_norm(hidden),
+//!                    logits = normed · Wrouterᵀ, ids, weights = top-k of softmax(logits),
+//!                    h[t, j] = silu(gate_e · normed) · (up_e · normed), e = ids[t, j],
+//!                    hidden += Σ_j weights[t, j] · down_e(h[t, j])
 //! logits_in = rms_norm(hidden[logit_rows]) · output_norm
 //! logits    = logits_in · Woutᵀ                       Wout = token_embd when tied (no output.weight)
 //! ```
@@ -38,7 +42,11 @@ use crate::model::{ModelError, Op};
 pub(super) fn check(c: &ModelConfig) -> Result<(), ModelError> {
     let unsupported = [
         (c.arch == Architecture::Gemma3, "the Gemma 3 architecture"),
-        (c.qk_norm && c.arch != Architecture::Qwen3, "Q/K norms outside Qwen3"),
+        (
+            c.qk_norm && !matches!(c.arch, Architecture::Qwen3 | Architecture::Qwen3Moe),
+            "Q/K norms outside Qwen3",
+        ),
+        (c.moe.is_some() != (c.arch == Architecture::Qwen3Moe), "experts outside Qwen3-MoE"),
         (c.post_norms, "post-attention/post-MLP norms"),
         (c.activation != Activation::Silu, "a GELU MLP"),
     ];
@@ -72,10 +80,8 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     };
     let o_name = name("attn_output.weight");
     let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
-    let ffn = c.intermediate_size;
-    let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
     let parts = proj.iter().chain(&v).map(|p| &p.weight);
-    let bytes: u64 = parts.chain([&o, &down]).map(gpu_bytes).sum();
+    let bytes: u64 = parts.chain([&o]).map(gpu_bytes).sum();
 
     let input = b.sublayer_input(l, "attn_norm", ops)?;
     if c.qk_norm {
@@ -88,9 +94,14 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     }
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
+    if c.moe.is_some() {
+        return Ok(bytes + b.moe_mlp(l, ops)?);
+    }
+    let ffn = c.intermediate_size;
+    let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
     let input = b.sublayer_input(l, "ffn_norm", ops)?;
     let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, &input, ops)?;
     let down_op = b.linear(&name("ffn_down"), &down, &act.ffn, &act.hidden, true, TokenRows::Step);
     ops.push(Op::Linear(down_op));
-    Ok(bytes + gate_up_bytes)
+    Ok(bytes + gate_up_bytes + gpu_bytes(&down))
 }

@@ -4,7 +4,7 @@
 //! | file | concept |
 //! |---|---|
 //! | `common.rs` | [`Builder`]: the shared pieces (embedding, norms, fused projections, RoPE with the layer's table, attention with the layer's [`AttentionKind`], rotation, the final norm and LM head) and the checks every architecture needs |
-//! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (Q/K norms) |
+//! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (Q/K norms), Qwen3-MoE (experts: `Builder::moe_mlp`) |
 //! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
 //! | `deepseek2.rs` | DeepSeek-V2/V3 with dense layers: multi-head latent attention, absorbed |
 //! | `qwen35.rs` | Qwen3.5 (dense): Gated DeltaNet layers with their states, gated full attention with partial RoPE |
@@ -37,7 +37,10 @@ pub(super) fn load(
 ) -> Result<Model, ModelError> {
     let c = file.config().clone();
     common::validate(&c, &options)?;
-    if matches!(c.arch, Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3) {
+    if matches!(
+        c.arch,
+        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe
+    ) {
         llama::check(&c)?;
     }
     let max_binding = kernels.config.max_binding_bytes;
@@ -60,7 +63,10 @@ pub(super) fn load(
         max_binding,
     };
     let (ops, weight_bytes) = match c.arch {
-        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => b.build(llama::layer)?,
+        Architecture::Llama
+        | Architecture::Qwen2
+        | Architecture::Qwen3
+        | Architecture::Qwen3Moe => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
         Architecture::Gemma4 => b.build(gemma4::layer)?,
         Architecture::Deepseek2 => b.build(deepseek2::layer)?,
