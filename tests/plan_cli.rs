@@ -85,6 +85,7 @@ fn every_config_has_the_stable_json_keys() {
         "qwen3-8b",
         "qwen3.5-9b-shape",
         "gemma-4-31b-shape",
+        "qwen3-30b-a3b-shape",
     ];
     for name in names {
         let p = plan_json(&config(name), &[]);
@@ -270,6 +271,22 @@ fn qwen3_figures() {
     let p = plan_json(&config("qwen3-0.6b"), &["-c", "8192"]);
     assert_eq!(u(&p, "kv_bytes_per_token"), 114_688);
     assert_eq!(u(&p, "weight_bytes"), 596_049_920 * 2);
+}
+
+/// Qwen3-30B-A3B's shape: 48 layers × 4 KV heads × 128 × 2 × 2 = 96 KiB a token; 30,532,122,624
+/// parameters in bf16 (transformers' count), of which a token reads 3,353,032,704: all but
+/// 120 of every layer's 128 experts (48 × 128 × 3 × 768 × 2048 expert parameters). A dense
+/// model reads all its weights.
+#[test]
+fn qwen3_moe_figures() {
+    let p = plan_json(&config("qwen3-30b-a3b-shape"), &["-c", "8192"]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 96 * KIB);
+    assert_eq!(u(&p, "weight_bytes"), 30_532_122_624 * 2);
+    let experts: u64 = 48 * 128 * 3 * 768 * 2048;
+    assert_eq!(u(&p, "active_weight_bytes"), (30_532_122_624 - experts / 128 * 120) * 2);
+    assert_eq!(u(&p, "active_weight_bytes"), 3_353_032_704 * 2);
+    let dense = plan_json(&config("qwen3-8b"), &["-c", "8192"]);
+    assert_eq!(u(&dense, "active_weight_bytes"), u(&dense, "weight_bytes"));
 }
 
 /// Same KV shape as Llama-3-8B. At -c 4096 the 4096-token window covers the context (one full
