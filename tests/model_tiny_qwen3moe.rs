@@ -181,3 +181,23 @@ fn qwen3moe_perplexity_matches_transformers_and_llama_cpp() {
         check_perplexity(&golden, &dir.join(rel), variant, 1e-4, llama_tol);
     }
 }
+
+/// What a decode step reads (`bench decode`'s weight bytes): the attention projections, the
+/// router and the LM head whole, and of each layer's 16 stacked experts the 4 a token is routed
+/// to (f32: gate|up 2 × 32 × 64 and down 64 × 32 floats an expert), not all 16. Every bound
+/// weight counts as bound: an f32 weight has a 32-byte placeholder for side data (wgpu binds no
+/// empty buffer), so a stack's is shared by its experts too.
+#[test]
+fn a_decode_step_reads_the_routed_experts_only() {
+    let f = file("tiny-qwen3moe-f32.gguf");
+    let Some((model, _)) = load(&f, KernelFamily::Auto, (64, 8)) else { return };
+    const PLACEHOLDER: u64 = 32;
+    let stacked = |floats: u64| (16 * floats * 4 + PLACEHOLDER) * 4 / 16;
+    let experts = 2 * (stacked(2 * 32 * 64) + stacked(64 * 32));
+    assert_eq!(model.expert_weight_bytes(), experts);
+    let weight = |floats: u64| floats * 4 + PLACEHOLDER;
+    let attention = weight(128 * 64) + weight(2 * 64 * 64) + weight(64 * 128);
+    let router = weight(16 * 64);
+    let lm_head = weight(257 * 64);
+    assert_eq!(model.linear_weight_bytes(), 2 * (attention + router) + lm_head + experts);
+}

@@ -33,8 +33,11 @@ pub struct DecodeBench {
 /// Bytes one decode step reads at a context length (the roofline's numerator).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StepBytes {
-    /// Every linear layer's weight once (`Model::linear_weight_bytes`).
+    /// Every linear layer's weight once and the experts one token is routed to
+    /// (`Model::linear_weight_bytes`).
     pub weights: u64,
+    /// Of `weights`, the routed experts' rows (`Model::expert_weight_bytes`; 0 when dense).
+    pub expert_weights: u64,
     /// KV read by the attention of full-attention groups: every key of the context.
     pub kv_full: u64,
     /// KV read by the attention of sliding groups: the keys of the window.
@@ -54,7 +57,7 @@ pub struct Roofline {
     /// KV read by all attention (both group kinds) per GPU ms of attention, and its fraction.
     pub attention_gb_s: Option<f64>,
     pub attention_fraction: Option<f64>,
-    /// GB/s and fraction of "linear", "attention", "attention_sliding", "delta_scan" (the
+    /// GB/s and fraction of "linear", "moe_experts", "attention", "attention_sliding", "delta_scan" (the
     /// recurrent states; the conv state's few bytes are counted there too) (with `per_op`).
     pub gb_s_by_kind: BTreeMap<&'static str, f64>,
     pub fraction_by_kind: BTreeMap<&'static str, f64>,
@@ -148,9 +151,10 @@ fn step_bytes(engine: &Engine, keys: usize) -> StepBytes {
         *sum += (group.layers.len() as f64 * read as f64 * per_layer_token).round() as u64;
     }
     let weights = engine.model().linear_weight_bytes();
+    let expert_weights = engine.model().expert_weight_bytes();
     let state = 2 * engine.model().config().state_bytes_per_sequence();
     let total = weights + kv_full + kv_sliding + state;
-    StepBytes { weights, kv_full, kv_sliding, state, total }
+    StepBytes { weights, expert_weights, kv_full, kv_sliding, state, total }
 }
 
 /// GB/s (10^9 bytes per second) of `bytes` moved in `ms`.
@@ -170,7 +174,8 @@ fn roofline(
         attention_ms.filter(|&t| t > 0.0).map(|t| gb_s(bytes.kv_full + bytes.kv_sliding, t));
     let mut gb_s_by_kind = BTreeMap::new();
     for (kind, b) in [
-        ("linear", bytes.weights),
+        ("linear", bytes.weights - bytes.expert_weights),
+        ("moe_experts", bytes.expert_weights),
         ("attention", bytes.kv_full),
         ("attention_sliding", bytes.kv_sliding),
         ("delta_scan", bytes.state),

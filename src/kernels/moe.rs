@@ -202,6 +202,8 @@ pub struct ExpertIo<'a> {
 pub struct ExpertOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,
+    /// Weight bytes one token reads: its `used` experts' share of the stacked weight.
+    token_weight_bytes: u64,
     rows: u32,
     used: u32,
     down: bool,
@@ -246,16 +248,25 @@ impl ExpertOp {
         let label = if down { "moe down" } else { "moe gate_up" };
         let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
         let part = &weight.parts[0];
+        let token_weight_bytes =
+            (part.words.size() + part.scales.size()) * u64::from(used) / u64::from(experts);
         let buffers = [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out];
         let bind_group = pipeline.bind_group(gpu, label, &buffers);
         ExpertOp {
             bind_group,
             pipeline,
+            token_weight_bytes,
             rows,
             used,
             down,
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
+    }
+
+    /// Weight bytes one token's step reads: its chosen experts' rows (the stacked weight's
+    /// bytes × used / experts; a batch of tokens reads the union of their experts).
+    pub fn token_weight_bytes(&self) -> u64 {
+        self.token_weight_bytes
     }
 
     /// Rows of this op's grid: (token, rank) pairs for GateUp, tokens for Down.

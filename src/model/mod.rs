@@ -325,10 +325,23 @@ impl Model {
         self.weight_bytes
     }
 
-    /// Weight bytes a decode step reads: every linear layer's weight once (the LM head's too,
-    /// tied or not); the embedding lookup reads one row, not counted.
+    /// Weight bytes a decode step of one sequence reads: every linear layer's weight once (the
+    /// LM head's too, tied or not) and the experts one token is routed to
+    /// ([`Model::expert_weight_bytes`]); the embedding lookup reads one row, not counted.
     pub fn linear_weight_bytes(&self) -> u64 {
-        self.ops.iter().map(|op| if let Op::Linear(l) = op { l.weight_bytes() } else { 0 }).sum()
+        let linear: u64 = self
+            .ops
+            .iter()
+            .map(|op| if let Op::Linear(l) = op { l.weight_bytes() } else { 0 })
+            .sum();
+        linear + self.expert_weight_bytes()
+    }
+
+    /// Of [`Model::linear_weight_bytes`], the experts' rows one token reads (`kernels::moe`: k
+    /// of each layer's experts); 0 for dense models.
+    pub fn expert_weight_bytes(&self) -> u64 {
+        let token = |op: &Op| if let Op::MoeExperts(e) = op { e.token_weight_bytes() } else { 0 };
+        self.ops.iter().map(token).sum()
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
