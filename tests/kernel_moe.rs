@@ -25,16 +25,20 @@ fn moe_route_matches_reference() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
     let mut r = rng(4300);
-    // (experts, used, norm, tokens, how the logits are drawn)
+    // (experts, used, norm, tokens, how the logits are drawn, (groups, groups used), scale)
     let cases = [
-        (8usize, 2usize, true, 5usize, "random"),
-        (8, 1, false, 3, "random"),
-        (8, 8, true, 2, "random"),
-        (130, 8, true, 65, "random"),
-        (64, 4, false, 7, "ties"),
-        (16, 3, true, 2, "equal"),
+        (8usize, 2usize, true, 5usize, "random", (1usize, 1usize), 1.0f32),
+        (8, 1, false, 3, "random", (1, 1), 1.0),
+        (8, 8, true, 2, "random", (1, 1), 2.5),
+        (130, 8, true, 65, "random", (1, 1), 1.0),
+        (64, 4, false, 7, "ties", (1, 1), 1.0),
+        (16, 3, true, 2, "equal", (1, 1), 1.0),
+        // DeepSeek-V2's group-limited routing: 160 experts in 8 groups, 3 kept, 6 a token
+        (160, 6, false, 9, "random", (8, 3), 16.0),
+        (64, 4, true, 5, "ties", (32, 2), 1.0),
+        (16, 2, false, 3, "equal", (4, 1), 1.0),
     ];
-    for (experts, used, norm, tokens, how) in cases {
+    for (experts, used, norm, tokens, how, groups, scale) in cases {
         let mut logits = uniform(&mut r, tokens * experts, 4.0);
         match how {
             // a few values repeated, so ties sit across ranks and across lanes
@@ -47,17 +51,25 @@ fn moe_route_matches_reference() {
         let ids = storage_f32(gpu, &sentinel);
         let weights = storage_f32(gpu, &sentinel);
         let (step, shape) = step_of(gpu, tokens);
-        let routing = Routing { experts: experts as u32, used: used as u32, norm };
+        let routing = Routing {
+            experts: experts as u32,
+            used: used as u32,
+            norm,
+            scale,
+            groups: groups.0 as u32,
+            groups_used: groups.1 as u32,
+        };
         let op = RouteOp::new(gpu, &t.kernels, &step, &buf, [&ids, &weights], routing);
         run(gpu, |pass| {
             op.record(pass, &shape);
         });
         let got_ids = gpu.read_f32(&ids, 0, (tokens + 1) * used).unwrap();
         let got_w = gpu.read_f32(&weights, 0, (tokens + 1) * used).unwrap();
-        let what = format!("route {experts} experts, top {used}, norm {norm}, {how}");
+        let what =
+            format!("route {experts} experts, top {used}, norm {norm}, {how}, groups {groups:?}");
         let (mut want_ids, mut want_w) = (Vec::new(), Vec::new());
         for row in logits.chunks_exact(experts) {
-            let (i, w) = reference::moe_route(row, used, norm);
+            let (i, w) = reference::moe_route(row, used, norm, scale, groups);
             want_ids.extend(i);
             want_w.extend(w);
         }
@@ -68,7 +80,7 @@ fn moe_route_matches_reference() {
         assert_sentinels(&what, &got_w[tokens * used..]);
         if norm {
             for w in got_w[..tokens * used].chunks_exact(used) {
-                assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{what}: {w:?}");
+                assert!((w.iter().sum::<f32>() - scale).abs() < 1e-5 * scale, "{what}: {w:?}");
             }
         }
     }

@@ -241,6 +241,18 @@ fn hf_deepseek_mla_configs() {
             (512, 128, 64, 128)
         );
         assert_eq!((c.rope_dim(), c.rope_style, c.moe_layers), (64, RopeStyle::Interleaved, moe));
+        // V2-Lite's softmax routing runs (64 experts of 1408, 6 a token, 2 shared); V3's
+        // sigmoid scores with a bias do not yet
+        match name {
+            "deepseek-v2-lite" => {
+                let m = c.moe.expect("V2-Lite's experts");
+                let shape = (m.experts, m.experts_used, m.expert_ffn, m.shared_experts);
+                assert_eq!(shape, (64, 6, 1408, 2));
+                assert_eq!((m.first_dense, m.groups, m.norm_topk_prob), (1, 1, false));
+                assert!(!c.is_moe_layer(0) && (1..27).all(|l| c.is_moe_layer(l)));
+            }
+            _ => assert_eq!(c.moe, None, "{name}"),
+        }
         let mscale = 0.1 * all_dim * 40f64.ln() + 1.0;
         let want = (mscale * mscale / 192f64.sqrt()) as f32;
         assert!((c.attention_scale - want).abs() < 1e-6, "{name}: {} vs {want}", c.attention_scale);
@@ -307,9 +319,16 @@ fn gguf_deepseek2_both_layouts() {
             .add_f32("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707)
             .add_u32("deepseek2.rope.scaling.original_context_length", 4096)
             .add_u32("deepseek2.expert_count", 64)
+            .add_u32("deepseek2.expert_used_count", 6)
+            .add_u32("deepseek2.expert_feed_forward_length", 1408)
+            .add_u32("deepseek2.expert_shared_count", 2)
             .add_u32("deepseek2.leading_dense_block_count", 1);
     })
     .unwrap();
+    let m = c.moe.expect("DeepSeek-V2's softmax-routed experts");
+    assert_eq!((m.experts, m.experts_used, m.expert_ffn, m.shared_experts), (64, 6, 1408, 2));
+    assert_eq!((m.first_dense, m.groups, m.routed_scale, m.norm_topk_prob), (1, 1, 1.0, false));
+    assert!(!c.is_moe_layer(0) && c.is_moe_layer(1));
     let mscale = 1.0 + f64::from(0.0707f32) * 40f64.ln();
     assert!((f64::from(c.attention_scale) - mscale * mscale / 8.0).abs() < 1e-6);
     assert!(

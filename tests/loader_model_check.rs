@@ -175,3 +175,26 @@ fn moe_files_with_bad_experts_are_refused() {
     let out = rewrite_from(&src, "moe-same.gguf", &[], &[], &[]);
     ModelFile::open(&out).unwrap();
 }
+
+/// DeepSeek-V2's experts: groups that do not divide the experts or hold too few of them, a
+/// shared-expert count the tensors do not have, and a missing shared expert are refused by name.
+#[test]
+fn deepseek_moe_files_with_bad_experts_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/tiny-deepseek-moe/tiny-deepseek-moe-f32.gguf");
+    let src = GgufFile::open(&path).unwrap();
+    let key = |k: &str| format!("deepseek2.{k}");
+    let cases: [(&str, u32, &[&str]); 4] = [
+        ("expert_group_count", 3, &["16 experts in 3 groups"]),
+        ("expert_group_used_count", 5, &["4 groups, 5 of them chosen"]),
+        ("expert_group_count", 16, &["16 groups, 2 of them chosen, for 4 experts"]),
+        ("expert_shared_count", 3, &["blk.1.ffn_gate_shexp.weight", "96"]),
+    ];
+    for (k, v, parts) in cases {
+        let out = rewrite_from(&src, "ds.gguf", &[(&key(k), GgufValue::U32(v))], &[], &[]);
+        let msg = open_err(&out);
+        assert!(parts.iter().all(|p| msg.contains(p)), "{k} = {v}: {msg}");
+    }
+    let out = rewrite_from(&src, "ds-drop.gguf", &[], &["blk.2.ffn_up_shexp.weight"], &[]);
+    assert!(open_err(&out).contains("blk.2.ffn_up_shexp.weight"));
+}

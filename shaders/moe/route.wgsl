@@ -1,7 +1,10 @@
-// Mixture-of-experts routing (Qwen3-MoE, as transformers' Qwen3MoeSparseMoeBlock and llama.cpp's
+// Mixture-of-experts routing (Qwen3-MoE and DeepSeek-V2, as transformers' routers and llama.cpp's
 // build_moe_ffn with softmax gating): per token, p = softmax(router logits) in f32, the USED
 // experts of highest p (ties: the lower expert index first), and their weights p_j, divided by
-// Σ_j p_j when FLAG_NORM (norm_topk_prob). Writes ids[t, j] and weights[t, j] in rank order.
+// Σ_j p_j when FLAG_NORM (norm_topk_prob), then times `scale` (the routed scaling factor).
+// With groups > 1 (DeepSeek-V2's group-limited greedy routing) the experts are `groups` equal
+// runs, and only the `groups_used` groups of highest best p (ties: the lower group) are chosen
+// from. Writes ids[t, j] and weights[t, j] in rank order.
 //
 // One workgroup of 64 invocations per token: the experts are strided over the invocations, the
 // max, the sum of exponentials and each rank's choice are workgroup trees in one fixed order,
@@ -12,6 +15,10 @@ struct RouteParams {
     used: u32,           // experts chosen per token (≤ MAX_USED)
     flags: u32,          // FLAG_NORM
     logits_stride: u32,  // floats between tokens' router logits
+    groups: u32,         // expert groups (1: no group limit; ≤ 32)
+    groups_used: u32,    // groups chosen from
+    scale: f32,          // the chosen weights' factor
+    _pad: u32,
 }
 
 const FLAG_NORM: u32 = 1u;
@@ -105,13 +112,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         s += exp(logits[row + e] - m);
     }
     s = tree_sum(lid, s);
+    // group-limited routing: a bit per group that may be chosen from
+    var allowed = 0xFFFFFFFFu;
+    let size = p.experts / max(p.groups, 1u);
+    if (p.groups > 1u) {
+        var gv = bitcast<f32>(0xff7fffffu);
+        if (lid < p.groups) {
+            for (var e = lid * size; e < (lid + 1u) * size; e++) {
+                gv = max(gv, logits[row + e]);
+            }
+        }
+        allowed = 0u;
+        for (var r = 0u; r < p.groups_used; r++) {
+            let open = lid < p.groups && ((allowed >> lid) & 1u) == 0u;
+            let best = tree_best(lid, select(bitcast<f32>(0xff7fffffu), gv, open),
+                                 select(p.groups, lid, open));
+            allowed |= 1u << best;
+        }
+    }
     for (var j = 0u; j < p.used; j++) {
         // invocations with no candidate left offer (-inf, experts): never chosen over a real one
         var bv = bitcast<f32>(0xff7fffffu);
         var bi = p.experts;
         for (var e = lid; e < p.experts; e += 64u) {
             let v = logits[row + e];
-            if (!is_picked(e, j) && beats(v, e, bv, bi)) {
+            let open = ((allowed >> (e / size)) & 1u) != 0u;
+            if (open && !is_picked(e, j) && beats(v, e, bv, bi)) {
                 bv = v;
                 bi = e;
             }
@@ -134,6 +160,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if ((p.flags & FLAG_NORM) != 0u) {
             w = w / total;
         }
+        w = w * p.scale;
         ids[t * p.used + j] = picked[j];
         weights[t * p.used + j] = w;
     }

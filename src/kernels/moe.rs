@@ -33,8 +33,12 @@ pub struct RouteParams {
     pub used: u32,
     pub flags: u32,
     pub logits_stride: u32,
+    pub groups: u32,
+    pub groups_used: u32,
+    pub scale: f32,
+    pub _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<RouteParams>() == 16);
+const _: () = assert!(std::mem::size_of::<RouteParams>() == 32);
 
 /// `RouteParams::flags`: divide the chosen probabilities by their sum.
 pub const FLAG_NORM: u32 = 1;
@@ -66,13 +70,29 @@ impl Kernel for RouteKey {
     }
 }
 
+/// Most expert groups of group-limited routing (WGSL: one bit a group).
+pub const MAX_GROUPS: u32 = 32;
+
 /// How a model routes its tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Routing {
     pub experts: u32,
     pub used: u32,
     /// Renormalise the chosen experts' probabilities to sum to 1 (`norm_topk_prob`).
     pub norm: bool,
+    /// The chosen weights' factor (DeepSeek's routed scaling factor; 1 for Qwen3-MoE).
+    pub scale: f32,
+    /// Group-limited routing: `groups` equal runs of experts, of which the `groups_used` with
+    /// the highest best probability are chosen from (1 and 1: no limit).
+    pub groups: u32,
+    pub groups_used: u32,
+}
+
+impl Routing {
+    /// Softmax routing to the top `used` of `experts`, without groups or scale.
+    pub fn top(experts: u32, used: u32, norm: bool) -> Self {
+        Routing { experts, used, norm, scale: 1.0, groups: 1, groups_used: 1 }
+    }
 }
 
 /// One routing dispatch: a workgroup per token.
@@ -94,14 +114,31 @@ impl RouteOp {
         [ids, weights]: [&wgpu::Buffer; 2],
         routing: Routing,
     ) -> Self {
-        let Routing { experts, used, norm } = routing;
+        let Routing { experts, used, norm, scale, groups, groups_used } = routing;
         assert!(
             used > 0 && used <= experts && used <= MAX_USED,
             "{used} experts a token of {experts} (at most {MAX_USED})"
         );
+        assert!(
+            groups > 0 && groups <= MAX_GROUPS && experts.is_multiple_of(groups),
+            "{experts} experts in {groups} groups"
+        );
+        assert!(
+            groups_used > 0 && groups_used <= groups && groups_used * (experts / groups) >= used,
+            "{used} experts from {groups_used} of {groups} groups"
+        );
         let pipeline = kernels.pipeline(gpu, RouteKey);
         let flags = if norm { FLAG_NORM } else { 0 };
-        let params = RouteParams { experts, used, flags, logits_stride: experts };
+        let params = RouteParams {
+            experts,
+            used,
+            flags,
+            logits_stride: experts,
+            groups,
+            groups_used,
+            scale,
+            _pad: 0,
+        };
         let ubuf = gpu.uniform_buffer_init("moe route", bytemuck::bytes_of(&params));
         let bind_group =
             pipeline.bind_group(gpu, "moe route", &[step, &ubuf, logits, ids, weights]);

@@ -18,8 +18,9 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     let c = file.config();
     if c.moe_layers > 0 && c.moe.is_none() {
         return Err(LoadError::config(format!(
-            "{} of this model's {} layers are mixture-of-experts, which kvrun does not run yet \
-             (`kvrun plan` sizes its KV cache); use a model whose layers are all dense",
+            "{} of this model's {} layers are mixture-of-experts with a routing kvrun does not \
+             run yet (it runs softmax routing: Qwen3-MoE, DeepSeek-V2; not DeepSeek-V3's \
+             sigmoid scores with a bias); `kvrun plan` sizes its KV cache",
             c.moe_layers, c.num_layers
         )));
     }
@@ -78,7 +79,7 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
             _ => "ffn_norm.weight",
         };
         expect(file, &name(ffn_norm), &[hidden])?;
-        if let Some(m) = c.moe {
+        if let Some(m) = c.moe.filter(|m| m.is_layer(l)) {
             experts(file, l, m, hidden)?;
             continue;
         }
@@ -100,14 +101,27 @@ fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(),
     if file.has_tensor(&name("ffn_gate_exps.weight")) || file.format() == SourceFormat::Gguf {
         expect(file, &name("ffn_gate_exps.weight"), &[experts, ffn, hidden])?;
         expect(file, &name("ffn_up_exps.weight"), &[experts, ffn, hidden])?;
-        return expect(file, &name("ffn_down_exps.weight"), &[experts, hidden, ffn]);
+        expect(file, &name("ffn_down_exps.weight"), &[experts, hidden, ffn])?;
+        return shared_experts(file, l, m, hidden);
     }
     for e in 0..m.experts {
         expect(file, &name(&format!("ffn_gate.{e}.weight")), &[ffn, hidden])?;
         expect(file, &name(&format!("ffn_up.{e}.weight")), &[ffn, hidden])?;
         expect(file, &name(&format!("ffn_down.{e}.weight")), &[hidden, ffn])?;
     }
-    Ok(())
+    shared_experts(file, l, m, hidden)
+}
+
+/// DeepSeek's shared experts: one MLP of `shared_experts × expert_ffn` channels.
+fn shared_experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(), LoadError> {
+    if m.shared_experts == 0 {
+        return Ok(());
+    }
+    let name = |t: &str| format!("blk.{l}.{t}");
+    let ffn = ("expert_shared_count × expert_feed_forward_length", m.shared_ffn());
+    expect(file, &name("ffn_gate_shexp.weight"), &[ffn, hidden])?;
+    expect(file, &name("ffn_up_shexp.weight"), &[ffn, hidden])?;
+    expect(file, &name("ffn_down_shexp.weight"), &[hidden, ffn])
 }
 
 /// A Gated DeltaNet layer's tensors (llama.cpp's `qwen35` names; HF's mapped by

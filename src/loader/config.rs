@@ -8,7 +8,7 @@ use serde::Serialize;
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
     "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 (dense), \
-     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, dense layers only)";
+     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA; V2's softmax-routed experts)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -37,7 +37,9 @@ pub enum Architecture {
     /// (26B-A4B) are refused at load.
     Gemma4,
     /// DeepSeek-V2/V3 (`DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM`): multi-head latent
-    /// attention ([`Mla`]) and SwiGLU MLPs; its mixture-of-experts layers are refused at load.
+    /// attention ([`Mla`]) and SwiGLU MLPs; V2's mixture-of-experts layers ([`Moe`]: softmax
+    /// routing, group-limited or not, scaled, with shared experts) from `first_k_dense_replace`
+    /// on; V3's sigmoid-scored experts are refused at load.
     Deepseek2,
     /// Qwen3.5 (dense; `Qwen3_5ForCausalLM`, the text model of
     /// `Qwen3_5ForConditionalGeneration`, GGUF `qwen35`): a hybrid whose layers are mostly Gated
@@ -165,25 +167,64 @@ impl Mla {
 /// What Gemma 4's full-attention ("global") layers do differently from its sliding ones: a
 /// KV head shape of their own (fewer, wider heads: 512 channels where the sliding layers have
 /// 256), and K = V (`attention_k_eq_v`).
-/// A mixture-of-experts MLP (Qwen3-MoE): per token, a router (`ffn_gate_inp`, [experts,
-/// hidden]) scores every expert, softmax turns the scores into probabilities, the
+/// A mixture-of-experts MLP (Qwen3-MoE, DeepSeek-V2): per token, a router (`ffn_gate_inp`,
+/// [experts, hidden]) scores every expert, softmax turns the scores into probabilities, the
 /// `experts_used` most probable experts run (each a SwiGLU MLP of `expert_ffn` channels) and
-/// their outputs are summed weighted by those probabilities, renormalised to sum to 1 when
-/// `norm_topk_prob`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+/// their outputs are summed weighted by those probabilities — renormalised to sum to 1 when
+/// `norm_topk_prob`, then times `routed_scale` — plus `shared_experts` experts' worth of a
+/// dense MLP every token runs (DeepSeek's shared experts: one MLP of `shared_experts ·
+/// expert_ffn` channels). With `groups` > 1 (DeepSeek-V2's group-limited greedy routing) the
+/// experts are `groups` equal groups and a token chooses among the `groups_used` groups of
+/// highest best probability only. Layers `first_dense..` whose index is a multiple of
+/// `layer_step` are mixtures; the others are dense.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Moe {
     pub experts: usize,
     pub experts_used: usize,
     pub expert_ffn: usize,
     pub norm_topk_prob: bool,
+    pub shared_experts: usize,
+    pub routed_scale: f32,
+    pub groups: usize,
+    pub groups_used: usize,
+    pub first_dense: usize,
+    pub layer_step: usize,
 }
 
 impl Moe {
     /// Most experts a token may use: the routing kernel's (`kernels::moe::MAX_USED`).
     pub const MAX_USED: usize = 32;
+    /// Most expert groups (the routing kernel keeps the chosen ones in one 32-bit mask).
+    pub const MAX_GROUPS: usize = 32;
+
+    /// Qwen3-MoE's: experts in every layer, no shared expert, one group, unscaled.
+    pub fn every_layer(experts: usize, experts_used: usize, expert_ffn: usize, norm: bool) -> Self {
+        Moe {
+            experts,
+            experts_used,
+            expert_ffn,
+            norm_topk_prob: norm,
+            shared_experts: 0,
+            routed_scale: 1.0,
+            groups: 1,
+            groups_used: 1,
+            first_dense: 0,
+            layer_step: 1,
+        }
+    }
+
+    /// Whether layer `l`'s MLP is this mixture (else it is dense).
+    pub fn is_layer(&self, l: usize) -> bool {
+        l >= self.first_dense && l.is_multiple_of(self.layer_step.max(1))
+    }
+
+    /// Channels of the shared experts' MLP (0 without).
+    pub fn shared_ffn(&self) -> usize {
+        self.shared_experts * self.expert_ffn
+    }
 
     pub(super) fn check(&self) -> Result<(), LoadError> {
-        let Moe { experts, experts_used, expert_ffn, .. } = *self;
+        let Moe { experts, experts_used, expert_ffn, groups, groups_used, .. } = *self;
         if experts == 0 || experts > 1 << 16 || expert_ffn == 0 || expert_ffn > 1 << 20 {
             return Err(LoadError::config(format!(
                 "{experts} experts of {expert_ffn} channels: both must be positive and sane; the \
@@ -196,6 +237,25 @@ impl Moe {
                  most {}); the model's config is broken",
                 experts,
                 Self::MAX_USED
+            )));
+        }
+        let whole = groups > 0 && experts.is_multiple_of(groups) && groups <= Self::MAX_GROUPS;
+        let enough = groups_used > 0
+            && groups_used <= groups
+            && groups_used * (experts / groups.max(1)) >= experts_used;
+        if !whole || !enough {
+            return Err(LoadError::config(format!(
+                "{experts} experts in {groups} groups, {groups_used} of them chosen, for \
+                 {experts_used} experts a token: the groups must divide the experts (at most {}) \
+                 and the chosen ones hold enough experts; the model's config is broken",
+                Self::MAX_GROUPS
+            )));
+        }
+        if !(self.routed_scale.is_finite() && self.routed_scale > 0.0) || self.shared_experts > 64 {
+            return Err(LoadError::config(format!(
+                "routed scaling factor {} and {} shared experts: the factor must be positive and \
+                 finite, the shared experts few; the model's config is broken",
+                self.routed_scale, self.shared_experts
             )));
         }
         Ok(())
@@ -349,7 +409,7 @@ pub struct ModelConfig {
     /// experts) kvrun does not run them: a model with any is refused at load (`plan` still sizes
     /// its KV).
     pub moe_layers: usize,
-    /// The experts' shape where kvrun runs them (Qwen3-MoE: every layer's MLP).
+    /// The experts' shape where kvrun runs them (Qwen3-MoE, DeepSeek-V2).
     pub moe: Option<Moe>,
     /// The shape of the [`AttentionKind::Recurrent`] layers (Qwen3.5's Gated DeltaNet);
     /// `None` when there are none.
@@ -611,6 +671,20 @@ impl ModelConfig {
             )));
         }
         Ok(())
+    }
+
+    /// Whether layer `l`'s MLP is a mixture of experts kvrun runs ([`Moe::is_layer`]).
+    pub fn is_moe_layer(&self, l: usize) -> bool {
+        self.moe.is_some_and(|m| m.is_layer(l))
+    }
+
+    /// Widest dense MLP a step computes: the dense layers' (`intermediate_size`) where there
+    /// are any, and the shared experts' of a mixture; 0 for a mixture in every layer without
+    /// shared experts.
+    pub fn dense_ffn_width(&self) -> usize {
+        let dense = (0..self.num_layers).any(|l| !self.is_moe_layer(l));
+        let shared = self.moe.map_or(0, |m| m.shared_ffn());
+        shared.max(if dense { self.intermediate_size } else { 0 })
     }
 
     /// Layers whose memory is a recurrent state instead of KV ([`AttentionKind::Recurrent`]).

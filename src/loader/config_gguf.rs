@@ -138,14 +138,39 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
 /// renormalises the chosen experts' weights for this architecture (its converter writes no key
 /// for `norm_topk_prob`).
 fn qwen3moe(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
-    c.moe = Some(super::config::Moe {
+    let (experts, used) = (m.usize("expert_count")?, m.usize("expert_used_count")?);
+    let ffn = m.usize("expert_feed_forward_length")?;
+    c.moe = Some(super::config::Moe::every_layer(experts, used, ffn, true));
+    c.moe_layers = c.num_layers;
+    Ok(())
+}
+
+/// DeepSeek-V2's experts (llama.cpp `llama_model_deepseek2`): `expert_count` routed experts of
+/// `expert_feed_forward_length`, `expert_used_count` a token, `expert_shared_count` shared
+/// ones, `expert_weights_scale` (the routed scaling factor), `expert_weights_norm`, group-limited
+/// routing over `expert_group_count` groups of which `expert_group_used_count` are chosen;
+/// layers from `leading_dense_block_count` on. Sigmoid gating (`expert_gating_func` 2,
+/// DeepSeek-V3's, with its per-expert score bias) is not run yet: `None` then, and the model is
+/// refused at open as one with experts kvrun does not run.
+fn deepseek2_moe(
+    m: &GgufKeys<'_>,
+    first_dense: usize,
+) -> Result<Option<super::config::Moe>, LoadError> {
+    if m.usize_or("expert_gating_func", 1)? != 1 {
+        return Ok(None);
+    }
+    Ok(Some(super::config::Moe {
         experts: m.usize("expert_count")?,
         experts_used: m.usize("expert_used_count")?,
         expert_ffn: m.usize("expert_feed_forward_length")?,
-        norm_topk_prob: true,
-    });
-    c.moe_layers = c.num_layers;
-    Ok(())
+        norm_topk_prob: m.bool_or("expert_weights_norm", false)?,
+        shared_experts: m.usize_or("expert_shared_count", 0)?,
+        routed_scale: m.f64_or("expert_weights_scale", 1.0)? as f32,
+        groups: m.usize_or("expert_group_count", 1)?.max(1),
+        groups_used: m.usize_or("expert_group_used_count", 1)?.max(1),
+        first_dense,
+        layer_step: 1,
+    }))
 }
 
 /// Qwen3.5 (llama.cpp `llama_model_qwen35::load_arch_hparams`): the Gated DeltaNet's shape
@@ -427,6 +452,7 @@ fn deepseek2(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
     if m.usize_or("expert_count", 0)? > 0 {
         let dense = m.usize_or("leading_dense_block_count", 0)?.min(c.num_layers);
         c.moe_layers = c.num_layers - dense;
+        c.moe = deepseek2_moe(m, dense)?;
     }
     c.num_kv_heads = 1;
     c.head_dim = mla.latent_width();
@@ -583,6 +609,14 @@ impl GgufKeys<'_> {
 
     fn f64_or(&self, suffix: &str, default: f64) -> Result<f64, LoadError> {
         Ok(self.opt_f64(suffix)?.unwrap_or(default))
+    }
+
+    fn bool_or(&self, suffix: &str, default: bool) -> Result<bool, LoadError> {
+        let key = format!("{}.{suffix}", self.arch);
+        match self.file.get(&key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.bad_type(&key, "a bool")),
+        }
     }
 
     fn missing(&self, suffix: &str) -> LoadError {

@@ -60,6 +60,13 @@ struct HfConfigJson {
     norm_topk_prob: Option<bool>,
     decoder_sparse_step: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
+    // DeepSeek-V2's MoEGate
+    n_shared_experts: Option<usize>,
+    routed_scaling_factor: Option<f64>,
+    topk_method: Option<String>,
+    scoring_func: Option<String>,
+    n_group: Option<usize>,
+    topk_group: Option<usize>,
     // Qwen3.5 (Gated DeltaNet layers)
     linear_conv_kernel_dim: Option<usize>,
     linear_key_head_dim: Option<usize>,
@@ -279,12 +286,12 @@ fn qwen3moe(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
     let need = |v: Option<usize>, key: &str| {
         v.ok_or_else(|| LoadError::config(format!("Qwen3-MoE config.json lacks {key}")))
     };
-    config.moe = Some(super::config::Moe {
-        experts: need(c.num_experts.or(c.num_local_experts), "num_experts")?,
-        experts_used: need(c.num_experts_per_tok, "num_experts_per_tok")?,
-        expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
-        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
-    });
+    config.moe = Some(super::config::Moe::every_layer(
+        need(c.num_experts.or(c.num_local_experts), "num_experts")?,
+        need(c.num_experts_per_tok, "num_experts_per_tok")?,
+        need(c.moe_intermediate_size, "moe_intermediate_size")?,
+        c.norm_topk_prob.unwrap_or(false),
+    ));
     config.moe_layers = config.num_layers;
     Ok(config)
 }
@@ -545,6 +552,10 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         _ => 0,
     };
     let layers = super::config::full_layers(c.num_hidden_layers, rope);
+    let moe = match moe_layers {
+        0 => None,
+        _ => deepseek2_moe(c, first_moe, freq)?,
+    };
     Ok(ModelConfig {
         num_kv_heads: 1,
         head_dim: mla.latent_width(),
@@ -553,8 +564,42 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
         max_position_embeddings: max_pos,
         mla: Some(mla),
         moe_layers,
+        moe,
         ..base(Architecture::Deepseek2, c, layers)
     })
+}
+
+/// DeepSeek-V2's experts as its `MoEGate` routes them: softmax scores, the top
+/// `num_experts_per_tok` (`greedy`, or `group_limited_greedy` over `n_group` groups of which
+/// `topk_group` are kept), renormalised when `norm_topk_prob`, times `routed_scaling_factor`;
+/// `n_shared_experts` shared experts. Sigmoid scoring with a per-expert bias (DeepSeek-V3's
+/// `noaux_tc`) is not run yet: `None`, and the model is refused at open.
+fn deepseek2_moe(
+    c: &HfConfigJson,
+    first_dense: usize,
+    layer_step: usize,
+) -> Result<Option<super::config::Moe>, LoadError> {
+    let method = c.topk_method.as_deref().unwrap_or("greedy");
+    let scoring = c.scoring_func.as_deref().unwrap_or("softmax");
+    if scoring != "softmax" || !matches!(method, "greedy" | "group_limited_greedy") {
+        return Ok(None);
+    }
+    let need = |v: Option<usize>, key: &str| {
+        v.ok_or_else(|| LoadError::config(format!("a DeepSeek MoE config.json lacks {key}")))
+    };
+    let grouped = method == "group_limited_greedy";
+    Ok(Some(super::config::Moe {
+        experts: need(c.n_routed_experts, "n_routed_experts")?,
+        experts_used: need(c.num_experts_per_tok, "num_experts_per_tok")?,
+        expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
+        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+        shared_experts: c.n_shared_experts.unwrap_or(0),
+        routed_scale: c.routed_scaling_factor.unwrap_or(1.0) as f32,
+        groups: if grouped { c.n_group.unwrap_or(1) } else { 1 },
+        groups_used: if grouped { c.topk_group.unwrap_or(1) } else { 1 },
+        first_dense,
+        layer_step,
+    }))
 }
 
 /// Qwen3.5 (dense) as `modeling_qwen3_5.py` defines it: `layer_types` (else every

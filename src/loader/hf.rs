@@ -140,8 +140,12 @@ pub fn canonical_name(hf: &str) -> String {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
-        // Qwen3-MoE's router; its experts (`mlp.experts.E.*`) below
+        // the router of Qwen3-MoE and DeepSeek; their experts (`mlp.experts.E.*`) below
         "mlp.gate.weight" => "ffn_gate_inp.weight",
+        // DeepSeek's shared experts (one MLP)
+        "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
+        "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",
+        "mlp.shared_experts.down_proj.weight" => "ffn_down_shexp.weight",
         // DeepSeek-V2/V3 (MLA), as llama.cpp's deepseek2 names them
         "self_attn.q_a_proj.weight" => "attn_q_a.weight",
         "self_attn.q_a_layernorm.weight" => "attn_q_a_norm.weight",

@@ -130,7 +130,7 @@ pub(super) struct Activations {
     pub delta: Option<DeltaActivations>,
     /// Mixture-of-experts rows (`None` without experts).
     pub moe: Option<MoeActivations>,
-    /// [max_tokens, 2 · ffn] fused gate and up projections (1 float with experts)
+    /// [max_tokens, 2 · ffn] fused gate and up projections (`ModelConfig::dense_ffn_width`)
     pub gate_up: wgpu::Buffer,
     /// [max_tokens, ffn]
     pub ffn: wgpu::Buffer,
@@ -211,8 +211,8 @@ impl Activations {
         let qk = widest(&|kvh, hd| (c.num_heads + kvh + v_norm_heads(kvh)) * hd).unwrap_or(0);
         let attn_width = c.num_heads * c.max_head_dim();
         let logits_bytes = (o.max_logit_rows.max(1) * c.vocab_size * 4) as u64;
-        // a mixture of experts has no dense MLP (its rows are `moe`)
-        let dense_ffn = if c.moe.is_some() { 1 } else { c.intermediate_size };
+        // the dense layers' and shared experts' MLP (a mixture's routed rows are `moe`)
+        let dense_ffn = c.dense_ffn_width().max(1);
         Activations {
             hidden: f32s("hidden", t, c.hidden_size),
             normed: f32s("normed", t, c.hidden_size),

@@ -44,16 +44,10 @@ pub(super) fn check_buffer_sizes(
     let moe_row = c.moe.map_or(Some(0), |m| {
         n(m.experts_used).checked_mul(n(m.expert_ffn)).map(|h| h.max(n(m.experts)))
     });
-    let widest_token_row = [
-        Some(n(c.hidden_size)),
-        qkv,
-        q,
-        n(if c.moe.is_some() { 0 } else { c.intermediate_size }).checked_mul(2),
-        delta_row,
-        moe_row,
-    ]
-    .into_iter()
-    .try_fold(0u64, |m, v| v.map(|v| m.max(v)));
+    let widest_token_row =
+        [Some(n(c.hidden_size)), qkv, q, n(c.dense_ffn_width()).checked_mul(2), delta_row, moe_row]
+            .into_iter()
+            .try_fold(0u64, |m, v| v.map(|v| m.max(v)));
     // per sequence and recurrent layer: the larger of its conv state and recurrent state
     let state_row = c.delta_net.map_or(Some(0), |d| {
         let keys = n(d.key_heads).checked_mul(n(d.key_head_dim))?.checked_mul(2)?;

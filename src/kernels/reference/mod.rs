@@ -252,18 +252,35 @@ pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 }
 
 /// Mixture-of-experts routing of one token: softmax over `logits` ([experts]), the `used`
-/// experts of highest probability (ties: the lower index first) and their probabilities,
-/// divided by their sum when `norm`. Returns (ids, weights) in rank order.
-pub fn moe_route(logits: &[f32], used: usize, norm: bool) -> (Vec<u32>, Vec<f32>) {
+/// experts of highest probability (ties: the lower index first) — with `groups` > 1 only
+/// among the `groups_used` equal groups of highest best probability (ties: the lower group) —
+/// and their probabilities, divided by their sum when `norm`, times `scale`. Returns (ids,
+/// weights) in rank order.
+pub fn moe_route(
+    logits: &[f32],
+    used: usize,
+    norm: bool,
+    scale: f32,
+    (groups, groups_used): (usize, usize),
+) -> (Vec<u32>, Vec<f32>) {
     let m = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(f64::from(b)));
     let sum: f64 = logits.iter().map(|&l| (f64::from(l) - m).exp()).sum();
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    // stable: equal logits keep the lower index first
+    let size = logits.len() / groups;
+    let best = |g: usize| logits[g * size..(g + 1) * size].iter().copied().fold(f32::MIN, f32::max);
+    let mut group_order: Vec<usize> = (0..groups).collect();
+    // stable: equal groups keep the lower index first
+    group_order.sort_by(|&a, &b| best(b).total_cmp(&best(a)));
+    let allowed = &group_order[..groups_used];
+    let mut order: Vec<usize> =
+        (0..logits.len()).filter(|e| allowed.contains(&(e / size))).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
     let chosen = &order[..used];
     let probs: Vec<f64> = chosen.iter().map(|&e| (f64::from(logits[e]) - m).exp() / sum).collect();
     let total: f64 = probs.iter().sum();
-    let weights = probs.iter().map(|&p| if norm { p / total } else { p } as f32).collect();
+    let weights = probs
+        .iter()
+        .map(|&p| ((if norm { p / total } else { p }) * f64::from(scale)) as f32)
+        .collect();
     (chosen.iter().map(|&e| e as u32).collect(), weights)
 }
 

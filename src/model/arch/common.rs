@@ -62,6 +62,12 @@ struct LayerKv<'b> {
 /// The shape rules of the kernels and the options, whatever the architecture.
 pub(super) fn validate(c: &ModelConfig, o: &ModelOptions) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::Unsupported(m));
+    if let Some(m) = c.moe.filter(|m| !m.expert_ffn.is_multiple_of(32)) {
+        return bad(format!(
+            "experts of {} channels: kvrun's expert kernels need a multiple of 32",
+            m.expert_ffn
+        ));
+    }
     if !c.hidden_size.is_multiple_of(32) || !c.intermediate_size.is_multiple_of(32) {
         return bad(format!(
             "hidden size {} and FFN size {} must be multiples of 32 for the GPU kernels",
@@ -547,10 +553,25 @@ impl Builder<'_> {
         input: &SublayerInput,
         ops: &mut Vec<Op>,
     ) -> Result<u64, ModelError> {
+        let dense = ("", self.c.intermediate_size);
+        self.gated_mlp_in_of(l, dense, activation, input, ops)
+    }
+
+    /// [`Builder::gated_mlp_in`] of the MLP whose tensors are `blk.l.ffn_gate{suffix}` (and
+    /// `ffn_up{suffix}`), `ffn` channels wide: `("", intermediate_size)` for the dense MLP,
+    /// `("_shexp", …)` for DeepSeek's shared experts.
+    fn gated_mlp_in_of(
+        &self,
+        l: usize,
+        (suffix, ffn): (&str, usize),
+        activation: Activation,
+        input: &SublayerInput,
+        ops: &mut Vec<Op>,
+    ) -> Result<u64, ModelError> {
         let (s, act) = (self.step, self.act);
-        let ffn = self.c.intermediate_size;
-        let label = format!("blk.{l}.ffn_gate_up");
-        let names = [format!("blk.{l}.ffn_gate.weight"), format!("blk.{l}.ffn_up.weight")];
+        let label = format!("blk.{l}.ffn_gate_up{suffix}");
+        let names =
+            [format!("blk.{l}.ffn_gate{suffix}.weight"), format!("blk.{l}.ffn_up{suffix}.weight")];
         let names = [names[0].as_str(), names[1].as_str()];
         let shape = [ffn, self.c.hidden_size];
         let w = weights::gate_up(self.gpu, self.file, &label, names, shape, self.max_binding)?;
@@ -596,6 +617,9 @@ impl Builder<'_> {
             experts: m.experts as u32,
             used: m.experts_used as u32,
             norm: m.norm_topk_prob,
+            scale: m.routed_scale,
+            groups: m.groups as u32,
+            groups_used: m.groups_used as u32,
         };
         let step = &self.step.step;
         let route = RouteOp::new(
@@ -627,7 +651,19 @@ impl Builder<'_> {
         let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden);
         let down_op = ExpertOp::new(self.gpu, self.kernels, ExpertMode::Down, &down, e, k, down_io);
         ops.push(Op::MoeExperts(down_op));
-        Ok([&router, &gate_up, &down].into_iter().map(weights::gpu_bytes).sum())
+        let mut bytes = [&router, &gate_up, &down].into_iter().map(weights::gpu_bytes).sum();
+        if m.shared_experts > 0 {
+            // DeepSeek's shared experts: a dense MLP on the same normed rows, added after
+            let shared = ("_shexp", m.shared_ffn());
+            let normed = SublayerInput::normed();
+            bytes += self.gated_mlp_in_of(l, shared, c.activation, &normed, ops)?;
+            let name = format!("blk.{l}.ffn_down_shexp.weight");
+            let down = matrix(self.gpu, self.file, &name, hidden, m.shared_ffn(), max)?;
+            let op = self.linear(&name, &down, &act.ffn, &act.hidden, true, TokenRows::Step);
+            ops.push(Op::Linear(op));
+            bytes += weights::gpu_bytes(&down);
+        }
+        Ok(bytes)
     }
 
     /// One linear op per part of a fused projection from the sub-layer's `input` into `out` =

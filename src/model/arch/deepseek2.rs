@@ -211,6 +211,10 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     ops.push(Op::Linear(b.linear(&o_name, &o, &mla.v, &act.hidden, true, TokenRows::Step)));
     push(o);
 
+    if c.is_moe_layer(l) {
+        let bytes: u64 = weights.iter().map(gpu_bytes).sum();
+        return Ok(bytes + b.moe_mlp(l, ops)?);
+    }
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;
     let input = b.sublayer_input(l, "ffn_norm", ops)?;

@@ -1,26 +1,53 @@
-//! The whole Qwen3-MoE forward (Qwen3's attention, a mixture of 16 experts, 4 a token, in every
-//! layer: GPU routing and expert kernels, `kernels::moe`) against transformers' own
-//! `modeling_qwen3_moe.py` in float64 (`assets/tiny-qwen3moe/make_tiny_qwen3moe.py`), as the HF
-//! directory (one tensor per expert) and as the f32 and Q8_0 GGUFs llama.cpp's converter wrote
-//! from it (stacked `ffn_*_exps`): one prefill, chunked prefill, prefill then decode steps and
-//! the same tokens batched beside another sequence, both kernel families, every run the same
-//! bits (a token's experts and sums depend on itself alone); the perplexity of the three files
-//! against transformers and llama.cpp.
+//! The mixture-of-experts forwards (GPU routing and expert kernels, `kernels::moe`) against
+//! transformers' own modeling code in float64, as the HF directory (one tensor per expert) and
+//! as the f32 and Q8_0 GGUFs llama.cpp's converter wrote from it (stacked `ffn_*_exps`):
+//!
+//! - Qwen3-MoE (`assets/tiny-qwen3moe/make_tiny_qwen3moe.py`): Qwen3's attention, 16 experts,
+//!   4 a token, in every layer;
+//! - DeepSeek-V2 (`assets/tiny-deepseek-moe/make_tiny_deepseek_moe.py`): MLA, a dense first
+//!   layer, then 16 experts in 4 groups (4 a token from the best 2 groups), routed scaling
+//!   factor 2, 2 shared experts.
+//!
+//! One prefill, chunked prefill, prefill then decode steps and the same tokens batched beside
+//! another sequence, both kernel families, every run the same bits (a token's experts and sums
+//! depend on itself alone); the perplexity of the three files against transformers and
+//! llama.cpp.
 
 mod common;
 
 use common::*;
 use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
 use kvrun::loader::{Architecture, ModelFile, Moe};
+
+/// One tiny MoE model: its folder and the name its files start with.
+#[derive(Clone, Copy)]
+struct Tiny {
+    dir: &'static str,
+    name: &'static str,
+}
+
+const QWEN3MOE: Tiny = Tiny { dir: "assets/tiny-qwen3moe", name: "tiny-qwen3moe" };
+const DEEPSEEK: Tiny = Tiny { dir: "assets/tiny-deepseek-moe", name: "tiny-deepseek-moe" };
+
+impl Tiny {
+    /// Each file with the transformers forward it runs: hf/ and the f32 GGUF of the model's
+    /// own weights, the Q8_0 GGUF of its dequantized ones.
+    fn files(self) -> [(String, &'static str); 3] {
+        [
+            ("hf".to_string(), "hf_f32"),
+            (format!("{}-f32.gguf", self.name), "hf_f32"),
+            (format!("{}-q8_0.gguf", self.name), "gguf_q8_0"),
+        ]
+    }
+
+    fn file(self, rel: &str) -> ModelFile {
+        ModelFile::open(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(self.dir).join(rel))
+            .unwrap()
+    }
+}
 use kvrun::model::{ForwardBatch, LogitsWanted, Model, ModelOptions, SeqChunk};
 use rand::seq::SliceRandom;
 use std::path::PathBuf;
-
-const DIR: &str = "assets/tiny-qwen3moe";
-
-fn file(rel: &str) -> ModelFile {
-    ModelFile::open(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR).join(rel)).unwrap()
-}
 
 /// The model for 2 sequences of up to `max_len` tokens in blocks of `bs`, and one shuffled
 /// block table per sequence.
@@ -90,15 +117,36 @@ fn run(
 
 #[test]
 fn config_is_qwen3_with_experts_in_every_layer() {
-    for rel in ["hf", "tiny-qwen3moe-f32.gguf", "tiny-qwen3moe-q8_0.gguf"] {
-        let f = file(rel);
+    for (rel, _) in QWEN3MOE.files() {
+        let f = QWEN3MOE.file(&rel);
         let c = f.config();
         assert_eq!(c.arch, Architecture::Qwen3Moe, "{rel}");
-        let want = Moe { experts: 16, experts_used: 4, expert_ffn: 32, norm_topk_prob: true };
+        let want = Moe::every_layer(16, 4, 32, true);
         assert_eq!(c.moe, Some(want), "{rel}");
         assert_eq!((c.moe_layers, c.num_layers), (2, 2), "{rel}");
         assert!(c.qk_norm, "{rel}");
         assert_eq!((c.num_heads, c.num_kv_heads, c.head_dim), (4, 2, 32), "{rel}");
+    }
+}
+
+#[test]
+fn config_is_deepseek_v2_with_grouped_scaled_and_shared_experts() {
+    for (rel, _) in DEEPSEEK.files() {
+        let f = DEEPSEEK.file(&rel);
+        let c = f.config();
+        assert_eq!(c.arch, Architecture::Deepseek2, "{rel}");
+        let want = Moe {
+            shared_experts: 2,
+            routed_scale: 2.0,
+            groups: 4,
+            groups_used: 2,
+            first_dense: 1,
+            ..Moe::every_layer(16, 4, 32, false)
+        };
+        assert_eq!(c.moe, Some(want), "{rel}");
+        assert_eq!((c.moe_layers, c.num_layers), (2, 3), "{rel}");
+        assert!(!c.is_moe_layer(0) && c.is_moe_layer(1) && c.is_moe_layer(2), "{rel}");
+        assert_eq!(c.mla.map(|m| m.latent_width()), Some(128), "{rel}");
     }
 }
 
@@ -108,16 +156,22 @@ fn config_is_qwen3_with_experts_in_every_layer() {
 /// prompt, then its decode steps, beside them); both kernel families, all runs the same bits.
 #[test]
 fn qwen3moe_matches_transformers_as_directory_and_converted_gguf() {
-    let (tokens, vocab, g) = read_golden(&format!("{DIR}/golden.json"));
-    for (rel, variant) in [
-        ("hf", "hf_f32"),
-        ("tiny-qwen3moe-f32.gguf", "hf_f32"),
-        ("tiny-qwen3moe-q8_0.gguf", "gguf_q8_0"),
-    ] {
+    matches_transformers(QWEN3MOE);
+}
+
+/// The same for the tiny DeepSeek-V2 (MLA, a dense layer, grouped, scaled and shared experts).
+#[test]
+fn deepseek_v2_moe_matches_transformers_as_directory_and_converted_gguf() {
+    matches_transformers(DEEPSEEK);
+}
+
+fn matches_transformers(tiny: Tiny) {
+    let (tokens, vocab, g) = read_golden(&format!("{}/golden.json", tiny.dir));
+    for (rel, variant) in tiny.files() {
         // transformers with keys and values rounded to f16, as kvrun's default KV cache holds
         // them (this model's logits move up to 0.01 with that rounding: make_tiny_qwen3moe.py)
         let want = golden_logits(&g["f16_kv"], variant);
-        let f = file(rel);
+        let f = tiny.file(&rel);
         let (max_len, bs) = (64, 8);
         for family in [KernelFamily::Auto, KernelFamily::Gpu] {
             let Some((mut model, tables)) = load(&f, family, (max_len, bs)) else { return };
@@ -128,7 +182,7 @@ fn qwen3moe_matches_transformers_as_directory_and_converted_gguf() {
             for chunks in [vec![40], vec![13, 1, 26], steps] {
                 let out = run(&mut model, &tokens, &chunks, a, bs);
                 check_logits(
-                    &format!("Qwen3-MoE {rel} {family:?} chunks {chunks:?}"),
+                    &format!("{} {rel} {family:?} chunks {chunks:?}", tiny.name),
                     &out,
                     &want,
                     vocab,
@@ -163,23 +217,31 @@ fn qwen3moe_matches_transformers_as_directory_and_converted_gguf() {
 }
 
 /// The perplexity (4 chunks of 128 tokens) within 0.01 % of transformers' float64 forward with
-/// f16 keys and values (kvrun's default KV cache; this model's perplexity moves 1.4e-4 with that
-/// rounding: 359.4152 → 359.3633) — of hf/ for the directory and the f32 GGUF, of the Q8_0
-/// GGUF's dequantized weights for it — and of llama.cpp's llama-perplexity on the f32 GGUF (f16
-/// KV too: 359.362); the Q8_0 GGUF within 1 % of llama.cpp's figure (llama.cpp rounds a Q8_0
-/// product's activations to 8 bits, kvrun does not).
-#[test]
-fn qwen3moe_perplexity_matches_transformers_and_llama_cpp() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DIR);
-    let (_, _, mut golden) = read_golden(&format!("{DIR}/golden.json"));
+/// what kvrun's default f16 KV cache holds rounded to f16 (the Qwen3-MoE's perplexity moves
+/// 1.4e-4 with that rounding: 359.4152 → 359.3633) — of hf/ for the directory and the f32 GGUF,
+/// of the Q8_0 GGUF's dequantized weights for it — and of llama.cpp's llama-perplexity on the f32
+/// GGUF (f16 KV too: 359.362); the Q8_0 GGUF within 1 % of llama.cpp's figure (llama.cpp rounds
+/// a Q8_0 product's activations to 8 bits, kvrun does not).
+fn perplexity_matches(tiny: Tiny) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(tiny.dir);
+    let (_, _, mut golden) = read_golden(&format!("{}/golden.json", tiny.dir));
     golden["perplexity"]["transformers_f64"] = golden["f16_kv"]["perplexity"].clone();
-    for (rel, variant, llama_tol) in [
-        ("hf", "hf_f32", 1e-4),
-        ("tiny-qwen3moe-f32.gguf", "hf_f32", 1e-4),
-        ("tiny-qwen3moe-q8_0.gguf", "gguf_q8_0", 1e-2),
-    ] {
+    for (rel, variant) in tiny.files() {
+        let llama_tol = if variant == "gguf_q8_0" { 1e-2 } else { 1e-4 };
         check_perplexity(&golden, &dir.join(rel), variant, 1e-4, llama_tol);
     }
+}
+
+#[test]
+fn qwen3moe_perplexity_matches_transformers_and_llama_cpp() {
+    perplexity_matches(QWEN3MOE);
+}
+
+/// DeepSeek-V2 with experts: llama.cpp's f32 figure 265.7188 against transformers' 265.7325 with
+/// an f16 latent (5e-5).
+#[test]
+fn deepseek_v2_moe_perplexity_matches_transformers_and_llama_cpp() {
+    perplexity_matches(DEEPSEEK);
 }
 
 /// What a decode step reads (`bench decode`'s weight bytes): the attention projections, the
@@ -189,7 +251,7 @@ fn qwen3moe_perplexity_matches_transformers_and_llama_cpp() {
 /// empty buffer), so a stack's is shared by its experts too.
 #[test]
 fn a_decode_step_reads_the_routed_experts_only() {
-    let f = file("tiny-qwen3moe-f32.gguf");
+    let f = QWEN3MOE.file("tiny-qwen3moe-f32.gguf");
     let Some((model, _)) = load(&f, KernelFamily::Auto, (64, 8)) else { return };
     const PLACEHOLDER: u64 = 32;
     let stacked = |floats: u64| (16 * floats * 4 + PLACEHOLDER) * 4 / 16;
