@@ -493,18 +493,26 @@ fn argmax(row: &[f32]) -> usize {
 /// Gated attention's output gate (`kernels::gate`, Qwen3.5) against `reference::sigmoid_gate`:
 /// a width that is not a multiple of the workgroup, gates at an offset inside wider rows, large
 /// gates of both signs (sigmoid saturating), and the columns past the width and the row past
-/// the step left alone.
+/// the step left alone; and one gate a row (Qwen3.5-MoE's shared expert), at column 17 of rows
+/// of 19 gates.
 #[test]
 fn sigmoid_gate_matches_reference() {
+    sigmoid_gate_case(false, (5, 100, 103, 130, 17));
+    sigmoid_gate_case(true, (5, 100, 103, 19, 17));
+}
+
+fn sigmoid_gate_case(
+    per_row: bool,
+    (tokens, width, x_stride, g_stride, g_offset): (usize, usize, usize, usize, usize),
+) {
     use kvrun::kernels::gate::{GateDims, GateOp};
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
-    let (tokens, width, x_stride, g_stride, g_offset) = (5, 100, 103, 130, 17);
     let mut r = rng(77);
     let mut x = uniform(&mut r, (tokens + 1) * x_stride, 3.0);
     let mut g = uniform(&mut r, tokens * g_stride, 6.0);
     g[g_offset] = 95.0;
-    g[g_offset + 1] = -95.0;
+    g[g_offset + g_stride] = -95.0;
     let xb = storage_f32(gpu, &x);
     let gb = storage_f32(gpu, &g);
     let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
@@ -513,6 +521,7 @@ fn sigmoid_gate_matches_reference() {
         x_stride: x_stride as u32,
         g_stride: g_stride as u32,
         g_offset: g_offset as u32,
+        per_row,
     };
     let op = GateOp::new(gpu, &t.kernels, &step, &gb, &xb, dims);
     run(gpu, |pass| {
@@ -521,9 +530,12 @@ fn sigmoid_gate_matches_reference() {
     let got = gpu.read_f32(&xb, 0, x.len()).unwrap();
     for tok in 0..tokens {
         let row = &x[tok * x_stride..][..width];
-        let gates = &g[tok * g_stride + g_offset..][..width];
-        let want = reference::sigmoid_gate(row, gates);
-        let what = format!("sigmoid gate, token {tok}");
+        let gates = match per_row {
+            true => vec![g[tok * g_stride + g_offset]; width],
+            false => g[tok * g_stride + g_offset..][..width].to_vec(),
+        };
+        let want = reference::sigmoid_gate(row, &gates);
+        let what = format!("sigmoid gate, token {tok}, one a row {per_row}");
         assert_close(&what, &got[tok * x_stride..][..width], &want, 1e-6, 2e-6);
         x[tok * x_stride..][..width].copy_from_slice(&want);
     }

@@ -1,6 +1,7 @@
 //! The mixture-of-experts kernels (`kvrun::kernels::moe`) against their CPU references: the
 //! router's top-k (ties, every logit equal, more experts than a workgroup's lanes, k = 1 and
-//! k = 8, with and without renormalisation) and the expert projections for every weight format
+//! k = 8, with and without renormalisation, group-limited and scaled, rows wider than the
+//! experts) and the expert projections for every weight format
 //! (all tokens on one expert, experts without tokens, one token, 65 tokens, k = 1 and k = 8),
 //! with sentinels after every output.
 
@@ -46,7 +47,15 @@ fn moe_route_matches_reference() {
             "equal" => logits.iter_mut().for_each(|v| *v = 0.25),
             _ => {}
         }
-        let buf = storage_f32(gpu, &logits);
+        // rows wider than the experts (Qwen3.5-MoE's shared-expert gate logit follows them):
+        // the extra column is large and must be neither chosen nor in the softmax
+        let stride = experts + 1;
+        let mut rows = Vec::with_capacity(tokens * stride);
+        for row in logits.chunks_exact(experts) {
+            rows.extend_from_slice(row);
+            rows.push(1e4);
+        }
+        let buf = storage_f32(gpu, &rows);
         let sentinel = vec![SENTINEL; (tokens + 1) * used];
         let ids = storage_f32(gpu, &sentinel);
         let weights = storage_f32(gpu, &sentinel);
@@ -59,7 +68,8 @@ fn moe_route_matches_reference() {
             groups: groups.0 as u32,
             groups_used: groups.1 as u32,
         };
-        let op = RouteOp::new(gpu, &t.kernels, &step, &buf, [&ids, &weights], routing);
+        let rows = (&buf, stride as u32);
+        let op = RouteOp::new(gpu, &t.kernels, &step, rows, [&ids, &weights], routing);
         run(gpu, |pass| {
             op.record(pass, &shape);
         });

@@ -246,8 +246,8 @@ fn hf_deepseek_mla_configs() {
         match name {
             "deepseek-v2-lite" => {
                 let m = c.moe.expect("V2-Lite's experts");
-                let shape = (m.experts, m.experts_used, m.expert_ffn, m.shared_experts);
-                assert_eq!(shape, (64, 6, 1408, 2));
+                let shape = (m.experts, m.experts_used, m.expert_ffn, m.shared_ffn);
+                assert_eq!(shape, (64, 6, 1408, 2 * 1408));
                 assert_eq!((m.first_dense, m.groups, m.norm_topk_prob), (1, 1, false));
                 assert!(!c.is_moe_layer(0) && (1..27).all(|l| c.is_moe_layer(l)));
             }
@@ -326,7 +326,7 @@ fn gguf_deepseek2_both_layouts() {
     })
     .unwrap();
     let m = c.moe.expect("DeepSeek-V2's softmax-routed experts");
-    assert_eq!((m.experts, m.experts_used, m.expert_ffn, m.shared_experts), (64, 6, 1408, 2));
+    assert_eq!((m.experts, m.experts_used, m.expert_ffn, m.shared_ffn), (64, 6, 1408, 2 * 1408));
     assert_eq!((m.first_dense, m.groups, m.routed_scale, m.norm_topk_prob), (1, 1, 1.0, false));
     assert!(!c.is_moe_layer(0) && c.is_moe_layer(1));
     let mscale = 1.0 + f64::from(0.0707f32) * 40f64.ln();

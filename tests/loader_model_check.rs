@@ -188,7 +188,7 @@ fn deepseek_moe_files_with_bad_experts_are_refused() {
         ("expert_group_count", 3, &["16 experts in 3 groups"]),
         ("expert_group_used_count", 5, &["4 groups, 5 of them chosen"]),
         ("expert_group_count", 16, &["16 groups, 2 of them chosen, for 4 experts"]),
-        ("expert_shared_count", 3, &["blk.1.ffn_gate_shexp.weight", "96"]),
+        ("expert_shared_count", 3, &["blk.1.ffn_gate_shexp.weight", "channels 96"]),
     ];
     for (k, v, parts) in cases {
         let out = rewrite_from(&src, "ds.gguf", &[(&key(k), GgufValue::U32(v))], &[], &[]);

@@ -1,11 +1,16 @@
 // The output gate of gated attention (Qwen3.5): x ← x · sigmoid(g), elementwise over the first
-// `width` channels of every token row. One invocation per (channel, token).
+// `width` channels of every token row; with g_step 0 one gate a row for all its channels
+// (Qwen3.5-MoE's shared-expert gate). One invocation per (channel, token).
 
 struct GateParams {
     width: u32,
     x_stride: u32,  // floats per row of x
     g_stride: u32,  // floats per row of g
     g_offset: u32,  // column of channel 0's gate in a row of g
+    g_step: u32,    // columns of g between channels' gates: 1, or 0 for one gate a row
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -20,6 +25,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (i >= p.width || t >= step.num_tokens) {
         return;
     }
-    let gate = g[t * p.g_stride + p.g_offset + i];
+    let gate = g[t * p.g_stride + p.g_offset + i * p.g_step];
     x[t * p.x_stride + i] = x[t * p.x_stride + i] / (1.0 + exp(-gate));
 }

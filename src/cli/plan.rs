@@ -43,8 +43,8 @@ pub struct PlanArgs {
     pub state_snapshots: Option<usize>,
 }
 
-/// Parameters of a config, for the weight bytes of a bare config.json (DeepSeek's experts, which
-/// kvrun does not run, are not counted: a lower bound there).
+/// Parameters of a config, for the weight bytes of a bare config.json (the experts of a mixture
+/// kvrun does not run, DeepSeek-V3's, are not counted: a lower bound there).
 fn parameter_count(c: &ModelConfig) -> u64 {
     let (d, f, v) = (c.hidden_size as u64, c.intermediate_size as u64, c.vocab_size as u64);
     let h = c.num_heads as u64;
@@ -72,11 +72,15 @@ fn parameter_count(c: &ModelConfig) -> u64 {
     let norms = 2 * d
         + if c.post_norms { 2 * d } else { 0 }
         + if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
-    // a mixture of experts: the router and every expert's gate, up and down
-    let mlp = match c.moe {
-        Some(m) => d * m.experts as u64 * (1 + 3 * m.expert_ffn as u64) + norms,
-        None => 3 * d * f + norms,
-    };
+    // a mixture of experts: the router and every expert's gate, up and down, the shared
+    // expert's and its gate's (Qwen3.5-MoE)
+    let moe_mlp = c.moe.map_or(0, |m| {
+        d * m.experts as u64 * (1 + 3 * m.expert_ffn as u64)
+            + 3 * d * m.shared_ffn as u64
+            + if m.shared_gate { d } else { 0 }
+    });
+    let mlp = 3 * d * f + norms;
+    let moe_layers = (0..c.num_layers).filter(|&l| c.is_moe_layer(l)).count() as u64;
     // a Gated DeltaNet layer: q|k|v, z, b, a in; the conv; A_log, dt_bias; the gated norm; out
     let recurrent = c.delta_net.map_or(0, |n| {
         let (conv, value, heads) =
@@ -92,6 +96,8 @@ fn parameter_count(c: &ModelConfig) -> u64 {
     embeddings
         + (c.num_layers as u64 - recurrent_layers) * (attention + mlp)
         + recurrent_layers * (recurrent + mlp - if c.qk_norm { 2 * c.head_dim as u64 } else { 0 })
+        + moe_layers * moe_mlp
+        - moe_layers * 3 * d * f
         + d
 }
 
@@ -145,7 +151,8 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
         let bytes = dtype_bytes(&extras);
         let weight_bytes = parameter_count(&config) * bytes;
         let experts = config.moe.map_or(0, |m| {
-            (config.moe_layers * m.experts * 3 * m.expert_ffn * config.hidden_size) as u64
+            let layers = (0..config.num_layers).filter(|&l| config.is_moe_layer(l)).count();
+            (layers * m.experts * 3 * m.expert_ffn * config.hidden_size) as u64
         });
         let active_weight_bytes = active_bytes(&config, weight_bytes, experts * bytes);
         return Ok(ModelShape { config, weight_bytes, active_weight_bytes });

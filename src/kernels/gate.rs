@@ -1,5 +1,6 @@
 //! Host half of `shaders/gate/sigmoid_gate.wgsl`: the output gate of gated attention
-//! (Qwen3.5's `attn_output · sigmoid(gate)` before `o_proj`), in place over each token row.
+//! (Qwen3.5's `attn_output · sigmoid(gate)` before `o_proj`), in place over each token row; and
+//! with one gate a row, Qwen3.5-MoE's shared-expert gate (`h · sigmoid(x · w)`).
 
 use std::sync::Arc;
 
@@ -17,8 +18,10 @@ pub struct GateParams {
     pub x_stride: u32,
     pub g_stride: u32,
     pub g_offset: u32,
+    pub g_step: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<GateParams>() == 16);
+const _: () = assert!(std::mem::size_of::<GateParams>() == 32);
 
 /// Binding order of the gate kernel.
 pub const BINDINGS: [BindingKind; 4] = [
@@ -47,13 +50,15 @@ impl Kernel for GateKey {
 }
 
 /// Where the gate reads and writes: `width` channels of x rows (`x_stride` floats) gated by
-/// the channels at `g_offset` of g rows (`g_stride`).
+/// the channels at `g_offset` of g rows (`g_stride`), or with `per_row` all by the one gate
+/// at `g_offset`.
 #[derive(Clone, Copy, Debug)]
 pub struct GateDims {
     pub width: u32,
     pub x_stride: u32,
     pub g_stride: u32,
     pub g_offset: u32,
+    pub per_row: bool,
 }
 
 /// `x ← x · sigmoid(g)`: one dispatch.
@@ -75,13 +80,16 @@ impl GateOp {
         d: GateDims,
     ) -> Self {
         assert!(d.width > 0 && d.width <= d.x_stride, "the gated channels overrun a row of x");
-        assert!(d.g_offset + d.width <= d.g_stride, "the gates overrun a row of g");
+        let gates = if d.per_row { 1 } else { d.width };
+        assert!(d.g_offset + gates <= d.g_stride, "the gates overrun a row of g");
         let pipeline = kernels.pipeline(gpu, GateKey);
         let params = GateParams {
             width: d.width,
             x_stride: d.x_stride,
             g_stride: d.g_stride,
             g_offset: d.g_offset,
+            g_step: u32::from(!d.per_row),
+            _pad: [0; 3],
         };
         let ubuf = gpu.uniform_buffer_init("sigmoid gate", bytemuck::bytes_of(&params));
         let bind_group = pipeline.bind_group(gpu, "sigmoid gate", &[step, &ubuf, g, x]);

@@ -103,18 +103,19 @@ pub struct RouteOp {
 }
 
 impl RouteOp {
-    /// `logits` holds `[tokens, experts]` f32 router logits; `ids` and `weights` get `[tokens,
-    /// used]`.
+    /// `logits` holds each token's `experts` f32 router logits in rows of `logits_stride`
+    /// floats; `ids` and `weights` get `[tokens, used]`.
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
         step: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
+        (logits, logits_stride): (&wgpu::Buffer, u32),
         [ids, weights]: [&wgpu::Buffer; 2],
         routing: Routing,
     ) -> Self {
         let Routing { experts, used, norm, scale, groups, groups_used } = routing;
+        assert!(logits_stride >= experts, "router rows of {logits_stride} for {experts} experts");
         assert!(
             used > 0 && used <= experts && used <= MAX_USED,
             "{used} experts a token of {experts} (at most {MAX_USED})"
@@ -133,7 +134,7 @@ impl RouteOp {
             experts,
             used,
             flags,
-            logits_stride: experts,
+            logits_stride,
             groups,
             groups_used,
             scale,

@@ -112,13 +112,17 @@ fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(),
     shared_experts(file, l, m, hidden)
 }
 
-/// DeepSeek's shared experts: one MLP of `shared_experts × expert_ffn` channels.
+/// The shared expert: one MLP of `shared_ffn` channels (DeepSeek's `n_shared_experts ×
+/// expert_ffn`), and Qwen3.5-MoE's gate vector.
 fn shared_experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(), LoadError> {
-    if m.shared_experts == 0 {
+    if m.shared_ffn == 0 {
         return Ok(());
     }
     let name = |t: &str| format!("blk.{l}.{t}");
-    let ffn = ("expert_shared_count × expert_feed_forward_length", m.shared_ffn());
+    if m.shared_gate {
+        expect(file, &name("ffn_gate_inp_shexp.weight"), &[("1", 1), hidden])?;
+    }
+    let ffn = ("the shared expert's channels", m.shared_ffn);
     expect(file, &name("ffn_gate_shexp.weight"), &[ffn, hidden])?;
     expect(file, &name("ffn_up_shexp.weight"), &[ffn, hidden])?;
     expect(file, &name("ffn_down_shexp.weight"), &[hidden, ffn])

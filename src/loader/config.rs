@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
-    "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5 (dense), \
+    "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE, \
      Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA; V2's softmax-routed experts)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -45,7 +45,9 @@ pub enum Architecture {
     /// `Qwen3_5ForConditionalGeneration`, GGUF `qwen35`): a hybrid whose layers are mostly Gated
     /// DeltaNet ([`DeltaNet`], [`AttentionKind::Recurrent`]: a fixed-size state per sequence,
     /// no KV) with every fourth a full attention layer with an output gate, Q/K norms and
-    /// partial RoPE; RMSNorms `x · (1 + w)` (zero-centred).
+    /// partial RoPE; RMSNorms `x · (1 + w)` (zero-centred). Qwen3.5-MoE (`Qwen3_5MoeForCausalLM`,
+    /// GGUF `qwen35moe`) is this architecture with [`Moe`] in every layer and a sigmoid-gated
+    /// shared expert.
     Qwen35,
 }
 
@@ -171,9 +173,9 @@ impl Mla {
 /// [experts, hidden]) scores every expert, softmax turns the scores into probabilities, the
 /// `experts_used` most probable experts run (each a SwiGLU MLP of `expert_ffn` channels) and
 /// their outputs are summed weighted by those probabilities — renormalised to sum to 1 when
-/// `norm_topk_prob`, then times `routed_scale` — plus `shared_experts` experts' worth of a
-/// dense MLP every token runs (DeepSeek's shared experts: one MLP of `shared_experts ·
-/// expert_ffn` channels). With `groups` > 1 (DeepSeek-V2's group-limited greedy routing) the
+/// `norm_topk_prob`, then times `routed_scale` — plus a shared expert every token runs: a dense
+/// MLP of `shared_ffn` channels (DeepSeek's shared experts: `n_shared_experts · expert_ffn`;
+/// Qwen3.5-MoE's, times `sigmoid(x · ffn_gate_inp_shexp)` when `shared_gate`). With `groups` > 1 (DeepSeek-V2's group-limited greedy routing) the
 /// experts are `groups` equal groups and a token chooses among the `groups_used` groups of
 /// highest best probability only. Layers `first_dense..` whose index is a multiple of
 /// `layer_step` are mixtures; the others are dense.
@@ -183,7 +185,10 @@ pub struct Moe {
     pub experts_used: usize,
     pub expert_ffn: usize,
     pub norm_topk_prob: bool,
-    pub shared_experts: usize,
+    /// Channels of the shared expert's MLP (0: none).
+    pub shared_ffn: usize,
+    /// The shared expert's output is scaled by a sigmoid gate of the input (Qwen3.5-MoE).
+    pub shared_gate: bool,
     pub routed_scale: f32,
     pub groups: usize,
     pub groups_used: usize,
@@ -204,7 +209,8 @@ impl Moe {
             experts_used,
             expert_ffn,
             norm_topk_prob: norm,
-            shared_experts: 0,
+            shared_ffn: 0,
+            shared_gate: false,
             routed_scale: 1.0,
             groups: 1,
             groups_used: 1,
@@ -216,11 +222,6 @@ impl Moe {
     /// Whether layer `l`'s MLP is this mixture (else it is dense).
     pub fn is_layer(&self, l: usize) -> bool {
         l >= self.first_dense && l.is_multiple_of(self.layer_step.max(1))
-    }
-
-    /// Channels of the shared experts' MLP (0 without).
-    pub fn shared_ffn(&self) -> usize {
-        self.shared_experts * self.expert_ffn
     }
 
     pub(super) fn check(&self) -> Result<(), LoadError> {
@@ -251,11 +252,12 @@ impl Moe {
                 Self::MAX_GROUPS
             )));
         }
-        if !(self.routed_scale.is_finite() && self.routed_scale > 0.0) || self.shared_experts > 64 {
+        if !(self.routed_scale.is_finite() && self.routed_scale > 0.0) || self.shared_ffn > 1 << 20
+        {
             return Err(LoadError::config(format!(
-                "routed scaling factor {} and {} shared experts: the factor must be positive and \
-                 finite, the shared experts few; the model's config is broken",
-                self.routed_scale, self.shared_experts
+                "routed scaling factor {} and a shared expert of {} channels: the factor must be \
+                 positive and finite, the shared expert sane; the model's config is broken",
+                self.routed_scale, self.shared_ffn
             )));
         }
         Ok(())
@@ -683,7 +685,7 @@ impl ModelConfig {
     /// shared experts.
     pub fn dense_ffn_width(&self) -> usize {
         let dense = (0..self.num_layers).any(|l| !self.is_moe_layer(l));
-        let shared = self.moe.map_or(0, |m| m.shared_ffn());
+        let shared = self.moe.map_or(0, |m| m.shared_ffn);
         shared.max(if dense { self.intermediate_size } else { 0 })
     }
 

@@ -40,6 +40,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         "deepseek2" => (Architecture::Deepseek2, RopeStyle::Interleaved),
         // llama.cpp's IMROPE: NEOX pairs, each from one of three positions, equal for text
         "qwen35" => (Architecture::Qwen35, RopeStyle::Neox),
+        // Qwen3.5-MoE: Qwen3.5's layers, a mixture of experts for every MLP
+        "qwen35moe" => (Architecture::Qwen35, RopeStyle::Neox),
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: other.to_string(),
@@ -81,7 +83,11 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     let mut config = ModelConfig {
         arch,
         hidden_size,
-        intermediate_size: m.usize("feed_forward_length")?,
+        // the experts' width where a mixture has no dense MLP (qwen35moe writes no such key)
+        intermediate_size: match m.opt_usize("feed_forward_length")? {
+            Some(f) => f,
+            None => m.usize("expert_feed_forward_length")?,
+        },
         num_layers,
         num_heads,
         // Gemma 4's is a per-layer array (gemma4 below)
@@ -129,6 +135,9 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     if arch == Architecture::Qwen3Moe {
         qwen3moe(&m, &mut config)?;
     }
+    if arch_name == "qwen35moe" {
+        qwen35moe(&m, &mut config)?;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -159,18 +168,38 @@ fn deepseek2_moe(
     if m.usize_or("expert_gating_func", 1)? != 1 {
         return Ok(None);
     }
+    let expert_ffn = m.usize("expert_feed_forward_length")?;
+    let shared = m.usize_or("expert_shared_count", 0)?;
     Ok(Some(super::config::Moe {
         experts: m.usize("expert_count")?,
         experts_used: m.usize("expert_used_count")?,
-        expert_ffn: m.usize("expert_feed_forward_length")?,
+        expert_ffn,
         norm_topk_prob: m.bool_or("expert_weights_norm", false)?,
-        shared_experts: m.usize_or("expert_shared_count", 0)?,
+        shared_ffn: shared.checked_mul(expert_ffn).ok_or_else(|| {
+            LoadError::config(format!("{shared} shared experts overflow; re-convert the model"))
+        })?,
+        shared_gate: false,
         routed_scale: m.f64_or("expert_weights_scale", 1.0)? as f32,
         groups: m.usize_or("expert_group_count", 1)?.max(1),
         groups_used: m.usize_or("expert_group_used_count", 1)?.max(1),
         first_dense,
         layer_step: 1,
     }))
+}
+
+/// Qwen3.5-MoE (llama.cpp `llama_model_qwen35moe`): every layer's MLP is `expert_count` experts
+/// of `expert_feed_forward_length`, `expert_used_count` a token (renormalised), and a shared
+/// expert of `expert_shared_feed_forward_length` gated by `sigmoid(x · ffn_gate_inp_shexp)`.
+fn qwen35moe(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let (experts, used) = (m.usize("expert_count")?, m.usize("expert_used_count")?);
+    let ffn = m.usize("expert_feed_forward_length")?;
+    c.moe = Some(super::config::Moe {
+        shared_ffn: m.usize("expert_shared_feed_forward_length")?,
+        shared_gate: true,
+        ..super::config::Moe::every_layer(experts, used, ffn, true)
+    });
+    c.moe_layers = c.num_layers;
+    Ok(())
 }
 
 /// Qwen3.5 (llama.cpp `llama_model_qwen35::load_arch_hparams`): the Gated DeltaNet's shape

@@ -15,6 +15,8 @@ use serde_json::{Map, Value};
 #[derive(Deserialize)]
 struct HfConfigJson {
     hidden_size: usize,
+    /// 0 when absent (Qwen3.5-MoE has no dense MLP; a dense model without it is refused)
+    #[serde(default)]
     intermediate_size: usize,
     num_hidden_layers: usize,
     num_attention_heads: usize,
@@ -62,6 +64,8 @@ struct HfConfigJson {
     mlp_only_layers: Option<Vec<usize>>,
     // DeepSeek-V2's MoEGate
     n_shared_experts: Option<usize>,
+    // Qwen3.5-MoE's shared expert
+    shared_expert_intermediate_size: Option<usize>,
     routed_scaling_factor: Option<f64>,
     topk_method: Option<String>,
     scoring_func: Option<String>,
@@ -142,7 +146,10 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
         "Gemma4ForCausalLM" | "Gemma4ForConditionalGeneration" => Architecture::Gemma4,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
-        "Qwen3_5ForCausalLM" | "Qwen3_5ForConditionalGeneration" => Architecture::Qwen35,
+        "Qwen3_5ForCausalLM"
+        | "Qwen3_5ForConditionalGeneration"
+        | "Qwen3_5MoeForCausalLM"
+        | "Qwen3_5MoeForConditionalGeneration" => Architecture::Qwen35,
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: if other.is_empty() { "(none given)" } else { other }.to_string(),
@@ -153,7 +160,8 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     let mut text = match arch_name.as_str() {
         "Gemma3ForConditionalGeneration"
         | "Gemma4ForConditionalGeneration"
-        | "Qwen3_5ForConditionalGeneration" => match top.get("text_config") {
+        | "Qwen3_5ForConditionalGeneration"
+        | "Qwen3_5MoeForConditionalGeneration" => match top.get("text_config") {
             Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
         },
@@ -176,6 +184,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         Architecture::Gemma3 => gemma3(&c)?,
         Architecture::Gemma4 => gemma4(&c)?,
         Architecture::Deepseek2 => deepseek2(&c)?,
+        Architecture::Qwen35 if arch_name.starts_with("Qwen3_5Moe") => qwen35moe(&c)?,
         Architecture::Qwen35 => qwen35(&c)?,
         Architecture::Qwen3Moe => qwen3moe(&c)?,
         _ => llama_like(arch, &c)?,
@@ -593,13 +602,45 @@ fn deepseek2_moe(
         experts_used: need(c.num_experts_per_tok, "num_experts_per_tok")?,
         expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
         norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
-        shared_experts: c.n_shared_experts.unwrap_or(0),
+        shared_ffn: c
+            .n_shared_experts
+            .unwrap_or(0)
+            .saturating_mul(c.moe_intermediate_size.unwrap_or(0)),
+        shared_gate: false,
         routed_scale: c.routed_scaling_factor.unwrap_or(1.0) as f32,
         groups: if grouped { c.n_group.unwrap_or(1) } else { 1 },
         groups_used: if grouped { c.topk_group.unwrap_or(1) } else { 1 },
         first_dense,
         layer_step,
     }))
+}
+
+/// Qwen3.5-MoE (`Qwen3_5MoeTextConfig`): Qwen3.5's layers, every MLP `num_experts` experts of
+/// `moe_intermediate_size`, `num_experts_per_tok` a token, always renormalised (its router
+/// has no `norm_topk_prob`), and a shared expert of `shared_expert_intermediate_size` gated by
+/// `sigmoid(x · shared_expert_gate)`.
+fn qwen35moe(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let need = |v: Option<usize>, key: &str| {
+        v.ok_or_else(|| LoadError::config(format!("a Qwen3.5-MoE config.json lacks {key}")))
+    };
+    let ffn = need(c.moe_intermediate_size, "moe_intermediate_size")?;
+    let moe = super::config::Moe {
+        shared_ffn: need(c.shared_expert_intermediate_size, "shared_expert_intermediate_size")?,
+        shared_gate: true,
+        ..super::config::Moe::every_layer(
+            need(c.num_experts.or(c.num_local_experts), "num_experts")?,
+            need(c.num_experts_per_tok, "num_experts_per_tok")?,
+            ffn,
+            true,
+        )
+    };
+    let mut config = qwen35(c)?;
+    if config.intermediate_size == 0 {
+        config.intermediate_size = ffn;
+    }
+    config.moe = Some(moe);
+    config.moe_layers = config.num_layers;
+    Ok(config)
 }
 
 /// Qwen3.5 (dense) as `modeling_qwen3_5.py` defines it: `layer_types` (else every

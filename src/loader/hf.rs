@@ -100,6 +100,11 @@ fn qwen35_name(hf: &str) -> String {
                 "linear_attn.A_log" => "ssm_a_log",
                 "linear_attn.norm.weight" => "ssm_norm.weight",
                 "linear_attn.out_proj.weight" => "ssm_out.weight",
+                // Qwen3.5-MoE's shared expert and its gate
+                "mlp.shared_expert.gate_proj.weight" => "ffn_gate_shexp.weight",
+                "mlp.shared_expert.up_proj.weight" => "ffn_up_shexp.weight",
+                "mlp.shared_expert.down_proj.weight" => "ffn_down_shexp.weight",
+                "mlp.shared_expert_gate.weight" => "ffn_gate_inp_shexp.weight",
                 _ => return None,
             };
             Some(format!("blk.{layer}.{name}"))

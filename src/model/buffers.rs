@@ -168,7 +168,8 @@ pub(super) struct MlaActivations {
 
 /// A mixture-of-experts MLP's rows (`kernels::moe`).
 pub(super) struct MoeActivations {
-    /// [max_tokens, experts] the router's logits
+    /// [max_tokens, experts (+ 1)] the router's logits (and, with a gated shared expert, its
+    /// gate's logit: `ModelConfig::moe_logits_width`)
     pub logits: wgpu::Buffer,
     /// [max_tokens, experts used] each token's experts (u32) and their weights (f32)
     pub ids: wgpu::Buffer,
@@ -243,7 +244,7 @@ impl Activations {
                 o: f32s("delta_net out", t, d.value_dim()),
             }),
             moe: c.moe.map(|m| MoeActivations {
-                logits: f32s("moe router logits", t, m.experts),
+                logits: f32s("moe router logits", t, m.experts + usize::from(m.shared_gate)),
                 ids: f32s("moe expert ids", t, m.experts_used),
                 weights: f32s("moe expert weights", t, m.experts_used),
                 h: f32s("moe expert rows", t * m.experts_used, m.expert_ffn),

@@ -13,7 +13,6 @@ use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{InputNorm, LinearIo, LinearOp, TokenRows};
 use crate::kernels::logprob::LogprobOp;
-use crate::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
@@ -35,7 +34,7 @@ pub(super) struct SublayerInput {
 
 impl SublayerInput {
     /// The rows `normed` holds (an RMSNorm op, or the architecture itself, wrote them).
-    fn normed() -> Self {
+    pub(super) fn normed() -> Self {
         SublayerInput { on_load: None }
     }
 
@@ -560,7 +559,7 @@ impl Builder<'_> {
     /// [`Builder::gated_mlp_in`] of the MLP whose tensors are `blk.l.ffn_gate{suffix}` (and
     /// `ffn_up{suffix}`), `ffn` channels wide: `("", intermediate_size)` for the dense MLP,
     /// `("_shexp", …)` for DeepSeek's shared experts.
-    fn gated_mlp_in_of(
+    pub(super) fn gated_mlp_in_of(
         &self,
         l: usize,
         (suffix, ffn): (&str, usize),
@@ -595,75 +594,6 @@ impl Builder<'_> {
             }
         }
         Ok(w.weights().into_iter().map(weights::gpu_bytes).sum())
-    }
-
-    /// Layer `l`'s mixture-of-experts MLP ([`crate::loader::Moe`]), its residual add included:
-    /// `rms_norm(hidden) · ffn_norm` into `normed` (its own dispatch: the experts read the rows
-    /// once per chosen expert), the router's logits, the routing, the chosen experts' gate|up
-    /// with SwiGLU and their down projections summed into `hidden` (`kernels::moe`). Returns
-    /// the bytes of its weights.
-    pub fn moe_mlp(&self, l: usize, ops: &mut Vec<Op>) -> Result<u64, ModelError> {
-        let (c, act) = (self.c, self.act);
-        let m = c.moe.expect("an MoE layer");
-        let moe = act.moe.as_ref().expect("MoE activations");
-        let (hidden, max) = (c.hidden_size, self.max_binding);
-        ops.push(self.input_norm(l, "ffn_norm")?);
-        let router_name = format!("blk.{l}.ffn_gate_inp.weight");
-        let router = matrix(self.gpu, self.file, &router_name, m.experts, hidden, max)?;
-        let router_op =
-            self.linear(&router_name, &router, &act.normed, &moe.logits, false, TokenRows::Step);
-        ops.push(Op::Linear(router_op));
-        let routing = Routing {
-            experts: m.experts as u32,
-            used: m.experts_used as u32,
-            norm: m.norm_topk_prob,
-            scale: m.routed_scale,
-            groups: m.groups as u32,
-            groups_used: m.groups_used as u32,
-        };
-        let step = &self.step.step;
-        let route = RouteOp::new(
-            self.gpu,
-            self.kernels,
-            step,
-            &moe.logits,
-            [&moe.ids, &moe.weights],
-            routing,
-        );
-        ops.push(Op::MoeRoute(route));
-        let shape = [m.experts, m.expert_ffn, hidden];
-        let gate_up = weights::expert_gate_up(self.gpu, self.file, l, shape, max)?;
-        let down = weights::expert_down(self.gpu, self.file, l, shape, max)?;
-        let io = |x, x_stride: usize, out, out_stride: usize| ExpertIo {
-            step,
-            x,
-            x_stride: x_stride as u32,
-            ids: &moe.ids,
-            weights: &moe.weights,
-            out,
-            out_stride: out_stride as u32,
-        };
-        let (e, k) = (m.experts as u32, m.experts_used as u32);
-        let mode = ExpertMode::GateUp(c.activation);
-        let gate_up_io = io(&act.normed, hidden, &moe.h, m.expert_ffn);
-        let gate_up_op = ExpertOp::new(self.gpu, self.kernels, mode, &gate_up, e, k, gate_up_io);
-        ops.push(Op::MoeExperts(gate_up_op));
-        let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden);
-        let down_op = ExpertOp::new(self.gpu, self.kernels, ExpertMode::Down, &down, e, k, down_io);
-        ops.push(Op::MoeExperts(down_op));
-        let mut bytes = [&router, &gate_up, &down].into_iter().map(weights::gpu_bytes).sum();
-        if m.shared_experts > 0 {
-            // DeepSeek's shared experts: a dense MLP on the same normed rows, added after
-            let shared = ("_shexp", m.shared_ffn());
-            let normed = SublayerInput::normed();
-            bytes += self.gated_mlp_in_of(l, shared, c.activation, &normed, ops)?;
-            let name = format!("blk.{l}.ffn_down_shexp.weight");
-            let down = matrix(self.gpu, self.file, &name, hidden, m.shared_ffn(), max)?;
-            let op = self.linear(&name, &down, &act.ffn, &act.hidden, true, TokenRows::Step);
-            ops.push(Op::Linear(op));
-            bytes += weights::gpu_bytes(&down);
-        }
-        Ok(bytes)
     }
 
     /// One linear op per part of a fused projection from the sub-layer's `input` into `out` =
@@ -718,7 +648,7 @@ impl Builder<'_> {
     }
 
     /// Where [`Self::linear`] reads and writes.
-    fn dense_io<'a>(
+    pub(super) fn dense_io<'a>(
         &'a self,
         w: &GpuWeight,
         x: &'a wgpu::Buffer,

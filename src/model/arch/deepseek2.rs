@@ -213,7 +213,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
 
     if c.is_moe_layer(l) {
         let bytes: u64 = weights.iter().map(gpu_bytes).sum();
-        return Ok(bytes + b.moe_mlp(l, ops)?);
+        return Ok(bytes + b.moe_mlp(l, "ffn_norm", ops)?);
     }
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;

@@ -95,7 +95,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     b.rope_attention(l, ops);
     ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
     if c.is_moe_layer(l) {
-        return Ok(bytes + b.moe_mlp(l, ops)?);
+        return Ok(bytes + b.moe_mlp(l, "ffn_norm", ops)?);
     }
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;

@@ -7,7 +7,8 @@
 //! | `llama.rs` | Llama, Mistral, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (Q/K norms), Qwen3-MoE (experts: `Builder::moe_mlp`) |
 //! | `gemma3.rs` | Gemma 3 (text): scaled embedding, Q/K norms, post-norms, GeGLU, per-layer RoPE base |
 //! | `deepseek2.rs` | DeepSeek-V2/V3 with dense layers: multi-head latent attention, absorbed |
-//! | `qwen35.rs` | Qwen3.5 (dense): Gated DeltaNet layers with their states, gated full attention with partial RoPE |
+//! | `qwen35.rs` | Qwen3.5 and Qwen3.5-MoE: Gated DeltaNet layers with their states, gated full attention with partial RoPE |
+//! | `moe.rs` | [`Builder::moe_mlp`]: a mixture-of-experts MLP (routing, experts, the shared expert) for Qwen3-MoE, DeepSeek-V2 and Qwen3.5-MoE |
 //!
 //! [`AttentionKind`]: crate::loader::AttentionKind
 
@@ -16,6 +17,7 @@ mod deepseek2;
 mod gemma3;
 mod gemma4;
 mod llama;
+mod moe;
 mod qwen35;
 
 use std::sync::Arc;

@@ -26,6 +26,8 @@
 //! per layer:  normed = rms_norm(hidden)            · (1 + post_attention_norm)
 //!             ffn    = silu(normed · Wgateᵀ) · (normed · Wupᵀ)
 //!             hidden += ffn · Wdownᵀ
+//!             Qwen3.5-MoE instead: the experts and the sigmoid-gated shared expert of
+//!             arch/moe.rs (Builder::moe_mlp)
 //! logits    = rms_norm(hidden[logit_rows]) · (1 + output_norm) · Woutᵀ
 //! ```
 //!
@@ -52,6 +54,10 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
         (AttentionKind::Recurrent, Some(d)) => delta_net(b, l, d, ops)?,
         _ => gated_attention(b, l, ops)?,
     };
+    if c.is_moe_layer(l) {
+        // Qwen3.5-MoE: experts and a sigmoid-gated shared expert (arch/moe.rs)
+        return Ok(bytes + b.moe_mlp(l, "post_attention_norm", ops)?);
+    }
     let (act, name) = (b.act, |t: &str| format!("blk.{l}.{t}"));
     let input = b.sublayer_input(l, "post_attention_norm", ops)?;
     let gate_up_bytes = b.gated_mlp_in(l, Activation::Silu, &input, ops)?;
@@ -233,6 +239,7 @@ fn gated_attention(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mode
         x_stride: q_rows as u32,
         g_stride: q_rows as u32,
         g_offset: 0,
+        per_row: false,
     };
     ops.push(Op::Gate(GateOp::new(
         gpu,
