@@ -750,3 +750,47 @@ fn pool_allocation_equals_the_layout_for_every_format() {
         assert_eq!(blocks, (1u64 << 20) / layout.bytes_per_block(), "{spec}");
     }
 }
+
+/// The mixtures of experts (the tiny Qwen3-MoE, DeepSeek-V2 with experts and Qwen3.5-MoE):
+/// greedy outputs identical with the prefix cache on and off, across block sizes, chunks of
+/// 13 / 64 / 512 tokens, batching and forced preemption (a token's experts and sums depend on
+/// itself alone, so a recomputed or cached prefix gives the same bits).
+#[test]
+fn moe_outputs_identical_across_cache_preemption_chunking_and_batching() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = tiny_workload();
+    for (model, family) in [
+        ("assets/tiny-qwen3moe/hf", KernelFamily::Auto),
+        ("assets/tiny-deepseek-moe/tiny-deepseek-moe-q8_0.gguf", KernelFamily::Gpu),
+        ("assets/tiny-qwen35moe/tiny-qwen35moe-f32.gguf", KernelFamily::Auto),
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(model);
+        let probe = EngineConfig { model: path.clone(), ..tiny_config(16, 64, false, 1, 256) };
+        let token_bytes = Engine::load(&probe).unwrap().kv_layout().bytes_per_token() as usize;
+        let config =
+            |bs: usize, blocks: usize, cache: bool, seqs: usize, chunk: usize| EngineConfig {
+                kernel_family: family,
+                kv_cache_memory: Some((blocks * bs * token_bytes) as u64),
+                ..EngineConfig {
+                    model: path.clone(),
+                    ..tiny_config(bs, blocks, cache, seqs, chunk)
+                }
+            };
+        let reference = run(&config(16, 64, false, 1, 256), &w);
+        let (mut preempted, mut hits) = (false, false);
+        let variants = [
+            ("cache on, batched", config(16, 64, true, 4, 256)),
+            ("cache on, block 4, chunks of 13, tiny pool (preemption)", config(4, 36, true, 6, 13)),
+            ("cache on, chunks of 64", config(16, 64, true, 3, 64)),
+            ("cache off, block 64, chunks of 512", config(64, 8, false, 3, 512)),
+        ];
+        for (name, cfg) in variants {
+            let got = same_as(&reference, &format!("{model} {family:?} kernels"), name, &cfg, &w);
+            preempted |= got.preemptions > 0;
+            hits |= got.hit_tokens > 0;
+        }
+        assert!(preempted && hits, "{model}: preempted {preempted}, prefix hits {hits}");
+    }
+}
