@@ -10,7 +10,7 @@ mod common;
 use common::weights::random_weight;
 use common::*;
 use kvrun::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
-use kvrun::kernels::{reference, GpuWeight, StepInfo, StepShape, WeightFormat};
+use kvrun::kernels::{reference, GpuWeight, PackedWeight, StepInfo, StepShape, WeightFormat};
 use kvrun::loader::Activation;
 use rand::Rng;
 
@@ -121,7 +121,8 @@ fn random_experts(
 
 /// The expert kernels for every weight format: GateUp's h and Down's residual sum against the
 /// CPU MLP (Down fed the GPU's own h, so each op is checked against its own math), for routings
-/// with every token on one expert, experts left without tokens, k = 1 and k = 8.
+/// with every token on one expert, experts left without tokens, k = 1 and k = 8, and (every
+/// other format) stacks split into parts of whole experts.
 #[test]
 fn moe_experts_match_reference() {
     let Some(t) = gpu() else { return };
@@ -134,12 +135,24 @@ fn moe_experts_match_reference() {
         let experts = 9;
         let (gate_up, down_bytes, [gate, up, down]) =
             random_experts(&mut r, format, experts, hidden, ffn);
-        let max = t.kernels.config.max_binding_bytes;
+        // every other format with the stacks split into parts of 2 experts (the last of 1), as
+        // a weight larger than the adapter's binding is: one dispatch a part
+        let split = fi % 2 == 0;
+        let limit = |rows: usize, cols: usize| match split {
+            true => PackedWeight::word_bytes_per_row(format, cols) * 2 * rows as u64,
+            false => t.kernels.config.max_binding_bytes,
+        };
+        let gu_shape = [experts * 2 * ffn, hidden];
+        let gu_max = limit(2 * ffn, hidden);
         let gu =
-            GpuWeight::upload(gpu, "gate_up", format, experts * 2 * ffn, hidden, &gate_up, max)
+            GpuWeight::upload_in_runs(gpu, "gate_up", format, gu_shape, &gate_up, gu_max, 2 * ffn)
                 .unwrap();
-        let dw = GpuWeight::upload(gpu, "down", format, experts * hidden, ffn, &down_bytes, max)
-            .unwrap();
+        let dw_shape = [experts * hidden, ffn];
+        let dw_max = limit(hidden, ffn);
+        let dw =
+            GpuWeight::upload_in_runs(gpu, "down", format, dw_shape, &down_bytes, dw_max, hidden)
+                .unwrap();
+        assert_eq!((gu.parts.len(), dw.parts.len()), if split { (5, 5) } else { (1, 1) });
         // (tokens, used, routing): ids drawn from `pick`
         let cases: [(usize, usize, &str); 4] =
             [(1, 8, "distinct"), (3, 2, "one expert"), (65, 1, "few experts"), (5, 8, "distinct")];
@@ -206,7 +219,8 @@ fn moe_experts_match_reference() {
                 gate_up_op.record(pass, &shape);
                 down_op.record(pass, &shape);
             });
-            let what = format!("{format:?} experts, {tokens} tokens, top {used}, {pick}");
+            let what =
+                format!("{format:?} experts, {tokens} tokens, top {used}, {pick}, split {split}");
             let h = gpu.read_f32(&h_buf, 0, (tokens * used + 1) * ffn).unwrap();
             assert_sentinels(&what, &h[tokens * used * ffn..]);
             // h: act(gate · x) · (up · x) per (token, rank), against f64 sums; the bound is

@@ -9,20 +9,29 @@
 // MODE_DOWN: one token t per y: out[t, n] += Σ_j weights[t, j] · Σ_k W_{ids[t, j]}[n, k] ·
 //   h[t · used + j, k], the ranks added in order j = 0, 1, … into one sum before the residual.
 //
+// A stacked weight larger than a binding is split into parts of whole experts, one dispatch a
+// part: a part holds experts [expert_base, expert_base + part_experts); GATE_UP skips the pairs
+// routed elsewhere, DOWN adds only its own experts' terms (so a token's sum is part by part, in
+// rank order within each: one fixed order for a given adapter).
+//
 // One invocation a weight row, 64 rows a workgroup: neighbouring invocations read neighbouring
 // blocks (the block-interleaved layout), as linear.wgsl's GPU variant, and each row's dot is
 // w_dot per block summed in chunks of CHUNK_BLOCKS, the chunk sums left to right — a token's
 // result depends on its own routing only, never on the batch.
 
 struct ExpertParams {
-    k: u32,           // input features (multiple of 32)
-    rows: u32,        // rows per expert (MODE_GATE_UP: 2 · ffn, gate/up pairs)
-    total_rows: u32,  // experts · rows: the stacked weight's rows
-    used: u32,        // experts per token
-    x_stride: u32,    // floats between input rows (multiple of 4)
-    out_stride: u32,  // floats between output rows
-    glu_kind: u32,    // MODE_GATE_UP: the activation (common/glu.wgsl)
-    _pad: u32,
+    k: u32,             // input features (multiple of 32)
+    rows: u32,          // rows per expert (MODE_GATE_UP: 2 · ffn, gate/up pairs)
+    total_rows: u32,    // part_experts · rows: this part's rows
+    used: u32,          // experts per token
+    x_stride: u32,      // floats between input rows (multiple of 4)
+    out_stride: u32,    // floats between output rows
+    glu_kind: u32,      // MODE_GATE_UP: the activation (common/glu.wgsl)
+    expert_base: u32,   // the part's first expert
+    part_experts: u32,  // experts in the part
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 const MODE_GATE_UP: u32 = 0u;
@@ -41,6 +50,13 @@ override MODE: u32 = 0u;
 @group(0) @binding(7) var<storage, read_write> out: array<f32>; // [rows of out, out_stride]
 
 var<workgroup> glu_sums: array<f32, 64>;
+var<workgroup> pair_expert: u32;
+
+// Expert e's place in this part, or part_experts when another part holds it.
+fn local_expert(e: u32) -> u32 {
+    return select(p.part_experts, e - p.expert_base,
+                  e >= p.expert_base && e - p.expert_base < p.part_experts);
+}
 
 fn x_block_at(row: u32, b: u32) -> XBlock {
     let i = row + 8u * b;
@@ -74,7 +90,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let nn = min(n, p.rows - 1u);  // rows past the end compute a copy of the last, unwritten
     if (MODE == MODE_GATE_UP) {
         let t = y / p.used;
-        let e = ids[y];
+        if (lid == 0u) {
+            pair_expert = local_expert(ids[y]);
+        }
+        // one value for the workgroup: a pair routed to another part leaves it at once
+        let e = workgroupUniformLoad(&pair_expert);
+        if (e >= p.part_experts) {
+            return;
+        }
         let sum = row_dot(e * p.rows + nn, t * p.x_stride / 4u);
         glu_sums[lid] = sum;
         workgroupBarrier();
@@ -85,11 +108,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     var acc = 0.0;
+    var mine = false;
     for (var j = 0u; j < p.used; j++) {
         let v = y * p.used + j;
-        acc += weights[v] * row_dot(ids[v] * p.rows + nn, v * p.x_stride / 4u);
+        let e = local_expert(ids[v]);
+        if (e < p.part_experts) {
+            acc += weights[v] * row_dot(e * p.rows + nn, v * p.x_stride / 4u);
+            mine = true;
+        }
     }
-    if (n < p.rows) {
+    if (n < p.rows && mine) {
         let idx = y * p.out_stride + n;
         out[idx] = out[idx] + acc;
     }

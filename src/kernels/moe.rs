@@ -10,7 +10,8 @@
 //!   in rank order, added to the residual.
 //!
 //! A step reads only the chosen experts' weights (llama.cpp's `mul_mat_vec_id`); every token's
-//! result depends on its own routing alone, so outputs are the same under any batching.
+//! result depends on its own routing alone, so outputs are the same under any batching. A
+//! stacked weight larger than a binding comes in parts of whole experts, a dispatch each.
 
 use std::sync::Arc;
 
@@ -171,9 +172,11 @@ pub struct ExpertParams {
     pub x_stride: u32,
     pub out_stride: u32,
     pub glu_kind: u32,
-    pub _pad: u32,
+    pub expert_base: u32,
+    pub part_experts: u32,
+    pub _pad: [u32; 3],
 }
-const _: () = assert!(std::mem::size_of::<ExpertParams>() == 32);
+const _: () = assert!(std::mem::size_of::<ExpertParams>() == 48);
 
 /// Binding order of the expert kernel.
 pub const EXPERT_BINDINGS: [BindingKind; 8] = [
@@ -236,9 +239,9 @@ pub struct ExpertIo<'a> {
     pub out_stride: u32,
 }
 
-/// One projection of the chosen experts.
+/// One projection of the chosen experts: a dispatch per part of the stacked weight.
 pub struct ExpertOp {
-    bind_group: wgpu::BindGroup,
+    bind_groups: Vec<wgpu::BindGroup>,
     pipeline: Arc<Pipeline>,
     /// Weight bytes one token reads: its `used` experts' share of the stacked weight.
     token_weight_bytes: u64,
@@ -250,7 +253,8 @@ pub struct ExpertOp {
 
 impl ExpertOp {
     /// `weight`: `experts` experts' rows stacked (`rows_per_expert` each; GateUp: gate and up
-    /// rows interleaved, `model::weights::expert_gate_up`) in one part.
+    /// rows interleaved, `model::weights::expert_gate_up`), in parts of whole experts
+    /// (`GpuWeight::upload_in_runs`).
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
@@ -261,7 +265,6 @@ impl ExpertOp {
         used: u32,
         io: ExpertIo<'_>,
     ) -> Self {
-        assert_eq!(weight.parts.len(), 1, "a stacked expert weight in one binding");
         let rows = weight.rows as u32 / experts;
         assert_eq!(rows * experts, weight.rows as u32, "whole experts");
         let down = mode == ExpertMode::Down;
@@ -272,26 +275,34 @@ impl ExpertOp {
             ExpertMode::GateUp(act) => super::glu::kind(act),
             ExpertMode::Down => 0,
         };
-        let params = ExpertParams {
-            k: weight.cols as u32,
-            rows,
-            total_rows: weight.rows as u32,
-            used,
-            x_stride: io.x_stride,
-            out_stride: io.out_stride,
-            glu_kind,
-            _pad: 0,
-        };
         let pipeline = kernels.pipeline(gpu, ExpertKey { format: weight.format, down });
         let label = if down { "moe down" } else { "moe gate_up" };
-        let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
-        let part = &weight.parts[0];
-        let token_weight_bytes =
-            (part.words.size() + part.scales.size()) * u64::from(used) / u64::from(experts);
-        let buffers = [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out];
-        let bind_group = pipeline.bind_group(gpu, label, &buffers);
+        let mut bind_groups = Vec::new();
+        let mut part_bytes = 0;
+        for part in &weight.parts {
+            let whole = |r: usize| (r as u32).is_multiple_of(rows);
+            assert!(whole(part.row_offset) && whole(part.rows), "parts of whole experts");
+            let params = ExpertParams {
+                k: weight.cols as u32,
+                rows,
+                total_rows: part.rows as u32,
+                used,
+                x_stride: io.x_stride,
+                out_stride: io.out_stride,
+                glu_kind,
+                expert_base: part.row_offset as u32 / rows,
+                part_experts: part.rows as u32 / rows,
+                _pad: [0; 3],
+            };
+            let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+            let buffers =
+                [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out];
+            bind_groups.push(pipeline.bind_group(gpu, label, &buffers));
+            part_bytes += part.words.size() + part.scales.size();
+        }
+        let token_weight_bytes = part_bytes * u64::from(used) / u64::from(experts);
         ExpertOp {
-            bind_group,
+            bind_groups,
             pipeline,
             token_weight_bytes,
             rows,
@@ -326,8 +337,10 @@ impl ExpertOp {
         let grid = [groups(self.rows, 64), y, ys.div_ceil(y)];
         check_grid(grid, self.wg_limit);
         pass.set_pipeline(&self.pipeline.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        1
+        for group in &self.bind_groups {
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        self.bind_groups.len() as u32
     }
 }

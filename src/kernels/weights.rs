@@ -211,8 +211,8 @@ pub enum WeightError {
     )]
     BadSize { name: String, format: WeightFormat, expected: usize, actual: usize },
     #[error(
-        "tensor '{name}': one row ({row_bytes} bytes) exceeds the adapter's largest storage \
-         binding or weight texture ({limit} bytes)"
+        "tensor '{name}': one row (or one expert's rows: {row_bytes} bytes) exceeds the \
+         adapter's largest storage binding or weight texture ({limit} bytes)"
     )]
     RowTooLarge { name: String, row_bytes: u64, limit: u64 },
 }
@@ -502,20 +502,37 @@ impl GpuWeight {
         data: &[u8],
         max_binding_bytes: u64,
     ) -> Result<Self, WeightError> {
+        Self::upload_in_runs(gpu, name, format, [rows, cols], data, max_binding_bytes, 1)
+    }
+
+    /// [`GpuWeight::upload`] of a weight made of runs of `run` rows that a part must hold
+    /// whole (a stacked expert weight: one expert's rows, so no expert spans two bindings);
+    /// `run` 1 for a plain matrix.
+    pub fn upload_in_runs(
+        gpu: &Gpu,
+        name: &str,
+        format: WeightFormat,
+        [rows, cols]: [usize; 2],
+        data: &[u8],
+        max_binding_bytes: u64,
+        run: usize,
+    ) -> Result<Self, WeightError> {
         check_columns(name, format, cols)?;
         let word_row = PackedWeight::word_bytes_per_row(format, cols);
         // a part fits one storage binding and, as textures, the adapter's 2D texture size
         let max_part = max_binding_bytes.min(max_part_bytes(gpu.limits.max_texture_dimension_2d));
         // even (when it can be): no part splits a row pair, which the subgroup linear kernel
         // loads together and the GLU epilogue reads as gate and up
-        let rows_per_part = match (max_part / word_row.max(1)) as usize {
-            n if n > 1 => n & !1,
-            n => n,
+        let fit = (max_part / word_row.max(1)) as usize;
+        let rows_per_part = match run.max(1) {
+            1 if fit > 1 => fit & !1,
+            1 => fit,
+            run => fit / run * run,
         };
         if rows_per_part == 0 {
             return Err(WeightError::RowTooLarge {
                 name: name.into(),
-                row_bytes: word_row,
+                row_bytes: word_row * run.max(1) as u64,
                 limit: max_part,
             });
         }

@@ -308,22 +308,10 @@ fn expert_rows<'f>(
     Ok((format.expect("at least one expert"), out))
 }
 
-/// A stacked expert weight in one part: the expert kernel binds one buffer.
-fn one_binding(w: GpuWeight, label: &str, max_binding: u64) -> Result<GpuWeight, ModelError> {
-    if w.parts.len() == 1 {
-        return Ok(w);
-    }
-    Err(ModelError::Unsupported(format!(
-        "the stacked experts {label} ({} bytes on the GPU) do not fit one storage binding of this \
-         adapter ({max_binding} bytes) and kvrun does not split experts across bindings yet; use \
-         a smaller quantization or an adapter with larger bindings",
-        gpu_bytes(&w)
-    )))
-}
-
 /// The gate and up projections of layer `l`'s `experts` experts ([ffn, hidden] each) as one
 /// weight for `kernels::moe`'s gate|up kernel: expert e's rows at `e · 2 · ffn`, its gate row i
-/// and up row i at 2i and 2i + 1 (as [`gate_up`] interleaves a dense MLP).
+/// and up row i at 2i and 2i + 1 (as [`gate_up`] interleaves a dense MLP); split into parts
+/// of whole experts where it outgrows a binding.
 pub fn expert_gate_up(
     gpu: &Gpu,
     file: &ModelFile,
@@ -349,9 +337,8 @@ pub fn expert_gate_up(
             data.extend_from_slice(u_row);
         }
     }
-    let rows = 2 * experts * ffn;
-    let w = GpuWeight::upload(gpu, &label, format, rows, hidden, &data, max_binding)?;
-    one_binding(w, &label, max_binding)
+    let shape = [2 * experts * ffn, hidden];
+    Ok(GpuWeight::upload_in_runs(gpu, &label, format, shape, &data, max_binding, 2 * ffn)?)
 }
 
 /// The down projections of layer `l`'s experts ([hidden, ffn] each), stacked: expert e's rows
@@ -366,6 +353,6 @@ pub fn expert_down(
     let (format, down) = expert_rows(file, l, "ffn_down", [experts, hidden, ffn])?;
     let label = format!("blk.{l}.ffn_down_exps");
     let data = down.concat();
-    let w = GpuWeight::upload(gpu, &label, format, experts * hidden, ffn, &data, max_binding)?;
-    one_binding(w, &label, max_binding)
+    let shape = [experts * hidden, ffn];
+    Ok(GpuWeight::upload_in_runs(gpu, &label, format, shape, &data, max_binding, hidden)?)
 }
