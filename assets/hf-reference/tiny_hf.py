@@ -230,3 +230,33 @@ def build(here, name, seed, make_model, chat_template, layer_names, pre, norm_sh
     write_golden(os.path.join(here, "golden.json"), ids, logits, {"perplexity": ppl})
     print("wrote", hf, f32, q8, "golden.json")
     return vocab
+
+
+def add_f16_kv_references(here, name, make_model, gguf_state, patched):
+    """golden.json's "f16_kv" entry: logits and perplexity of the same two transformers
+    forwards as `build` (hf/, and the Q8_0 GGUF's dequantized weights through `gguf_state`), run
+    inside the context manager `patched`, which rounds what kvrun's (and llama.cpp's) default
+    f16 KV cache stores to f16 — where that rounding moves a model's perplexity more than the
+    f32 forwards' own error, kvrun's f16-KV runs are held to these."""
+    import torch
+    path = os.path.join(here, "golden.json")
+    golden = read_golden(path)
+    ids = golden["token_ids"]
+    vocab = golden["logits_shape"][1]
+    q_model = make_model(vocab).to(torch.float64)
+    arrays = gguf_arrays(os.path.join(here, f"{name}-q8_0.gguf"))
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in gguf_state(arrays).items()}
+    missing, unexpected = q_model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    q_model.tie_weights()
+    text = text_ids(os.path.join(here, "hf"))
+    entry = {"logits": {}, "perplexity": {}}
+    with patched():
+        for variant, model in [("hf_f32", make_model(vocab)), ("gguf_q8_0", q_model)]:
+            logits = logits_f64(model, ids)
+            entry["logits"][variant] = [[round(float(x), 6) for x in row] for row in logits]
+            entry["perplexity"][variant] = perplexity_f64(model, text)
+    golden["f16_kv"] = entry
+    with open(path, "w") as f:
+        json.dump(golden, f)
+        f.write("\n")

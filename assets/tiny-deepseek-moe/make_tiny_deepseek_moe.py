@@ -27,7 +27,7 @@ Deterministic (seeded torch and numpy). Writes, next to this script:
                             the normed c_kv and the RoPE'd k_pe) rounded to f16, as kvrun's
                             default KV cache stores it
 """
-import json
+import contextlib
 import os
 import sys
 
@@ -112,10 +112,10 @@ def gguf_state(arrays):
     return state
 
 
-def add_f16_kv_references():
-    """golden.json's "f16_kv" entry: both transformers forwards with what kvrun's f16 cache
-    holds rounded to f16 (the normed latent c_kv, the RoPE'd shared key k_pe): logits and
-    perplexity."""
+@contextlib.contextmanager
+def f16_latent():
+    """What kvrun's f16 cache holds of MLA rounded to f16: the normed latent c_kv and the
+    RoPE'd shared key k_pe."""
     import transformers.models.deepseek_v2.modeling_deepseek_v2 as d
     layernorm_forward = d.DeepseekV2RMSNorm.forward
     rotary = d.apply_rotary_emb
@@ -130,33 +130,17 @@ def add_f16_kv_references():
 
     d.DeepseekV2RMSNorm.forward = latent_norm
     d.apply_rotary_emb = rounded_rotary
-    path = os.path.join(HERE, "golden.json")
-    golden = tiny_hf.read_golden(path)
-    ids = golden["token_ids"]
-    vocab = golden["logits_shape"][1]
-    q_model = make_model(vocab).to(torch.float64)
-    arrays = tiny_hf.gguf_arrays(os.path.join(HERE, "tiny-deepseek-moe-q8_0.gguf"))
-    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in gguf_state(arrays).items()}
-    missing, unexpected = q_model.load_state_dict(state, strict=False)
-    assert not unexpected and not missing, (missing, unexpected)
-    text = tiny_hf.text_ids(os.path.join(HERE, "hf"))
-    entry = {"logits": {}, "perplexity": {}}
-    for variant, model in [("hf_f32", make_model(vocab)), ("gguf_q8_0", q_model)]:
-        logits = tiny_hf.logits_f64(model, ids)
-        entry["logits"][variant] = [[round(float(x), 6) for x in row] for row in logits]
-        entry["perplexity"][variant] = tiny_hf.perplexity_f64(model, text)
-    d.DeepseekV2RMSNorm.forward = layernorm_forward
-    d.apply_rotary_emb = rotary
-    golden["f16_kv"] = entry
-    with open(path, "w") as f:
-        json.dump(golden, f)
-        f.write("\n")
+    try:
+        yield
+    finally:
+        d.DeepseekV2RMSNorm.forward = layernorm_forward
+        d.apply_rotary_emb = rotary
 
 
 def main():
     tiny_hf.build(HERE, "tiny-deepseek-moe", SEED, make_model, CHAT_TEMPLATE, LAYER, "qwen2",
                   gguf_state=gguf_state)
-    add_f16_kv_references()
+    tiny_hf.add_f16_kv_references(HERE, "tiny-deepseek-moe", make_model, gguf_state, f16_latent)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Deterministic (seeded torch and numpy). Writes, next to this script:
                           "f16_kv" the same two forwards' logits and perplexity with keys and
                           values rounded to f16, as kvrun's default KV cache stores them
 """
-import json
+import contextlib
 import os
 import sys
 
@@ -99,46 +99,29 @@ def gguf_state(arrays):
     return state
 
 
-def add_f16_kv_references():
-    """golden.json's "f16_kv" entry: the same two transformers forwards with every key and value
-    rounded to f16 before attention, as kvrun's (and llama.cpp's) default KV cache stores them:
-    logits and perplexity. This model's perplexity moves 1.4e-4 with that rounding (359.4152 →
-    359.3633), more than the f32 forwards' own error, so kvrun's f16-KV run is held to these."""
+@contextlib.contextmanager
+def f16_kv():
+    """Every key and value rounded to f16 before attention, as kvrun's default KV cache stores
+    them. This model's perplexity moves 1.4e-4 with that rounding (359.4152 → 359.3633), more
+    than the f32 forwards' own error."""
     import transformers.models.qwen3_moe.modeling_qwen3_moe as q
     orig = q.eager_attention_forward
 
-    def f16_kv(module, query, key, value, *args, **kwargs):
+    def rounded(module, query, key, value, *args, **kwargs):
         return orig(module, query, key.half().to(key.dtype), value.half().to(value.dtype),
                     *args, **kwargs)
 
-    q.ALL_ATTENTION_FUNCTIONS["eager"] = f16_kv
-    path = os.path.join(HERE, "golden.json")
-    golden = tiny_hf.read_golden(path)
-    ids = golden["token_ids"]
-    vocab = golden["logits_shape"][1]
-    q_model = make_model(vocab).to(torch.float64)
-    arrays = tiny_hf.gguf_arrays(os.path.join(HERE, "tiny-qwen3moe-q8_0.gguf"))
-    state = {k: torch.from_numpy(v) for k, v in gguf_state(arrays).items()}
-    missing, unexpected = q_model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    q_model.tie_weights()
-    text = tiny_hf.text_ids(os.path.join(HERE, "hf"))
-    entry = {"logits": {}, "perplexity": {}}
-    for variant, model in [("hf_f32", make_model(vocab)), ("gguf_q8_0", q_model)]:
-        logits = tiny_hf.logits_f64(model, ids)
-        entry["logits"][variant] = [[round(float(x), 6) for x in row] for row in logits]
-        entry["perplexity"][variant] = tiny_hf.perplexity_f64(model, text)
-    q.ALL_ATTENTION_FUNCTIONS["eager"] = orig
-    golden["f16_kv"] = entry
-    with open(path, "w") as f:
-        json.dump(golden, f)
-        f.write("\n")
+    q.ALL_ATTENTION_FUNCTIONS["eager"] = rounded
+    try:
+        yield
+    finally:
+        q.ALL_ATTENTION_FUNCTIONS["eager"] = orig
 
 
 def main():
     tiny_hf.build(HERE, "tiny-qwen3moe", SEED, make_model, CHAT_TEMPLATE, LAYER, "qwen2",
                   gguf_state=gguf_state)
-    add_f16_kv_references()
+    tiny_hf.add_f16_kv_references(HERE, "tiny-qwen3moe", make_model, gguf_state, f16_kv)
 
 
 if __name__ == "__main__":
