@@ -74,6 +74,10 @@ impl Kernel for RouteKey {
 /// Most expert groups of group-limited routing (WGSL: one bit a group).
 pub const MAX_GROUPS: u32 = 32;
 
+// the loader refuses, by name, a model the routing kernel cannot hold: its bounds are these
+const _: () = assert!(MAX_USED as usize == crate::loader::Moe::MAX_USED);
+const _: () = assert!(MAX_GROUPS as usize == crate::loader::Moe::MAX_GROUPS);
+
 /// How a model routes its tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Routing {

@@ -197,9 +197,11 @@ pub struct Moe {
 }
 
 impl Moe {
-    /// Most experts a token may use: the routing kernel's (`kernels::moe::MAX_USED`).
+    /// Most experts a token may use: the routing kernel's (`kernels::moe::MAX_USED`, which
+    /// asserts the two agree at compile time).
     pub const MAX_USED: usize = 32;
-    /// Most expert groups (the routing kernel keeps the chosen ones in one 32-bit mask).
+    /// Most expert groups (the routing kernel keeps the chosen ones in one 32-bit mask:
+    /// `kernels::moe::MAX_GROUPS`).
     pub const MAX_GROUPS: usize = 32;
 
     /// Qwen3-MoE's: experts in every layer, no shared expert, one group, unscaled.
