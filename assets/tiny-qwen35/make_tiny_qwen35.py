@@ -136,14 +136,18 @@ def gguf_state(path, config):
     return state
 
 
-def main():
-    hf = os.path.join(HERE, "hf")
+def build(here, name, seed, make_model, gguf_state, vocab_extra=0):
+    """Writes hf/, NAME-f32.gguf, NAME-q8_0.gguf and golden.json of a Qwen3.5-family model
+    (this script's, and ../tiny-qwen35moe's): `make_model(vocab)` builds the same seeded model
+    every call, `gguf_state(path, config)` undoes the converter's changes; `vocab_extra` tokens
+    beyond the byte-level vocabulary (a tokenizer class that adds its own)."""
+    hf = os.path.join(here, "hf")
     os.makedirs(hf, exist_ok=True)
-    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE)
+    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE) + vocab_extra
     make_model(vocab).save_pretrained(hf, safe_serialization=True)
-    ids = np.random.default_rng(SEED).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
-    f32 = os.path.join(HERE, "tiny-qwen35-f32.gguf")
-    q8 = os.path.join(HERE, "tiny-qwen35-q8_0.gguf")
+    ids = np.random.default_rng(seed).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
+    f32 = os.path.join(here, f"{name}-f32.gguf")
+    q8 = os.path.join(here, f"{name}-q8_0.gguf")
     # --no-mtp: the config has no multi-token-prediction layers
     tiny_hf.convert(hf, f32, "f32", "qwen35", ["--no-mtp"])
     tiny_hf.convert(hf, q8, "q8_0", "qwen35", ["--no-mtp"])
@@ -167,8 +171,12 @@ def main():
                              "gguf_q8_0": tiny_hf.perplexity_f64(q_model, text)},
         "llama_cpp": {os.path.basename(f): tiny_hf.llama_perplexity(f) for f in (f32, q8)},
     }
-    tiny_hf.write_golden(os.path.join(HERE, "golden.json"), ids, logits, {"perplexity": ppl})
+    tiny_hf.write_golden(os.path.join(here, "golden.json"), ids, logits, {"perplexity": ppl})
     print("wrote", hf, f32, q8, "golden.json", ppl)
+
+
+def main():
+    build(HERE, "tiny-qwen35", SEED, make_model, gguf_state)
 
 
 if __name__ == "__main__":

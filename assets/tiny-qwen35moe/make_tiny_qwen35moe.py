@@ -113,40 +113,10 @@ def gguf_state(path, config):
 
 
 def main():
-    hf = os.path.join(HERE, "hf")
-    os.makedirs(hf, exist_ok=True)
     # transformers loads this model type's tokenizer as Qwen3_5Tokenizer, which adds
     # <|endoftext|> (id 257) to the byte-level vocabulary; the converter wants it inside the
     # embedding
-    vocab = tiny_hf.write_tokenizer(hf, CHAT_TEMPLATE) + 1
-    make_model(vocab).save_pretrained(hf, safe_serialization=True)
-    ids = np.random.default_rng(SEED).integers(0, vocab, tiny_hf.N_GOLDEN_TOKENS)
-    f32 = os.path.join(HERE, "tiny-qwen35moe-f32.gguf")
-    q8 = os.path.join(HERE, "tiny-qwen35moe-q8_0.gguf")
-    tiny_hf.convert(hf, f32, "f32", "qwen35", ["--no-mtp"])
-    tiny_hf.convert(hf, q8, "q8_0", "qwen35", ["--no-mtp"])
-    logits = {"hf_f32": tiny_hf.logits_f64(make_model(vocab), ids.tolist())}
-    # the f32 GGUF read back must be hf/ exactly: the undoing below is then right
-    f32_model = make_model(vocab).to(torch.float64)
-    f32_state = gguf_state(f32, f32_model.config)
-    for k, v in f32_model.state_dict().items():
-        if k in f32_state:
-            assert torch.allclose(v, f32_state[k].to(v.dtype), atol=1e-6), k
-    q_model = make_model(vocab).to(torch.float64)
-    missing, unexpected = q_model.load_state_dict(gguf_state(q8, q_model.config), strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    q_model.tie_weights()
-    logits["gguf_q8_0"] = tiny_hf.logits_f64(q_model, ids.tolist())
-    text = tiny_hf.text_ids(hf)
-    ppl = {
-        "text": "assets/text/alice-ch1-9.txt", "ctx": tiny_hf.PPL_CTX,
-        "chunks": tiny_hf.PPL_CHUNKS,
-        "transformers_f64": {"hf_f32": tiny_hf.perplexity_f64(make_model(vocab), text),
-                             "gguf_q8_0": tiny_hf.perplexity_f64(q_model, text)},
-        "llama_cpp": {os.path.basename(f): tiny_hf.llama_perplexity(f) for f in (f32, q8)},
-    }
-    tiny_hf.write_golden(os.path.join(HERE, "golden.json"), ids, logits, {"perplexity": ppl})
-    print("wrote", hf, f32, q8, "golden.json", ppl)
+    dense.build(HERE, "tiny-qwen35moe", SEED, make_model, gguf_state, vocab_extra=1)
 
 
 if __name__ == "__main__":
