@@ -1,7 +1,7 @@
 //! The mixture-of-experts kernels (`kvrun::kernels::moe`) against their CPU references: the
 //! router's top-k (ties, every logit equal, more experts than a workgroup's lanes, k = 1 and
 //! k = 8, with and without renormalisation, group-limited and scaled, rows wider than the
-//! experts) and the expert projections for every weight format
+//! experts; softmax scores and DeepSeek-V3's biased sigmoid) and the expert projections for every weight format
 //! (all tokens on one expert, experts without tokens, one token, 65 tokens, k = 1 and k = 8),
 //! with sentinels after every output.
 
@@ -11,7 +11,7 @@ use common::weights::random_weight;
 use common::*;
 use kvrun::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
 use kvrun::kernels::{reference, GpuWeight, PackedWeight, StepInfo, StepShape, WeightFormat};
-use kvrun::loader::Activation;
+use kvrun::loader::{Activation, MoeScoring};
 use rand::Rng;
 
 fn step_of(gpu: &kvrun::gpu::Gpu, tokens: usize) -> (wgpu::Buffer, StepShape) {
@@ -26,25 +26,38 @@ fn moe_route_matches_reference() {
     let Some(t) = gpu() else { return };
     let gpu = &t.gpu;
     let mut r = rng(4300);
-    // (experts, used, norm, tokens, how the logits are drawn, (groups, groups used), scale)
+    // (experts, used, norm, tokens, how the logits are drawn, (groups, groups used), scale,
+    // sigmoid scores with a choice bias)
     let cases = [
-        (8usize, 2usize, true, 5usize, "random", (1usize, 1usize), 1.0f32),
-        (8, 1, false, 3, "random", (1, 1), 1.0),
-        (8, 8, true, 2, "random", (1, 1), 2.5),
-        (130, 8, true, 65, "random", (1, 1), 1.0),
-        (64, 4, false, 7, "ties", (1, 1), 1.0),
-        (16, 3, true, 2, "equal", (1, 1), 1.0),
+        (8usize, 2usize, true, 5usize, "random", (1usize, 1usize), 1.0f32, false),
+        (8, 1, false, 3, "random", (1, 1), 1.0, false),
+        (8, 8, true, 2, "random", (1, 1), 2.5, false),
+        (130, 8, true, 65, "random", (1, 1), 1.0, false),
+        (64, 4, false, 7, "ties", (1, 1), 1.0, false),
+        (16, 3, true, 2, "equal", (1, 1), 1.0, false),
         // DeepSeek-V2's group-limited routing: 160 experts in 8 groups, 3 kept, 6 a token
-        (160, 6, false, 9, "random", (8, 3), 16.0),
-        (64, 4, true, 5, "ties", (32, 2), 1.0),
-        (16, 2, false, 3, "equal", (4, 1), 1.0),
+        (160, 6, false, 9, "random", (8, 3), 16.0, false),
+        (64, 4, true, 5, "ties", (32, 2), 1.0, false),
+        (16, 2, false, 3, "equal", (4, 1), 1.0, false),
+        // DeepSeek-V3's noaux_tc: 256 experts in 8 groups, 4 kept, 8 a token, renormalised, 2.5
+        (256, 8, true, 9, "random", (8, 4), 2.5, true),
+        (64, 4, false, 5, "ties", (8, 2), 1.0, true),
+        (16, 2, true, 3, "equal", (4, 1), 1.0, true),
+        (130, 1, true, 65, "random", (1, 1), 1.0, true),
     ];
-    for (experts, used, norm, tokens, how, groups, scale) in cases {
+    for (experts, used, norm, tokens, how, groups, scale, sigmoid) in cases {
         let mut logits = uniform(&mut r, tokens * experts, 4.0);
+        let mut bias = uniform(&mut r, experts, 0.5);
         match how {
             // a few values repeated, so ties sit across ranks and across lanes
-            "ties" => logits.iter_mut().for_each(|v| *v = (*v * 2.0).round() / 2.0),
-            "equal" => logits.iter_mut().for_each(|v| *v = 0.25),
+            "ties" => {
+                logits.iter_mut().for_each(|v| *v = (*v * 2.0).round() / 2.0);
+                bias.iter_mut().for_each(|v| *v = (*v * 4.0).round() / 4.0);
+            }
+            "equal" => {
+                logits.iter_mut().for_each(|v| *v = 0.25);
+                bias.iter_mut().for_each(|v| *v = 0.0);
+            }
             _ => {}
         }
         // rows wider than the experts (Qwen3.5-MoE's shared-expert gate logit follows them):
@@ -60,26 +73,33 @@ fn moe_route_matches_reference() {
         let ids = storage_f32(gpu, &sentinel);
         let weights = storage_f32(gpu, &sentinel);
         let (step, shape) = step_of(gpu, tokens);
+        let scoring = if sigmoid { MoeScoring::SigmoidBiased } else { MoeScoring::Softmax };
         let routing = Routing {
             experts: experts as u32,
             used: used as u32,
             norm,
+            scoring,
             scale,
             groups: groups.0 as u32,
             groups_used: groups.1 as u32,
         };
         let rows = (&buf, stride as u32);
-        let op = RouteOp::new(gpu, &t.kernels, &step, rows, [&ids, &weights], routing);
+        let bias_buf = storage_f32(gpu, &bias);
+        let bias_buf = sigmoid.then_some(&bias_buf);
+        let op = RouteOp::new(gpu, &t.kernels, &step, rows, bias_buf, [&ids, &weights], routing);
         run(gpu, |pass| {
             op.record(pass, &shape);
         });
         let got_ids = gpu.read_f32(&ids, 0, (tokens + 1) * used).unwrap();
         let got_w = gpu.read_f32(&weights, 0, (tokens + 1) * used).unwrap();
-        let what =
-            format!("route {experts} experts, top {used}, norm {norm}, {how}, groups {groups:?}");
+        let what = format!(
+            "route {experts} experts, top {used}, norm {norm}, {how}, groups {groups:?}, \
+             {scoring:?}"
+        );
         let (mut want_ids, mut want_w) = (Vec::new(), Vec::new());
         for row in logits.chunks_exact(experts) {
-            let (i, w) = reference::moe_route(row, used, norm, scale, groups);
+            let bias = sigmoid.then_some(&bias[..]);
+            let (i, w) = reference::moe_route(row, bias, used, norm, scale, groups);
             want_ids.extend(i);
             want_w.extend(w);
         }

@@ -2,7 +2,7 @@
 
 use kvrun::loader::{
     Architecture, AttentionKind, GgufFile, GgufValue, GgufValueType, GgufWriter, LayerSpec,
-    LoadError, ModelConfig, Rope, RopeScaling, RopeStyle,
+    LoadError, ModelConfig, MoeScoring, Rope, RopeScaling, RopeStyle,
 };
 
 fn full(theta: f64) -> LayerSpec {
@@ -241,17 +241,27 @@ fn hf_deepseek_mla_configs() {
             (512, 128, 64, 128)
         );
         assert_eq!((c.rope_dim(), c.rope_style, c.moe_layers), (64, RopeStyle::Interleaved, moe));
-        // V2-Lite's softmax routing runs (64 experts of 1408, 6 a token, 2 shared); V3's
-        // sigmoid scores with a bias do not yet
+        // V2-Lite's softmax routing (64 experts of 1408, 6 a token, 2 shared); V3's sigmoid
+        // scores with a choice bias (256 of 2048, 8 a token from the best 4 of 8 groups,
+        // renormalised, times 2.5, 1 shared)
+        let m = c.moe.expect("DeepSeek's experts");
+        let shape = (m.experts, m.experts_used, m.expert_ffn, m.shared_ffn);
         match name {
             "deepseek-v2-lite" => {
-                let m = c.moe.expect("V2-Lite's experts");
-                let shape = (m.experts, m.experts_used, m.expert_ffn, m.shared_ffn);
                 assert_eq!(shape, (64, 6, 1408, 2 * 1408));
                 assert_eq!((m.first_dense, m.groups, m.norm_topk_prob), (1, 1, false));
+                assert_eq!((m.scoring, m.routed_scale), (MoeScoring::Softmax, 1.0));
                 assert!(!c.is_moe_layer(0) && (1..27).all(|l| c.is_moe_layer(l)));
             }
-            _ => assert_eq!(c.moe, None, "{name}"),
+            _ => {
+                assert_eq!(shape, (256, 8, 2048, 2048));
+                assert_eq!(
+                    (m.first_dense, m.groups, m.groups_used, m.norm_topk_prob),
+                    (3, 8, 4, true)
+                );
+                assert_eq!((m.scoring, m.routed_scale), (MoeScoring::SigmoidBiased, 2.5));
+                assert!(!c.is_moe_layer(2) && (3..61).all(|l| c.is_moe_layer(l)));
+            }
         }
         let mscale = 0.1 * all_dim * 40f64.ln() + 1.0;
         let want = (mscale * mscale / 192f64.sqrt()) as f32;
@@ -277,6 +287,17 @@ fn hf_deepseek_mla_configs() {
     .unwrap();
     let broken = lite.replace("\"kv_lora_rank\"", "\"kv_lora_rank_\"");
     assert!(err_of(&broken).contains("needs 'kv_lora_rank'"), "{}", err_of(&broken));
+    // a routing DeepSeek does not define (sigmoid scores chosen greedily) is refused by name
+    let v3 = std::fs::read_to_string(format!(
+        "{}/assets/configs/deepseek-v3/config.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let greedy = v3.replace("\"noaux_tc\"", "\"greedy\"");
+    let c = ModelConfig::from_hf_config_json(&greedy).unwrap();
+    assert_eq!((c.moe, c.moe_layers), (None, 58));
+    let flat = v3.replace("\"rope_scaling\"", "\"rope_interleave\": false, \"rope_scaling\"");
+    assert!(err_of(&flat).contains("rope_interleave = false"), "{}", err_of(&flat));
 }
 
 /// GGUF `deepseek2`, both converter generations: the current one (key_length = latent width,

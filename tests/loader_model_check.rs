@@ -198,3 +198,35 @@ fn deepseek_moe_files_with_bad_experts_are_refused() {
     let out = rewrite_from(&src, "ds-drop.gguf", &[], &["blk.2.ffn_up_shexp.weight"], &[]);
     assert!(open_err(&out).contains("blk.2.ffn_up_shexp.weight"));
 }
+
+/// DeepSeek-V3's routing: a missing choice bias, groups of one expert (V3 ranks a
+/// group by its two best) and a gating function kvrun does not run are refused by name.
+#[test]
+fn deepseek_v3_files_with_bad_routing_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/tiny-deepseek-v3/tiny-deepseek-v3-f32.gguf");
+    let src = GgufFile::open(&path).unwrap();
+    let key = |k: &str| format!("deepseek2.{k}");
+    type Case<'a> = (&'a [(&'a str, u32)], &'a [&'a str]);
+    let cases: [Case; 2] = [
+        (
+            &[("expert_group_count", 16), ("expert_group_used_count", 4)],
+            &["16 experts in 16 groups", "at least two"],
+        ),
+        (&[("expert_gating_func", 3)], &["routing kvrun does not run", "noaux_tc"]),
+    ];
+    for (overrides, parts) in cases {
+        let overrides: Vec<(String, GgufValue)> =
+            overrides.iter().map(|(k, v)| (key(k), GgufValue::U32(*v))).collect();
+        let overrides: Vec<(&str, GgufValue)> =
+            overrides.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let out = rewrite_from(&src, "v3.gguf", &overrides, &[], &[]);
+        let msg = open_err(&out);
+        assert!(parts.iter().all(|p| msg.contains(p)), "{overrides:?}: {msg}");
+    }
+    let out = rewrite_from(&src, "v3-drop.gguf", &[], &["blk.2.exp_probs_b.bias"], &[]);
+    let msg = open_err(&out);
+    assert!(msg.contains("blk.2.exp_probs_b.bias"), "{msg}");
+    let out = rewrite_from(&src, "v3-same.gguf", &[], &[], &[]);
+    ModelFile::open(&out).unwrap();
+}

@@ -7,6 +7,9 @@
 //! - DeepSeek-V2 (`assets/tiny-deepseek-moe/make_tiny_deepseek_moe.py`): MLA, a dense first
 //!   layer, then 16 experts in 4 groups (4 a token from the best 2 groups), routed scaling
 //!   factor 2, 2 shared experts;
+//! - DeepSeek-V3 (`assets/tiny-deepseek-v3/make_tiny_deepseek_v3.py`): the same shape routed as
+//!   V3 (`noaux_tc`): sigmoid scores, a per-expert choice bias, groups ranked by their two best,
+//!   renormalised, scaled 2.5, one shared expert;
 //! - Qwen3.5-MoE (`assets/tiny-qwen35moe/make_tiny_qwen35moe.py`): 3 Gated DeltaNet layers and
 //!   a gated attention layer, each MLP 16 experts (4 a token) and a shared expert scaled by
 //!   `sigmoid(x · shared_expert_gate)`.
@@ -20,7 +23,7 @@ mod common;
 
 use common::*;
 use kvrun::kernels::{KernelConfig, KernelFamily, Kernels};
-use kvrun::loader::{Architecture, ModelFile, Moe};
+use kvrun::loader::{Architecture, ModelFile, Moe, MoeScoring};
 
 /// One tiny MoE model: its folder and the name its files start with.
 #[derive(Clone, Copy)]
@@ -31,6 +34,7 @@ struct Tiny {
 
 const QWEN3MOE: Tiny = Tiny { dir: "assets/tiny-qwen3moe", name: "tiny-qwen3moe" };
 const DEEPSEEK: Tiny = Tiny { dir: "assets/tiny-deepseek-moe", name: "tiny-deepseek-moe" };
+const DEEPSEEK_V3: Tiny = Tiny { dir: "assets/tiny-deepseek-v3", name: "tiny-deepseek-v3" };
 const QWEN35MOE: Tiny = Tiny { dir: "assets/tiny-qwen35moe", name: "tiny-qwen35moe" };
 
 impl Tiny {
@@ -166,6 +170,26 @@ fn config_is_deepseek_v2_with_grouped_scaled_and_shared_experts() {
     }
 }
 
+#[test]
+fn config_is_deepseek_v3_with_biased_sigmoid_routing() {
+    for (rel, _) in DEEPSEEK_V3.files() {
+        let f = DEEPSEEK_V3.file(&rel);
+        let c = f.config();
+        assert_eq!(c.arch, Architecture::Deepseek2, "{rel}");
+        let want = Moe {
+            scoring: MoeScoring::SigmoidBiased,
+            shared_ffn: 32,
+            routed_scale: 2.5,
+            groups: 4,
+            groups_used: 2,
+            first_dense: 1,
+            ..Moe::every_layer(16, 4, 32, true)
+        };
+        assert_eq!(c.moe, Some(want), "{rel}");
+        assert_eq!((c.moe_layers, c.num_layers), (2, 3), "{rel}");
+    }
+}
+
 /// Logits against transformers' float64 forward (the Q8_0 GGUF against the forward of its
 /// dequantized weights): one prefill, chunks of 13 / 1 / 26, a prefill then decode steps, and
 /// the same 40 tokens as the second of two sequences batched together (another sequence's
@@ -186,6 +210,12 @@ fn qwen35moe_matches_transformers_as_directory_and_converted_gguf() {
 #[test]
 fn deepseek_v2_moe_matches_transformers_as_directory_and_converted_gguf() {
     matches_transformers(DEEPSEEK);
+}
+
+/// The same for the tiny DeepSeek-V3 (V3's biased sigmoid routing over groups).
+#[test]
+fn deepseek_v3_matches_transformers_as_directory_and_converted_gguf() {
+    matches_transformers(DEEPSEEK_V3);
 }
 
 /// The transformers forwards a model's kvrun runs are held to: those with what the f16 KV
@@ -284,6 +314,12 @@ fn qwen35moe_perplexity_matches_transformers_and_llama_cpp() {
 #[test]
 fn deepseek_v2_moe_perplexity_matches_transformers_and_llama_cpp() {
     perplexity_matches(DEEPSEEK);
+}
+
+/// DeepSeek-V3's routing: see golden.json for llama.cpp's figures.
+#[test]
+fn deepseek_v3_perplexity_matches_transformers_and_llama_cpp() {
+    perplexity_matches(DEEPSEEK_V3);
 }
 
 /// What a decode step reads (`bench decode`'s weight bytes): the attention projections, the

@@ -351,8 +351,7 @@ fn gemma_3_270m_figures() {
 /// for all heads: DeepSeek-V2-Lite 27 × 576 × 2 = 31,104 bytes per token in f16, DeepSeek-V3
 /// 61 × 576 × 2 = 70,272. Beside it, the same heads as plain per-head K (128 + 64) and V (128):
 /// 27 × 16 × 320 × 2 = 276,480 and 61 × 128 × 320 × 2 = 4,997,120. Both have mixture-of-experts
-/// layers (V2-Lite's run, V3's routing does not yet): `plan` sizes them, quantized latent KV is
-/// refused by name.
+/// layers: `plan` sizes them and their weights, quantized latent KV is refused by name.
 #[test]
 fn deepseek_mla_figures() {
     for (name, layers, token, expanded) in
@@ -371,11 +370,17 @@ fn deepseek_mla_figures() {
     }
     // V2-Lite's weights: 15,706,484,224 parameters ("15.7B"), of which a token reads
     // 2,661,150,208: the 6 of 64 routed experts (26 layers of 64 × 3 × 1408 × 2048) beside its
-    // 2 shared ones; V3's sigmoid-routed experts are not run, so not counted
+    // 2 shared ones; V3's 671,026,404,352 ("671B"), of which a token reads 37,552,282,624
+    // ("37B activated"): 8 of 256 routed experts in 58 layers of 256 × 3 × 2048 × 7168
     let lite = plan_json(&config("deepseek-v2-lite"), &["-c", "4096"]);
     assert_eq!(u(&lite, "weight_bytes"), 15_706_484_224 * 2);
     let routed: u64 = 26 * 64 * 3 * 1408 * 2048;
     assert_eq!(u(&lite, "active_weight_bytes"), (15_706_484_224 - routed / 64 * 58) * 2);
+    let v3 = plan_json(&config("deepseek-v3"), &["-c", "4096"]);
+    assert_eq!(u(&v3, "weight_bytes"), 671_026_404_352 * 2);
+    let routed: u64 = 58 * 256 * 3 * 2048 * 7168;
+    assert_eq!(u(&v3, "active_weight_bytes"), 37_552_282_624 * 2);
+    assert_eq!(671_026_404_352 - routed / 256 * 248, 37_552_282_624);
     // no expanded figure for other attention
     assert!(plan_json(&config("llama-3-8b"), &[]).get("kv_bytes_per_token_expanded").is_none());
     // A quantized latent is one code read as keys and as values: one granularity for both.

@@ -113,28 +113,34 @@ def gguf_state(arrays):
 
 
 @contextlib.contextmanager
-def f16_latent():
-    """What kvrun's f16 cache holds of MLA rounded to f16: the normed latent c_kv and the
-    RoPE'd shared key k_pe."""
-    import transformers.models.deepseek_v2.modeling_deepseek_v2 as d
-    layernorm_forward = d.DeepseekV2RMSNorm.forward
-    rotary = d.apply_rotary_emb
+def f16_latent_of(module, norm_cls, rotary_name):
+    """What kvrun's f16 cache holds of MLA rounded to f16: the normed latent c_kv (the output
+    of `norm_cls` RANK wide) and the RoPE'd shared key k_pe (the second output of the
+    function `rotary_name` of the modeling `module`)."""
+    layernorm_forward = norm_cls.forward
+    rotary = getattr(module, rotary_name)
 
     def latent_norm(self, x):
         out = layernorm_forward(self, x)
         return out.half().to(out.dtype) if self.weight.shape[0] == RANK else out
 
-    def rounded_rotary(xq, xk, freqs):
-        q, k = rotary(xq, xk, freqs)
+    def rounded_rotary(*args, **kwargs):
+        q, k = rotary(*args, **kwargs)
         return q, k.half().to(k.dtype)
 
-    d.DeepseekV2RMSNorm.forward = latent_norm
-    d.apply_rotary_emb = rounded_rotary
+    norm_cls.forward = latent_norm
+    setattr(module, rotary_name, rounded_rotary)
     try:
         yield
     finally:
-        d.DeepseekV2RMSNorm.forward = layernorm_forward
-        d.apply_rotary_emb = rotary
+        norm_cls.forward = layernorm_forward
+        setattr(module, rotary_name, rotary)
+
+
+def f16_latent():
+    """f16_latent_of DeepSeek-V2's modeling."""
+    import transformers.models.deepseek_v2.modeling_deepseek_v2 as d
+    return f16_latent_of(d, d.DeepseekV2RMSNorm, "apply_rotary_emb")
 
 
 def main():

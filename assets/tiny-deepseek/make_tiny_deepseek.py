@@ -14,7 +14,8 @@ Deterministic (seeded). Writes, next to this script:
                        context 32, mscale 1.0 != mscale_all_dim 0.8, so both the cos/sin factor
                        and the softmax-scale factor are exercised)
   hf-moe/config.json   config only, no weights: hf/ with first_k_dense_replace 1, so layer 1 is a
-                       mixture-of-experts layer (for the test that kvrun refuses it)
+                       mixture-of-experts layer whose tensors hf/ lacks (for the test that kvrun
+                       refuses it by the missing tensor's name)
   tiny-deepseek-f32.gguf  the weights of hf/ as GGUF arch deepseek2, all F32, in llama.cpp's
                        current convert_hf_to_gguf.py layout for MLA (DeepseekV2Model): MLA as MQA
                        over the latent — head_count_kv 1, key_length kv_lora_rank + qk_rope (128),

@@ -1,10 +1,14 @@
-// Mixture-of-experts routing (Qwen3-MoE and DeepSeek-V2, as transformers' routers and llama.cpp's
-// build_moe_ffn with softmax gating): per token, p = softmax(router logits) in f32, the USED
-// experts of highest p (ties: the lower expert index first), and their weights p_j, divided by
-// Σ_j p_j when FLAG_NORM (norm_topk_prob), then times `scale` (the routed scaling factor).
-// With groups > 1 (DeepSeek-V2's group-limited greedy routing) the experts are `groups` equal
-// runs, and only the `groups_used` groups of highest best p (ties: the lower group) are chosen
-// from. Writes ids[t, j] and weights[t, j] in rank order.
+// Mixture-of-experts routing (Qwen3-MoE, DeepSeek-V2/V3, as transformers' routers and
+// llama.cpp's build_moe_ffn): per token, each expert's score p and choice value c in f32 —
+//   softmax (Qwen3-MoE, DeepSeek-V2):           p = softmax(router logits), c = p (ranked by the
+//                                               logits, the same order);
+//   FLAG_SIGMOID (DeepSeek-V3's noaux_tc):      p = sigmoid(logit), c = p + bias[e] —
+// the USED experts of highest c (ties: the lower expert index first), and their weights p_j,
+// divided by Σ_j p_j when FLAG_NORM (norm_topk_prob), then times `scale` (the routed scaling
+// factor). With groups > 1 the experts are `groups` equal runs, and only the `groups_used`
+// groups of highest group value (ties: the lower group) are chosen from: a group's best c
+// (DeepSeek-V2's group_limited_greedy), or with FLAG_SIGMOID the sum of its two best c
+// (noaux_tc). Writes ids[t, j] and weights[t, j] in rank order.
 //
 // One workgroup of 64 invocations per token: the experts are strided over the invocations, the
 // max, the sum of exponentials and each rank's choice are workgroup trees in one fixed order,
@@ -13,7 +17,7 @@
 struct RouteParams {
     experts: u32,        // router logits per token
     used: u32,           // experts chosen per token (≤ MAX_USED)
-    flags: u32,          // FLAG_NORM
+    flags: u32,          // FLAG_NORM | FLAG_SIGMOID
     logits_stride: u32,  // floats between tokens' router logits
     groups: u32,         // expert groups (1: no group limit; ≤ 32)
     groups_used: u32,    // groups chosen from
@@ -22,6 +26,7 @@ struct RouteParams {
 }
 
 const FLAG_NORM: u32 = 1u;
+const FLAG_SIGMOID: u32 = 2u;
 const MAX_USED: u32 = 32u;  // kernels::moe::MAX_USED
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
@@ -29,6 +34,7 @@ const MAX_USED: u32 = 32u;  // kernels::moe::MAX_USED
 @group(0) @binding(2) var<storage, read> logits: array<f32>;        // [tokens, logits_stride]
 @group(0) @binding(3) var<storage, read_write> ids: array<u32>;     // [tokens, used]
 @group(0) @binding(4) var<storage, read_write> weights: array<f32>; // [tokens, used]
+@group(0) @binding(5) var<storage, read> bias: array<f32>;          // [experts] (FLAG_SIGMOID)
 
 var<workgroup> tree_v: array<f32, 64>;
 var<workgroup> tree_i: array<u32, 64>;
@@ -95,6 +101,38 @@ fn is_picked(e: u32, count: u32) -> bool {
     return false;
 }
 
+fn sigmoid_scores() -> bool {
+    return (p.flags & FLAG_SIGMOID) != 0u;
+}
+
+// The value expert e is ranked by: its logit (softmax: the order of p) or sigmoid + bias.
+fn choice(row: u32, e: u32) -> f32 {
+    let l = logits[row + e];
+    if (sigmoid_scores()) {
+        return 1.0 / (1.0 + exp(-l)) + bias[e];
+    }
+    return l;
+}
+
+// A group's value: its best choice value, or with sigmoid scores the sum of its two best.
+fn group_value(row: u32, g: u32, size: u32) -> f32 {
+    var best = bitcast<f32>(0xff7fffffu);
+    var second = bitcast<f32>(0xff7fffffu);
+    for (var e = g * size; e < (g + 1u) * size; e++) {
+        let v = choice(row, e);
+        if (v > best) {
+            second = best;
+            best = v;
+        } else if (v > second) {
+            second = v;
+        }
+    }
+    if (sigmoid_scores()) {
+        return best + second;
+    }
+    return best;
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = wid.y;
@@ -102,6 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let row = t * p.logits_stride;
+    // softmax's max and sum of exponentials (unused by sigmoid scores)
     var m = bitcast<f32>(0xff7fffffu);
     for (var e = lid; e < p.experts; e += 64u) {
         m = max(m, logits[row + e]);
@@ -118,9 +157,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (p.groups > 1u) {
         var gv = bitcast<f32>(0xff7fffffu);
         if (lid < p.groups) {
-            for (var e = lid * size; e < (lid + 1u) * size; e++) {
-                gv = max(gv, logits[row + e]);
-            }
+            gv = group_value(row, lid, size);
         }
         allowed = 0u;
         for (var r = 0u; r < p.groups_used; r++) {
@@ -131,11 +168,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     for (var j = 0u; j < p.used; j++) {
-        // invocations with no candidate left offer (-inf, experts): never chosen over a real one
+        // invocations with no candidate left offer (-max, experts): never chosen over a real one
         var bv = bitcast<f32>(0xff7fffffu);
         var bi = p.experts;
         for (var e = lid; e < p.experts; e += 64u) {
-            let v = logits[row + e];
+            let v = choice(row, e);
             let open = ((allowed >> (e / size)) & 1u) != 0u;
             if (open && !is_picked(e, j) && beats(v, e, bv, bi)) {
                 bv = v;
@@ -151,12 +188,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (lid != 0u) {
         return;
     }
+    var score: array<f32, MAX_USED>;
     var total = 0.0;
     for (var j = 0u; j < p.used; j++) {
-        total += exp(logits[row + picked[j]] - m) / s;
+        let l = logits[row + picked[j]];
+        if (sigmoid_scores()) {
+            score[j] = 1.0 / (1.0 + exp(-l));
+        } else {
+            score[j] = exp(l - m) / s;
+        }
+        total += score[j];
     }
     for (var j = 0u; j < p.used; j++) {
-        var w = exp(logits[row + picked[j]] - m) / s;
+        var w = score[j];
         if ((p.flags & FLAG_NORM) != 0u) {
             w = w / total;
         }

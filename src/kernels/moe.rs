@@ -1,9 +1,10 @@
 //! Host half of `shaders/moe/`: a mixture-of-experts MLP as three ops after the router's
 //! logits (an ordinary [`super::linear`] projection):
 //!
-//! - [`RouteOp`] (`route.wgsl`): per token, softmax over the router logits, the `used` experts
-//!   of highest probability (ties to the lower index) and their weights, renormalised where the
-//!   model says (`norm_topk_prob`) → `ids`, `weights` `[tokens, used]`;
+//! - [`RouteOp`] (`route.wgsl`): per token, the router logits' scores (softmax, or DeepSeek-V3's
+//!   sigmoid with a choice bias: [`MoeScoring`]), the `used` best experts (ties to the lower
+//!   index) and their weights, renormalised where the model says (`norm_topk_prob`) → `ids`,
+//!   `weights` `[tokens, used]`;
 //! - [`ExpertOp`] in [`ExpertMode::GateUp`] (`experts.wgsl`): each (token, rank) pair's expert
 //!   gate|up rows with the GLU epilogue → `h [tokens · used, ffn]`;
 //! - [`ExpertOp`] in [`ExpertMode::Down`]: each token's experts' down rows, weighted and summed
@@ -21,7 +22,7 @@ use super::source::{self, GLU, STEP, WEIGHTS, WEIGHTS_STORAGE};
 use super::weights::WeightFormat;
 use super::{check_grid, groups, record_per_token, GpuWeight, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
-use crate::loader::Activation;
+use crate::loader::{Activation, MoeScoring};
 
 /// Most experts a token may use (WGSL `MAX_USED`; the largest served model uses 10).
 pub const MAX_USED: u32 = 32;
@@ -43,14 +44,17 @@ const _: () = assert!(std::mem::size_of::<RouteParams>() == 32);
 
 /// `RouteParams::flags`: divide the chosen probabilities by their sum.
 pub const FLAG_NORM: u32 = 1;
+/// `RouteParams::flags`: sigmoid scores, chosen by score + bias ([`MoeScoring::SigmoidBiased`]).
+pub const FLAG_SIGMOID: u32 = 2;
 
 /// Binding order of the routing kernel.
-pub const ROUTE_BINDINGS: [BindingKind; 5] = [
+pub const ROUTE_BINDINGS: [BindingKind; 6] = [
     BindingKind::Uniform,          // step: StepInfo (num_tokens)
     BindingKind::Uniform,          // p: RouteParams
     BindingKind::StorageRead,      // logits: [tokens, logits_stride]
     BindingKind::StorageReadWrite, // ids: [tokens, used]
     BindingKind::StorageReadWrite, // weights: [tokens, used]
+    BindingKind::StorageRead,      // bias: [experts] (sigmoid scores; else not read)
 ];
 
 /// The routing pipeline (one variant).
@@ -85,10 +89,12 @@ pub struct Routing {
     pub used: u32,
     /// Renormalise the chosen experts' probabilities to sum to 1 (`norm_topk_prob`).
     pub norm: bool,
+    pub scoring: MoeScoring,
     /// The chosen weights' factor (DeepSeek's routed scaling factor; 1 for Qwen3-MoE).
     pub scale: f32,
-    /// Group-limited routing: `groups` equal runs of experts, of which the `groups_used` with
-    /// the highest best probability are chosen from (1 and 1: no limit).
+    /// Group-limited routing: `groups` equal runs of experts, of which the `groups_used` of
+    /// highest value (softmax: their best expert's; sigmoid: the sum of their two best choice
+    /// values) are chosen from (1 and 1: no limit).
     pub groups: u32,
     pub groups_used: u32,
 }
@@ -96,7 +102,8 @@ pub struct Routing {
 impl Routing {
     /// Softmax routing to the top `used` of `experts`, without groups or scale.
     pub fn top(experts: u32, used: u32, norm: bool) -> Self {
-        Routing { experts, used, norm, scale: 1.0, groups: 1, groups_used: 1 }
+        let scoring = MoeScoring::Softmax;
+        Routing { experts, used, norm, scoring, scale: 1.0, groups: 1, groups_used: 1 }
     }
 }
 
@@ -109,17 +116,25 @@ pub struct RouteOp {
 
 impl RouteOp {
     /// `logits` holds each token's `experts` f32 router logits in rows of `logits_stride`
-    /// floats; `ids` and `weights` get `[tokens, used]`.
+    /// floats; `bias` the experts' f32 choice biases, given exactly for sigmoid scoring; `ids`
+    /// and `weights` get `[tokens, used]`.
     #[track_caller]
     pub fn new(
         gpu: &Gpu,
         kernels: &Kernels,
         step: &wgpu::Buffer,
         (logits, logits_stride): (&wgpu::Buffer, u32),
+        bias: Option<&wgpu::Buffer>,
         [ids, weights]: [&wgpu::Buffer; 2],
         routing: Routing,
     ) -> Self {
-        let Routing { experts, used, norm, scale, groups, groups_used } = routing;
+        let Routing { experts, used, norm, scoring, scale, groups, groups_used } = routing;
+        let sigmoid = scoring == MoeScoring::SigmoidBiased;
+        assert_eq!(sigmoid, bias.is_some(), "a choice bias exactly for sigmoid scoring");
+        assert!(
+            !sigmoid || groups == 1 || experts / groups >= 2,
+            "sigmoid groups rank by their two best of {experts} experts in {groups} groups"
+        );
         assert!(logits_stride >= experts, "router rows of {logits_stride} for {experts} experts");
         assert!(
             used > 0 && used <= experts && used <= MAX_USED,
@@ -134,7 +149,7 @@ impl RouteOp {
             "{used} experts from {groups_used} of {groups} groups"
         );
         let pipeline = kernels.pipeline(gpu, RouteKey);
-        let flags = if norm { FLAG_NORM } else { 0 };
+        let flags = if norm { FLAG_NORM } else { 0 } | if sigmoid { FLAG_SIGMOID } else { 0 };
         let params = RouteParams {
             experts,
             used,
@@ -146,8 +161,10 @@ impl RouteOp {
             _pad: 0,
         };
         let ubuf = gpu.uniform_buffer_init("moe route", bytemuck::bytes_of(&params));
+        // softmax reads no bias: the logits stand in for the binding
+        let bias = bias.unwrap_or(logits);
         let bind_group =
-            pipeline.bind_group(gpu, "moe route", &[step, &ubuf, logits, ids, weights]);
+            pipeline.bind_group(gpu, "moe route", &[step, &ubuf, logits, ids, weights, bias]);
         RouteOp { bind_group, pipeline, wg_limit: gpu.limits.max_compute_workgroups_per_dimension }
     }
 

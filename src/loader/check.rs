@@ -19,8 +19,8 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
     if c.moe_layers > 0 && c.moe.is_none() {
         return Err(LoadError::config(format!(
             "{} of this model's {} layers are mixture-of-experts with a routing kvrun does not \
-             run yet (it runs softmax routing: Qwen3-MoE, DeepSeek-V2; not DeepSeek-V3's \
-             sigmoid scores with a bias); `kvrun plan` sizes its KV cache",
+             run yet (it runs softmax routing — Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V2 — and \
+             DeepSeek-V3's biased sigmoid, noaux_tc); `kvrun plan` sizes its KV cache",
             c.moe_layers, c.num_layers
         )));
     }
@@ -98,6 +98,9 @@ fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(),
     let experts = ("expert_count", m.experts);
     let ffn = ("expert_feed_forward_length", m.expert_ffn);
     expect(file, &name("ffn_gate_inp.weight"), &[experts, hidden])?;
+    if m.scoring == super::MoeScoring::SigmoidBiased {
+        expect(file, &name("exp_probs_b.bias"), &[experts])?;
+    }
     if file.has_tensor(&name("ffn_gate_exps.weight")) || file.format() == SourceFormat::Gguf {
         expect(file, &name("ffn_gate_exps.weight"), &[experts, ffn, hidden])?;
         expect(file, &name("ffn_up_exps.weight"), &[experts, ffn, hidden])?;

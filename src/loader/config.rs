@@ -8,7 +8,7 @@ use serde::Serialize;
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
     "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE, \
-     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA; V2's softmax-routed experts)";
+     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, experts)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -37,9 +37,9 @@ pub enum Architecture {
     /// (26B-A4B) are refused at load.
     Gemma4,
     /// DeepSeek-V2/V3 (`DeepseekV2ForCausalLM`, `DeepseekV3ForCausalLM`): multi-head latent
-    /// attention ([`Mla`]) and SwiGLU MLPs; V2's mixture-of-experts layers ([`Moe`]: softmax
-    /// routing, group-limited or not, scaled, with shared experts) from `first_k_dense_replace`
-    /// on; V3's sigmoid-scored experts are refused at load.
+    /// attention ([`Mla`]) and SwiGLU MLPs; mixture-of-experts layers ([`Moe`]: V2's softmax
+    /// routing, group-limited or not, or V3's biased sigmoid; scaled, with shared experts)
+    /// from `first_k_dense_replace` on.
     Deepseek2,
     /// Qwen3.5 (dense; `Qwen3_5ForCausalLM`, the text model of
     /// `Qwen3_5ForConditionalGeneration`, GGUF `qwen35`): a hybrid whose layers are mostly Gated
@@ -169,9 +169,10 @@ impl Mla {
 /// What Gemma 4's full-attention ("global") layers do differently from its sliding ones: a
 /// KV head shape of their own (fewer, wider heads: 512 channels where the sliding layers have
 /// 256), and K = V (`attention_k_eq_v`).
-/// A mixture-of-experts MLP (Qwen3-MoE, DeepSeek-V2): per token, a router (`ffn_gate_inp`,
-/// [experts, hidden]) scores every expert, softmax turns the scores into probabilities, the
-/// `experts_used` most probable experts run (each a SwiGLU MLP of `expert_ffn` channels) and
+/// A mixture-of-experts MLP (Qwen3-MoE, DeepSeek-V2/V3): per token, a router (`ffn_gate_inp`,
+/// [experts, hidden]) scores every expert ([`MoeScoring`]: softmax into probabilities, or
+/// DeepSeek-V3's sigmoid with a bias for the choice), the
+/// `experts_used` best-scored experts run (each a SwiGLU MLP of `expert_ffn` channels) and
 /// their outputs are summed weighted by those probabilities — renormalised to sum to 1 when
 /// `norm_topk_prob`, then times `routed_scale` — plus a shared expert every token runs: a dense
 /// MLP of `shared_ffn` channels (DeepSeek's shared experts: `n_shared_experts · expert_ffn`;
@@ -185,6 +186,7 @@ pub struct Moe {
     pub experts_used: usize,
     pub expert_ffn: usize,
     pub norm_topk_prob: bool,
+    pub scoring: MoeScoring,
     /// Channels of the shared expert's MLP (0: none).
     pub shared_ffn: usize,
     /// The shared expert's output is scaled by a sigmoid gate of the input (Qwen3.5-MoE).
@@ -194,6 +196,21 @@ pub struct Moe {
     pub groups_used: usize,
     pub first_dense: usize,
     pub layer_step: usize,
+}
+
+/// How a mixture's router turns its logits into the experts' weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoeScoring {
+    /// Softmax over all experts; the most probable are chosen and weighted by their
+    /// probabilities; groups (DeepSeek-V2's `group_limited_greedy`) rank by their best expert.
+    /// Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V2; llama.cpp `expert_gating_func` 1.
+    Softmax,
+    /// DeepSeek-V3's `noaux_tc`: each expert's score is `sigmoid(logit)`; the choice ranks
+    /// `score + bias` (the router's per-expert `e_score_correction_bias`, GGUF
+    /// `blk.L.exp_probs_b.bias`), groups by the sum of their two best biased scores; the chosen
+    /// are weighted by their unbiased scores. llama.cpp `expert_gating_func` 2.
+    SigmoidBiased,
 }
 
 impl Moe {
@@ -211,6 +228,7 @@ impl Moe {
             experts_used,
             expert_ffn,
             norm_topk_prob: norm,
+            scoring: MoeScoring::Softmax,
             shared_ffn: 0,
             shared_gate: false,
             routed_scale: 1.0,
@@ -252,6 +270,12 @@ impl Moe {
                  {experts_used} experts a token: the groups must divide the experts (at most {}) \
                  and the chosen ones hold enough experts; the model's config is broken",
                 Self::MAX_GROUPS
+            )));
+        }
+        if self.scoring == MoeScoring::SigmoidBiased && groups > 1 && experts / groups < 2 {
+            return Err(LoadError::config(format!(
+                "{experts} experts in {groups} groups: sigmoid routing ranks a group by its two \
+                 best experts, so a group needs at least two; the model's config is broken"
             )));
         }
         if !(self.routed_scale.is_finite() && self.routed_scale > 0.0) || self.shared_ffn > 1 << 20

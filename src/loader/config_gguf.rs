@@ -3,7 +3,7 @@
 
 use super::config::{
     full_layers, inv_sqrt, Activation, Architecture, AttentionKind, DeltaNet, GlobalLayers,
-    LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle, SUPPORTED,
+    LayerSpec, Mla, ModelConfig, MoeScoring, Rope, RopeScaling, RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use super::gguf::GgufFile;
@@ -154,20 +154,22 @@ fn qwen3moe(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// DeepSeek-V2's experts (llama.cpp `llama_model_deepseek2`): `expert_count` routed experts of
-/// `expert_feed_forward_length`, `expert_used_count` a token, `expert_shared_count` shared
+/// DeepSeek-V2/V3's experts (llama.cpp `llama_model_deepseek2`): `expert_count` routed experts
+/// of `expert_feed_forward_length`, `expert_used_count` a token, `expert_shared_count` shared
 /// ones, `expert_weights_scale` (the routed scaling factor), `expert_weights_norm`, group-limited
 /// routing over `expert_group_count` groups of which `expert_group_used_count` are chosen;
-/// layers from `leading_dense_block_count` on. Sigmoid gating (`expert_gating_func` 2,
-/// DeepSeek-V3's, with its per-expert score bias) is not run yet: `None` then, and the model is
-/// refused at open as one with experts kvrun does not run.
+/// layers from `leading_dense_block_count` on. `expert_gating_func` 1 (or absent, as in older
+/// V2 files) is softmax, 2 sigmoid with the per-expert choice bias (DeepSeek-V3); any other is
+/// `None`, and the model is refused at open as one with experts kvrun does not run.
 fn deepseek2_moe(
     m: &GgufKeys<'_>,
     first_dense: usize,
 ) -> Result<Option<super::config::Moe>, LoadError> {
-    if m.usize_or("expert_gating_func", 1)? != 1 {
-        return Ok(None);
-    }
+    let scoring = match m.usize_or("expert_gating_func", 1)? {
+        1 => MoeScoring::Softmax,
+        2 => MoeScoring::SigmoidBiased,
+        _ => return Ok(None),
+    };
     let expert_ffn = m.usize("expert_feed_forward_length")?;
     let shared = m.usize_or("expert_shared_count", 0)?;
     Ok(Some(super::config::Moe {
@@ -175,6 +177,7 @@ fn deepseek2_moe(
         experts_used: m.usize("expert_used_count")?,
         expert_ffn,
         norm_topk_prob: m.bool_or("expert_weights_norm", false)?,
+        scoring,
         shared_ffn: shared.checked_mul(expert_ffn).ok_or_else(|| {
             LoadError::config(format!("{shared} shared experts overflow; re-convert the model"))
         })?,

@@ -4,8 +4,8 @@
 
 use super::config::{
     inv_sqrt, token_id_list, yarn_mscale, Activation, Architecture, AttentionKind, DeltaNet,
-    GlobalLayers, HfConfigExtras, LayerSpec, Mla, ModelConfig, Rope, RopeScaling, RopeStyle,
-    SUPPORTED,
+    GlobalLayers, HfConfigExtras, LayerSpec, Mla, ModelConfig, MoeScoring, Rope, RopeScaling,
+    RopeStyle, SUPPORTED,
 };
 use super::error::LoadError;
 use serde::Deserialize;
@@ -71,6 +71,8 @@ struct HfConfigJson {
     scoring_func: Option<String>,
     n_group: Option<usize>,
     topk_group: Option<usize>,
+    /// DeepSeek-V3: RoPE pairs adjacent channels (true, the default) or halves
+    rope_interleave: Option<bool>,
     // Qwen3.5 (Gated DeltaNet layers)
     linear_conv_kernel_dim: Option<usize>,
     linear_key_head_dim: Option<usize>,
@@ -183,7 +185,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
     let config = match arch {
         Architecture::Gemma3 => gemma3(&c)?,
         Architecture::Gemma4 => gemma4(&c)?,
-        Architecture::Deepseek2 => deepseek2(&c)?,
+        Architecture::Deepseek2 => deepseek2(&c, arch_name == "DeepseekV3ForCausalLM")?,
         Architecture::Qwen35 if arch_name.starts_with("Qwen3_5Moe") => qwen35moe(&c)?,
         Architecture::Qwen35 => qwen35(&c)?,
         Architecture::Qwen3Moe => qwen3moe(&c)?,
@@ -524,8 +526,17 @@ fn gemma4_global_shape(
 /// k_pe before `rotate_half`, the same scores as rotating pairs in place), YaRN as configured,
 /// softmax scale `1/sqrt(qk_nope + qk_rope)` times `mscale(factor, mscale_all_dim)²` under
 /// YaRN. Layer `l` is mixture-of-experts when `n_routed_experts` is set, `l ≥
-/// first_k_dense_replace` and `l % moe_layer_freq == 0`.
-fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+/// first_k_dense_replace` and `l % moe_layer_freq == 0`; its routing is V2's softmax unless the
+/// config says otherwise, and for `v3` (`DeepseekV3ForCausalLM`, whose transformers config
+/// carries no `scoring_func`) V3's sigmoid (`noaux_tc`).
+fn deepseek2(c: &HfConfigJson, v3: bool) -> Result<ModelConfig, LoadError> {
+    if c.rope_interleave == Some(false) {
+        return Err(LoadError::config(
+            "rope_interleave = false (RoPE on the halves of DeepSeek's rotary channels) is not \
+             run; kvrun rotates adjacent pairs, as DeepSeek's own checkpoints do"
+                .to_string(),
+        ));
+    }
     let need = |key: &str, v: Option<usize>| {
         v.ok_or_else(|| {
             LoadError::config(format!(
@@ -563,7 +574,7 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
     let layers = super::config::full_layers(c.num_hidden_layers, rope);
     let moe = match moe_layers {
         0 => None,
-        _ => deepseek2_moe(c, first_moe, freq)?,
+        _ => deepseek2_moe(c, v3, first_moe, freq)?,
     };
     Ok(ModelConfig {
         num_kv_heads: 1,
@@ -578,30 +589,38 @@ fn deepseek2(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
     })
 }
 
-/// DeepSeek-V2's experts as its `MoEGate` routes them: softmax scores, the top
+/// DeepSeek's experts as its `MoEGate` routes them: V2's softmax scores, the top
 /// `num_experts_per_tok` (`greedy`, or `group_limited_greedy` over `n_group` groups of which
-/// `topk_group` are kept), renormalised when `norm_topk_prob`, times `routed_scaling_factor`;
-/// `n_shared_experts` shared experts. Sigmoid scoring with a per-expert bias (DeepSeek-V3's
-/// `noaux_tc`) is not run yet: `None`, and the model is refused at open.
+/// `topk_group` are kept), or V3's sigmoid scores with the choice bias (`noaux_tc`, groups
+/// always); renormalised when `norm_topk_prob`, times `routed_scaling_factor`;
+/// `n_shared_experts` shared experts. `scoring_func` and `topk_method` default to V2's, or to
+/// V3's for `v3`. Another pairing of the two is `None`, and the model is refused at open.
 fn deepseek2_moe(
     c: &HfConfigJson,
+    v3: bool,
     first_dense: usize,
     layer_step: usize,
 ) -> Result<Option<super::config::Moe>, LoadError> {
-    let method = c.topk_method.as_deref().unwrap_or("greedy");
-    let scoring = c.scoring_func.as_deref().unwrap_or("softmax");
-    if scoring != "softmax" || !matches!(method, "greedy" | "group_limited_greedy") {
-        return Ok(None);
-    }
+    let (scoring, method) = match v3 {
+        true => ("sigmoid", "noaux_tc"),
+        false => ("softmax", "greedy"),
+    };
+    let method = c.topk_method.as_deref().unwrap_or(method);
+    let scoring = match (c.scoring_func.as_deref().unwrap_or(scoring), method) {
+        ("softmax", "greedy" | "group_limited_greedy") => MoeScoring::Softmax,
+        ("sigmoid", "noaux_tc") => MoeScoring::SigmoidBiased,
+        _ => return Ok(None),
+    };
     let need = |v: Option<usize>, key: &str| {
         v.ok_or_else(|| LoadError::config(format!("a DeepSeek MoE config.json lacks {key}")))
     };
-    let grouped = method == "group_limited_greedy";
+    let grouped = method != "greedy";
     Ok(Some(super::config::Moe {
         experts: need(c.n_routed_experts, "n_routed_experts")?,
         experts_used: need(c.num_experts_per_tok, "num_experts_per_tok")?,
         expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
-        norm_topk_prob: c.norm_topk_prob.unwrap_or(false),
+        norm_topk_prob: c.norm_topk_prob.unwrap_or(v3),
+        scoring,
         shared_ffn: c
             .n_shared_experts
             .unwrap_or(0)

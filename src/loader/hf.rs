@@ -147,6 +147,8 @@ pub fn canonical_name(hf: &str) -> String {
         "mlp.down_proj.weight" => "ffn_down.weight",
         // the router of Qwen3-MoE and DeepSeek; their experts (`mlp.experts.E.*`) below
         "mlp.gate.weight" => "ffn_gate_inp.weight",
+        // DeepSeek-V3's per-expert choice bias
+        "mlp.gate.e_score_correction_bias" => "exp_probs_b.bias",
         // DeepSeek's shared experts (one MLP)
         "mlp.shared_experts.gate_proj.weight" => "ffn_gate_shexp.weight",
         "mlp.shared_experts.up_proj.weight" => "ffn_up_shexp.weight",

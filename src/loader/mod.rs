@@ -20,7 +20,7 @@ mod mmap;
 
 pub use config::{
     Activation, Architecture, AttentionKind, DeltaNet, GlobalLayers, HfConfigExtras, LayerSpec,
-    Mla, ModelConfig, Moe, Rope, RopeScaling, RopeStyle,
+    Mla, ModelConfig, Moe, MoeScoring, Rope, RopeScaling, RopeStyle,
 };
 pub use error::LoadError;
 

@@ -251,13 +251,16 @@ pub fn gated_rms_norm(o: &[f32], z: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Mixture-of-experts routing of one token: softmax over `logits` ([experts]), the `used`
-/// experts of highest probability (ties: the lower index first) — with `groups` > 1 only
-/// among the `groups_used` equal groups of highest best probability (ties: the lower group) —
-/// and their probabilities, divided by their sum when `norm`, times `scale`. Returns (ids,
-/// weights) in rank order.
+/// Mixture-of-experts routing of one token (`kernels::moe::RouteOp`'s math, in f64): each
+/// expert's score — softmax over `logits` ([experts]), or with `bias` (DeepSeek-V3's
+/// `noaux_tc`) `sigmoid(logit)`, chosen by `score + bias` — the `used` experts of highest choice
+/// value (ties: the lower index first) — with `groups` > 1 only among the `groups_used` equal
+/// groups of highest value (their best choice value, or with `bias` the sum of their two best;
+/// ties: the lower group) — and their scores, divided by their sum when `norm`, times `scale`.
+/// Returns (ids, weights) in rank order.
 pub fn moe_route(
     logits: &[f32],
+    bias: Option<&[f32]>,
     used: usize,
     norm: bool,
     scale: f32,
@@ -265,19 +268,37 @@ pub fn moe_route(
 ) -> (Vec<u32>, Vec<f32>) {
     let m = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(f64::from(b)));
     let sum: f64 = logits.iter().map(|&l| (f64::from(l) - m).exp()).sum();
+    let sigmoid = |l: f32| 1.0 / (1.0 + (-f64::from(l)).exp());
+    let choice: Vec<f64> = match bias {
+        Some(b) => logits.iter().zip(b).map(|(&l, &b)| sigmoid(l) + f64::from(b)).collect(),
+        None => logits.iter().map(|&l| f64::from(l)).collect(),
+    };
     let size = logits.len() / groups;
-    let best = |g: usize| logits[g * size..(g + 1) * size].iter().copied().fold(f32::MIN, f32::max);
+    let value = |g: usize| {
+        let mut run = choice[g * size..(g + 1) * size].to_vec();
+        run.sort_by(|a, b| b.total_cmp(a));
+        match bias {
+            Some(_) => run[0] + run[1],
+            None => run[0],
+        }
+    };
     let mut group_order: Vec<usize> = (0..groups).collect();
     // stable: equal groups keep the lower index first
-    group_order.sort_by(|&a, &b| best(b).total_cmp(&best(a)));
+    group_order.sort_by(|&a, &b| value(b).total_cmp(&value(a)));
     let allowed = &group_order[..groups_used];
     let mut order: Vec<usize> =
         (0..logits.len()).filter(|e| allowed.contains(&(e / size))).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]));
     let chosen = &order[..used];
-    let probs: Vec<f64> = chosen.iter().map(|&e| (f64::from(logits[e]) - m).exp() / sum).collect();
-    let total: f64 = probs.iter().sum();
-    let weights = probs
+    let scores: Vec<f64> = chosen
+        .iter()
+        .map(|&e| match bias {
+            Some(_) => sigmoid(logits[e]),
+            None => (f64::from(logits[e]) - m).exp() / sum,
+        })
+        .collect();
+    let total: f64 = scores.iter().sum();
+    let weights = scores
         .iter()
         .map(|&p| ((if norm { p / total } else { p }) * f64::from(scale)) as f32)
         .collect();

@@ -6,7 +6,8 @@
 //!                                                         the rows once per chosen expert
 //! logits  = normed · Wrouterᵀ                             [tokens, experts] (+ 1: the shared
 //!                                                         expert's gate logit, Qwen3.5-MoE)
-//! ids, w  = moe_route(logits)                             top k of softmax, renormalised,
+//! ids, w  = moe_route(logits)                             top k of softmax, or of sigmoid +
+//!                                                         bias (DeepSeek-V3), renormalised,
 //!                                                         group-limited and scaled as the
 //!                                                         model says
 //! h[t, j] = silu(gate_e · normed) · (up_e · normed)       e = ids[t, j]: moe_experts gate|up
@@ -22,6 +23,7 @@ use super::common::{Builder, SublayerInput};
 use crate::kernels::gate::{GateDims, GateOp};
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
+use crate::loader::MoeScoring;
 use crate::model::weights::{self, gpu_bytes, matrix};
 use crate::model::{ModelError, Op};
 
@@ -47,13 +49,23 @@ impl Builder<'_> {
             experts: m.experts as u32,
             used: m.experts_used as u32,
             norm: m.norm_topk_prob,
+            scoring: m.scoring,
             scale: m.routed_scale,
             groups: m.groups as u32,
             groups_used: m.groups_used as u32,
         };
         let step = &self.step.step;
         let (logits, out) = ((&moe.logits, logits_stride), [&moe.ids, &moe.weights]);
-        let route = RouteOp::new(self.gpu, self.kernels, step, logits, out, routing);
+        // DeepSeek-V3's choice bias (f32, [experts])
+        let bias = match m.scoring {
+            MoeScoring::Softmax => None,
+            MoeScoring::SigmoidBiased => {
+                let name = format!("blk.{l}.exp_probs_b.bias");
+                let values = weights::vector(self.file, &name, m.experts)?;
+                Some(self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&values)))
+            }
+        };
+        let route = RouteOp::new(self.gpu, self.kernels, step, logits, bias.as_ref(), out, routing);
         ops.push(Op::MoeRoute(route));
         let shape = [m.experts, m.expert_ffn, hidden];
         let gate_up = weights::expert_gate_up(self.gpu, self.file, l, shape, max)?;
@@ -75,7 +87,9 @@ impl Builder<'_> {
         let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden);
         let down_op = ExpertOp::new(self.gpu, self.kernels, ExpertMode::Down, &down, e, k, down_io);
         ops.push(Op::MoeExperts(down_op));
+        let bias_bytes = bias.map_or(0, |b| b.size());
         let bytes: u64 = [&router, &gate_up, &down].into_iter().map(gpu_bytes).sum();
+        let bytes = bytes + bias_bytes;
         Ok(bytes + self.shared_expert(l, logits_stride, ops)?)
     }
 
