@@ -38,6 +38,11 @@ fn w_super(n: u32, b: u32, rows: u32, blocks: u32) -> u32 {
     return w_unit(n, b / 8u, rows, blocks / 8u);
 }
 
+// Byte i of the region starting at side word `base` (MXFP4's E8M0 scales, four a word).
+fn w_byte(base: u32, i: u32) -> u32 {
+    return (w_s(base + i / 4u) >> (8u * (i & 3u))) & 0xFFu;
+}
+
 // f16 number i (low 16 bits) of the halves region starting at side word `base`.
 fn w_half(base: u32, i: u32) -> u32 {
     return (w_s(base + i / 2u) >> (16u * (i & 1u))) & 0xFFFFu;

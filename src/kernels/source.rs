@@ -40,6 +40,7 @@ pub fn weight_snippet(format: WeightFormat) -> &'static str {
         WeightFormat::Q4_K => include_str!("../../shaders/common/weights_q4_k.wgsl"),
         WeightFormat::Q5_K => include_str!("../../shaders/common/weights_q5_k.wgsl"),
         WeightFormat::Q6_K => include_str!("../../shaders/common/weights_q6_k.wgsl"),
+        WeightFormat::MXFP4 => include_str!("../../shaders/common/weights_mxfp4.wgsl"),
     }
 }
 

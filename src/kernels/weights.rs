@@ -40,6 +40,7 @@
 //! | Q4_K | nibble words | — | file bytes 0..16 (`d`, `dmin`, 12 scale bytes) | — |
 //! | Q5_K | nibble words (low 4 bits) | high-bit word | file bytes 0..16 | — |
 //! | Q6_K | nibble words (low 4 bits) | two high-pair words | the 16 int8 scales | `d` per super-block unit |
+//! | MXFP4 | nibble words of the 4-bit e2m1 codes | — | — | the E8M0 byte per unit, four a word |
 //!
 //! High-bit word: bit `8i + k` is bit 4 of element `4k + i`. High-pair word `h` (0, 1) of
 //! elements `16h..16h + 16`: bits `8i + 2k`, `8i + 2k + 1` are bits 4, 5 of element
@@ -47,7 +48,7 @@
 //! of a super-block (`b % 8`) uses Q6_K scales `2j` (elements 0..16) and `2j + 1` (16..32).
 //!
 //! Size per 32 elements, GPU = file: Q8_0 34 bytes, Q4_0 18, Q4_1 20, Q5_0 22, Q4_K 18,
-//! Q5_K 22, Q6_K 26.25 (plus at most 32 bytes of region padding a part).
+//! Q5_K 22, Q6_K 26.25, MXFP4 17 (plus at most 32 bytes of region padding a part).
 //!
 //! A tensor whose packed words exceed the largest storage binding (or what the adapter's 2D
 //! textures hold: `weight_textures`) is split into row ranges (parts), each packed and bound
@@ -73,10 +74,12 @@ pub enum WeightFormat {
     Q4_K,
     Q5_K,
     Q6_K,
+    /// OCP microscaling FP4 (GGUF `MXFP4`: gpt-oss's experts).
+    MXFP4,
 }
 
 impl WeightFormat {
-    pub const ALL: [WeightFormat; 10] = [
+    pub const ALL: [WeightFormat; 11] = [
         WeightFormat::F32,
         WeightFormat::F16,
         WeightFormat::Bf16,
@@ -87,6 +90,7 @@ impl WeightFormat {
         WeightFormat::Q4_K,
         WeightFormat::Q5_K,
         WeightFormat::Q6_K,
+        WeightFormat::MXFP4,
     ];
 
     /// Elements and bytes of one block in the file (GGUF / safetensors layout).
@@ -101,6 +105,7 @@ impl WeightFormat {
             WeightFormat::Q4_K => (256, 144),
             WeightFormat::Q5_K => (256, 176),
             WeightFormat::Q6_K => (256, 210),
+            WeightFormat::MXFP4 => (32, 17),
         }
     }
 
@@ -126,7 +131,8 @@ impl WeightFormat {
             | WeightFormat::Q5_0
             | WeightFormat::Q4_K
             | WeightFormat::Q5_K
-            | WeightFormat::Q6_K => 4,
+            | WeightFormat::Q6_K
+            | WeightFormat::MXFP4 => 4,
         }
     }
 
@@ -156,6 +162,8 @@ impl WeightFormat {
         let halves = match self {
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q5_0 => units,
             WeightFormat::Q6_K => units / 8,
+            // one-byte E8M0 scales, four a word: two halves' room
+            WeightFormat::MXFP4 => units.div_ceil(2),
             _ => 0,
         };
         let words = match (halves, super_words) {
@@ -189,6 +197,11 @@ impl SideLayout {
     /// Stores the f16 bits `h` as number `i` of region C.
     fn set_half(&self, side: &mut [u32], i: usize, h: u32) {
         side[self.halves_at + i / 2] |= (h & 0xFFFF) << (16 * (i % 2));
+    }
+
+    /// Stores the byte `b` as byte `i` of region C (MXFP4's E8M0 scales, four a word).
+    fn set_byte(&self, side: &mut [u32], i: usize, b: u8) {
+        side[self.halves_at + i / 4] |= u32::from(b) << (8 * (i % 4));
     }
 }
 
@@ -358,6 +371,16 @@ fn pack_row(format: WeightFormat, row: &[u8], n: usize, rows: usize, out: &mut P
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Bf16 => {
             for (w, word) in le_words(row).enumerate() {
                 out.words[word_index(format, n, w / wpb, w % wpb, rows, blocks)] = word;
+            }
+        }
+        WeightFormat::MXFP4 => {
+            for (b, block) in row.chunks_exact(17).enumerate() {
+                side.set_byte(&mut out.scales, block_unit(n, b, rows, blocks), block[0]);
+                let qs = &block[1..17];
+                let q = std::array::from_fn(|e| if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 });
+                for (j, word) in nibble_words(&q).into_iter().enumerate() {
+                    out.words[word_index(format, n, b, j, rows, blocks)] = word;
+                }
             }
         }
         WeightFormat::Q8_0 => {

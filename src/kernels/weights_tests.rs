@@ -71,6 +71,18 @@ fn packed_value(p: &PackedWeight, n: usize, b: usize, e: usize) -> f32 {
             let d = half(su) * f32::from(sc);
             ((nibble | (pair << 4)) as f32 - 32.0) * d
         }
+        WeightFormat::MXFP4 => {
+            // the code's doubled e2m1 value (bit 3 the sign; code 8 is +0) times 2^(e − 128),
+            // e byte i of region C
+            const DOUBLED: [f32; 8] = [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
+            let e = (s[side.halves_at + i / 4] >> (8 * (i % 4))) & 0xFF;
+            let v = DOUBLED[(nibble & 7) as usize] * 2f64.powi(e as i32 - 128) as f32;
+            if nibble & 8 != 0 && v != 0.0 {
+                -v
+            } else {
+                v
+            }
+        }
         other => unreachable!("{other:?} is not read here"),
     }
 }
@@ -104,15 +116,21 @@ fn check_fixture(format: WeightFormat, rows: usize, cols: usize, bin: &str, deq:
 
 /// Formats whose CPU reading here is gguf-py's bit for bit (Q4_1's `d · q + m` is one fma in
 /// the kernels, two roundings in gguf-py: its kernel tests compare with a tolerance).
-const NEW_FORMATS: [WeightFormat; 4] =
-    [WeightFormat::Q5_0, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K];
-const EXACT_FORMATS: [WeightFormat; 6] = [
+const NEW_FORMATS: [WeightFormat; 5] = [
+    WeightFormat::Q5_0,
+    WeightFormat::Q4_K,
+    WeightFormat::Q5_K,
+    WeightFormat::Q6_K,
+    WeightFormat::MXFP4,
+];
+const EXACT_FORMATS: [WeightFormat; 7] = [
     WeightFormat::Q8_0,
     WeightFormat::Q4_0,
     WeightFormat::Q5_0,
     WeightFormat::Q4_K,
     WeightFormat::Q5_K,
     WeightFormat::Q6_K,
+    WeightFormat::MXFP4,
 ];
 
 #[test]

@@ -20,6 +20,7 @@ pub fn weight_format(t: &TensorView<'_>) -> Result<WeightFormat, ModelError> {
         GgmlType::Q4_K => WeightFormat::Q4_K,
         GgmlType::Q5_K => WeightFormat::Q5_K,
         GgmlType::Q6_K => WeightFormat::Q6_K,
+        GgmlType::MXFP4 => WeightFormat::MXFP4,
         other => {
             return Err(ModelError::UnsupportedWeight {
                 tensor: t.name.clone(),

@@ -28,6 +28,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q4_K => block_q4_k,
         GgmlType::Q5_K => block_q5_k,
         GgmlType::Q6_K => block_q6_k,
+        GgmlType::MXFP4 => block_mxfp4,
     };
     for (block, out) in
         src.chunks_exact(ty.block_bytes()).zip(dst.chunks_exact_mut(ty.block_elems()))
@@ -49,6 +50,28 @@ fn block_q4_0(b: &[u8], y: &mut [f32]) {
     for j in 0..QK / 2 {
         y[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
         y[j + QK / 2] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+/// ggml's `kvalues_mxfp4`: the e2m1 values doubled (sign bit 3, then 0, 0.5, 1, 1.5, 2, 3, 4, 6).
+pub(crate) const KVALUES_MXFP4: [i8; 16] =
+    [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// ggml's `ggml_e8m0_to_fp32_half`: the E8M0 scale `2^(e − 127)` halved (the codes are doubled),
+/// subnormal for e < 2.
+pub(crate) fn e8m0_to_f32_half(e: u8) -> f32 {
+    let bits = if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 };
+    f32::from_bits(bits)
+}
+
+/// `block_mxfp4 { e: u8, qs: [u8; 16] }`: low nibbles are elements 0..16, high nibbles 16..32,
+/// `y = kvalues_mxfp4[q] · e8m0_half(e)`.
+fn block_mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0_to_f32_half(b[0]);
+    let qs = &b[1..17];
+    for j in 0..QK / 2 {
+        y[j] = f32::from(KVALUES_MXFP4[usize::from(qs[j] & 0x0F)]) * d;
+        y[j + QK / 2] = f32::from(KVALUES_MXFP4[usize::from(qs[j] >> 4)]) * d;
     }
 }
 

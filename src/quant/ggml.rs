@@ -47,6 +47,8 @@ pub enum GgmlType {
     Q4_K,
     Q5_K,
     Q6_K,
+    /// OCP microscaling FP4 (gpt-oss's experts): 32 e2m1 codes and one E8M0 scale a block.
+    MXFP4,
 }
 
 /// Elements per K-quant super-block (`QK_K` in ggml).
@@ -56,7 +58,7 @@ pub const QK: usize = 32;
 
 impl GgmlType {
     /// Every type kvrun knows, in ggml code order.
-    pub const ALL: [GgmlType; 13] = [
+    pub const ALL: [GgmlType; 14] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -70,6 +72,7 @@ impl GgmlType {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::BF16,
+        GgmlType::MXFP4,
     ];
 
     /// The type for a ggml type code, or `None` for codes kvrun cannot read (removed types 4/5,
@@ -94,6 +97,7 @@ impl GgmlType {
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
             GgmlType::BF16 => 30,
+            GgmlType::MXFP4 => 39,
         }
     }
 
@@ -113,6 +117,7 @@ impl GgmlType {
             GgmlType::Q4_K => "Q4_K",
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
+            GgmlType::MXFP4 => "MXFP4",
         }
     }
 
@@ -120,9 +125,12 @@ impl GgmlType {
     pub fn block_elems(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => {
-                QK
-            }
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::MXFP4 => QK,
             GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
                 QK_K
             }
@@ -144,6 +152,7 @@ impl GgmlType {
             GgmlType::Q4_K => 144,
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
+            GgmlType::MXFP4 => 17,
         }
     }
 
@@ -192,7 +201,6 @@ pub fn ggml_code_name(code: u32) -> Option<&'static str> {
         29 => "IQ1_M",
         34 => "TQ1_0",
         35 => "TQ2_0",
-        39 => "MXFP4",
         _ => return None,
     };
     Some(name)

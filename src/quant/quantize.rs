@@ -20,9 +20,12 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
         GgmlType::Q5_0 => src.chunks_exact(QK).for_each(|x| block_q5_0(x, &mut out)),
         GgmlType::Q5_1 => src.chunks_exact(QK).for_each(|x| block_q5_1(x, &mut out)),
         GgmlType::Q8_0 => src.chunks_exact(QK).for_each(|x| block_q8_0(x, &mut out)),
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
-            return Err(QuantError::QuantizeUnsupported(ty))
-        }
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::MXFP4 => return Err(QuantError::QuantizeUnsupported(ty)),
     }
     debug_assert_eq!(out.len(), row_bytes);
     Ok(out)

@@ -57,6 +57,17 @@ pub fn random_weight(
                 bytes.extend(row_bytes);
                 values.extend(row_values);
             }
+            WeightFormat::MXFP4 => {
+                // random codes, E8M0 scales 2^-10 .. 2^-4 (values up to ±0.375)
+                let mut row: Vec<u8> = (0..cols / 32 * 17).map(|_| rng.random()).collect();
+                for block in row.chunks_exact_mut(17) {
+                    block[0] = rng.random_range(118..=124);
+                }
+                let mut row_values = vec![0f32; cols];
+                dequantize_row(GgmlType::MXFP4, &row, &mut row_values).unwrap();
+                bytes.extend(row);
+                values.extend(row_values);
+            }
             WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 for _ in 0..cols / 32 {
                     let d = f16::from_f32(rng.random_range(0.01..0.2));
