@@ -311,6 +311,7 @@ fn attention_decode(c: &mut Criterion) {
                         partials: &partials,
                         out: &out,
                         kv_quant: ql.map(|layout| KvQuantIo { layout, stage: &stage }),
+                        sinks: None,
                     };
                     let scale = 1.0 / (hd as f32).sqrt();
                     let op = AttentionOp::new(gpu, kernels, layout, bs, parts, None, scale, io);

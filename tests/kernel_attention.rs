@@ -91,6 +91,8 @@ struct Data {
     num_blocks: usize,
     /// a spare block no sequence writes: all NaN in the pools
     nan_block: u32,
+    /// per query head: its attention sink logit (gpt-oss), if the test has sinks
+    sinks: Option<Vec<f32>>,
 }
 
 fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
@@ -117,7 +119,7 @@ fn make_data(s: &Shape, seqs: &[Seq], seed: u64) -> Data {
         tables.push(ids[next..next + n].to_vec());
         next += n;
     }
-    Data { k, v, q, tables, num_blocks, nan_block: ids[needed] }
+    Data { k, v, q, tables, num_blocks, nan_block: ids[needed], sinks: None }
 }
 
 /// Pool contents on the CPU; unused slots hold f16 NaN so a wrong read poisons the result.
@@ -258,6 +260,7 @@ fn gpu_attention_with(
             partials: &partials,
             out: &out_b,
             kv_quant: None,
+            sinks: d.sinks.as_deref(),
         },
     );
     let shape = StepShape {
@@ -282,13 +285,13 @@ fn cpu_attention(s: &Shape, seqs: &[Seq], d: &Data, window: Option<usize>) -> Ve
     for (si, q) in seqs.iter().enumerate() {
         for i in 0..q.q_len {
             let ctx = q.ctx_len - q.q_len + i + 1;
-            out.extend(reference::attention(
+            out.extend(reference::attention_with_sinks(
                 &d.q[si][i * qd..(i + 1) * qd],
                 &d.k[si][..ctx * kv],
                 &d.v[si][..ctx * kv],
-                s.num_heads,
-                s.num_kv_heads,
+                (s.num_heads, s.num_kv_heads),
                 window,
+                d.sinks.as_deref(),
             ));
         }
     }
@@ -314,12 +317,24 @@ fn check_variant(
     kernels: &Kernels,
     name: &str,
 ) {
-    let d = make_data(s, seqs, seed);
-    let got = gpu_attention(s, seqs, &d, window, kernels);
-    let want = cpu_attention(s, seqs, &d, window);
+    check_data(s, seqs, window, &make_data(s, seqs, seed), kernels, name);
+}
+
+fn check_data(
+    s: &Shape,
+    seqs: &[Seq],
+    window: Option<usize>,
+    d: &Data,
+    kernels: &Kernels,
+    name: &str,
+) {
+    let got = gpu_attention(s, seqs, d, window, kernels);
+    let want = cpu_attention(s, seqs, d, window);
     let what = format!(
-        "attention ({name} as {:?}) window {window:?} heads {}/{} head_dim {} block {} seqs {:?}",
+        "attention ({name} as {:?}) window {window:?} sinks {} heads {}/{} head_dim {} block {} \
+         seqs {:?}",
         kernels.config.attention(s.head_dim as u32),
+        d.sinks.is_some(),
         s.num_heads,
         s.num_kv_heads,
         s.head_dim,
@@ -468,15 +483,18 @@ fn prefill_and_decode_are_bit_identical() {
                 .into_iter()
                 .enumerate()
         {
-            bit_identity(bs, hd, None, 400 + i as u64, &kernels, name);
+            bit_identity(bs, hd, (None, false), 400 + i as u64, &kernels, name);
         }
     }
 }
 
+/// Query heads 9 on 3 KV heads of `hd`, 20 queries at 250..269 as one prefill chunk and as 20
+/// decode sequences: the same bits. `(window, sinks)`: the sliding window, and whether the heads
+/// have attention sinks.
 fn bit_identity(
     bs: usize,
     hd: usize,
-    window: Option<usize>,
+    (window, sinks): (Option<usize>, bool),
     seed: u64,
     kernels: &Kernels,
     name: &str,
@@ -494,7 +512,10 @@ fn bit_identity(
         // queries 250..269: across a partition boundary of both families (64 and 256 keys)
         let (ctx, n) = (270usize, 20usize);
         let prefill = [Seq { ctx_len: ctx, q_len: n }];
-        let d = make_data(&s, &prefill, seed);
+        let mut d = make_data(&s, &prefill, seed);
+        if sinks {
+            d.sinks = Some(uniform(&mut rng(seed + 1), s.num_heads, 4.0));
+        }
         let got_prefill = gpu_attention(&s, &prefill, &d, window, kernels);
         // n decode sequences sharing the same cache, each one query at a later position
         let decode: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: ctx - n + j + 1, q_len: 1 }).collect();
@@ -506,14 +527,15 @@ fn bit_identity(
             tables: vec![d.tables[0].clone(); n],
             num_blocks: d.num_blocks,
             nan_block: d.nan_block,
+            sinks: d.sinks.clone(),
         };
         let got_decode = gpu_attention(&s, &decode, &dd, window, kernels);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let first = bits(&got_prefill).iter().zip(bits(&got_decode)).position(|(a, b)| *a != b);
         assert!(
             first.is_none(),
-            "{name}, block {bs}, head_dim {hd}, window {window:?}: prefill and decode differ first \
-             at element {first:?}"
+            "{name}, block {bs}, head_dim {hd}, window {window:?}, sinks {sinks}: prefill and \
+             decode differ first at element {first:?}"
         );
     }
 }
@@ -599,6 +621,50 @@ fn sliding_window_matches_reference() {
     check_window(&s, &[Seq { ctx_len: 8192, q_len: 16 }], None, 1013);
 }
 
+/// Attention sinks (gpt-oss: a learned logit per query head in the softmax's denominator)
+/// against the reference, every variant: gpt-oss's shape (64 channels, 8 query heads a KV
+/// head, full and a sliding window of 128) and a GQA of 3, decode and prefill in one step;
+/// sinks that dominate (+12: most of the weight goes to no value), vanish (−30), and sit among
+/// the scores; prefill and decode of the same tokens the same bits with sinks, full and
+/// windowed. (Without sinks the kernels' outputs are the bits they were: the other tests.)
+#[test]
+fn attention_sinks_match_reference_and_prefill_equals_decode() {
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        for (i, (heads, kv_heads, bs)) in
+            [(16usize, 2usize, 16usize), (9, 3, 1)].into_iter().enumerate()
+        {
+            let s = Shape {
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim: 64,
+                block_size: bs,
+                pool_heads: kv_heads,
+                pool_head_base: 0,
+                family_head_dim: 64,
+            };
+            let seqs = [
+                Seq { ctx_len: 1, q_len: 1 },
+                Seq { ctx_len: 300, q_len: 1 },
+                Seq { ctx_len: 40, q_len: 40 },
+                Seq { ctx_len: 270, q_len: 30 },
+            ];
+            for (j, window) in [None, Some(128)].into_iter().enumerate() {
+                let seed = 1300 + (i * 10 + j) as u64;
+                let mut d = make_data(&s, &seqs, seed);
+                let mut sinks = uniform(&mut rng(seed + 1), heads, 3.0);
+                sinks[0] = 12.0;
+                sinks[1] = -30.0;
+                d.sinks = Some(sinks);
+                check_data(&s, &seqs, window, &d, &kernels, name);
+            }
+        }
+        for (j, window) in [None, Some(80)].into_iter().enumerate() {
+            bit_identity(16, 64, (window, true), 1350 + j as u64, &kernels, name);
+        }
+    }
+}
+
 /// Prefill and decode of the same tokens agree to the bit under a sliding window: windows whose
 /// first key crosses a partition boundary within the chunk (80, 7) and one of a single key.
 #[test]
@@ -609,7 +675,8 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
             [(1usize, 64usize), (16, 64), (16, 128), (16, 256)].into_iter().enumerate()
         {
             for (j, w) in [80usize, 7, 1].into_iter().enumerate() {
-                bit_identity(bs, hd, Some(w), 1100 + (i * 10 + j) as u64, &kernels, name);
+                let seed = 1100 + (i * 10 + j) as u64;
+                bit_identity(bs, hd, (Some(w), false), seed, &kernels, name);
             }
         }
     }

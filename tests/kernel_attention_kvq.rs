@@ -64,15 +64,28 @@ fn check(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], seed: u64) {
 fn check_window(spec: KvCacheSpec, s: Shape, chunks: &[Chunk], window: Option<usize>, seed: u64) {
     let Some(t) = gpu() else { return };
     for (name, kernels) in attention_variants_kvq(t) {
-        check_variant(spec, s, chunks, window, seed, &kernels, name);
+        check_variant(spec, s, chunks, (window, false), seed, &kernels, name);
     }
 }
 
-/// Per chunk: k, v [start + len, kv_heads, head_dim] (positions 0..end), q [len, heads, head_dim].
+/// Per chunk: k, v [start + len, kv_heads, head_dim] (positions 0..end), q [len, heads, head_dim];
+/// the query heads' attention sinks (gpt-oss) where the case has them.
 struct Inputs {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     q: Vec<Vec<f32>>,
+    sinks: Option<Vec<f32>>,
+}
+
+/// Sinks for `heads` query heads: one that dominates (+12), one that vanishes (−30), the rest
+/// among the scores.
+fn some_sinks(heads: usize, seed: u64) -> Vec<f32> {
+    let mut s = uniform(&mut rng(seed), heads, 3.0);
+    s[0] = 12.0;
+    if heads > 1 {
+        s[1] = -30.0;
+    }
+    s
 }
 
 fn random_inputs(rng: &mut StdRng, s: Shape, chunks: &[Chunk]) -> Inputs {
@@ -80,7 +93,7 @@ fn random_inputs(rng: &mut StdRng, s: Shape, chunks: &[Chunk]) -> Inputs {
     let k = chunks.iter().map(|c| kv_values(rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
     let v = chunks.iter().map(|c| kv_values(rng, kvd, c.start + c.len, 1.0, 6.0)).collect();
     let q = chunks.iter().map(|c| uniform(rng, c.len * qd, 1.0)).collect();
-    Inputs { k, v, q }
+    Inputs { k, v, q, sinks: None }
 }
 
 /// One step on the GPU: kv_quantize → attention → kv_stage, as the model runs them. Returns
@@ -103,7 +116,7 @@ fn gpu_step(
     let stride = layout.stride() as usize;
     let (qd, kvd) = (s.heads * hd, kvh * hd);
     let n = chunks.len();
-    let Inputs { k, v, q } = inp;
+    let Inputs { k, v, q, sinks } = inp;
     let needed: usize = chunks.iter().map(|c| (c.start + c.len).div_ceil(bs)).sum();
     let num_blocks = needed + 3;
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
@@ -265,6 +278,7 @@ fn gpu_step(
             partials: &partials,
             out: &out_b,
             kv_quant: Some(KvQuantIo { layout: ql, stage: &stage_b }),
+            sinks: sinks.as_deref(),
         },
     );
     let stage_op =
@@ -283,11 +297,12 @@ fn gpu_step(
         .collect()
 }
 
+/// `(window, sinks)`: the sliding window, and whether the query heads have attention sinks.
 fn check_variant(
     spec: KvCacheSpec,
     s: Shape,
     chunks: &[Chunk],
-    window: Option<usize>,
+    (window, sinks): (Option<usize>, bool),
     seed: u64,
     kernels: &Kernels,
     name: &str,
@@ -295,13 +310,17 @@ fn check_variant(
     let (kvh, hd, bs) = (s.kv_heads, s.head_dim, s.block_size);
     let (qd, kvd) = (s.heads * hd, kvh * hd);
     let mut rng = rng(seed);
-    let inp = random_inputs(&mut rng, s, chunks);
+    let mut inp = random_inputs(&mut rng, s, chunks);
+    if sinks {
+        inp.sinks = Some(some_sinks(s.heads, seed + 1));
+    }
     let what = format!(
-        "{spec} ({name}) window {window:?} heads {}/{kvh} head_dim {hd} block {bs} chunks {chunks:?}",
+        "{spec} ({name}) window {window:?} sinks {sinks} heads {}/{kvh} head_dim {hd} block {bs} \
+         chunks {chunks:?}",
         s.heads
     );
     let got = gpu_step(spec, s, chunks, &inp, window, &mut rng, kernels);
-    let Inputs { k, v, q } = inp;
+    let Inputs { k, v, q, sinks } = inp;
 
     // CPU: the values each query reads, then plain attention
     let quantized = |x: &[f32], kq: KvQuant, blk: usize, h: usize| -> Vec<f32> {
@@ -347,19 +366,57 @@ fn check_variant(
                 }
                 r
             };
-            want.extend(reference::attention(
+            want.extend(reference::attention_with_sinks(
                 &q[si][i * qd..(i + 1) * qd],
                 &read(&k[si], &kd),
                 &read(&v[si], &vd),
-                s.heads,
-                kvh,
+                (s.heads, kvh),
                 window,
+                sinks.as_deref(),
             ));
         }
     }
     // Outputs are convex combinations of values up to 6 (outlier channels) computed in f32
     // from the same dequantized f16 scales; only the reduction order differs: a few ulp of 6.
     assert_close(&what, &got.concat(), &want, 1e-4, 1e-4);
+}
+
+fn inp_sinks_note(sinks: bool) -> &'static str {
+    if sinks {
+        " with sinks"
+    } else {
+        ""
+    }
+}
+
+/// Attention sinks (gpt-oss) over every quantized format with its default scales, in
+/// prefill and decode chunks, full and through a sliding window of 128 (gpt-oss's), against the
+/// reference on the dequantized values.
+#[test]
+fn attention_sinks_every_format() {
+    let Some(t) = gpu() else { return };
+    let s = Shape {
+        heads: 16,
+        kv_heads: 2,
+        head_dim: 64,
+        block_size: 16,
+        pool_heads: 2,
+        pool_head_base: 0,
+    };
+    let mut cs = chunks(16);
+    cs.extend([Chunk { start: 150, len: 1 }, Chunk { start: 140, len: 30 }]);
+    for (i, format) in [KvFormat::Fp8E4m3, KvFormat::Fp8E5m2, KvFormat::Int8, KvFormat::Int4]
+        .into_iter()
+        .enumerate()
+    {
+        let spec = KvCacheSpec::new(format, None, None, false).unwrap();
+        for (name, kernels) in attention_variants_kvq(t) {
+            for (j, window) in [None, Some(128)].into_iter().enumerate() {
+                let seed = (1500 + i * 10 + j) as u64;
+                check_variant(spec, s, &cs, (window, true), seed, &kernels, name);
+            }
+        }
+    }
 }
 
 /// A prefill from empty spanning blocks, a chunk after a cached prefix that starts inside a
@@ -597,10 +654,17 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
             let qd = s.heads * s.head_dim;
             for (i, &(spec, windows)) in cases[..n_cases].iter().enumerate() {
                 for (j, &window) in windows.iter().enumerate() {
-                    let what = format!("{spec} ({name}) head_dim {} window {window:?}", s.head_dim);
-                    let mut r = rng((1300 + si * 1000 + i * 10 + j) as u64);
+                    let sinks = inp_sinks_note((i + j) % 2 == 1);
+                    let what =
+                        format!("{spec} ({name}) head_dim {} window {window:?}{sinks}", s.head_dim);
+                    let seed = (1300 + si * 1000 + i * 10 + j) as u64;
+                    let mut r = rng(seed);
                     let prefill = [Chunk { start, len: n }];
-                    let inp = random_inputs(&mut r, s, &prefill);
+                    let mut inp = random_inputs(&mut r, s, &prefill);
+                    // every other case with attention sinks (gpt-oss)
+                    if (i + j) % 2 == 1 {
+                        inp.sinks = Some(some_sinks(s.heads, seed + 1));
+                    }
                     let got_prefill = gpu_step(spec, s, &prefill, &inp, window, &mut r, &kernels);
                     let decode: Vec<Chunk> =
                         (0..n).map(|j| Chunk { start: start + j, len: 1 }).collect();
@@ -608,6 +672,7 @@ fn prefill_and_decode_are_bit_identical_with_a_window() {
                         k: vec![inp.k[0].clone(); n],
                         v: vec![inp.v[0].clone(); n],
                         q: (0..n).map(|j| inp.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+                        sinks: inp.sinks.clone(),
                     };
                     let got_decode =
                         gpu_step(spec, s, &decode, &per_token, window, &mut r, &kernels);

@@ -1,5 +1,6 @@
 // Paged decode attention, reduce part: merges the partitions written by decode_partials left to
-// right (merge_factors), from the one holding the first key of the window, and normalises.
+// right (merge_factors), from the one holding the first key of the window, folds in the head's
+// attention sink (sink_fold) and normalises.
 // One workgroup per (query head, decode sequence).
 
 const WG: u32 = 64u;
@@ -35,7 +36,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             m_run = f.z;
         }
         let ob = seq.q_start * p.out_stride + h * HEAD_DIM + 2u * w;
-        out[ob] = o_run.x / l_run;
-        out[ob + 1u] = o_run.y / l_run;
+        let sf = sink_fold(h, m_run, l_run);
+        out[ob] = o_run.x * sf.x / sf.y;
+        out[ob + 1u] = o_run.y * sf.x / sf.y;
     }
 }

@@ -114,8 +114,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let w = e % words;
             let tok = seq.q_start + tile.y + qi;
             let ob = tok * p.out_stride + h * HEAD_DIM + 2u * w;
-            out[ob] = o_acc[j].x / l_sh[qi];
-            out[ob + 1u] = o_acc[j].y / l_sh[qi];
+            let sf = sink_fold(h, m_sh[qi], l_sh[qi]);
+            out[ob] = o_acc[j].x * sf.x / sf.y;
+            out[ob + 1u] = o_acc[j].y * sf.x / sf.y;
         }
     }
 }

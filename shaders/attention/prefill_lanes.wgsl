@@ -194,5 +194,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         o = merge_partition(o, a, op, b);
     }
 
-    store_tile(first_tok, nq, h, lane, o, l_run);
+    store_tile(first_tok, nq, h, lane, o, vec2<f32>(m_run, l_run));
 }

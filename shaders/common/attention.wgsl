@@ -12,7 +12,8 @@
 //     l_p  = e_0 + e_1 + ... (left to right, from 0)
 //     o_p  = fma chain over u of e_u * v_u          (per dimension, from 0)
 //   partitions merged left to right (merge_factors) from m = NEG_BIG, L = 0, O = 0, starting at
-//   partition lo / PART; out = O / L.
+//   partition lo / PART; with attention sinks (gpt-oss) the head's sink logit is merged last as
+//   a partition of one key and no value (sink_fold); out = O / L.
 // That is the workgroup family (decode_partials, prefill). The lanes family for CPU adapters
 // (common/attention_lanes.wgsl) computes m_p, l_p, o_p in one pass over the partition's keys
 // instead, each key folded in with merge_factors(m, s_u) as a partition of one (fold_key),
@@ -43,7 +44,8 @@ struct AttnParams {
     window: u32,          // sliding window W: keys (P − W, P] for a query at P; 0 = full causal
     pool_heads: u32,      // KV heads a pool block has room for (common/kv_pool.wgsl)
     pool_head_base: u32,  // the layer's first of them (common/kv_pool.wgsl)
-    _pad2: u32,
+    sinks_on: u32,        // 1: sinks holds the query heads' attention sinks (gpt-oss)
+    sinks: array<vec4<f32>, 32>,  // query head h's sink logit at [h / 4][h % 4] (≤ 128 heads)
 }
 
 // Key positions per partition (kernels::KernelConfig::partition_keys): 64 for the workgroup
@@ -85,4 +87,16 @@ fn head_slice(y: u32) -> HeadSlice {
 fn merge_factors(m_run: f32, m_p: f32) -> vec3<f32> {
     let m_new = max(m_run, m_p);
     return vec3<f32>(exp(m_run - m_new), exp(m_p - m_new), m_new);
+}
+
+// Query head h's attention sink (gpt-oss: a learned logit in the softmax's denominator that
+// brings no value) folded into the query's merged max m and sum l, as a partition of one key
+// whose output is zero: (a, l') with out = O · a / l'. Without sinks (1, l): the same bits as
+// O / l. Every kernel's last step, so prefill and decode fold it alike.
+fn sink_fold(h: u32, m: f32, l: f32) -> vec2<f32> {
+    if (p.sinks_on == 0u) {
+        return vec2<f32>(1.0, l);
+    }
+    let f = merge_factors(m, p.sinks[h / 4u][h % 4u]);
+    return vec2<f32>(f.x, fma(l, f.x, f.y));
 }

@@ -67,27 +67,29 @@ fn merge_partition(o: array<Lane, 8>, a: f32, op: array<Lane, 8>, b: f32) -> arr
     return r;
 }
 
-// Query i's output row o / l (l from lane i) to token `token` of out, head h, if i < nq.
-fn store_query(i: u32, nq: u32, token: u32, h: u32, lane: u32, o: Lane, l_run: f32) {
-    let l = subgroupShuffle(l_run, i);
+// Query i's output row o · a / l' (m, l from lane i, the head's sink folded in: sink_fold) to
+// token `token` of out, head h, if i < nq.
+fn store_query(i: u32, nq: u32, token: u32, h: u32, lane: u32, o: Lane, ml: vec2<f32>) {
+    let sf = sink_fold(h, subgroupShuffle(ml.x, i), subgroupShuffle(ml.y, i));
     if (i < nq) {
         let c = token * p.out_stride + h * HEAD_DIM + lane * 4u * LANE_VECS;
         for (var j = 0u; j < LANE_VECS; j++) {
             for (var k = 0u; k < 4u; k++) {
-                out[c + 4u * j + k] = o.v[j][k] / l;
+                out[c + 4u * j + k] = o.v[j][k] * sf.x / sf.y;
             }
         }
     }
 }
 
-// The tile's output rows (tokens first_tok .. first_tok + nq − 1).
-fn store_tile(first_tok: u32, nq: u32, h: u32, lane: u32, o: array<Lane, 8>, l_run: f32) {
-    store_query(0u, nq, first_tok, h, lane, o[0], l_run);
-    store_query(1u, nq, first_tok + 1u, h, lane, o[1], l_run);
-    store_query(2u, nq, first_tok + 2u, h, lane, o[2], l_run);
-    store_query(3u, nq, first_tok + 3u, h, lane, o[3], l_run);
-    store_query(4u, nq, first_tok + 4u, h, lane, o[4], l_run);
-    store_query(5u, nq, first_tok + 5u, h, lane, o[5], l_run);
-    store_query(6u, nq, first_tok + 6u, h, lane, o[6], l_run);
-    store_query(7u, nq, first_tok + 7u, h, lane, o[7], l_run);
+// The tile's output rows (tokens first_tok .. first_tok + nq − 1); ml: this lane's query's
+// running max and sum.
+fn store_tile(first_tok: u32, nq: u32, h: u32, lane: u32, o: array<Lane, 8>, ml: vec2<f32>) {
+    store_query(0u, nq, first_tok, h, lane, o[0], ml);
+    store_query(1u, nq, first_tok + 1u, h, lane, o[1], ml);
+    store_query(2u, nq, first_tok + 2u, h, lane, o[2], ml);
+    store_query(3u, nq, first_tok + 3u, h, lane, o[3], ml);
+    store_query(4u, nq, first_tok + 4u, h, lane, o[4], ml);
+    store_query(5u, nq, first_tok + 5u, h, lane, o[5], ml);
+    store_query(6u, nq, first_tok + 6u, h, lane, o[6], ml);
+    store_query(7u, nq, first_tok + 7u, h, lane, o[7], ml);
 }

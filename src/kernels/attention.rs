@@ -77,9 +77,15 @@ pub struct AttnParams {
     pub pool_heads: u32,
     /// The layer's first pool head ([`QkvLayout::pool_head_base`]).
     pub pool_head_base: u32,
-    pub _pad2: u32,
+    /// 1: `sinks` holds each query head's attention sink logit (gpt-oss); 0: no sinks.
+    pub sinks_on: u32,
+    /// Query head h's sink logit at `[h / 4][h % 4]` (up to [`MAX_SINK_HEADS`] heads).
+    pub sinks: [[f32; 4]; 32],
 }
-const _: () = assert!(std::mem::size_of::<AttnParams>() == 80);
+const _: () = assert!(std::mem::size_of::<AttnParams>() == 80 + 512);
+
+/// Most query heads a layer with attention sinks may have (WGSL `AttnParams::sinks`).
+pub const MAX_SINK_HEADS: u32 = 128;
 
 /// Binding order of both decode partials kernels (`decode_partials.wgsl`,
 /// `decode_partials_lanes.wgsl`), over any pool: bindings 3–5 are the KV reader's.
@@ -503,6 +509,9 @@ pub struct AttentionIo<'a> {
     /// A quantized pool: its geometry and the layer's staging buffer; `None` for f16 (the K
     /// pool is bound in the staging buffer's place, unread).
     pub kv_quant: Option<KvQuantIo<'a>>,
+    /// Each query head's attention sink logit (gpt-oss: one more term `exp(sink − m)` in the
+    /// softmax's denominator, with no value); `None`: no sinks. At most [`MAX_SINK_HEADS`].
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// What the attention kernels need of a quantized pool besides the K and V buffers.
@@ -607,6 +616,18 @@ impl AttentionOp {
         if q.is_some() {
             assert!(hd.is_multiple_of(8), "quantized KV needs head_dim a multiple of 8, got {hd}");
         }
+        let mut sinks = [[0f32; 4]; 32];
+        if let Some(s) = io.sinks {
+            assert!(
+                s.len() == layout.num_heads as usize && s.len() <= MAX_SINK_HEADS as usize,
+                "{} sinks for {} query heads (at most {MAX_SINK_HEADS})",
+                s.len(),
+                layout.num_heads
+            );
+            for (h, v) in s.iter().enumerate() {
+                sinks[h / 4][h % 4] = *v;
+            }
+        }
         let params = AttnParams {
             num_heads: layout.num_heads,
             num_kv_heads: layout.num_kv_heads,
@@ -627,7 +648,8 @@ impl AttentionOp {
             window: window.map_or(0, NonZeroU32::get),
             pool_heads: layout.pool_heads,
             pool_head_base: layout.pool_head_base,
-            ..Default::default()
+            sinks_on: u32::from(io.sinks.is_some()),
+            sinks,
         };
         let ubuf = gpu.uniform_buffer_init("attention", bytemuck::bytes_of(&params));
         let kv = q.map(|q| q.key);

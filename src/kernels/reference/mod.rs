@@ -88,6 +88,20 @@ pub fn attention(
     num_kv_heads: usize,
     window: Option<usize>,
 ) -> Vec<f32> {
+    attention_with_sinks(q, k, v, (num_heads, num_kv_heads), window, None)
+}
+
+/// [`attention`] with attention sinks (gpt-oss, as transformers' eager forward): query head h's
+/// learned logit `sinks[h]` joins the softmax over its scores — `softmax([scores, sink])`
+/// without the sink's column — so the weights sum to less than 1.
+pub fn attention_with_sinks(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (num_heads, num_kv_heads): (usize, usize),
+    window: Option<usize>,
+    sinks: Option<&[f32]>,
+) -> Vec<f32> {
     let head_dim = q.len() / num_heads;
     let ctx = k.len() / (num_kv_heads * head_dim);
     assert!(window != Some(0), "a sliding window holds at least the query's own key");
@@ -105,9 +119,10 @@ pub fn attention(
         let scores: Vec<f64> = (lo..ctx)
             .map(|t| row(k, t).iter().zip(qh).map(|(a, b)| a * f64::from(*b)).sum::<f64>() * scale)
             .collect();
-        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sink = sinks.map(|s| f64::from(s[h]));
+        let m = scores.iter().cloned().chain(sink).fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-        let l: f64 = e.iter().sum();
+        let l: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
         for d in 0..head_dim {
             let o: f64 = (lo..ctx).map(|t| e[t - lo] * row(v, t)[d]).sum();
             out[h * head_dim + d] = (o / l) as f32;

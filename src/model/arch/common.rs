@@ -504,6 +504,7 @@ impl Builder<'_> {
             partials: &act.partials,
             out: &act.attn,
             kv_quant,
+            sinks: None,
         };
         let parts = partitions(self.o.max_model_len as u32);
         let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);
