@@ -298,6 +298,9 @@ fn linear_glu_epilogue_matches_reference() {
         // the GPU variant's split-K (8 groups of 8 rows, two rounds), whole and in parts
         (WeightFormat::Q4_0, 40, 2336, 1, None, Activation::Silu),
         (WeightFormat::Q8_0, 29, 1056, 6, Some(24), Activation::GeluTanh),
+        // gpt-oss's clamped SwiGLU (sums past ±7 clamp)
+        (WeightFormat::MXFP4, 40, 2336, 3, Some(24), Activation::SwigluOai),
+        (WeightFormat::F32, 33, 64, 2, None, Activation::SwigluOai),
     ];
     for (i, &(format, ffn, cols, tokens, rows_per_part, activation)) in cases.iter().enumerate() {
         let mut rng = rng(700 + i as u64);
@@ -334,16 +337,18 @@ fn linear_glu_epilogue_matches_reference() {
             .iter()
             .map(|s| 1e-5 * s + 1e-6)
             .collect();
-        let act_mul = match activation {
-            Activation::Silu => reference::silu_mul,
-            Activation::GeluTanh => reference::gelu_tanh_mul,
-        };
-        let want = act_mul(&g, &u);
-        let act_g = act_mul(&g, &vec![1.0; g.len()]);
-        // the sums' rounding carried through: |act'| < 1.2 for both activations, plus the
-        // activation's own f32 rounding
+        let want = reference::glu_mul(activation, &g, &u);
+        // the activation alone: act(g) · 1, for SwigluOai act(g) · (0 + 1)
+        let ones = vec![if activation == Activation::SwigluOai { 0.0 } else { 1.0 }; g.len()];
+        let act_g = reference::glu_mul(activation, &g, &ones);
+        // the sums' rounding carried through: |act'| < 1.2 for every activation, times the up
+        // factor (u, or u + 1 for SwigluOai), plus the activation's own f32 rounding
+        let up_factor =
+            |u: f32| if activation == Activation::SwigluOai { u.abs() + 1.0 } else { u.abs() };
         let bound: Vec<f32> = (0..want.len())
-            .map(|j| 1.2 * u[j].abs() * g_err[j] + act_g[j].abs() * u_err[j] + 1e-5 * want[j].abs())
+            .map(|j| {
+                1.2 * up_factor(u[j]) * g_err[j] + act_g[j].abs() * u_err[j] + 1e-5 * want[j].abs()
+            })
             .collect();
 
         let step = step_uniform(gpu, StepInfo { num_tokens: tokens as u32, ..Default::default() });
@@ -508,12 +513,9 @@ fn linear_norm_on_load_is_rms_norm_then_linear() {
                     };
                     let (g, u) = (pick(&sums, 0), pick(&sums, 1));
                     let (g_err, u_err) = (pick(&err, 0), pick(&err, 1));
-                    let act_mul = match activation {
-                        Activation::Silu => reference::silu_mul,
-                        Activation::GeluTanh => reference::gelu_tanh_mul,
-                    };
-                    let want = act_mul(&g, &u);
-                    let act_g = act_mul(&g, &vec![1.0; g.len()]);
+                    let want = reference::glu_mul(activation, &g, &u);
+                    let act_g = reference::glu_mul(activation, &g, &vec![1.0; g.len()]);
+                    assert_ne!(activation, Activation::SwigluOai, "bound written for u · act(g)");
                     let bound = (0..want.len())
                         .map(|j| {
                             1.2 * u[j].abs() * g_err[j]

@@ -141,8 +141,9 @@ fn random_experts(
 
 /// The expert kernels for every weight format: GateUp's h and Down's residual sum against the
 /// CPU MLP (Down fed the GPU's own h, so each op is checked against its own math), for routings
-/// with every token on one expert, experts left without tokens, k = 1 and k = 8, and (every
-/// other format) stacks split into parts of whole experts.
+/// with every token on one expert, experts left without tokens, k = 1 and k = 8, (every
+/// other format) stacks split into parts of whole experts, and (every third format, MXFP4
+/// among them) gpt-oss's experts: row biases on gate, up and down, the clamped SwiGLU.
 #[test]
 fn moe_experts_match_reference() {
     let Some(t) = gpu() else { return };
@@ -173,6 +174,16 @@ fn moe_experts_match_reference() {
             GpuWeight::upload_in_runs(gpu, "down", format, dw_shape, &down_bytes, dw_max, hidden)
                 .unwrap();
         assert_eq!((gu.parts.len(), dw.parts.len()), if split { (5, 5) } else { (1, 1) });
+        // gpt-oss's experts: biases (gate and up interleaved as the rows are) and its SwiGLU
+        let oai = fi % 3 == 1;
+        let activation = if oai { Activation::SwigluOai } else { Activation::Silu };
+        let gate_bias = uniform(&mut r, experts * ffn, 2.0);
+        let up_bias = uniform(&mut r, experts * ffn, 2.0);
+        let down_bias = uniform(&mut r, experts * hidden, 1.0);
+        let gu_bias: Vec<f32> =
+            gate_bias.iter().zip(&up_bias).flat_map(|(g, u)| [*g, *u]).collect();
+        let gu_bias_buf = storage_f32(gpu, &gu_bias);
+        let down_bias_buf = storage_f32(gpu, &down_bias);
         // (tokens, used, routing): ids drawn from `pick`
         let cases: [(usize, usize, &str); 4] =
             [(1, 8, "distinct"), (3, 2, "one expert"), (65, 1, "few experts"), (5, 8, "distinct")];
@@ -207,7 +218,7 @@ fn moe_experts_match_reference() {
             let mut out_init = residual.clone();
             out_init.extend(vec![SENTINEL; hidden]);
             let out_buf = storage_f32(gpu, &out_init);
-            let io = |x, x_stride, out, out_stride| ExpertIo {
+            let io = |x, x_stride, out, out_stride, bias| ExpertIo {
                 step: &step,
                 x,
                 x_stride,
@@ -215,16 +226,17 @@ fn moe_experts_match_reference() {
                 weights: &w_buf,
                 out,
                 out_stride,
+                bias: oai.then_some(bias),
             };
             let (e, k) = (experts as u32, used as u32);
             let gate_up_op = ExpertOp::new(
                 gpu,
                 &t.kernels,
-                ExpertMode::GateUp(Activation::Silu),
+                ExpertMode::GateUp(activation),
                 &gu,
                 e,
                 k,
-                io(&x_buf, hidden as u32, &h_buf, ffn as u32),
+                io(&x_buf, hidden as u32, &h_buf, ffn as u32, &gu_bias_buf),
             );
             let down_op = ExpertOp::new(
                 gpu,
@@ -233,14 +245,16 @@ fn moe_experts_match_reference() {
                 &dw,
                 e,
                 k,
-                io(&h_buf, ffn as u32, &out_buf, hidden as u32),
+                io(&h_buf, ffn as u32, &out_buf, hidden as u32, &down_bias_buf),
             );
             run(gpu, |pass| {
                 gate_up_op.record(pass, &shape);
                 down_op.record(pass, &shape);
             });
-            let what =
-                format!("{format:?} experts, {tokens} tokens, top {used}, {pick}, split {split}");
+            let what = format!(
+                "{format:?} experts, {tokens} tokens, top {used}, {pick}, split {split}, \
+                 {activation:?} with biases {oai}"
+            );
             let h = gpu.read_f32(&h_buf, 0, (tokens * used + 1) * ffn).unwrap();
             assert_sentinels(&what, &h[tokens * used * ffn..]);
             // h: act(gate · x) · (up · x) per (token, rank), against f64 sums; the bound is
@@ -252,16 +266,21 @@ fn moe_experts_match_reference() {
                 let m = |w: &[f32]| w[ex * ffn * hidden..(ex + 1) * ffn * hidden].to_vec();
                 let abs = |w: &[f32]| w.iter().map(|a| a.abs()).collect::<Vec<_>>();
                 let ax: Vec<f32> = xr.iter().map(|a| a.abs()).collect();
-                let g = reference::linear(&m(&gate), xr, ffn, hidden, None);
-                let u = reference::linear(&m(&up), xr, ffn, hidden, None);
+                let b = |v: &[f32]| oai.then(|| v[ex * ffn..(ex + 1) * ffn].to_vec());
+                let g = reference::linear(&m(&gate), xr, ffn, hidden, b(&gate_bias).as_deref());
+                let u = reference::linear(&m(&up), xr, ffn, hidden, b(&up_bias).as_deref());
                 let ag = reference::linear(&abs(&m(&gate)), &ax, ffn, hidden, None);
                 let au = reference::linear(&abs(&m(&up)), &ax, ffn, hidden, None);
-                want_h.extend(reference::silu_mul(&g, &u));
+                want_h.extend(reference::glu_mul(activation, &g, &u));
+                // SwigluOai's up factor is u + 1 (act(g) alone: up 0); both activations have
+                // |act'| < 1.1 and |act(g)| ≤ act(|g|)
+                let one = if oai { 1.0 } else { 0.0 };
                 for i in 0..ffn {
                     let err_g = 1e-5 * ag[i] + 1e-6;
                     let err_u = 1e-5 * au[i] + 1e-6;
-                    let s = reference::silu_mul(&[g[i].abs() + err_g], &[1.0])[0].abs();
-                    bound_h.push(1.1 * err_g * (u[i].abs() + err_u) + s * err_u + 1e-6);
+                    let s = reference::glu_mul(activation, &[g[i].abs() + err_g], &[1.0 - one])[0]
+                        .abs();
+                    bound_h.push(1.1 * err_g * (u[i].abs() + one + err_u) + s * err_u + 1e-6);
                 }
             }
             assert_within(&format!("{what}: h"), &h[..tokens * used * ffn], &want_h, &bound_h);
@@ -281,7 +300,8 @@ fn moe_experts_match_reference() {
                     let dm = &down[ex * hidden * ffn..(ex + 1) * hidden * ffn];
                     let adm = &abs_down[ex * hidden * ffn..(ex + 1) * hidden * ffn];
                     let hr = &h[v * ffn..(v + 1) * ffn];
-                    let d = reference::linear(dm, hr, hidden, ffn, None);
+                    let db = oai.then(|| down_bias[ex * hidden..(ex + 1) * hidden].to_vec());
+                    let d = reference::linear(dm, hr, hidden, ffn, db.as_deref());
                     let ad =
                         reference::linear(adm, &abs_h[v * ffn..(v + 1) * ffn], hidden, ffn, None);
                     for n in 0..hidden {

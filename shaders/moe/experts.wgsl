@@ -8,6 +8,9 @@
 //   x is token t's (normed) input, and h[t · used + j, i] = act(gate) · up.
 // MODE_DOWN: one token t per y: out[t, n] += Σ_j weights[t, j] · Σ_k W_{ids[t, j]}[n, k] ·
 //   h[t · used + j, k], the ranks added in order j = 0, 1, … into one sum before the residual.
+// With has_bias (gpt-oss) each expert row's bias is added to its dot first (bias[e, n], rows
+// in the weight's order: GATE_UP's interleaved gate/up, DOWN's hidden), so DOWN weights
+// (dot + bias), as transformers' GptOssExperts does.
 //
 // A stacked weight larger than a binding is split into parts of whole experts, one dispatch a
 // part: a part holds experts [expert_base, expert_base + part_experts); GATE_UP skips the pairs
@@ -29,7 +32,7 @@ struct ExpertParams {
     glu_kind: u32,      // MODE_GATE_UP: the activation (common/glu.wgsl)
     expert_base: u32,   // the part's first expert
     part_experts: u32,  // experts in the part
-    _pad0: u32,
+    has_bias: u32,      // 1: bias holds every expert's row biases
     _pad1: u32,
     _pad2: u32,
 }
@@ -48,6 +51,7 @@ override MODE: u32 = 0u;
 @group(0) @binding(5) var<storage, read> ids: array<u32>;       // [tokens, used]
 @group(0) @binding(6) var<storage, read> weights: array<f32>;   // [tokens, used] (MODE_DOWN)
 @group(0) @binding(7) var<storage, read_write> out: array<f32>; // [rows of out, out_stride]
+@group(0) @binding(8) var<storage, read> bias: array<f32>;      // [experts, rows] (has_bias)
 
 var<workgroup> glu_sums: array<f32, 64>;
 var<workgroup> pair_expert: u32;
@@ -98,7 +102,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (e >= p.part_experts) {
             return;
         }
-        let sum = row_dot(e * p.rows + nn, t * p.x_stride / 4u);
+        var sum = row_dot(e * p.rows + nn, t * p.x_stride / 4u);
+        if (p.has_bias != 0u) {
+            sum += bias[(p.expert_base + e) * p.rows + nn];
+        }
         glu_sums[lid] = sum;
         workgroupBarrier();
         // a workgroup's 64 rows are whole pairs (rows and the workgroup start are even)
@@ -113,7 +120,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = y * p.used + j;
         let e = local_expert(ids[v]);
         if (e < p.part_experts) {
-            acc += weights[v] * row_dot(e * p.rows + nn, v * p.x_stride / 4u);
+            var d = row_dot(e * p.rows + nn, v * p.x_stride / 4u);
+            if (p.has_bias != 0u) {
+                d += bias[(p.expert_base + e) * p.rows + nn];
+            }
+            acc += weights[v] * d;
             mine = true;
         }
     }

@@ -26,11 +26,13 @@ pub struct GluParams {
 }
 const _: () = assert!(std::mem::size_of::<GluParams>() == 16);
 
-/// The WGSL code of an activation (`GLU_SILU`, `GLU_GELU_TANH` in `shaders/common/glu.wgsl`).
+/// The WGSL code of an activation (`GLU_SILU`, `GLU_GELU_TANH`, `GLU_SWIGLU_OAI` in
+/// `shaders/common/glu.wgsl`).
 pub fn kind(activation: Activation) -> u32 {
     match activation {
         Activation::Silu => 1,
         Activation::GeluTanh => 2,
+        Activation::SwigluOai => 3,
     }
 }
 
@@ -62,7 +64,7 @@ impl Kernel for GluKey {
     }
 
     fn all() -> Vec<Self> {
-        [Activation::Silu, Activation::GeluTanh].map(|activation| GluKey { activation }).to_vec()
+        Activation::ALL.map(|activation| GluKey { activation }).to_vec()
     }
 }
 

@@ -195,12 +195,13 @@ pub struct ExpertParams {
     pub glu_kind: u32,
     pub expert_base: u32,
     pub part_experts: u32,
-    pub _pad: [u32; 3],
+    pub has_bias: u32,
+    pub _pad: [u32; 2],
 }
 const _: () = assert!(std::mem::size_of::<ExpertParams>() == 48);
 
 /// Binding order of the expert kernel.
-pub const EXPERT_BINDINGS: [BindingKind; 8] = [
+pub const EXPERT_BINDINGS: [BindingKind; 9] = [
     BindingKind::Uniform,          // step: StepInfo (num_tokens)
     BindingKind::Uniform,          // p: ExpertParams
     BindingKind::StorageRead,      // wq: the stacked weight's words
@@ -209,6 +210,7 @@ pub const EXPERT_BINDINGS: [BindingKind; 8] = [
     BindingKind::StorageRead,      // ids: [tokens, used]
     BindingKind::StorageRead,      // weights: [tokens, used]
     BindingKind::StorageReadWrite, // out: [rows of out, out_stride]
+    BindingKind::StorageRead,      // bias: [experts, rows] (has_bias; else not read)
 ];
 
 /// An expert pipeline: the weight format and the projection.
@@ -258,6 +260,9 @@ pub struct ExpertIo<'a> {
     /// GateUp: `h`; Down: the residual stream, accumulated into.
     pub out: &'a wgpu::Buffer,
     pub out_stride: u32,
+    /// Every expert's row biases (gpt-oss), f32 `[experts, rows per expert]` in the weight's
+    /// row order (GateUp: gate and up interleaved); `None`: no biases.
+    pub bias: Option<&'a wgpu::Buffer>,
 }
 
 /// One projection of the chosen experts: a dispatch per part of the stacked weight.
@@ -292,6 +297,10 @@ impl ExpertOp {
         assert!(down || rows.is_multiple_of(2), "gate/up pairs");
         assert!(weight.cols.is_multiple_of(32) && io.x_stride.is_multiple_of(4));
         assert!(used > 0 && used <= experts, "{used} experts a token of {experts}");
+        if let Some(b) = io.bias {
+            let need = u64::from(experts) * u64::from(rows) * 4;
+            assert!(b.size() >= need, "expert biases of {} bytes, {need} needed", b.size());
+        }
         let glu_kind = match mode {
             ExpertMode::GateUp(act) => super::glu::kind(act),
             ExpertMode::Down => 0,
@@ -313,11 +322,14 @@ impl ExpertOp {
                 glu_kind,
                 expert_base: part.row_offset as u32 / rows,
                 part_experts: part.rows as u32 / rows,
-                _pad: [0; 3],
+                has_bias: u32::from(io.bias.is_some()),
+                _pad: [0; 2],
             };
             let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+            // no biases: the input stands in for the binding, unread
+            let bias = io.bias.unwrap_or(io.x);
             let buffers =
-                [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out];
+                [io.step, &ubuf, &part.words, &part.scales, io.x, io.ids, io.weights, io.out, bias];
             bind_groups.push(pipeline.bind_group(gpu, label, &buffers));
             part_bytes += part.words.size() + part.scales.size();
         }

@@ -366,6 +366,14 @@ pub enum Activation {
     Silu,
     /// `gelu_tanh(gate) · up` (HF `gelu_pytorch_tanh`): Gemma.
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (transformers' `GptOssExperts`, ggml's `swiglu_oai`):
+    /// `g · σ(1.702 g) · (u + 1)` with `g = min(gate, 7)`, `u = clamp(up, −7, 7)`.
+    SwigluOai,
+}
+
+impl Activation {
+    pub const ALL: [Activation; 3] =
+        [Activation::Silu, Activation::GeluTanh, Activation::SwigluOai];
 }
 
 /// Which element pairs RoPE rotates.

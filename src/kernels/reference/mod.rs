@@ -62,6 +62,29 @@ pub fn silu_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// gpt-oss's clamped SwiGLU (transformers' `GptOssExperts`): out[i] = g · σ(1.702 g) · (u + 1)
+/// with g = min(gate[i], 7), u = clamp(up[i], −7, 7).
+pub fn swiglu_oai_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter()
+        .zip(up)
+        .map(|(g, u)| {
+            let g = f64::from(*g).min(7.0);
+            let u = f64::from(*u).clamp(-7.0, 7.0);
+            (g / (1.0 + (-1.702 * g).exp()) * (u + 1.0)) as f32
+        })
+        .collect()
+}
+
+/// act(gate[i]) · up[i] for `activation`.
+pub fn glu_mul(activation: crate::loader::Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    use crate::loader::Activation;
+    match activation {
+        Activation::Silu => silu_mul(gate, up),
+        Activation::GeluTanh => gelu_tanh_mul(gate, up),
+        Activation::SwigluOai => swiglu_oai_mul(gate, up),
+    }
+}
+
 /// out[i] = gelu_tanh(gate[i]) · up[i], HF's `gelu_pytorch_tanh`:
 /// 0.5 g (1 + tanh(sqrt(2/π) (g + 0.044715 g³))).
 pub fn gelu_tanh_mul(gate: &[f32], up: &[f32]) -> Vec<f32> {

@@ -78,6 +78,7 @@ impl Builder<'_> {
             weights: &moe.weights,
             out,
             out_stride: out_stride as u32,
+            bias: None,
         };
         let (e, k) = (m.experts as u32, m.experts_used as u32);
         let mode = ExpertMode::GateUp(c.activation);
