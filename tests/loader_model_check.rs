@@ -230,3 +230,36 @@ fn deepseek_v3_files_with_bad_routing_are_refused() {
     let out = rewrite_from(&src, "v3-same.gguf", &[], &[], &[]);
     ModelFile::open(&out).unwrap();
 }
+
+/// gpt-oss: a missing attention sink, expert bias or router bias, or o_proj's bias, is refused by
+/// the tensor's name; so is a file without its sliding window.
+#[test]
+fn gpt_oss_files_with_missing_tensors_are_refused() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/tiny-gpt-oss/tiny-gpt-oss-mxfp4.gguf");
+    let src = GgufFile::open(&path).unwrap();
+    for t in [
+        "blk.1.attn_sinks.weight",
+        "blk.2.ffn_up_exps.bias",
+        "blk.0.ffn_gate_inp.bias",
+        "blk.3.attn_output.bias",
+    ] {
+        let out = rewrite_from(&src, "oss-drop.gguf", &[], &[t], &[]);
+        let msg = open_err(&out);
+        assert!(msg.contains(t), "{t}: {msg}");
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != "gpt-oss.attention.sliding_window" {
+            w.add(k, v.clone());
+        }
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, t.ggml_type, &t.dims, src.tensor_data(t).to_vec()).unwrap();
+    }
+    let out = temp("oss-window.gguf");
+    w.write(&out).unwrap();
+    assert!(open_err(&out).contains("gpt-oss.attention.sliding_window"));
+    let out = rewrite_from(&src, "oss-same.gguf", &[], &[], &[]);
+    ModelFile::open(&out).unwrap();
+}

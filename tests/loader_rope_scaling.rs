@@ -92,6 +92,7 @@ fn hf_rope_scaling_parsing_and_refusals() {
             beta_fast: 32.0,
             beta_slow: 1.0,
             attention_factor: 0.1 * 4f64.ln() + 1.0,
+            truncate: true,
         }
     );
     let err = |s: &str| parse(s).unwrap_err().to_string();
@@ -111,8 +112,9 @@ fn hf_rope_scaling_parsing_and_refusals() {
         err(r#"{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1,
             "original_max_position_embeddings": 8192}"#);
     assert!(e.contains("high_freq_factor > low_freq_factor"), "{e}");
-    let e = err(r#"{"rope_type": "yarn", "factor": 4, "truncate": false}"#);
-    assert!(e.contains("truncate"), "{e}");
+    // truncate false (gpt-oss) keeps the ramp's fractional ends
+    let untruncated = rope(r#"{"rope_type": "yarn", "factor": 4, "truncate": false}"#);
+    assert!(matches!(untruncated, RopeScaling::Yarn { truncate: false, .. }), "{untruncated:?}");
 }
 
 fn gguf_llama(
@@ -158,6 +160,7 @@ fn gguf_rope_scaling_keys() {
             beta_fast: 32.0,
             beta_slow: 1.0,
             attention_factor: 0.1 * 4f64.ln() + 1.0,
+            truncate: true,
         }
     );
     // Llama 3.1: the converter's precomputed factors

@@ -107,7 +107,7 @@ pub fn rope_table_with_freq_factors(
 
 /// The rotation frequency of each pair, as HF's `modeling_rope_utils` computes them
 /// (`_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`,
-/// `_compute_llama3_parameters`, `_compute_yarn_parameters` with `truncate = true`).
+/// `_compute_llama3_parameters`, `_compute_yarn_parameters`).
 /// [head_dim / 2]
 pub fn inv_freqs(head_dim: usize, rope: &Rope) -> Vec<f64> {
     let dim = head_dim as f64;
@@ -150,6 +150,7 @@ pub fn inv_freqs(head_dim: usize, rope: &Rope) -> Vec<f64> {
             original_max_position_embeddings,
             beta_fast,
             beta_slow,
+            truncate,
             ..
         } => {
             // the dimension (of head_dim) at which a frequency turns `rotations` times over the
@@ -159,8 +160,9 @@ pub fn inv_freqs(head_dim: usize, rope: &Rope) -> Vec<f64> {
                 dim * (max_pos / (rotations * 2.0 * std::f64::consts::PI)).ln()
                     / (2.0 * rope.theta.ln())
             };
-            let low = correction_dim(beta_fast).floor().max(0.0);
-            let mut high = correction_dim(beta_slow).ceil().min(dim - 1.0);
+            let (low, high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+            let (low, high) = if truncate { (low.floor(), high.ceil()) } else { (low, high) };
+            let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
             if low == high {
                 high += 0.001;
             }

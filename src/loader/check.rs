@@ -63,6 +63,10 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
         if c.arch == Architecture::Gemma4 {
             expect(file, &name("layer_output_scale.weight"), &[("1", 1)])?;
         }
+        if c.arch == Architecture::GptOss {
+            expect(file, &name("attn_output.bias"), &[hidden])?;
+            expect(file, &name("attn_sinks.weight"), &[("num_heads", c.num_heads)])?;
+        }
         if c.qk_norm && !recurrent {
             // Qwen3, Gemma 3: one RMSNorm weight over each Q head and each K head
             expect(file, &name("attn_q_norm.weight"), &[head_dim])?;
@@ -75,7 +79,7 @@ pub(super) fn check_tensors(file: &ModelFile) -> Result<(), LoadError> {
         // Qwen3.5's GGUF names the norm before the MLP post_attention_norm (Gemma's
         // post_attention_norm is the norm after attention, checked above)
         let ffn_norm = match c.arch {
-            Architecture::Qwen35 => "post_attention_norm.weight",
+            Architecture::Qwen35 | Architecture::GptOss => "post_attention_norm.weight",
             _ => "ffn_norm.weight",
         };
         expect(file, &name(ffn_norm), &[hidden])?;
@@ -98,8 +102,24 @@ fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(),
     let experts = ("expert_count", m.experts);
     let ffn = ("expert_feed_forward_length", m.expert_ffn);
     expect(file, &name("ffn_gate_inp.weight"), &[experts, hidden])?;
+    if m.biases && file.format() != SourceFormat::Gguf {
+        // gpt-oss as transformers saves it: fused gate|up, down, both [in, out] per expert
+        let gate_up = ("2 × expert_feed_forward_length", 2 * m.expert_ffn);
+        expect(file, &name("ffn_gate_inp.bias"), &[experts])?;
+        expect(file, &name("hf_gate_up_proj"), &[experts, hidden, gate_up])?;
+        expect(file, &name("hf_gate_up_proj_bias"), &[experts, gate_up])?;
+        expect(file, &name("hf_down_proj"), &[experts, ffn, hidden])?;
+        expect(file, &name("ffn_down_exps.bias"), &[experts, hidden])?;
+        return Ok(());
+    }
     if m.scoring == super::MoeScoring::SigmoidBiased {
         expect(file, &name("exp_probs_b.bias"), &[experts])?;
+    }
+    if m.biases {
+        expect(file, &name("ffn_gate_inp.bias"), &[experts])?;
+        expect(file, &name("ffn_gate_exps.bias"), &[experts, ffn])?;
+        expect(file, &name("ffn_up_exps.bias"), &[experts, ffn])?;
+        expect(file, &name("ffn_down_exps.bias"), &[experts, hidden])?;
     }
     if file.has_tensor(&name("ffn_gate_exps.weight")) || file.format() == SourceFormat::Gguf {
         expect(file, &name("ffn_gate_exps.weight"), &[experts, ffn, hidden])?;

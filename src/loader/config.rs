@@ -8,7 +8,7 @@ use serde::Serialize;
 /// The architectures kvrun runs, as named in errors.
 pub(super) const SUPPORTED: &str =
     "Llama (incl. Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen3.5, Qwen3.5-MoE, \
-     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, experts)";
+     Gemma 3, Gemma 4 (dense text), DeepSeek-V2/V3 (MLA, experts), gpt-oss";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Architecture {
@@ -49,6 +49,12 @@ pub enum Architecture {
     /// GGUF `qwen35moe`) is this architecture with [`Moe`] in every layer and a sigmoid-gated
     /// shared expert.
     Qwen35,
+    /// gpt-oss (`GptOssForCausalLM`, GGUF `gpt-oss`): Llama's layer with biases on q, k, v and
+    /// o, an attention sink per query head, sliding-window (even layers) and full layers in
+    /// turn, YaRN without truncation, and a mixture of biased experts in every layer (softmax
+    /// over the router's top k logits, the router biased too) with the clamped SwiGLU
+    /// ([`Activation::SwigluOai`]).
+    GptOss,
 }
 
 /// A Gated DeltaNet layer's shape (Qwen3.5's linear attention, transformers'
@@ -191,6 +197,9 @@ pub struct Moe {
     pub shared_ffn: usize,
     /// The shared expert's output is scaled by a sigmoid gate of the input (Qwen3.5-MoE).
     pub shared_gate: bool,
+    /// The router (`ffn_gate_inp.bias`) and every expert's rows (`ffn_{gate,up,down}_exps.bias`)
+    /// have biases (gpt-oss).
+    pub biases: bool,
     pub routed_scale: f32,
     pub groups: usize,
     pub groups_used: usize,
@@ -231,6 +240,7 @@ impl Moe {
             scoring: MoeScoring::Softmax,
             shared_ffn: 0,
             shared_gate: false,
+            biases: false,
             routed_scale: 1.0,
             groups: 1,
             groups_used: 1,
@@ -336,6 +346,9 @@ pub enum RopeScaling {
         beta_fast: f64,
         beta_slow: f64,
         attention_factor: f64,
+        /// The ramp's ends rounded to whole dimensions (HF's `truncate`, true unless the
+        /// config says false: gpt-oss; llama.cpp always rounds).
+        truncate: bool,
     },
     /// Gemma 4's "proportional" RoPE (global layers): NEOX pairs over the whole head, the first
     /// `floor(partial_rotary_factor · head_dim / 2)` with frequencies `theta^(-2j/head_dim)`,
@@ -817,6 +830,7 @@ fn check_scaling(s: &RopeScaling) -> Result<(), String> {
             beta_fast,
             beta_slow,
             attention_factor,
+            ..
         } if positive(factor)
             && original_max_position_embeddings > 0
             && positive(beta_fast)

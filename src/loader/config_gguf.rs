@@ -42,6 +42,8 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         "qwen35" => (Architecture::Qwen35, RopeStyle::Neox),
         // Qwen3.5-MoE: Qwen3.5's layers, a mixture of experts for every MLP
         "qwen35moe" => (Architecture::Qwen35, RopeStyle::Neox),
+        // transformers' gpt-oss rotates halves (rotate_half); llama.cpp's rope type NEOX
+        "gpt-oss" => (Architecture::GptOss, RopeStyle::Neox),
         other => {
             return Err(LoadError::UnsupportedArchitecture {
                 found: other.to_string(),
@@ -138,6 +140,9 @@ pub(super) fn parse(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     if arch_name == "qwen35moe" {
         qwen35moe(&m, &mut config)?;
     }
+    if arch == Architecture::GptOss {
+        gpt_oss(&m, &mut config)?;
+    }
     config.validate()?;
     Ok(config)
 }
@@ -151,6 +156,33 @@ fn qwen3moe(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
     let ffn = m.usize("expert_feed_forward_length")?;
     c.moe = Some(super::config::Moe::every_layer(experts, used, ffn, true));
     c.moe_layers = c.num_layers;
+    Ok(())
+}
+
+/// gpt-oss (llama.cpp `llama_model_gpt_oss`): even layers attend through
+/// `attention.sliding_window`, odd ones fully (llama.cpp's swa pattern 2); YaRN without
+/// truncation, as gpt-oss's own config defines it (GGUF has no key for it; llama.cpp rounds:
+/// assets/tiny-gpt-oss); every MLP `expert_count` biased experts of
+/// `expert_feed_forward_length`, `expert_used_count` a token, softmax over the chosen ones'
+/// logits (renormalised softmax), the clamped SwiGLU.
+fn gpt_oss(m: &GgufKeys<'_>, c: &mut ModelConfig) -> Result<(), LoadError> {
+    let window = m.usize("attention.sliding_window")?;
+    for (il, layer) in c.layers.iter_mut().enumerate() {
+        if let RopeScaling::Yarn { ref mut truncate, .. } = layer.rope.scaling {
+            *truncate = false;
+        }
+        if il % 2 == 0 && window > 0 && window < c.max_position_embeddings {
+            layer.attention = AttentionKind::Sliding { window };
+        }
+    }
+    let (experts, used) = (m.usize("expert_count")?, m.usize("expert_used_count")?);
+    let ffn = m.usize("expert_feed_forward_length")?;
+    c.moe = Some(super::config::Moe {
+        biases: true,
+        ..super::config::Moe::every_layer(experts, used, ffn, true)
+    });
+    c.moe_layers = c.num_layers;
+    c.activation = Activation::SwigluOai;
     Ok(())
 }
 
@@ -178,6 +210,7 @@ fn deepseek2_moe(
         expert_ffn,
         norm_topk_prob: m.bool_or("expert_weights_norm", false)?,
         scoring,
+        biases: false,
         shared_ffn: shared.checked_mul(expert_ffn).ok_or_else(|| {
             LoadError::config(format!("{shared} shared experts overflow; re-convert the model"))
         })?,
@@ -555,6 +588,8 @@ fn scaling(m: &GgufKeys<'_>, max_pos: usize) -> Result<RopeScaling, LoadError> {
                 beta_fast: m.f64_or("rope.scaling.yarn_beta_fast", 32.0)?,
                 beta_slow: m.f64_or("rope.scaling.yarn_beta_slow", 1.0)?,
                 attention_factor: m.f64_or("rope.scaling.attn_factor", 1.0)? * mscale,
+                // GGUF has no key for it: llama.cpp always rounds (gpt-oss sets it apart)
+                truncate: true,
             })
         }
         Some(other) => Err(LoadError::config(format!(

@@ -66,6 +66,9 @@ struct HfConfigJson {
     n_shared_experts: Option<usize>,
     // Qwen3.5-MoE's shared expert
     shared_expert_intermediate_size: Option<usize>,
+    // gpt-oss's clamped SwiGLU
+    swiglu_alpha: Option<f64>,
+    swiglu_limit: Option<f64>,
     routed_scaling_factor: Option<f64>,
     topk_method: Option<String>,
     scoring_func: Option<String>,
@@ -145,6 +148,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         "Qwen2ForCausalLM" => Architecture::Qwen2,
         "Qwen3ForCausalLM" => Architecture::Qwen3,
         "Qwen3MoeForCausalLM" => Architecture::Qwen3Moe,
+        "GptOssForCausalLM" => Architecture::GptOss,
         "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" => Architecture::Gemma3,
         "Gemma4ForCausalLM" | "Gemma4ForConditionalGeneration" => Architecture::Gemma4,
         "DeepseekV2ForCausalLM" | "DeepseekV3ForCausalLM" => Architecture::Deepseek2,
@@ -189,6 +193,7 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
         Architecture::Qwen35 if arch_name.starts_with("Qwen3_5Moe") => qwen35moe(&c)?,
         Architecture::Qwen35 => qwen35(&c)?,
         Architecture::Qwen3Moe => qwen3moe(&c)?,
+        Architecture::GptOss => gpt_oss(&c)?,
         _ => llama_like(arch, &c)?,
     };
     config.validate()?;
@@ -279,6 +284,39 @@ fn llama_like(arch: Architecture, c: &HfConfigJson) -> Result<ModelConfig, LoadE
     };
     let layers = kinds.into_iter().map(|attention| LayerSpec { attention, rope }).collect();
     Ok(base(arch, c, layers))
+}
+
+/// gpt-oss (`GptOssConfig`): Llama's layer with q/k/v/o biases (`attention_bias`, true by
+/// default) and attention sinks, `layer_types` sliding and full in turn over `sliding_window`,
+/// YaRN as `rope_parameters` says (gpt-oss: truncate false), every MLP `num_local_experts`
+/// biased experts of `intermediate_size`, `num_experts_per_tok` a token (softmax over the
+/// chosen logits: renormalised softmax), the clamped SwiGLU of `swiglu_alpha` 1.702 and
+/// `swiglu_limit` 7 (other values are refused: the kernel's are constants).
+fn gpt_oss(c: &HfConfigJson) -> Result<ModelConfig, LoadError> {
+    let (alpha, limit) = (c.swiglu_alpha.unwrap_or(1.702), c.swiglu_limit.unwrap_or(7.0));
+    if (alpha - 1.702).abs() > 1e-9 || (limit - 7.0).abs() > 1e-9 {
+        return Err(LoadError::config(format!(
+            "gpt-oss swiglu_alpha {alpha} / swiglu_limit {limit}: kvrun runs gpt-oss's 1.702 and \
+             7 only"
+        )));
+    }
+    let need = |v: Option<usize>, key: &str| {
+        v.ok_or_else(|| LoadError::config(format!("a gpt-oss config.json lacks {key}")))
+    };
+    let mut config = llama_like(Architecture::GptOss, c)?;
+    config.attention_bias = true;
+    config.activation = Activation::SwigluOai;
+    config.moe = Some(super::config::Moe {
+        biases: true,
+        ..super::config::Moe::every_layer(
+            need(c.num_local_experts.or(c.num_experts), "num_local_experts")?,
+            need(c.num_experts_per_tok, "num_experts_per_tok")?,
+            c.intermediate_size,
+            true,
+        )
+    });
+    config.moe_layers = config.num_layers;
+    Ok(config)
 }
 
 /// Qwen3-MoE (`Qwen3MoeConfig`): Qwen3's attention, every layer's MLP `num_experts` experts of
@@ -621,6 +659,7 @@ fn deepseek2_moe(
         expert_ffn: need(c.moe_intermediate_size, "moe_intermediate_size")?,
         norm_topk_prob: c.norm_topk_prob.unwrap_or(v3),
         scoring,
+        biases: false,
         shared_ffn: c
             .n_shared_experts
             .unwrap_or(0)
@@ -879,11 +918,6 @@ pub(super) fn hf_rope(
             original_max_position_embeddings: positions(need("original_max_position_embeddings")?),
         },
         Some("yarn") => {
-            if obj.get("truncate").and_then(Value::as_bool) == Some(false) {
-                return Err(LoadError::config(
-                    "rope_scaling yarn with truncate = false is not supported yet",
-                ));
-            }
             let factor = need("factor")?;
             let attention_factor =
                 match (num("attention_factor")?, num("mscale")?, num("mscale_all_dim")?) {
@@ -898,6 +932,7 @@ pub(super) fn hf_rope(
                 beta_fast: num("beta_fast")?.unwrap_or(32.0),
                 beta_slow: num("beta_slow")?.unwrap_or(1.0),
                 attention_factor,
+                truncate: obj.get("truncate").and_then(Value::as_bool).unwrap_or(true),
             }
         }
         Some(other) => {

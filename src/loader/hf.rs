@@ -47,6 +47,9 @@ pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
     if arch == Architecture::Qwen35 {
         return qwen35_name(hf);
     }
+    if arch == Architecture::GptOss {
+        return gpt_oss_name(hf);
+    }
     if !matches!(arch, Architecture::Gemma3 | Architecture::Gemma4) {
         return canonical_name(hf);
     }
@@ -75,6 +78,32 @@ pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
         .and_then(|rest| rest.split_once('.'))
         .and_then(|(layer, param)| gemma(layer, param))
         .unwrap_or_else(|| canonical_name(&hf))
+}
+
+/// gpt-oss's HF names → llama.cpp's `gpt-oss` GGUF names where the tensors are the same
+/// (`post_attention_layernorm` is GGUF `post_attention_norm`, the sinks `attn_sinks`, the
+/// router `ffn_gate_inp`, down's biases `ffn_down_exps.bias`); the experts' fused weights keep
+/// transformers' layout under names of their own, `hf_gate_up_proj` `[experts, hidden,
+/// 2 · ffn]` (gate and up columns interleaved), its bias `hf_gate_up_proj_bias`, and
+/// `hf_down_proj` `[experts, ffn, hidden]` (`model::weights` transposes them at load).
+fn gpt_oss_name(hf: &str) -> String {
+    let mapped = hf.strip_prefix("model.layers.").and_then(|rest| rest.split_once('.')).and_then(
+        |(layer, param)| {
+            let name = match param {
+                "post_attention_layernorm.weight" => "post_attention_norm.weight",
+                "self_attn.sinks" => "attn_sinks.weight",
+                "mlp.router.weight" => "ffn_gate_inp.weight",
+                "mlp.router.bias" => "ffn_gate_inp.bias",
+                "mlp.experts.gate_up_proj" => "hf_gate_up_proj",
+                "mlp.experts.gate_up_proj_bias" => "hf_gate_up_proj_bias",
+                "mlp.experts.down_proj" => "hf_down_proj",
+                "mlp.experts.down_proj_bias" => "ffn_down_exps.bias",
+                _ => return None,
+            };
+            Some(format!("blk.{layer}.{name}"))
+        },
+    );
+    mapped.unwrap_or_else(|| canonical_name(hf))
 }
 
 /// Qwen3.5's HF names → llama.cpp's `qwen35` GGUF names: the text model of

@@ -321,9 +321,25 @@ pub fn expert_gate_up(
     max_binding: u64,
 ) -> Result<GpuWeight, ModelError> {
     let shape = [experts, ffn, hidden];
+    let label = format!("blk.{l}.ffn_gate_up_exps");
+    let hf = format!("blk.{l}.hf_gate_up_proj");
+    if file.has_tensor(&hf) {
+        // gpt-oss as transformers saves it: [experts, hidden, 2 · ffn], the columns gate 0,
+        // up 0, gate 1, …: each expert's transpose is its interleaved gate|up rows
+        let (format, data) = transposed_experts(file, &hf, [experts, hidden, 2 * ffn])?;
+        let shape = [2 * experts * ffn, hidden];
+        return Ok(GpuWeight::upload_in_runs(
+            gpu,
+            &label,
+            format,
+            shape,
+            &data,
+            max_binding,
+            2 * ffn,
+        )?);
+    }
     let (format, gate) = expert_rows(file, l, "ffn_gate", shape)?;
     let (up_format, up) = expert_rows(file, l, "ffn_up", shape)?;
-    let label = format!("blk.{l}.ffn_gate_up_exps");
     if up_format != format {
         return Err(ModelError::Unsupported(format!(
             "{label}: the experts' gate ({format:?}) and up ({up_format:?}) projections differ in \
@@ -351,9 +367,82 @@ pub fn expert_down(
     [experts, ffn, hidden]: [usize; 3],
     max_binding: u64,
 ) -> Result<GpuWeight, ModelError> {
-    let (format, down) = expert_rows(file, l, "ffn_down", [experts, hidden, ffn])?;
     let label = format!("blk.{l}.ffn_down_exps");
-    let data = down.concat();
+    let hf = format!("blk.{l}.hf_down_proj");
+    let (format, data) = match file.has_tensor(&hf) {
+        // gpt-oss as transformers saves it: [experts, ffn, hidden]
+        true => transposed_experts(file, &hf, [experts, ffn, hidden])?,
+        false => {
+            let (format, down) = expert_rows(file, l, "ffn_down", [experts, hidden, ffn])?;
+            (format, down.concat())
+        }
+    };
     let shape = [experts * hidden, ffn];
     Ok(GpuWeight::upload_in_runs(gpu, &label, format, shape, &data, max_binding, hidden)?)
+}
+
+/// The row biases of layer `l`'s experts (gpt-oss) as `kernels::moe`'s expert kernels read them,
+/// f32 on the GPU: gate|up `[experts, 2 · ffn]` with gate row i's bias at 2i and up's at 2i + 1
+/// (as [`expert_gate_up`] interleaves the rows), down `[experts, hidden]`.
+pub fn expert_biases(
+    gpu: &Gpu,
+    file: &ModelFile,
+    l: usize,
+    [experts, ffn, hidden]: [usize; 3],
+) -> Result<[wgpu::Buffer; 2], ModelError> {
+    let hf = format!("blk.{l}.hf_gate_up_proj_bias");
+    let gate_up = match file.has_tensor(&hf) {
+        // transformers' gpt-oss: already gate 0, up 0, gate 1, …
+        true => matrix_values(file, &hf, experts, 2 * ffn)?,
+        false => {
+            let gate = matrix_values(file, &format!("blk.{l}.ffn_gate_exps.bias"), experts, ffn)?;
+            let up = matrix_values(file, &format!("blk.{l}.ffn_up_exps.bias"), experts, ffn)?;
+            gate.iter().zip(&up).flat_map(|(g, u)| [*g, *u]).collect()
+        }
+    };
+    let down = matrix_values(file, &format!("blk.{l}.ffn_down_exps.bias"), experts, hidden)?;
+    let buffer =
+        |label: String, v: &[f32]| gpu.storage_buffer_init(&label, bytemuck::cast_slice(v));
+    Ok([
+        buffer(format!("blk.{l}.ffn_gate_up_exps.bias"), &gate_up),
+        buffer(format!("blk.{l}.ffn_down_exps.bias"), &down),
+    ])
+}
+
+/// A dense stacked tensor `name` `[experts, rows_in, cols_out]` (transformers' `x @ W` layout)
+/// as kvrun's rows: each expert's `[cols_out, rows_in]` transpose, experts one after the other.
+/// The elements are moved, not converted, so the weight keeps the file's format (F32, F16 or
+/// BF16; a quantized one has no such layout).
+fn transposed_experts(
+    file: &ModelFile,
+    name: &str,
+    [experts, rows_in, cols_out]: [usize; 3],
+) -> Result<(WeightFormat, Vec<u8>), ModelError> {
+    let t = file.tensor(name)?;
+    check_shape(&t, &[experts, rows_in, cols_out])?;
+    let format = weight_format(&t)?;
+    let size = match format {
+        WeightFormat::F32 => 4,
+        WeightFormat::F16 | WeightFormat::Bf16 => 2,
+        other => {
+            return Err(ModelError::Unsupported(format!(
+                "tensor '{name}' is {other:?}; transformers' fused experts are read as F32, F16 \
+                 or BF16 only"
+            )))
+        }
+    };
+    check_columns(name, format, rows_in)?;
+    let mut out = vec![0u8; t.data.len()];
+    let per_expert = rows_in * cols_out * size;
+    for e in 0..experts {
+        let src = &t.data[e * per_expert..(e + 1) * per_expert];
+        let dst = &mut out[e * per_expert..(e + 1) * per_expert];
+        for r in 0..rows_in {
+            for c in 0..cols_out {
+                let (from, to) = ((r * cols_out + c) * size, (c * rows_in + r) * size);
+                dst[to..to + size].copy_from_slice(&src[from..from + size]);
+            }
+        }
+    }
+    Ok((format, out))
 }

@@ -404,6 +404,11 @@ impl Builder<'_> {
     /// write are one dispatch (`rope_kv_write`) when nothing runs between them — an f16 pool
     /// and no rotation — and the heads fit its 4-channel units; otherwise each op runs alone.
     pub fn rope_attention(&self, l: usize, ops: &mut Vec<Op>) {
+        self.rope_attention_sinks(l, None, ops);
+    }
+
+    /// [`Self::rope_attention`] with each query head's attention sink logit (gpt-oss).
+    pub fn rope_attention_sinks(&self, l: usize, sinks: Option<&[f32]>, ops: &mut Vec<Op>) {
         let layout = self.layout(l);
         // the fused kernel rotates whole heads: partial RoPE runs rope, then the KV write
         let fused = self.kv.quant.is_none()
@@ -413,7 +418,7 @@ impl Builder<'_> {
         if !fused {
             ops.push(self.rope(l));
             self.kv_rotate(l, true, ops);
-            self.attention(l, ops);
+            self.attention_sinks(l, sinks, ops);
             self.kv_rotate(l, false, ops);
             return;
         }
@@ -431,7 +436,7 @@ impl Builder<'_> {
         let bs = self.o.block_size as u32;
         let op = RopeKvWriteOp::new(self.gpu, self.kernels, layout, pairs, bs, io);
         ops.push(Op::RopeKvWrite(op));
-        self.attend(l, ops);
+        self.attend(l, sinks, ops);
     }
 
     /// Where layer `l`'s K and V live: the layer's KV-cache group (`ModelOptions::kv_groups`,
@@ -451,6 +456,11 @@ impl Builder<'_> {
     /// The layer's KV-cache group ([`Self::layer_kv`]) decides where its K and V live — the
     /// pool buffer of its slot, at the blocks of its group's table — and its sliding window.
     pub fn attention(&self, l: usize, ops: &mut Vec<Op>) {
+        self.attention_sinks(l, None, ops);
+    }
+
+    /// [`Self::attention`] with each query head's attention sink logit (gpt-oss).
+    fn attention_sinks(&self, l: usize, sinks: Option<&[f32]>, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout(l);
         let LayerKv { group, k: kp, v: vp, quant } = self.layer_kv(l);
@@ -483,12 +493,12 @@ impl Builder<'_> {
                 },
             ))),
         }
-        self.attend(l, ops);
+        self.attend(l, sinks, ops);
     }
 
     /// Attention over layer `l`'s pool once this step's K and V are in it, and for a quantized
     /// pool the `kv_stage` of the rows of partial blocks after it.
-    fn attend(&self, l: usize, ops: &mut Vec<Op>) {
+    fn attend(&self, l: usize, sinks: Option<&[f32]>, ops: &mut Vec<Op>) {
         let (gpu, k, act, s) = (self.gpu, self.kernels, self.act, self.step);
         let layout = self.layout(l);
         let LayerKv { group, k: kp, v: vp, quant: kv_quant } = self.layer_kv(l);
@@ -504,7 +514,7 @@ impl Builder<'_> {
             partials: &act.partials,
             out: &act.attn,
             kv_quant,
-            sinks: None,
+            sinks,
         };
         let parts = partitions(self.o.max_model_len as u32);
         let window = NonZeroU32::new(self.o.kv_groups.kind(group).window() as u32);

@@ -33,9 +33,9 @@
 //! ```
 
 use super::common::Builder;
-use crate::kernels::linear::TokenRows;
+use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::loader::{Activation, Architecture, ModelConfig};
-use crate::model::weights::{fused, gpu_bytes, matrix};
+use crate::model::weights::{fused, gpu_bytes, matrix, vector};
 use crate::model::{ModelError, Op};
 
 /// Refuses what this builder does not run (the Gemma pieces are not wired in here).
@@ -46,9 +46,16 @@ pub(super) fn check(c: &ModelConfig) -> Result<(), ModelError> {
             c.qk_norm && !matches!(c.arch, Architecture::Qwen3 | Architecture::Qwen3Moe),
             "Q/K norms outside Qwen3",
         ),
-        (c.moe.is_some() != (c.arch == Architecture::Qwen3Moe), "experts outside Qwen3-MoE"),
+        (
+            c.moe.is_some() != matches!(c.arch, Architecture::Qwen3Moe | Architecture::GptOss),
+            "experts outside Qwen3-MoE and gpt-oss",
+        ),
         (c.post_norms, "post-attention/post-MLP norms"),
-        (c.activation != Activation::Silu, "a GELU MLP"),
+        (
+            c.activation != Activation::Silu
+                && !(c.arch == Architecture::GptOss && c.activation == Activation::SwigluOai),
+            "an MLP activation other than SwiGLU (gpt-oss: its clamped SwiGLU)",
+        ),
     ];
     if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
         return Err(ModelError::Unsupported(format!(
@@ -80,6 +87,19 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     };
     let o_name = name("attn_output.weight");
     let o = matrix(gpu, file, &o_name, hidden, q_rows, max)?;
+    // gpt-oss: o_proj's bias and each query head's attention sink
+    let gpt_oss = c.arch == Architecture::GptOss;
+    let o_bias = match gpt_oss {
+        true => {
+            let values = vector(file, &name("attn_output.bias"), hidden)?;
+            Some(gpu.storage_buffer_init("attn_output.bias", bytemuck::cast_slice(&values)))
+        }
+        false => None,
+    };
+    let sinks = match gpt_oss {
+        true => Some(vector(file, &name("attn_sinks.weight"), c.num_heads)?),
+        false => None,
+    };
     let parts = proj.iter().chain(&v).map(|p| &p.weight);
     let bytes: u64 = parts.chain([&o]).map(gpu_bytes).sum();
 
@@ -92,10 +112,16 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     } else {
         b.fused_ops(&name("qkv"), &proj, &input, (&act.qkv, layout.stride(), 0), ops);
     }
-    b.rope_attention(l, ops);
-    ops.push(Op::Linear(b.linear(&o_name, &o, &act.attn, &act.hidden, true, TokenRows::Step)));
+    b.rope_attention_sinks(l, sinks.as_deref(), ops);
+    let o_io = LinearIo {
+        bias: o_bias.as_ref(),
+        ..b.dense_io(&o, &act.attn, &act.hidden, true, TokenRows::Step)
+    };
+    ops.push(Op::Linear(LinearOp::new(gpu, b.kernels, &o_name, &o, o_io)));
+    let bytes = bytes + o_bias.as_ref().map_or(0, wgpu::Buffer::size);
     if c.is_moe_layer(l) {
-        return Ok(bytes + b.moe_mlp(l, "ffn_norm", ops)?);
+        let norm = if gpt_oss { "post_attention_norm" } else { "ffn_norm" };
+        return Ok(bytes + b.moe_mlp(l, norm, ops)?);
     }
     let ffn = c.intermediate_size;
     let down = matrix(gpu, file, &name("ffn_down.weight"), hidden, ffn, max)?;

@@ -41,7 +41,11 @@ pub(super) fn load(
     common::validate(&c, &options)?;
     if matches!(
         c.arch,
-        Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe
+        Architecture::Llama
+            | Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen3Moe
+            | Architecture::GptOss
     ) {
         llama::check(&c)?;
     }
@@ -68,7 +72,8 @@ pub(super) fn load(
         Architecture::Llama
         | Architecture::Qwen2
         | Architecture::Qwen3
-        | Architecture::Qwen3Moe => b.build(llama::layer)?,
+        | Architecture::Qwen3Moe
+        | Architecture::GptOss => b.build(llama::layer)?,
         Architecture::Gemma3 => b.build(gemma3::layer)?,
         Architecture::Gemma4 => b.build(gemma4::layer)?,
         Architecture::Deepseek2 => b.build(deepseek2::layer)?,

@@ -40,8 +40,18 @@ impl Builder<'_> {
         ops.push(self.input_norm(l, norm)?);
         let router_name = format!("blk.{l}.ffn_gate_inp.weight");
         let router = matrix(self.gpu, self.file, &router_name, m.experts, hidden, max)?;
+        // gpt-oss: the router's bias, and every expert's row biases
+        let router_bias = match m.biases {
+            true => {
+                let name = format!("blk.{l}.ffn_gate_inp.bias");
+                let values = weights::vector(self.file, &name, m.experts)?;
+                Some(self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&values)))
+            }
+            false => None,
+        };
         let io = LinearIo {
             out_stride: logits_stride,
+            bias: router_bias.as_ref(),
             ..self.dense_io(&router, &act.normed, &moe.logits, false, TokenRows::Step)
         };
         ops.push(Op::Linear(LinearOp::new(self.gpu, self.kernels, &router_name, &router, io)));
@@ -70,7 +80,15 @@ impl Builder<'_> {
         let shape = [m.experts, m.expert_ffn, hidden];
         let gate_up = weights::expert_gate_up(self.gpu, self.file, l, shape, max)?;
         let down = weights::expert_down(self.gpu, self.file, l, shape, max)?;
-        let io = |x, x_stride: usize, out, out_stride: usize| ExpertIo {
+        let biases = match m.biases {
+            true => Some(weights::expert_biases(self.gpu, self.file, l, shape)?),
+            false => None,
+        };
+        let (gu_bias, down_bias) = match &biases {
+            Some([g, d]) => (Some(g), Some(d)),
+            None => (None, None),
+        };
+        let io = |x, x_stride: usize, out, out_stride: usize, bias| ExpertIo {
             step,
             x,
             x_stride: x_stride as u32,
@@ -78,17 +96,19 @@ impl Builder<'_> {
             weights: &moe.weights,
             out,
             out_stride: out_stride as u32,
-            bias: None,
+            bias,
         };
         let (e, k) = (m.experts as u32, m.experts_used as u32);
         let mode = ExpertMode::GateUp(c.activation);
-        let gate_up_io = io(&act.normed, hidden, &moe.h, m.expert_ffn);
+        let gate_up_io = io(&act.normed, hidden, &moe.h, m.expert_ffn, gu_bias);
         let gate_up_op = ExpertOp::new(self.gpu, self.kernels, mode, &gate_up, e, k, gate_up_io);
         ops.push(Op::MoeExperts(gate_up_op));
-        let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden);
+        let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden, down_bias);
         let down_op = ExpertOp::new(self.gpu, self.kernels, ExpertMode::Down, &down, e, k, down_io);
         ops.push(Op::MoeExperts(down_op));
-        let bias_bytes = bias.map_or(0, |b| b.size());
+        let bias_bytes = bias.map_or(0, |b| b.size())
+            + router_bias.map_or(0, |b| b.size())
+            + biases.as_ref().map_or(0, |b| b.iter().map(wgpu::Buffer::size).sum());
         let bytes: u64 = [&router, &gate_up, &down].into_iter().map(gpu_bytes).sum();
         let bytes = bytes + bias_bytes;
         Ok(bytes + self.shared_expert(l, logits_stride, ops)?)
