@@ -751,7 +751,8 @@ fn pool_allocation_equals_the_layout_for_every_format() {
     }
 }
 
-/// The mixtures of experts (the tiny Qwen3-MoE, DeepSeek-V2 with experts and Qwen3.5-MoE):
+/// The mixtures of experts (the tiny Qwen3-MoE, DeepSeek-V2 with experts, Qwen3.5-MoE and
+/// gpt-oss with its MXFP4 experts, sinks and sliding layers):
 /// greedy outputs identical with the prefix cache on and off, across block sizes, chunks of
 /// 13 / 64 / 512 tokens, batching and forced preemption (a token's experts and sums depend on
 /// itself alone, so a recomputed or cached prefix gives the same bits).
@@ -761,10 +762,13 @@ fn moe_outputs_identical_across_cache_preemption_chunking_and_batching() {
         return;
     }
     let w = tiny_workload();
-    for (model, family) in [
-        ("assets/tiny-qwen3moe/hf", KernelFamily::Auto),
-        ("assets/tiny-deepseek-moe/tiny-deepseek-moe-q8_0.gguf", KernelFamily::Gpu),
-        ("assets/tiny-qwen35moe/tiny-qwen35moe-f32.gguf", KernelFamily::Auto),
+    // (model, kernels, blocks of 4 tokens in the pool that preempts: gpt-oss's sliding group
+    // holds blocks beside its full one, so one sequence of -c 128 needs more of them)
+    for (model, family, tiny_pool) in [
+        ("assets/tiny-qwen3moe/hf", KernelFamily::Auto, 36),
+        ("assets/tiny-deepseek-moe/tiny-deepseek-moe-q8_0.gguf", KernelFamily::Gpu, 36),
+        ("assets/tiny-qwen35moe/tiny-qwen35moe-f32.gguf", KernelFamily::Auto, 36),
+        ("assets/tiny-gpt-oss/tiny-gpt-oss-mxfp4.gguf", KernelFamily::Auto, 44),
     ] {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(model);
         let probe = EngineConfig { model: path.clone(), ..tiny_config(16, 64, false, 1, 256) };
@@ -782,7 +786,10 @@ fn moe_outputs_identical_across_cache_preemption_chunking_and_batching() {
         let (mut preempted, mut hits) = (false, false);
         let variants = [
             ("cache on, batched", config(16, 64, true, 4, 256)),
-            ("cache on, block 4, chunks of 13, tiny pool (preemption)", config(4, 36, true, 6, 13)),
+            (
+                "cache on, block 4, chunks of 13, tiny pool (preemption)",
+                config(4, tiny_pool, true, 6, 13),
+            ),
             ("cache on, chunks of 64", config(16, 64, true, 3, 64)),
             ("cache off, block 64, chunks of 512", config(64, 8, false, 3, 512)),
         ];
