@@ -86,6 +86,7 @@ fn every_config_has_the_stable_json_keys() {
         "qwen3.5-9b-shape",
         "gemma-4-31b-shape",
         "qwen3-30b-a3b-shape",
+        "gpt-oss-20b-shape",
     ];
     for name in names {
         let p = plan_json(&config(name), &[]);
@@ -287,6 +288,24 @@ fn qwen3_moe_figures() {
     assert_eq!(u(&p, "active_weight_bytes"), 3_353_032_704 * 2);
     let dense = plan_json(&config("qwen3-8b"), &["-c", "8192"]);
     assert_eq!(u(&dense, "active_weight_bytes"), u(&dense, "weight_bytes"));
+}
+
+/// gpt-oss-20b's shape: 20,914,757,184 parameters (the published "21B": biases and attention
+/// sinks included), 19,110,297,600 of them expert weights (24 × 32 × 3 × 2880 × 2880) held in
+/// MXFP4 (17 bytes a block of 32: 10,152,345,600 bytes) and the rest in bf16 — 13,761,264,768
+/// bytes, the size of its published checkpoint; a token reads 4 of the 32 experts. KV: 24
+/// layers × 8 × 64 × 2 × 2 = 48 KiB a token, the 12 sliding layers in their own group.
+#[test]
+fn gpt_oss_20b_figures() {
+    let p = plan_json(&config("gpt-oss-20b-shape"), &["-c", "8192"]);
+    assert_eq!(u(&p, "kv_bytes_per_token"), 48 * KIB);
+    assert_eq!(p["kv_groups"].as_array().unwrap().len(), 2);
+    let experts: u64 = 24 * 32 * 3 * 2880 * 2880;
+    let expert_bytes = experts / 32 * 17;
+    let rest = (20_914_757_184 - experts) * 2;
+    assert_eq!(u(&p, "weight_bytes"), rest + expert_bytes);
+    assert_eq!(u(&p, "weight_bytes"), 13_761_264_768);
+    assert_eq!(u(&p, "active_weight_bytes"), rest + expert_bytes / 32 * 4);
 }
 
 /// Same KV shape as Llama-3-8B. At -c 4096 the 4096-token window covers the context (one full

@@ -43,8 +43,7 @@ pub struct PlanArgs {
     pub state_snapshots: Option<usize>,
 }
 
-/// Parameters of a config, for the weight bytes of a bare config.json (the experts of a mixture
-/// kvrun does not run, DeepSeek-V3's, are not counted: a lower bound there).
+/// Parameters of a config, for the weight bytes of a bare config.json.
 fn parameter_count(c: &ModelConfig) -> u64 {
     let (d, f, v) = (c.hidden_size as u64, c.intermediate_size as u64, c.vocab_size as u64);
     let h = c.num_heads as u64;
@@ -54,7 +53,10 @@ fn parameter_count(c: &ModelConfig) -> u64 {
             let kv = (c.num_kv_heads * c.head_dim) as u64;
             // Qwen3.5's output gate: q_proj holds a gate row for every query row
             let q_proj = if c.attn_output_gate { 2 * d * q } else { d * q };
-            q_proj + 2 * d * kv + q * d
+            // q/k/v biases (Qwen2, gpt-oss); gpt-oss's o bias and attention sinks
+            let biases = if c.attention_bias { q + 2 * kv } else { 0 }
+                + if c.arch == crate::loader::Architecture::GptOss { d + h } else { 0 };
+            q_proj + 2 * d * kv + q * d + biases
         }
         Some(m) => {
             let q_out = h * m.q_head_dim() as u64;
@@ -75,9 +77,12 @@ fn parameter_count(c: &ModelConfig) -> u64 {
     // a mixture of experts: the router and every expert's gate, up and down, the shared
     // expert's and its gate's (Qwen3.5-MoE)
     let moe_mlp = c.moe.map_or(0, |m| {
-        d * m.experts as u64 * (1 + 3 * m.expert_ffn as u64)
+        let (e, ffn) = (m.experts as u64, m.expert_ffn as u64);
+        d * e * (1 + 3 * ffn)
             + 3 * d * m.shared_ffn as u64
             + if m.shared_gate { d } else { 0 }
+            // gpt-oss: the router's bias and each expert's gate, up and down biases
+            + if m.biases { e + e * (2 * ffn + d) } else { 0 }
     });
     let mlp = 3 * d * f + norms;
     let moe_layers = (0..c.num_layers).filter(|&l| c.is_moe_layer(l)).count() as u64;
@@ -130,9 +135,12 @@ fn active_bytes(config: &ModelConfig, total: u64, expert_bytes: u64) -> u64 {
 }
 
 /// Whether a tensor is one expert's or a stack of experts' (GGUF `ffn_gate_exps`, HF
-/// `ffn_gate.E` as `loader::hf` names them).
+/// `ffn_gate.E` as `loader::hf` names them, transformers' gpt-oss `hf_gate_up_proj`).
 fn is_expert_tensor(name: &str) -> bool {
-    if name.contains("_exps.") {
+    if name.contains("_exps.")
+        || name.contains(".hf_gate_up_proj")
+        || name.contains(".hf_down_proj")
+    {
         return true;
     }
     let mut parts = name.rsplit('.');
@@ -149,12 +157,17 @@ pub fn model_shape(path: &Path) -> anyhow::Result<ModelShape> {
         let (config, extras) =
             ModelConfig::from_hf_config_json_with_extras(&json).map_err(|e| e.in_file(path))?;
         let bytes = dtype_bytes(&extras);
-        let weight_bytes = parameter_count(&config) * bytes;
         let experts = config.moe.map_or(0, |m| {
             let layers = (0..config.num_layers).filter(|&l| config.is_moe_layer(l)).count();
             (layers * m.experts * 3 * m.expert_ffn * config.hidden_size) as u64
         });
-        let active_weight_bytes = active_bytes(&config, weight_bytes, experts * bytes);
+        // gpt-oss ships its experts' weights in MXFP4: 17 bytes a block of 32
+        let expert_bytes = match extras.quant_method.as_deref() {
+            Some("mxfp4") => experts / 32 * 17,
+            _ => experts * bytes,
+        };
+        let weight_bytes = (parameter_count(&config) - experts) * bytes + expert_bytes;
+        let active_weight_bytes = active_bytes(&config, weight_bytes, expert_bytes);
         return Ok(ModelShape { config, weight_bytes, active_weight_bytes });
     }
     let file = ModelFile::open(path)?;

@@ -482,6 +482,8 @@ pub struct HfConfigExtras {
     pub bos_token_id: Option<u32>,
     /// `eos_token_id`, an int or a list in the file.
     pub eos_token_ids: Vec<u32>,
+    /// `quantization_config.quant_method`, e.g. `"mxfp4"` (gpt-oss's experts).
+    pub quant_method: Option<String>,
 }
 
 /// `eos_token_id` as HF writes it: absent, an int, or a list of ints.

@@ -214,6 +214,10 @@ pub(super) fn parse(json: &str) -> Result<(ModelConfig, HfConfigExtras), LoadErr
             Some(v) => token_id_list(Some(v)),
             None => token_id_list(c.eos_token_id.as_ref()),
         },
+        quant_method: outer("quantization_config")
+            .and_then(|q| q.get("quant_method"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
     };
     Ok((config, extras))
 }
