@@ -59,14 +59,8 @@ def make_model(vocab):
     config._experts_implementation = "eager"
     torch.manual_seed(SEED)
     model = DeepseekV3ForCausalLM(config)
+    v2.init_weights(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
-                p.copy_(torch.empty_like(p).uniform_(0.3, 1.7))
-            elif name.endswith("mlp.gate.weight"):
-                p.copy_(torch.empty_like(p).normal_(0.0, 1.0))
-            elif "experts" in name:
-                p.copy_(torch.empty_like(p).normal_(0.0, 0.2))
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.copy_(torch.empty_like(b).normal_(0.0, 0.3))
