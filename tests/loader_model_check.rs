@@ -232,7 +232,8 @@ fn deepseek_v3_files_with_bad_routing_are_refused() {
 }
 
 /// gpt-oss: a missing attention sink, expert bias or router bias, or o_proj's bias, is refused by
-/// the tensor's name; so is a file without its sliding window.
+/// the tensor's name; so is a file without its sliding window, and one with more query heads
+/// than the attention kernels hold sinks for.
 #[test]
 fn gpt_oss_files_with_missing_tensors_are_refused() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -260,6 +261,10 @@ fn gpt_oss_files_with_missing_tensors_are_refused() {
     let out = temp("oss-window.gguf");
     w.write(&out).unwrap();
     assert!(open_err(&out).contains("gpt-oss.attention.sliding_window"));
+    // more query heads than the kernels hold sinks for
+    let heads = [("gpt-oss.attention.head_count", GgufValue::U32(136))];
+    let msg = open_err(&rewrite_from(&src, "oss-heads.gguf", &heads, &[], &[]));
+    assert!(msg.contains("136 query heads with attention sinks"), "{msg}");
     let out = rewrite_from(&src, "oss-same.gguf", &[], &[], &[]);
     ModelFile::open(&out).unwrap();
 }

@@ -84,8 +84,10 @@ pub struct AttnParams {
 }
 const _: () = assert!(std::mem::size_of::<AttnParams>() == 80 + 512);
 
-/// Most query heads a layer with attention sinks may have (WGSL `AttnParams::sinks`).
+/// Most query heads a layer with attention sinks may have (WGSL `AttnParams::sinks`); the
+/// loader refuses a model with more by name.
 pub const MAX_SINK_HEADS: u32 = 128;
+const _: () = assert!(MAX_SINK_HEADS as usize == crate::loader::MAX_SINK_HEADS);
 
 /// Binding order of both decode partials kernels (`decode_partials.wgsl`,
 /// `decode_partials_lanes.wgsl`), over any pool: bindings 3–5 are the KV reader's.

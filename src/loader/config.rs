@@ -207,6 +207,10 @@ pub struct Moe {
     pub layer_step: usize,
 }
 
+/// Most query heads of a layer with attention sinks (gpt-oss): the attention kernels' own
+/// bound, `kernels::attention::MAX_SINK_HEADS` (asserted equal there).
+pub const MAX_SINK_HEADS: usize = 128;
+
 /// How a mixture's router turns its logits into the experts' weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -543,6 +547,13 @@ impl ModelConfig {
             return Err(LoadError::config(format!(
                 "head_dim = {} is odd; RoPE rotates pairs, so it must be even",
                 self.head_dim
+            )));
+        }
+        if self.arch == Architecture::GptOss && self.num_heads > MAX_SINK_HEADS {
+            return Err(LoadError::config(format!(
+                "{} query heads with attention sinks: kvrun's attention kernels hold the sinks of \
+                 at most {MAX_SINK_HEADS} heads; the model's config is broken",
+                self.num_heads
             )));
         }
         if self.sizes_overflow() {

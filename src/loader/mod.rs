@@ -20,7 +20,7 @@ mod mmap;
 
 pub use config::{
     Activation, Architecture, AttentionKind, DeltaNet, GlobalLayers, HfConfigExtras, LayerSpec,
-    Mla, ModelConfig, Moe, MoeScoring, Rope, RopeScaling, RopeStyle,
+    Mla, ModelConfig, Moe, MoeScoring, Rope, RopeScaling, RopeStyle, MAX_SINK_HEADS,
 };
 pub use error::LoadError;
 
