@@ -52,6 +52,17 @@ pub fn vector(file: &ModelFile, name: &str, len: usize) -> Result<Vec<f32>, Mode
     Ok(out)
 }
 
+/// A vector (a bias, a sink, a choice bias) as f32 on the GPU. [len]
+pub fn vector_buffer(
+    gpu: &Gpu,
+    file: &ModelFile,
+    name: &str,
+    len: usize,
+) -> Result<wgpu::Buffer, ModelError> {
+    let values = vector(file, name, len)?;
+    Ok(gpu.storage_buffer_init(name, bytemuck::cast_slice(&values)))
+}
+
 /// A matrix [rows, cols] on the GPU.
 pub fn matrix(
     gpu: &Gpu,

@@ -35,7 +35,7 @@
 use super::common::Builder;
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
 use crate::loader::{Activation, Architecture, ModelConfig};
-use crate::model::weights::{fused, gpu_bytes, matrix, vector};
+use crate::model::weights::{fused, gpu_bytes, matrix, vector, vector_buffer};
 use crate::model::{ModelError, Op};
 
 /// Refuses what this builder does not run (the Gemma pieces are not wired in here).
@@ -90,10 +90,7 @@ pub(super) fn layer(b: &Builder, l: usize, ops: &mut Vec<Op>) -> Result<u64, Mod
     // gpt-oss: o_proj's bias and each query head's attention sink
     let gpt_oss = c.arch == Architecture::GptOss;
     let o_bias = match gpt_oss {
-        true => {
-            let values = vector(file, &name("attn_output.bias"), hidden)?;
-            Some(gpu.storage_buffer_init("attn_output.bias", bytemuck::cast_slice(&values)))
-        }
+        true => Some(vector_buffer(gpu, file, &name("attn_output.bias"), hidden)?),
         false => None,
     };
     let sinks = match gpt_oss {

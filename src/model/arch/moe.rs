@@ -44,8 +44,7 @@ impl Builder<'_> {
         let router_bias = match m.biases {
             true => {
                 let name = format!("blk.{l}.ffn_gate_inp.bias");
-                let values = weights::vector(self.file, &name, m.experts)?;
-                Some(self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&values)))
+                Some(weights::vector_buffer(self.gpu, self.file, &name, m.experts)?)
             }
             false => None,
         };
@@ -71,8 +70,7 @@ impl Builder<'_> {
             MoeScoring::Softmax => None,
             MoeScoring::SigmoidBiased => {
                 let name = format!("blk.{l}.exp_probs_b.bias");
-                let values = weights::vector(self.file, &name, m.experts)?;
-                Some(self.gpu.storage_buffer_init(&name, bytemuck::cast_slice(&values)))
+                Some(weights::vector_buffer(self.gpu, self.file, &name, m.experts)?)
             }
         };
         let route = RouteOp::new(self.gpu, self.kernels, step, logits, bias.as_ref(), out, routing);
