@@ -1,15 +1,18 @@
 //! The mixture-of-experts kernels (`kvrun::kernels::moe`) against their CPU references: the
 //! router's top-k (ties, every logit equal, more experts than a workgroup's lanes, k = 1 and
 //! k = 8, with and without renormalisation, group-limited and scaled, rows wider than the
-//! experts; softmax scores and DeepSeek-V3's biased sigmoid) and the expert projections for every weight format
-//! (all tokens on one expert, experts without tokens, one token, 65 tokens, k = 1 and k = 8),
-//! with sentinels after every output.
+//! experts; softmax scores and DeepSeek-V3's biased sigmoid) and the expert projections for
+//! every weight format on both paths (all tokens on one expert, experts without tokens, one
+//! token, 37 and 65 tokens, k = 1 and k = 8), with sentinels after every output; the grouped
+//! path's tiles against a CPU grouping and its outputs bit for bit the per-token path's.
 
 mod common;
 
 use common::weights::random_weight;
 use common::*;
-use kvrun::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
+use kvrun::kernels::moe::{
+    ExpertPath, ExpertsIo, ExpertsOp, GroupedScratch, RouteOp, Routing, TilePlan, TILE_PAIRS,
+};
 use kvrun::kernels::{reference, GpuWeight, PackedWeight, StepInfo, StepShape, WeightFormat};
 use kvrun::loader::{Activation, MoeScoring};
 use rand::Rng;
@@ -139,11 +142,50 @@ fn random_experts(
     (gate_up, down_bytes, [gate, up, down])
 }
 
-/// The expert kernels for every weight format: GateUp's h and Down's residual sum against the
-/// CPU MLP (Down fed the GPU's own h, so each op is checked against its own math), for routings
-/// with every token on one expert, experts left without tokens, k = 1 and k = 8, (every
-/// other format) stacks split into parts of whole experts, and (every third format, MXFP4
-/// among them) gpt-oss's experts: row biases on gate, up and down, the clamped SwiGLU.
+/// The grouped path's tile plan (`align.wgsl`) against a CPU grouping of `ids`: the tile
+/// count, each expert's tiles in expert order, and every pair exactly once in its expert's
+/// tiles, the slots after an expert's last pair empty.
+fn check_tile_plan(what: &str, plan_words: &[u32], plan: &TilePlan, ids: &[u32], experts: usize) {
+    let t = TILE_PAIRS as usize;
+    let mut counts = vec![0usize; experts];
+    for &e in ids {
+        counts[e as usize] += 1;
+    }
+    let tiles: usize = counts.iter().map(|c| c.div_ceil(t)).sum();
+    assert_eq!(plan_words[0] as usize, tiles, "{what}: tile count");
+    assert!(tiles <= plan.max_tiles as usize, "{what}: {tiles} tiles past the plan's bound");
+    let mut tile = 0;
+    let mut seen = vec![false; ids.len()];
+    for (e, &c) in counts.iter().enumerate() {
+        for _ in 0..c.div_ceil(t) {
+            assert_eq!(
+                plan_words[plan.tiles_at as usize + tile] as usize,
+                e,
+                "{what}: tile {tile}"
+            );
+            tile += 1;
+        }
+        let start = plan_words[plan.starts_at as usize + e] as usize;
+        let slots = &plan_words[plan.sorted_at as usize + start * t..][..c.div_ceil(t) * t];
+        for (i, &v) in slots.iter().enumerate() {
+            if i >= c {
+                assert_eq!(v, u32::MAX, "{what}: expert {e}'s slot {i} after its last pair");
+                continue;
+            }
+            assert_eq!(ids[v as usize] as usize, e, "{what}: pair {v} in expert {e}'s tiles");
+            assert!(!std::mem::replace(&mut seen[v as usize], true), "{what}: pair {v} twice");
+        }
+    }
+    assert!(seen.iter().all(|s| *s), "{what}: a pair in no tile");
+}
+
+/// The expert kernels for every weight format on the per-token path: GateUp's h and Down's
+/// residual sum against the CPU MLP (Down fed the GPU's own h, so each projection is checked
+/// against its own math), for routings with every token on one expert, experts left without
+/// tokens, k = 1 and k = 8, (every other format) stacks split into parts of whole experts, and
+/// (every third format, MXFP4 among them) gpt-oss's experts: row biases on gate, up and down,
+/// the clamped SwiGLU. Then the grouped path on the same inputs: its tiles against a CPU
+/// grouping, h and the residual bit for bit the per-token path's.
 #[test]
 fn moe_experts_match_reference() {
     let Some(t) = gpu() else { return };
@@ -185,11 +227,16 @@ fn moe_experts_match_reference() {
         let gu_bias_buf = storage_f32(gpu, &gu_bias);
         let down_bias_buf = storage_f32(gpu, &down_bias);
         // (tokens, used, routing): ids drawn from `pick`
-        let cases: [(usize, usize, &str); 4] =
-            [(1, 8, "distinct"), (3, 2, "one expert"), (65, 1, "few experts"), (5, 8, "distinct")];
+        let cases: [(usize, usize, &str); 5] = [
+            (1, 8, "distinct"),
+            (3, 2, "one expert"),
+            (65, 1, "few experts"),
+            (5, 8, "distinct"),
+            (37, 4, "skewed"),
+        ];
         for (ci, (tokens, used, pick)) in cases.into_iter().enumerate() {
-            if fi % 2 == 1 && ci == 2 {
-                continue; // 65 tokens on half the formats: the kernel's rows do not depend on it
+            if fi % 2 == 1 && ci == 2 || fi % 2 == 0 && ci == 4 {
+                continue; // the long cases on half the formats each: the rows do not depend on it
             }
             let mut ids = Vec::new();
             for _ in 0..tokens {
@@ -198,9 +245,15 @@ fn moe_experts_match_reference() {
                     "few experts" => vec![[2u32, 7][r.random_range(0..2)]; used],
                     _ => (0..experts as u32).collect(),
                 };
-                if pick == "distinct" {
+                if pick == "distinct" || pick == "skewed" {
                     for i in 0..used {
-                        let j = r.random_range(i..row.len());
+                        // skewed: expert 3 first for most tokens (a tile's worth and more on
+                        // one expert), the rest spread, expert 8 never
+                        let j = match pick {
+                            "skewed" if i == 0 && r.random_range(0..4) > 0 => 3,
+                            "skewed" => r.random_range(i..row.len() - 1),
+                            _ => r.random_range(i..row.len()),
+                        };
                         row.swap(i, j);
                     }
                 }
@@ -218,38 +271,31 @@ fn moe_experts_match_reference() {
             let mut out_init = residual.clone();
             out_init.extend(vec![SENTINEL; hidden]);
             let out_buf = storage_f32(gpu, &out_init);
-            let io = |x, x_stride, out, out_stride, bias| ExpertIo {
+            // the grouped path's scratch, sized for a few more tokens than the step's
+            let max_tokens = tokens + 3;
+            let plan = TilePlan::new(max_tokens, used, experts);
+            let plan_buf = storage_u32(gpu, &vec![0xdead_beef; plan.words as usize]);
+            let down_rows = storage_f32(gpu, &vec![SENTINEL; max_tokens * used * hidden]);
+            let io = ExpertsIo {
                 step: &step,
-                x,
-                x_stride,
+                x: &x_buf,
+                x_stride: hidden as u32,
                 ids: &ids_buf,
                 weights: &w_buf,
-                out,
-                out_stride,
-                bias: oai.then_some(bias),
+                h: &h_buf,
+                out: &out_buf,
+                out_stride: hidden as u32,
+                grouped: Some(GroupedScratch {
+                    plan: &plan_buf,
+                    down_rows: &down_rows,
+                    max_tokens,
+                }),
+                biases: oai.then_some([&gu_bias_buf, &down_bias_buf]),
             };
-            let (e, k) = (experts as u32, used as u32);
-            let gate_up_op = ExpertOp::new(
-                gpu,
-                &t.kernels,
-                ExpertMode::GateUp(activation),
-                &gu,
-                e,
-                k,
-                io(&x_buf, hidden as u32, &h_buf, ffn as u32, &gu_bias_buf),
-            );
-            let down_op = ExpertOp::new(
-                gpu,
-                &t.kernels,
-                ExpertMode::Down,
-                &dw,
-                e,
-                k,
-                io(&h_buf, ffn as u32, &out_buf, hidden as u32, &down_bias_buf),
-            );
+            let dims = [experts as u32, used as u32];
+            let op = ExpertsOp::new(gpu, &t.kernels, activation, [&gu, &dw], dims, io);
             run(gpu, |pass| {
-                gate_up_op.record(pass, &shape);
-                down_op.record(pass, &shape);
+                op.record_path(pass, &shape, ExpertPath::PerToken);
             });
             let what = format!(
                 "{format:?} experts, {tokens} tokens, top {used}, {pick}, split {split}, \
@@ -316,6 +362,41 @@ fn moe_experts_match_reference() {
                 }
             }
             assert_within(&format!("{what}: down"), &got[..tokens * hidden], &want, &bound);
+            // the grouped path on the same inputs: the same bits
+            gpu.queue.write_buffer(&h_buf, 0, bytemuck::cast_slice(&h_init));
+            gpu.queue.write_buffer(&out_buf, 0, bytemuck::cast_slice(&out_init));
+            run(gpu, |pass| {
+                op.record_path(pass, &shape, ExpertPath::Grouped);
+            });
+            let what = format!("{what}, grouped");
+            let plan_words = gpu.read_u32(&plan_buf, 0, plan.words as usize).unwrap();
+            check_tile_plan(&what, &plan_words, &plan, &ids, experts);
+            let h2 = gpu.read_f32(&h_buf, 0, (tokens * used + 1) * ffn).unwrap();
+            assert_sentinels(&what, &h2[tokens * used * ffn..]);
+            assert_bits(&format!("{what}: h"), &h2[..tokens * used * ffn], h);
+            let got2 = gpu.read_f32(&out_buf, 0, (tokens + 1) * hidden).unwrap();
+            assert_sentinels(&what, &got2[tokens * hidden..]);
+            assert_bits(&format!("{what}: down"), &got2, &got);
         }
     }
+}
+
+/// `got` and `want` bit for bit.
+fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!("{what}: [{i}] {} is not the per-token path's {}", got[i], want[i]);
+    }
+}
+
+/// The one place that picks the path: grouped from two pairs per expert on average.
+#[test]
+fn expert_path_for_step() {
+    assert_eq!(ExpertPath::for_step(1, 8, 128), ExpertPath::PerToken);
+    assert_eq!(ExpertPath::for_step(31, 8, 128), ExpertPath::PerToken);
+    assert_eq!(ExpertPath::for_step(32, 8, 128), ExpertPath::Grouped);
+    assert_eq!(ExpertPath::for_step(512, 8, 128), ExpertPath::Grouped);
+    // one token never reuses an expert (its ranks are distinct), whatever the shape
+    assert_eq!(ExpertPath::for_step(1, 32, 32), ExpertPath::PerToken);
+    assert_eq!(ExpertPath::for_step(4, 2, 4), ExpertPath::Grouped);
 }

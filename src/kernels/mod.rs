@@ -244,8 +244,11 @@ pipeline_keys! {
     Gate(gate::GateKey),
     /// Mixture of experts: each token's experts and their weights from the router's logits.
     MoeRoute(moe::RouteKey),
-    /// Mixture of experts: the chosen experts' gate|up or down projections.
+    /// Mixture of experts: the chosen experts' gate|up or down projections, per pair or
+    /// grouped by expert.
     MoeExperts(moe::ExpertKey),
+    /// Mixture of experts, grouped path: the tiling of the pairs and the rank-order sum.
+    MoeStage(moe::ExpertStageKey),
 }
 
 /// Kernel choices resolved once from the device's capabilities.

@@ -4,6 +4,7 @@ use super::{ForwardBatch, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{partials_bytes, partitions};
 use crate::kernels::kv_quantize::stage_words;
+use crate::kernels::moe::TilePlan;
 use crate::kernels::rope::rope_table_with_freq_factors;
 use crate::kernels::{KvQuantLayout, SeqInfo, StepInfo};
 use crate::loader::{AttentionKind, ModelConfig};
@@ -176,6 +177,10 @@ pub(super) struct MoeActivations {
     pub weights: wgpu::Buffer,
     /// [max_tokens · experts used, expert ffn] each (token, expert) pair's act(gate) · up
     pub h: wgpu::Buffer,
+    /// Prefill grouped by expert: the step's tiles (`kernels::moe::TilePlan`, u32) and
+    /// [max_tokens · experts used, hidden] each pair's down row before the rank-order sum
+    pub plan: wgpu::Buffer,
+    pub down_rows: wgpu::Buffer,
 }
 
 /// A Gated DeltaNet layer's rows (`kernels::delta_net`).
@@ -248,6 +253,11 @@ impl Activations {
                 ids: f32s("moe expert ids", t, m.experts_used),
                 weights: f32s("moe expert weights", t, m.experts_used),
                 h: f32s("moe expert rows", t * m.experts_used, m.expert_ffn),
+                plan: gpu.storage_buffer(
+                    "moe tile plan",
+                    TilePlan::new(t, m.experts_used, m.experts).words * 4,
+                ),
+                down_rows: f32s("moe down rows", t * m.experts_used, c.hidden_size),
             }),
             gate_up: f32s("gate_up", t, 2 * dense_ffn),
             ffn: f32s("ffn", t, dense_ffn),

@@ -40,9 +40,13 @@ pub(super) fn check_buffer_sizes(
         let value = n(d.value_heads).checked_mul(n(d.value_head_dim))?;
         conv.checked_add(value.checked_mul(2)?)?.checked_add(n(d.value_heads) * 2)
     });
-    // mixture of experts: the router's logits and each token's experts' hidden rows
+    // mixture of experts: the router's logits, each token's experts' hidden rows and (prefill
+    // grouped by expert) their down rows (the tile plan, ~9 words a pair and 3 an expert, is
+    // far smaller)
     let moe_row = c.moe.map_or(Some(0), |m| {
-        n(m.experts_used).checked_mul(n(m.expert_ffn)).map(|h| h.max(n(m.experts)))
+        let h = n(m.experts_used).checked_mul(n(m.expert_ffn))?;
+        let down = n(m.experts_used).checked_mul(n(c.hidden_size))?;
+        Some(h.max(down).max(n(m.experts)))
     });
     let widest_token_row =
         [Some(n(c.hidden_size)), qkv, q, n(c.dense_ffn_width()).checked_mul(2), delta_row, moe_row]

@@ -26,7 +26,7 @@ use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
 use crate::kernels::logprob::{LogprobOp, NO_TARGET};
-use crate::kernels::moe::{ExpertOp, RouteOp};
+use crate::kernels::moe::{ExpertsOp, RouteOp};
 use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
@@ -209,8 +209,8 @@ enum Op {
     DeltaNorm(GatedNormOp),
     /// Mixture of experts: each token's experts and weights from the router's logits.
     MoeRoute(RouteOp),
-    /// Mixture of experts: the chosen experts' gate|up or down projections.
-    MoeExperts(ExpertOp),
+    /// Mixture of experts: the chosen experts' gate|up and down projections.
+    MoeExperts(ExpertsOp),
 }
 
 impl Op {

@@ -12,6 +12,8 @@
 //!                                                         model says
 //! h[t, j] = silu(gate_e · normed) · (up_e · normed)       e = ids[t, j]: moe_experts gate|up
 //! hidden += Σ_j w[t, j] · down_e(h[t, j])                 moe_experts down, ranks in order
+//!                                                         (per pair, or grouped by expert:
+//!                                                         kernels::moe::ExpertPath)
 //! shared expert (DeepSeek, Qwen3.5-MoE):
 //! ffn     = silu(normed · Wgate_shᵀ) · (normed · Wup_shᵀ)
 //! ffn    *= sigmoid(normed · w_gate_inp_sh)               Qwen3.5-MoE only (gate kernel, one
@@ -22,7 +24,7 @@
 use super::common::{Builder, SublayerInput};
 use crate::kernels::gate::{GateDims, GateOp};
 use crate::kernels::linear::{LinearIo, LinearOp, TokenRows};
-use crate::kernels::moe::{ExpertIo, ExpertMode, ExpertOp, RouteOp, Routing};
+use crate::kernels::moe::{ExpertsIo, ExpertsOp, GroupedScratch, RouteOp, Routing};
 use crate::loader::MoeScoring;
 use crate::model::weights::{self, gpu_bytes, matrix};
 use crate::model::{ModelError, Op};
@@ -82,28 +84,27 @@ impl Builder<'_> {
             true => Some(weights::expert_biases(self.gpu, self.file, l, shape)?),
             false => None,
         };
-        let (gu_bias, down_bias) = match &biases {
-            Some([g, d]) => (Some(g), Some(d)),
-            None => (None, None),
+        let grouped = GroupedScratch {
+            plan: &moe.plan,
+            down_rows: &moe.down_rows,
+            max_tokens: self.o.max_num_batched_tokens,
         };
-        let io = |x, x_stride: usize, out, out_stride: usize, bias| ExpertIo {
+        let io = ExpertsIo {
             step,
-            x,
-            x_stride: x_stride as u32,
+            x: &act.normed,
+            x_stride: hidden as u32,
             ids: &moe.ids,
             weights: &moe.weights,
-            out,
-            out_stride: out_stride as u32,
-            bias,
+            h: &moe.h,
+            out: &act.hidden,
+            out_stride: hidden as u32,
+            grouped: Some(grouped),
+            biases: biases.as_ref().map(|[g, d]| [g, d]),
         };
-        let (e, k) = (m.experts as u32, m.experts_used as u32);
-        let mode = ExpertMode::GateUp(c.activation);
-        let gate_up_io = io(&act.normed, hidden, &moe.h, m.expert_ffn, gu_bias);
-        let gate_up_op = ExpertOp::new(self.gpu, self.kernels, mode, &gate_up, e, k, gate_up_io);
-        ops.push(Op::MoeExperts(gate_up_op));
-        let down_io = io(&moe.h, m.expert_ffn, &act.hidden, hidden, down_bias);
-        let down_op = ExpertOp::new(self.gpu, self.kernels, ExpertMode::Down, &down, e, k, down_io);
-        ops.push(Op::MoeExperts(down_op));
+        let dims = [m.experts as u32, m.experts_used as u32];
+        let weights = [&gate_up, &down];
+        let op = ExpertsOp::new(self.gpu, self.kernels, c.activation, weights, dims, io);
+        ops.push(Op::MoeExperts(op));
         let bias_bytes = bias.map_or(0, |b| b.size())
             + router_bias.map_or(0, |b| b.size())
             + biases.as_ref().map_or(0, |b| b.iter().map(wgpu::Buffer::size).sum());
