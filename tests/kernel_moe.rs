@@ -13,7 +13,10 @@ use common::*;
 use kvrun::kernels::moe::{
     ExpertPath, ExpertsIo, ExpertsOp, GroupedScratch, RouteOp, Routing, TilePlan, TILE_PAIRS,
 };
-use kvrun::kernels::{reference, GpuWeight, PackedWeight, StepInfo, StepShape, WeightFormat};
+use kvrun::kernels::{
+    reference, GpuWeight, KernelConfig, KernelFamily, PackedWeight, StepInfo, StepShape,
+    WeightFormat,
+};
 use kvrun::loader::{Activation, MoeScoring};
 use rand::Rng;
 
@@ -389,14 +392,22 @@ fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
     }
 }
 
-/// The one place that picks the path: grouped from two pairs per expert on average.
+/// The one place that picks the path: grouped from two pairs per expert on average, where the
+/// adapter takes it (GPUs; the GPU family forced on any adapter).
 #[test]
-fn expert_path_for_step() {
-    assert_eq!(ExpertPath::for_step(1, 8, 128), ExpertPath::PerToken);
-    assert_eq!(ExpertPath::for_step(31, 8, 128), ExpertPath::PerToken);
-    assert_eq!(ExpertPath::for_step(32, 8, 128), ExpertPath::Grouped);
-    assert_eq!(ExpertPath::for_step(512, 8, 128), ExpertPath::Grouped);
+fn expert_path_choice() {
+    let Some(t) = gpu() else { return };
+    let gpu_config = KernelConfig::choose_family(&t.gpu.caps, KernelFamily::Gpu);
+    let choose = |tokens, used, experts| ExpertPath::choose(&gpu_config, tokens, used, experts);
+    assert_eq!(choose(1, 8, 128), ExpertPath::PerToken);
+    assert_eq!(choose(31, 8, 128), ExpertPath::PerToken);
+    assert_eq!(choose(32, 8, 128), ExpertPath::Grouped);
+    assert_eq!(choose(512, 8, 128), ExpertPath::Grouped);
     // one token never reuses an expert (its ranks are distinct), whatever the shape
-    assert_eq!(ExpertPath::for_step(1, 32, 32), ExpertPath::PerToken);
-    assert_eq!(ExpertPath::for_step(4, 2, 4), ExpertPath::Grouped);
+    assert_eq!(choose(1, 32, 32), ExpertPath::PerToken);
+    assert_eq!(choose(4, 2, 4), ExpertPath::Grouped);
+    let cpu = KernelConfig { moe_grouped: false, ..gpu_config };
+    assert_eq!(ExpertPath::choose(&cpu, 512, 8, 128), ExpertPath::PerToken);
+    let auto = KernelConfig::choose(&t.gpu.caps);
+    assert_eq!(auto.moe_grouped, !t.gpu.caps.is_cpu);
 }

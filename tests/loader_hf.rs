@@ -198,3 +198,68 @@ fn missing_and_unsupported_inputs_explain_the_fix() {
     assert!(err.contains("not a GGUF file"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// gpt-oss's MXFP4 checkpoint (`assets/tiny-gpt-oss/hf-mxfp4`) copied with one thing changed:
+/// `edit` gets every tensor (name, dtype, shape, bytes) and returns the ones to write.
+fn edited_mxfp4(
+    name: &str,
+    edit: impl FnOnce(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>),
+) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gpt-oss/hf-mxfp4");
+    let dir = temp_dir(name);
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut tensors);
+    let views: Vec<(&str, StView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.as_str(), StView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap())
+        .unwrap();
+    dir
+}
+
+/// An MXFP4 checkpoint with a missing, misshapen or mistyped expert tensor is refused by the
+/// tensor's name; U8 is read only as MXFP4's codes and scales; the unchanged copy opens.
+#[test]
+fn gpt_oss_mxfp4_checkpoints_with_bad_experts_are_refused() {
+    let scales = "model.layers.1.mlp.experts.down_proj_scales";
+    let blocks = "model.layers.2.mlp.experts.gate_up_proj_blocks";
+    let dir = edited_mxfp4("mxfp4-drop", |t| t.retain(|(n, ..)| n != scales));
+    let err = ModelFile::open(&dir).err().unwrap().to_string();
+    assert!(err.contains("blk.1.hf_down_proj_scales"), "{err}");
+    let dir = edited_mxfp4("mxfp4-shape", |t| {
+        let b = t.iter_mut().find(|(n, ..)| n == blocks).unwrap();
+        // [16, 64, 2, 16] → [16, 64, 4, 8]: the same bytes, blocks of 8
+        b.2 = vec![16, 64, 4, 8];
+    });
+    let err = ModelFile::open(&dir).err().unwrap().to_string();
+    assert!(
+        err.contains("blk.2.hf_gate_up_proj_blocks") && err.contains("[16, 64, 4, 8]"),
+        "{err}"
+    );
+    let dir = edited_mxfp4("mxfp4-dtype", |t| {
+        let b = t.iter_mut().find(|(n, ..)| n == blocks).unwrap();
+        b.1 = Dtype::I8;
+    });
+    let err = ModelFile::open(&dir).err().unwrap().to_string();
+    assert!(err.contains(blocks) && err.contains("dtype I8"), "{err}");
+    let dir = edited_mxfp4("mxfp4-u8", |t| {
+        let b = t.iter_mut().find(|(n, ..)| n == "model.layers.0.self_attn.sinks").unwrap();
+        b.1 = Dtype::U8;
+        b.2 = vec![b.3.len()];
+    });
+    let err = ModelFile::open(&dir).err().unwrap().to_string();
+    assert!(err.contains("model.layers.0.self_attn.sinks") && err.contains("dtype U8"), "{err}");
+    let dir = edited_mxfp4("mxfp4-same", |_| {});
+    ModelFile::open(&dir).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -47,7 +47,8 @@ const GPT_OSS: Tiny = Tiny { dir: "assets/tiny-gpt-oss", name: "tiny-gpt-oss", m
 
 impl Tiny {
     /// Each file with the transformers forward it runs: hf/ and the f32 GGUF of the model's
-    /// own weights, the Q8_0 (and MXFP4) GGUF of its dequantized ones.
+    /// own weights, the Q8_0 (and MXFP4) GGUF of its dequantized ones (gpt-oss: and hf-mxfp4/,
+    /// the MXFP4 GGUF's experts as transformers' checkpoints store them).
     fn files(self) -> Vec<(String, &'static str)> {
         let mut files = vec![
             ("hf".to_string(), "hf_f32"),
@@ -56,6 +57,8 @@ impl Tiny {
         ];
         if self.mxfp4 {
             files.push((format!("{}-mxfp4.gguf", self.name), "gguf_mxfp4"));
+            // the published checkpoints' layout: the MXFP4 GGUF's blocks as byte tensors
+            files.push(("hf-mxfp4".to_string(), "gguf_mxfp4"));
         }
         files
     }
@@ -386,6 +389,25 @@ fn gpt_oss_perplexity_matches_transformers() {
     for (rel, variant) in GPT_OSS.files() {
         let llama_tol = if variant == "gguf_mxfp4" { 6e-2 } else { 2e-2 };
         check_perplexity(&golden, &dir.join(rel), variant, 1e-4, llama_tol);
+    }
+}
+
+/// gpt-oss's MXFP4 checkpoint (transformers' `*_blocks` / `*_scales`, repacked at load) runs
+/// the very blocks of the MXFP4 GGUF it was made from: the same logits, bit for bit, on both
+/// kernel families.
+#[test]
+fn gpt_oss_mxfp4_checkpoint_is_the_mxfp4_gguf_bit_for_bit() {
+    let (tokens, _, _) = read_golden(&format!("{}/golden.json", GPT_OSS.dir));
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let mut logits = Vec::new();
+        for rel in ["tiny-gpt-oss-mxfp4.gguf", "hf-mxfp4"] {
+            let f = GPT_OSS.file(rel);
+            let Some((mut model, tables)) = load(&f, family, (64, 8)) else { return };
+            logits.push(run(&mut model, &tokens, &[40], (&tables[0], 0), 8));
+        }
+        assert_eq!(logits[0].len(), 40 * 257);
+        let same = logits[0].iter().zip(&logits[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{family:?}: hf-mxfp4/ differs from the MXFP4 GGUF");
     }
 }
 

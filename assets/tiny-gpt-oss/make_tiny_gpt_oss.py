@@ -20,6 +20,14 @@ Deterministic (seeded torch and numpy). Writes, next to this script:
   tiny-gpt-oss-mxfp4.gguf  the f32 GGUF with the experts' gate, up and down weights quantized to
                            MXFP4 by gguf-py (as the published gpt-oss GGUFs hold them; the
                            converter writes MXFP4 only from MXFP4 checkpoints)
+  hf-mxfp4/                hf/ as the published gpt-oss checkpoints hold their experts: MXFP4
+                           `*_blocks` / `*_scales` byte tensors (transformers' layout, element
+                           pairs in a byte) carrying exactly the MXFP4 GGUF's blocks, and
+                           `quantization_config` mxfp4; checked here against transformers'
+                           own `convert_moe_packed_tensors` (its dequantization equals
+                           gguf-py's of the MXFP4 GGUF) and llama.cpp's converter (which
+                           repacks it to the MXFP4 GGUF's expert bytes), so its references are
+                           the MXFP4 GGUF's ("gguf_mxfp4")
   golden.json              40 token ids and logits [40, 257] of transformers' float64 forward
                            for hf/ ("hf_f32"), the Q8_0 GGUF's dequantized weights
                            ("gguf_q8_0") and the MXFP4 GGUF's ("gguf_mxfp4"), perplexities of
@@ -153,6 +161,89 @@ def write_mxfp4(src, dst):
     writer.close()
 
 
+def gguf_blocks_to_hf(q, rows, cols):
+    """ggml MXFP4 bytes [.., rows, cols / 32 · 17] (scale, then byte j = elements j | j + 16)
+    → transformers' (blocks [.., rows, cols / 32, 16] with byte j = elements 2j | 2j + 1,
+    scales [.., rows, cols / 32])."""
+    q = np.asarray(q, dtype=np.uint8).reshape(-1, rows, cols // 32, 17)
+    scales = q[..., 0]
+    qs = q[..., 1:]
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # elements 0..31
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(blocks), np.ascontiguousarray(scales)
+
+
+def write_hf_mxfp4(mx, hf_dir, out_dir):
+    """hf_dir's checkpoint with the experts of the MXFP4 GGUF `mx` as MXFP4 byte tensors (see
+    the top), checked against transformers' and llama.cpp's own readings of that layout."""
+    import shutil
+
+    import gguf
+    from gguf.quants import dequantize
+    from safetensors.numpy import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    os.makedirs(out_dir, exist_ok=True)
+    for name in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]:
+        shutil.copy(os.path.join(hf_dir, name), os.path.join(out_dir, name))
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    state = load_file(os.path.join(hf_dir, "model.safetensors"))
+    reader = gguf.GGUFReader(mx)
+    tensors = {t.name: t for t in reader.tensors}
+    hidden = config["hidden_size"]
+    for layer in range(config["num_hidden_layers"]):
+        prefix = f"model.layers.{layer}.mlp.experts"
+        exps = {}
+        for part, cols in [("gate", hidden), ("up", hidden), ("down", FFN)]:
+            t = tensors[f"blk.{layer}.ffn_{part}_exps.weight"]
+            assert t.tensor_type == gguf.GGMLQuantizationType.MXFP4
+            rows = FFN if part != "down" else hidden
+            raw = np.asarray(t.data, dtype=np.uint8)
+            exps[part] = (raw, rows, cols)
+        gb, gs = gguf_blocks_to_hf(*exps["gate"])
+        ub, us = gguf_blocks_to_hf(*exps["up"])
+        blocks = np.empty((EXPERTS, 2 * FFN) + gb.shape[2:], np.uint8)
+        scales = np.empty((EXPERTS, 2 * FFN) + gs.shape[2:], np.uint8)
+        blocks[:, 0::2], blocks[:, 1::2] = gb, ub
+        scales[:, 0::2], scales[:, 1::2] = gs, us
+        db, ds = gguf_blocks_to_hf(*exps["down"])
+        del state[f"{prefix}.gate_up_proj"], state[f"{prefix}.down_proj"]
+        state[f"{prefix}.gate_up_proj_blocks"], state[f"{prefix}.gate_up_proj_scales"] = blocks, scales
+        state[f"{prefix}.down_proj_blocks"], state[f"{prefix}.down_proj_scales"] = db, ds
+        # transformers' dequantization of these bytes is gguf-py's of the GGUF's, exactly
+        for (b, sc), parts in [((blocks, scales), ["gate", "up"]), ((db, ds), ["down"])]:
+            hf = convert_moe_packed_tensors(torch.from_numpy(b), torch.from_numpy(sc),
+                                            dtype=torch.float32).numpy()  # [E, in, out]
+            want = [dequantize(exps[p][0], gguf.GGMLQuantizationType.MXFP4).reshape(
+                EXPERTS, exps[p][1], exps[p][2]) for p in parts]
+            if len(want) == 2:
+                rows = np.empty((EXPERTS, 2 * FFN, hidden), np.float32)
+                rows[:, 0::2], rows[:, 1::2] = want
+            else:
+                rows = want[0]
+            assert np.array_equal(hf, rows.transpose(0, 2, 1)), (layer, parts)
+    save_file(state, os.path.join(out_dir, "model.safetensors"))
+    # llama.cpp's converter repacks the checkpoint into the MXFP4 GGUF's expert bytes
+    converted = os.path.join(out_dir, "..", "hf-mxfp4-converted.gguf.tmp")
+    tiny_hf.convert(out_dir, converted, "f32", "qwen2")
+    try:
+        back = {t.name: t for t in gguf.GGUFReader(converted).tensors}
+        for name, t in tensors.items():
+            if name.endswith("_exps.weight"):
+                assert back[name].tensor_type == gguf.GGMLQuantizationType.MXFP4, name
+                assert np.array_equal(np.asarray(back[name].data), np.asarray(t.data)), name
+    finally:
+        os.remove(converted)
+
+
 @contextlib.contextmanager
 def f16_kv():
     """What kvrun's (and llama.cpp's) default f16 cache holds rounded to f16: K after RoPE, V."""
@@ -177,11 +268,17 @@ def f16_kv():
 
 
 def main():
+    if sys.argv[1:] == ["--hf-mxfp4"]:
+        # hf-mxfp4/ alone, from the committed hf/ and MXFP4 GGUF
+        mx = os.path.join(HERE, "tiny-gpt-oss-mxfp4.gguf")
+        write_hf_mxfp4(mx, os.path.join(HERE, "hf"), os.path.join(HERE, "hf-mxfp4"))
+        return
     vocab = tiny_hf.build(HERE, "tiny-gpt-oss", SEED, make_model, CHAT_TEMPLATE, LAYER, "qwen2",
                           gguf_state=gguf_state)
     f32 = os.path.join(HERE, "tiny-gpt-oss-f32.gguf")
     mx = os.path.join(HERE, "tiny-gpt-oss-mxfp4.gguf")
     write_mxfp4(f32, mx)
+    write_hf_mxfp4(mx, os.path.join(HERE, "hf"), os.path.join(HERE, "hf-mxfp4"))
     path = os.path.join(HERE, "golden.json")
     golden = tiny_hf.read_golden(path)
     ids = golden["token_ids"]

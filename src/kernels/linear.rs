@@ -550,6 +550,7 @@ mod tests {
             lanes_rotate: false,
             lane_loads: super::LaneLoads::Words32,
             lane_partition: 64,
+            moe_grouped: false,
         }
     }
 

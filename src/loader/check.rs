@@ -106,9 +106,15 @@ fn experts(file: &ModelFile, l: usize, m: super::Moe, hidden: Dim) -> Result<(),
         // gpt-oss as transformers saves it: fused gate|up, down, both [in, out] per expert
         let gate_up = ("2 × expert_feed_forward_length", 2 * m.expert_ffn);
         expect(file, &name("ffn_gate_inp.bias"), &[experts])?;
-        expect(file, &name("hf_gate_up_proj"), &[experts, hidden, gate_up])?;
+        if file.has_tensor(&name("hf_gate_up_proj_blocks")) {
+            // the MXFP4 checkpoints: blocks of 32 along each row's inputs
+            mxfp4_experts(file, &name("hf_gate_up_proj"), [experts, gate_up, hidden])?;
+            mxfp4_experts(file, &name("hf_down_proj"), [experts, hidden, ffn])?;
+        } else {
+            expect(file, &name("hf_gate_up_proj"), &[experts, hidden, gate_up])?;
+            expect(file, &name("hf_down_proj"), &[experts, ffn, hidden])?;
+        }
         expect(file, &name("hf_gate_up_proj_bias"), &[experts, gate_up])?;
-        expect(file, &name("hf_down_proj"), &[experts, ffn, hidden])?;
         expect(file, &name("ffn_down_exps.bias"), &[experts, hidden])?;
         return Ok(());
     }
@@ -274,6 +280,34 @@ fn product(label: &'static str, a: Dim, b: Dim) -> Result<Dim, LoadError> {
         ))
     })?;
     Ok((label, value))
+}
+
+/// gpt-oss's MXFP4 experts as transformers' checkpoints store them: `{base}_blocks`
+/// `[experts, rows, cols / 32, 16]` and `{base}_scales` `[experts, rows, cols / 32]`, bytes.
+fn mxfp4_experts(
+    file: &ModelFile,
+    base: &str,
+    [experts, rows, cols]: [Dim; 3],
+) -> Result<(), LoadError> {
+    if !cols.1.is_multiple_of(32) {
+        return Err(LoadError::config(format!(
+            "'{base}_blocks' holds MXFP4 blocks of 32 along {} {}, which is not a multiple of              32; the model's config is broken",
+            cols.0, cols.1
+        )));
+    }
+    let blocks = ("32-element blocks", cols.1 / 32);
+    expect(file, &format!("{base}_blocks"), &[experts, rows, blocks, ("bytes a block", 16)])?;
+    expect(file, &format!("{base}_scales"), &[experts, rows, blocks])?;
+    for part in ["blocks", "scales"] {
+        let t = file.tensor(&format!("{base}_{part}"))?;
+        if t.dtype != crate::quant::GgmlType::I8 {
+            return Err(LoadError::config(format!(
+                "'{base}_{part}' is {}; an MXFP4 checkpoint stores its experts' codes and scales                  as U8 bytes",
+                t.dtype
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn expect(file: &ModelFile, name: &str, dims: &[Dim]) -> Result<(), LoadError> {

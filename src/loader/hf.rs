@@ -85,7 +85,9 @@ pub fn canonical_name_for(arch: Architecture, hf: &str) -> String {
 /// router `ffn_gate_inp`, down's biases `ffn_down_exps.bias`); the experts' fused weights keep
 /// transformers' layout under names of their own, `hf_gate_up_proj` `[experts, hidden,
 /// 2 · ffn]` (gate and up columns interleaved), its bias `hf_gate_up_proj_bias`, and
-/// `hf_down_proj` `[experts, ffn, hidden]` (`model::weights` transposes them at load).
+/// `hf_down_proj` `[experts, ffn, hidden]` (`model::weights` transposes them at load); the
+/// published MXFP4 checkpoints' `hf_{gate_up,down}_proj_{blocks,scales}` (byte tensors,
+/// repacked into MXFP4 blocks at load).
 fn gpt_oss_name(hf: &str) -> String {
     let mapped = hf.strip_prefix("model.layers.").and_then(|rest| rest.split_once('.')).and_then(
         |(layer, param)| {
@@ -98,6 +100,12 @@ fn gpt_oss_name(hf: &str) -> String {
                 "mlp.experts.gate_up_proj_bias" => "hf_gate_up_proj_bias",
                 "mlp.experts.down_proj" => "hf_down_proj",
                 "mlp.experts.down_proj_bias" => "ffn_down_exps.bias",
+                // the MXFP4 checkpoints' experts (`*_blocks` [experts, rows, blocks, 16] code
+                // pairs, `*_scales` [experts, rows, blocks] E8M0 bytes)
+                "mlp.experts.gate_up_proj_blocks" => "hf_gate_up_proj_blocks",
+                "mlp.experts.gate_up_proj_scales" => "hf_gate_up_proj_scales",
+                "mlp.experts.down_proj_blocks" => "hf_down_proj_blocks",
+                "mlp.experts.down_proj_scales" => "hf_down_proj_scales",
                 _ => return None,
             };
             Some(format!("blk.{layer}.{name}"))
@@ -218,6 +226,8 @@ fn ggml_type_of(dtype: Dtype, name: &str, path: &Path) -> Result<GgmlType, LoadE
         Dtype::F32 => Ok(GgmlType::F32),
         Dtype::F16 => Ok(GgmlType::F16),
         Dtype::BF16 => Ok(GgmlType::BF16),
+        // gpt-oss's MXFP4 experts: packed codes and E8M0 scales, repacked at load
+        Dtype::U8 if name.ends_with("_blocks") || name.ends_with("_scales") => Ok(GgmlType::I8),
         other => Err(LoadError::Safetensors {
             path: path.to_path_buf(),
             message: format!(

@@ -210,7 +210,7 @@ enum Op {
     /// Mixture of experts: each token's experts and weights from the router's logits.
     MoeRoute(RouteOp),
     /// Mixture of experts: the chosen experts' gate|up and down projections.
-    MoeExperts(ExpertsOp),
+    MoeExperts(Box<ExpertsOp>),
 }
 
 impl Op {

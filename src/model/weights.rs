@@ -334,6 +334,21 @@ pub fn expert_gate_up(
     let shape = [experts, ffn, hidden];
     let label = format!("blk.{l}.ffn_gate_up_exps");
     let hf = format!("blk.{l}.hf_gate_up_proj");
+    if file.has_tensor(&format!("{hf}_blocks")) {
+        // gpt-oss's MXFP4 checkpoints: [experts, 2 · ffn, …] rows, gate and up interleaved
+        let data = mxfp4_from_hf(file, &hf, [experts, 2 * ffn, hidden])?;
+        let shape = [2 * experts * ffn, hidden];
+        let format = WeightFormat::MXFP4;
+        return Ok(GpuWeight::upload_in_runs(
+            gpu,
+            &label,
+            format,
+            shape,
+            &data,
+            max_binding,
+            2 * ffn,
+        )?);
+    }
     if file.has_tensor(&hf) {
         // gpt-oss as transformers saves it: [experts, hidden, 2 · ffn], the columns gate 0,
         // up 0, gate 1, …: each expert's transpose is its interleaved gate|up rows
@@ -380,10 +395,12 @@ pub fn expert_down(
 ) -> Result<GpuWeight, ModelError> {
     let label = format!("blk.{l}.ffn_down_exps");
     let hf = format!("blk.{l}.hf_down_proj");
-    let (format, data) = match file.has_tensor(&hf) {
-        // gpt-oss as transformers saves it: [experts, ffn, hidden]
-        true => transposed_experts(file, &hf, [experts, ffn, hidden])?,
-        false => {
+    let (format, data) = match (file.has_tensor(&format!("{hf}_blocks")), file.has_tensor(&hf)) {
+        // gpt-oss's MXFP4 checkpoints: [experts, hidden, …] rows
+        (true, _) => (WeightFormat::MXFP4, mxfp4_from_hf(file, &hf, [experts, hidden, ffn])?),
+        // gpt-oss as transformers saves it dequantized: [experts, ffn, hidden]
+        (false, true) => transposed_experts(file, &hf, [experts, ffn, hidden])?,
+        (false, false) => {
             let (format, down) = expert_rows(file, l, "ffn_down", [experts, hidden, ffn])?;
             (format, down.concat())
         }
@@ -418,6 +435,31 @@ pub fn expert_biases(
         buffer(format!("blk.{l}.ffn_gate_up_exps.bias"), &gate_up),
         buffer(format!("blk.{l}.ffn_down_exps.bias"), &down),
     ])
+}
+
+/// gpt-oss's MXFP4 experts as transformers' checkpoints store them — `{base}_blocks`
+/// `[experts, rows, cols / 32, 16]`, byte j of a block holding elements 2j (low nibble) and
+/// 2j + 1 (high), and `{base}_scales` `[experts, rows, cols / 32]` E8M0 bytes
+/// (`convert_moe_packed_tensors`) — as ggml's MXFP4 blocks (the scale byte, then byte j holding
+/// elements j and j + 16), rows in the file's order: the same values, the same bytes per block
+/// (llama.cpp's converter does the same, `GptOssModel.repack_mxfp4`).
+fn mxfp4_from_hf(
+    file: &ModelFile,
+    base: &str,
+    [experts, rows, cols]: [usize; 3],
+) -> Result<Vec<u8>, ModelError> {
+    let per_row = cols / 32;
+    let blocks = file.tensor(&format!("{base}_blocks"))?;
+    check_shape(&blocks, &[experts, rows, per_row, 16])?;
+    let scales = file.tensor(&format!("{base}_scales"))?;
+    check_shape(&scales, &[experts, rows, per_row])?;
+    let mut out = Vec::with_capacity(scales.data.len() * 17);
+    for (codes, &scale) in blocks.data.chunks_exact(16).zip(scales.data) {
+        out.push(scale);
+        let code = |k: usize| (codes[k / 2] >> (4 * (k % 2))) & 0x0F;
+        out.extend((0..16).map(|j| code(j) | code(j + 16) << 4));
+    }
+    Ok(out)
 }
 
 /// A dense stacked tensor `name` `[experts, rows_in, cols_out]` (transformers' `x @ W` layout)

@@ -29,6 +29,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q5_K => block_q5_k,
         GgmlType::Q6_K => block_q6_k,
         GgmlType::MXFP4 => block_mxfp4,
+        GgmlType::I8 => |b, y| y[0] = f32::from(b[0] as i8),
     };
     for (block, out) in
         src.chunks_exact(ty.block_bytes()).zip(dst.chunks_exact_mut(ty.block_elems()))

@@ -49,6 +49,10 @@ pub enum GgmlType {
     Q6_K,
     /// OCP microscaling FP4 (gpt-oss's experts): 32 e2m1 codes and one E8M0 scale a block.
     MXFP4,
+    /// One signed byte an element (ggml's `I8`). No weight format reads it; HF's gpt-oss
+    /// checkpoints store their MXFP4 experts as byte tensors (`*_blocks`, `*_scales`) that
+    /// `model::weights` repacks into [`GgmlType::MXFP4`] blocks.
+    I8,
 }
 
 /// Elements per K-quant super-block (`QK_K` in ggml).
@@ -58,7 +62,7 @@ pub const QK: usize = 32;
 
 impl GgmlType {
     /// Every type kvrun knows, in ggml code order.
-    pub const ALL: [GgmlType; 14] = [
+    pub const ALL: [GgmlType; 15] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -71,6 +75,7 @@ impl GgmlType {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::I8,
         GgmlType::BF16,
         GgmlType::MXFP4,
     ];
@@ -96,6 +101,7 @@ impl GgmlType {
             GgmlType::Q4_K => 12,
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::I8 => 24,
             GgmlType::BF16 => 30,
             GgmlType::MXFP4 => 39,
         }
@@ -118,13 +124,14 @@ impl GgmlType {
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
             GgmlType::MXFP4 => "MXFP4",
+            GgmlType::I8 => "I8",
         }
     }
 
     /// Elements per block: 1 for float types, 32 for legacy quants, 256 for K-quants.
     pub fn block_elems(self) -> usize {
         match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::I8 => 1,
             GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q5_0
@@ -153,6 +160,7 @@ impl GgmlType {
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
             GgmlType::MXFP4 => 17,
+            GgmlType::I8 => 1,
         }
     }
 
@@ -193,7 +201,6 @@ pub fn ggml_code_name(code: u32) -> Option<&'static str> {
         21 => "IQ3_S",
         22 => "IQ2_S",
         23 => "IQ4_XS",
-        24 => "I8",
         25 => "I16",
         26 => "I32",
         27 => "I64",

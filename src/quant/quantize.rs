@@ -25,7 +25,8 @@ pub fn quantize_row(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
         | GgmlType::Q4_K
         | GgmlType::Q5_K
         | GgmlType::Q6_K
-        | GgmlType::MXFP4 => return Err(QuantError::QuantizeUnsupported(ty)),
+        | GgmlType::MXFP4
+        | GgmlType::I8 => return Err(QuantError::QuantizeUnsupported(ty)),
     }
     debug_assert_eq!(out.len(), row_bytes);
     Ok(out)

@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::super::source::{self, GLU, STEP, WEIGHTS, WEIGHTS_STORAGE};
 use super::super::weights::WeightFormat;
-use super::super::{check_grid, groups, GpuWeight, Kernel, Kernels, StepShape};
+use super::super::{check_grid, groups, GpuWeight, Kernel, KernelConfig, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::Activation;
 
@@ -21,7 +21,7 @@ pub const TILE_PAIRS: u32 = 8;
 /// bounds); a weight in more parts runs the per-token path at every step size.
 pub const MAX_PARTS: usize = 63;
 
-/// How a step computes its experts. Both paths compute every (token, rank) pair's sums alone,
+/// How a step computes its experts ([`ExpertPath::choose`]). Both paths compute every (token, rank) pair's sums alone,
 /// in one order (w_dot per block, chunks of 8 blocks, the chunk sums left to right; the ranks
 /// in order within each part of the down weight), so a token's output has the same bits on
 /// either and the choice is speed only.
@@ -38,11 +38,13 @@ pub enum ExpertPath {
 }
 
 impl ExpertPath {
-    /// The one place that picks the path: grouped once a step has at least two pairs per
-    /// expert on average (`tokens · used ≥ 2 · experts`), where tiles start to share weight
-    /// reads; a decode step of a few sequences stays per token.
-    pub fn for_step(tokens: u32, used: u32, experts: u32) -> Self {
-        if u64::from(tokens) * u64::from(used) >= 2 * u64::from(experts) {
+    /// The one place that picks the path: grouped where the adapter takes it
+    /// ([`KernelConfig::moe_grouped`]) once a step has at least two pairs per expert on
+    /// average (`tokens · used ≥ 2 · experts`), where tiles start to share weight reads; a
+    /// decode step of a few sequences stays per token.
+    pub fn choose(config: &KernelConfig, tokens: u32, used: u32, experts: u32) -> Self {
+        let pairs = u64::from(tokens) * u64::from(used);
+        if config.moe_grouped && pairs >= 2 * u64::from(experts) {
             ExpertPath::Grouped
         } else {
             ExpertPath::PerToken
@@ -358,7 +360,7 @@ fn projection(
     Projection { pipeline, bind_groups, rows }
 }
 
-/// A mixture's routed experts, gate|up then down, on the path [`ExpertPath::for_step`] picks.
+/// A mixture's routed experts, gate|up then down, on the path [`ExpertPath::choose`] picks.
 pub struct ExpertsOp {
     /// gate|up and down, each pair reading its expert's rows.
     per_token: [Projection; 2],
@@ -367,6 +369,7 @@ pub struct ExpertsOp {
     token_weight_bytes: u64,
     experts: u32,
     used: u32,
+    config: KernelConfig,
     wg_limit: u32,
 }
 
@@ -507,6 +510,7 @@ impl ExpertsOp {
             token_weight_bytes,
             experts,
             used,
+            config: kernels.config.clone(),
             wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
         }
     }
@@ -517,11 +521,11 @@ impl ExpertsOp {
         self.token_weight_bytes
     }
 
-    /// The path a step of `tokens` tokens takes: [`ExpertPath::for_step`]'s, per token where
-    /// the op has no grouped path.
+    /// The path a step of `tokens` tokens takes: [`ExpertPath::choose`]'s, per token where the
+    /// op has no grouped path.
     pub fn path_for(&self, tokens: u32) -> ExpertPath {
         match self.grouped {
-            Some(_) => ExpertPath::for_step(tokens, self.used, self.experts),
+            Some(_) => ExpertPath::choose(&self.config, tokens, self.used, self.experts),
             None => ExpertPath::PerToken,
         }
     }

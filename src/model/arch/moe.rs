@@ -104,7 +104,7 @@ impl Builder<'_> {
         let dims = [m.experts as u32, m.experts_used as u32];
         let weights = [&gate_up, &down];
         let op = ExpertsOp::new(self.gpu, self.kernels, c.activation, weights, dims, io);
-        ops.push(Op::MoeExperts(op));
+        ops.push(Op::MoeExperts(Box::new(op)));
         let bias_bytes = bias.map_or(0, |b| b.size())
             + router_bias.map_or(0, |b| b.size())
             + biases.as_ref().map_or(0, |b| b.iter().map(wgpu::Buffer::size).sum());
