@@ -18,9 +18,23 @@ fn check_cases(template: &ChatTemplate, cases_file: &str) {
         let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
         let add = case["add_generation_prompt"].as_bool().unwrap();
         let vars = case.get("vars").and_then(|v| v.as_object()).cloned().unwrap_or_default();
-        let got = template.render_with(&messages, add, &vars).unwrap();
+        let got = dated(&template.render_with(&messages, add, &vars).unwrap());
         assert_eq!(got, case["expected"].as_str().unwrap(), "{cases_file} case {i}");
     }
+}
+
+/// `text` with the date after "Current date: " (gpt-oss's `strftime_now("%Y-%m-%d")`, which
+/// the fixtures hold as `<DATE>`) checked to be today's shape and replaced by `<DATE>`.
+fn dated(text: &str) -> String {
+    const AT: &str = "Current date: ";
+    let Some(i) = text.find(AT).map(|i| i + AT.len()) else { return text.to_string() };
+    let date = &text[i..i + 10];
+    let shape = date.bytes().enumerate().all(|(j, b)| match j {
+        4 | 7 => b == b'-',
+        _ => b.is_ascii_digit(),
+    });
+    assert!(shape && date.starts_with("20"), "not a YYYY-MM-DD date: {date}");
+    format!("{}<DATE>{}", &text[..i], &text[i + 10..])
 }
 
 #[test]
@@ -52,6 +66,16 @@ fn qwen3_template_matches_jinja2() {
 fn qwen35_template_matches_jinja2() {
     let t = ChatTemplate::new(&fixture("qwen35.jinja"), "", "<|im_end|>").unwrap();
     check_cases(&t, "qwen35_cases.json");
+}
+
+/// gpt-oss's harmony template (llama.cpp's copy of it): the system message with the date,
+/// reasoning effort and model identity as variables, a system message rendered as the developer
+/// message, final channels (`<|return|>` closing a last assistant turn), a tool namespace in
+/// TypeScript and a call on the commentary channel with its result, as jinja2 renders them.
+#[test]
+fn gpt_oss_harmony_template_matches_jinja2() {
+    let t = ChatTemplate::new(&fixture("gpt_oss.jinja"), "<|startoftext|>", "<|return|>").unwrap();
+    check_cases(&t, "gpt_oss_cases.json");
 }
 
 #[test]
