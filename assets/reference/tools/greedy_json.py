@@ -8,7 +8,8 @@ import sys
 
 exe, model, n, prompt = sys.argv[1:5]
 run = subprocess.run([exe, "-m", model, "-n", n, prompt], capture_output=True, check=True)
-out, err = run.stdout.decode(), run.stderr.decode()
+# a random-weight model may emit bytes that are no UTF-8: its text is for reading only
+out, err = run.stdout.decode(errors="replace"), run.stderr.decode(errors="replace")
 entry = {"prompt": prompt, "prompt_ids": [], "generated_ids": [], "generated_text": "", "steps": []}
 for line in err.splitlines():
     f = line.split()
