@@ -801,3 +801,62 @@ fn moe_outputs_identical_across_cache_preemption_chunking_and_batching() {
         assert!(preempted && hits, "{model}: preempted {preempted}, prefix hits {hits}");
     }
 }
+
+/// `--gpu-memory-utilization` against a given budget (`--device-memory 1GiB`, so the figures
+/// do not move with the host's free memory): the pool is what the fraction leaves after the
+/// weights and activations (so weights + activations + pool stay within it), the resolved
+/// config reports that pool, a pool shorter than one sequence fits -c to it when -c is not
+/// given (and is refused when it is), and requests run either way.
+#[test]
+fn gpu_memory_utilization_sizes_the_pool_from_the_device_budget() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let budget = (1u64 << 30) as f64;
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-llama/tiny-llama-q.gguf");
+    let file = kvrun::loader::ModelFile::open(&path).unwrap();
+    let (weights, context) = (file.weight_bytes(), file.config().max_position_embeddings);
+    let config = |utilization: f64, max_model_len: Option<usize>| EngineConfig {
+        gpu: kvrun::gpu::GpuOptions { memory_budget: Some(1 << 30), ..Default::default() },
+        gpu_memory_utilization: Some(utilization),
+        max_model_len,
+        ..EngineConfig::new(path.clone())
+    };
+    let generate = |engine: &mut Engine| {
+        let mut req = kvrun::engine::GenerateRequest::new(vec![1, 2, 3, 4, 5], 8);
+        req.ignore_eos = true;
+        engine.generate(&req, |_| {}).unwrap().tokens.len()
+    };
+    // weights + 8 MiB: a pool of several MiB next to the activations
+    let big = (weights + (8 << 20)) as f64 / budget;
+    let mut engine = Engine::load(&config(big, None)).unwrap();
+    let pool = engine.model().kv_pool().bytes;
+    let block = engine.kv_layout().bytes_per_block();
+    assert_eq!(engine.config().kv_cache_memory, pool);
+    assert_eq!(engine.config().max_model_len, context, "the tiny model's whole context fits");
+    assert!(pool > (1 << 20) && weights + pool <= (big * budget) as u64, "pool {pool}");
+    assert_eq!(generate(&mut engine), 8);
+    // what the activations took: the rest of the fraction, less under one block
+    let rest = (big * budget) as u64 - weights - pool;
+    drop(engine);
+    // room for 3.5 blocks after the weights and that rest: 3 blocks, or 4 where the rest held
+    // half a block of the pool's remainder; -c fitted to them from the model's context
+    let small = (weights + rest + 3 * block + block / 2) as f64 / budget;
+    let mut engine = Engine::load(&config(small, None)).unwrap();
+    let blocks = engine.model().kv_pool().num_blocks;
+    assert!((3..=4).contains(&blocks), "{blocks} blocks");
+    let fitted = engine.config().max_model_len;
+    assert!(fitted >= 16 && fitted <= blocks * 16 && fitted < context, "-c fitted to {fitted}");
+    assert_eq!(generate(&mut engine), 8);
+    drop(engine);
+    // with -c given, the short pool is refused
+    let err = Engine::load(&config(small, Some(context))).err().unwrap().to_string();
+    assert!(err.contains("raise --gpu-memory-utilization or lower -c"), "{err}");
+    // both flags, or a fraction beyond 1
+    let both = EngineConfig { kv_cache_memory: Some(1 << 20), ..config(big, None) };
+    let err = Engine::load(&both).err().unwrap().to_string();
+    assert!(err.contains("give one"), "{err}");
+    let err = Engine::load(&config(1.5, None)).err().unwrap().to_string();
+    assert!(err.contains("at most 1"), "{err}");
+}

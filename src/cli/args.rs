@@ -42,8 +42,13 @@ pub struct KvArgs {
     #[arg(short = 'c', long = "max-model-len")]
     pub max_model_len: Option<usize>,
     /// KV cache budget, e.g. 256MiB, 6GiB. Default: what the sequences at full length need.
-    #[arg(long, value_parser = parse_budget)]
+    #[arg(long, value_parser = parse_budget, conflicts_with = "gpu_memory_utilization")]
     pub kv_cache_memory: Option<u64>,
+    /// Size the KV cache from the adapter's memory instead (vLLM's flag): this fraction of
+    /// the budget `kvrun info` reports, less the weights and activations, e.g. 0.9. Without
+    /// -c, the context is fitted to the pool where it holds less than the default.
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -114,6 +119,7 @@ impl KvArgs {
             gpu,
             block_size: self.block_size,
             kv_cache_memory: self.kv_cache_memory,
+            gpu_memory_utilization: self.gpu_memory_utilization,
             max_model_len: self.max_model_len,
             max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,

@@ -533,10 +533,12 @@ fn concurrency(a: &ConcurrencyArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         bench.engine_config(&a.kv.engine_config(path.clone(), global.gpu_options(), max_level)?);
     let mut engine = Engine::load(&cfg).map_err(|e| match e {
         // buffers sized by --max-num-seqs: name the flag this command sets it from
-        EngineError::Model(ModelError::BufferTooLarge { .. }) => anyhow::anyhow!(
-            "bench concurrency --levels {max_level} runs {max_level} sequences at once \
+        EngineError::Model(ModelError::BufferTooLarge { .. }) | EngineError::DeviceMemory(_) => {
+            anyhow::anyhow!(
+                "bench concurrency --levels {max_level} runs {max_level} sequences at once \
              (--max-num-seqs {max_level}); use smaller --levels: {e}"
-        ),
+            )
+        }
         e => e.into(),
     })?;
     let total = (a.levels.iter().sum::<usize>() * a.output_tokens) as u64;

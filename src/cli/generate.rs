@@ -120,7 +120,17 @@ pub fn run(args: &GenerateArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         }
     })?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        // the output, and the KV cache it ran with (sized by flag, by default or from the
+        // device's memory with --gpu-memory-utilization)
+        let mut v = serde_json::to_value(&out)?;
+        let r = engine.config();
+        v["kv_cache"] = serde_json::json!({
+            "kv_cache_memory": r.kv_cache_memory,
+            "num_blocks": r.num_blocks,
+            "block_size": r.block_size,
+            "max_model_len": r.max_model_len,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!();
         eprintln!(

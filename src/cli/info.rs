@@ -18,6 +18,8 @@ struct Info {
     driver: String,
     driver_info: String,
     capabilities: crate::gpu::Capabilities,
+    /// What kvrun may allocate on the adapter (`budget_bytes`, `heap_bytes`, `source`).
+    memory: crate::gpu::DeviceMemory,
     kernels: KernelConfig,
     adapters: Vec<String>,
 }
@@ -31,6 +33,7 @@ pub fn run(args: &InfoArgs, gpu_opts: &GpuOptions) -> anyhow::Result<()> {
         driver: gpu.info.driver.clone(),
         driver_info: gpu.info.driver_info.clone(),
         capabilities: gpu.caps.clone(),
+        memory: gpu.memory,
         kernels: KernelConfig::choose(&gpu.caps),
         adapters: Gpu::list_adapters(gpu_opts),
     };
@@ -56,6 +59,16 @@ pub fn run(args: &InfoArgs, gpu_opts: &GpuOptions) -> anyhow::Result<()> {
         c.max_compute_workgroups_per_dimension,
         c.max_storage_buffers_per_shader_stage
     );
+    let m = &info.memory;
+    match m.budget_bytes {
+        Some(b) => println!(
+            "memory       budget {} ({:?}), largest device-local heap {}",
+            crate::kv::format_bytes(b),
+            m.source,
+            m.heap_bytes.map_or("unknown".to_string(), crate::kv::format_bytes)
+        ),
+        None => println!("memory       unknown (this backend reports no size)"),
+    }
     println!("all adapters {}", info.adapters.join("; "));
     Ok(())
 }

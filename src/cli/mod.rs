@@ -35,6 +35,11 @@ pub struct GlobalArgs {
     /// Use the adapter whose name contains this text (e.g. llvmpipe). Default: WGPU_ADAPTER_NAME.
     #[arg(long, global = true, env = "WGPU_ADAPTER_NAME")]
     pub adapter: Option<String>,
+    /// The bytes kvrun may allocate on the adapter (e.g. 8GiB), instead of what its driver
+    /// reports (`kvrun info`): for backends that report none (Metal, DX12), or to leave room
+    /// for other programs; --gpu-memory-utilization and the KV cache's checks use it.
+    #[arg(long, global = true, value_parser = parse_device_memory)]
+    pub device_memory: Option<u64>,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -42,8 +47,16 @@ pub struct GlobalArgs {
 
 impl GlobalArgs {
     pub fn gpu_options(&self) -> GpuOptions {
-        GpuOptions { backend: self.backend.clone(), adapter: self.adapter.clone() }
+        GpuOptions {
+            backend: self.backend.clone(),
+            adapter: self.adapter.clone(),
+            memory_budget: self.device_memory,
+        }
     }
+}
+
+fn parse_device_memory(s: &str) -> Result<u64, String> {
+    crate::kv::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand, Debug)]

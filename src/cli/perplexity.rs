@@ -42,6 +42,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let kv = KvArgs {
         max_model_len: Some(args.ctx),
         kv_cache_memory: None,
+        gpu_memory_utilization: None,
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,

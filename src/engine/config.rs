@@ -23,6 +23,11 @@ pub struct EngineConfig {
     /// KV budget in bytes (`--kv-cache-memory`); default: `max_num_seqs` sequences of
     /// `max_model_len` tokens.
     pub kv_cache_memory: Option<u64>,
+    /// Size the KV pool from the adapter's memory instead (`--gpu-memory-utilization`, vLLM's
+    /// name): it gets this fraction of the device budget less the weights, activations,
+    /// staging and states (`check_device_memory` names the budget's source). Excludes
+    /// `kv_cache_memory`.
+    pub gpu_memory_utilization: Option<f64>,
     /// Context length per sequence (`-c`); default: the model's, capped at 8192.
     pub max_model_len: Option<usize>,
     /// Most sequences per step (`--max-num-seqs`, default 1 for one-shot commands).
@@ -91,6 +96,7 @@ impl EngineConfig {
             gpu: GpuOptions::default(),
             block_size: 16,
             kv_cache_memory: None,
+            gpu_memory_utilization: None,
             max_model_len: None,
             max_num_seqs: 1,
             max_num_batched_tokens: 512,
@@ -386,6 +392,140 @@ impl ResolvedConfig {
     }
 }
 
+/// Refuses, before anything is allocated, a KV pool that with the model's weights and the
+/// recurrent states exceeds what the adapter may allocate ([`crate::gpu::DeviceMemory`]),
+/// naming the largest `--kv-cache-memory` that fits (activations come on top of it, so that is
+/// an upper bound). Adapters whose backend gives no budget are not checked.
+pub fn check_device_memory(
+    cfg: &EngineConfig,
+    r: &ResolvedConfig,
+    memory: crate::gpu::DeviceMemory,
+    weight_bytes: u64,
+) -> Result<(), EngineError> {
+    let Some(budget) = memory.budget_bytes else { return Ok(()) };
+    let fixed = weight_bytes.saturating_add(r.state_pool_bytes());
+    let need = fixed.saturating_add(r.kv_cache_memory);
+    if need <= budget {
+        return Ok(());
+    }
+    let source = match memory.source {
+        crate::gpu::MemorySource::VulkanMemoryBudget => "its Vulkan memory budget",
+        crate::gpu::MemorySource::VulkanHeapSize => "its device-local heap",
+        crate::gpu::MemorySource::HostAvailable => "the host's available memory (a CPU adapter)",
+        crate::gpu::MemorySource::Unknown => "its backend",
+        crate::gpu::MemorySource::Given => "--device-memory",
+    };
+    let pool = format_bytes(r.kv_cache_memory);
+    let asked = match cfg.kv_cache_memory {
+        Some(_) => format!("--kv-cache-memory {pool}"),
+        None => {
+            format!("a KV cache of {pool} ({} sequences of -c {})", r.max_num_seqs, r.max_model_len)
+        }
+    };
+    let fix = match budget.checked_sub(fixed) {
+        Some(room) if room > 0 => format!(
+            "give --kv-cache-memory at most {} (or lower -c / --max-num-seqs)",
+            format_bytes(room)
+        ),
+        _ => "the weights alone do not fit: use a smaller or more quantized model".to_string(),
+    };
+    Err(EngineError::DeviceMemory(format!(
+        "{asked} and the model's weights ({}) need {}, more than this adapter may allocate: {} \
+         by {source}; {fix}",
+        format_bytes(weight_bytes),
+        format_bytes(need),
+        format_bytes(budget),
+    )))
+}
+
+/// The budget `--gpu-memory-utilization` gives the step buffers, activations and KV pool
+/// ([`crate::model::Model::load_fitting`]): `utilization` × the adapter's budget less the
+/// model's weights, the quantized-KV staging and the recurrent states. Refuses a fraction
+/// outside (0, 1], an adapter whose backend gives no budget, and a fraction that leaves
+/// nothing after the weights (naming the smallest that does).
+pub fn kv_fit(
+    utilization: f64,
+    r: &ResolvedConfig,
+    layout: &KvLayout,
+    memory: crate::gpu::DeviceMemory,
+    weight_bytes: u64,
+) -> Result<crate::model::KvFit, EngineError> {
+    if !(utilization > 0.0 && utilization <= 1.0) {
+        return Err(EngineError::Config(format!(
+            "--gpu-memory-utilization {utilization} is not a fraction of the adapter's memory; \
+             give a number above 0 and at most 1 (e.g. 0.9)"
+        )));
+    }
+    let Some(budget) = memory.budget_bytes else {
+        return Err(EngineError::Config(
+            "--gpu-memory-utilization needs the adapter's memory size, which its backend does \
+             not report (`kvrun info`); give --kv-cache-memory instead"
+                .into(),
+        ));
+    };
+    let usable = (utilization * budget as f64) as u64;
+    let staging = layout.staging_bytes_per_sequence().saturating_mul(r.max_num_seqs as u64);
+    let fixed = weight_bytes.saturating_add(staging).saturating_add(r.state_pool_bytes());
+    match usable.checked_sub(fixed).filter(|&b| b > 0) {
+        Some(bytes) => Ok(crate::model::KvFit { bytes, bytes_per_block: layout.bytes_per_block() }),
+        None => Err(EngineError::Config(format!(
+            "--gpu-memory-utilization {utilization} gives {} of the adapter's {}, not more than \
+             the model's weights, KV staging and states need ({}); raise it above {:.3}",
+            format_bytes(usable),
+            format_bytes(budget),
+            format_bytes(fixed),
+            fixed as f64 / budget as f64
+        ))),
+    }
+}
+
+impl ResolvedConfig {
+    /// Takes the pool the model was loaded with from a budget (`num_blocks` blocks of `layout`),
+    /// and checks it holds one sequence of `max_model_len`; with `-c` not given, a pool that
+    /// holds less fits the context to it (llama.cpp's `--fit`, said in one line) instead.
+    pub fn fit_pool(
+        &mut self,
+        cfg: &EngineConfig,
+        num_blocks: usize,
+        layout: &KvLayout,
+    ) -> Result<(), EngineError> {
+        self.num_blocks = num_blocks;
+        self.kv_cache_memory = num_blocks as u64 * layout.bytes_per_block();
+        let (bs, step) = (self.block_size, self.max_num_batched_tokens);
+        let blocks = |len: usize| self.kv_groups.blocks_for_lone_sequence(bs, len, step);
+        if blocks(self.max_model_len) <= num_blocks {
+            return Ok(());
+        }
+        let pool = format_bytes(self.kv_cache_memory);
+        if cfg.max_model_len.is_some() || blocks(1) > num_blocks {
+            return Err(EngineError::Config(format!(
+                "the KV cache --gpu-memory-utilization leaves ({pool}, {num_blocks} blocks) holds \
+                 less than one sequence of -c {} tokens ({} blocks); raise \
+                 --gpu-memory-utilization or lower -c",
+                self.max_model_len,
+                blocks(self.max_model_len)
+            )));
+        }
+        // the longest context whose lone sequence fits (blocks grow with the length)
+        let (mut lo, mut hi) = (1, self.max_model_len);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if blocks(mid) <= num_blocks {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        tracing::warn!(
+            "-c fitted to {lo} tokens: the KV cache --gpu-memory-utilization leaves ({pool}) \
+             holds no longer sequence (give -c to choose; {} asked by default)",
+            self.max_model_len
+        );
+        self.max_model_len = lo;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -500,5 +640,90 @@ mod tests {
         assert_eq!(layout.bytes_per_block(), 198_720);
         assert_eq!(resolved.num_blocks, 64);
         assert!(resolved.kv_cache.rotate);
+    }
+
+    /// The device-memory check with a fake memory source: SmolLM2 at -c 1024 (64 blocks of
+    /// 368,640 bytes: 22.5 MiB of KV) and 100 MiB of weights.
+    #[test]
+    fn a_pool_beyond_the_device_budget_is_refused_with_the_largest_that_fits() {
+        use crate::gpu::{DeviceMemory, MemorySource};
+        let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        cfg.max_model_len = Some(1024);
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!(resolved.kv_cache_memory, 64 * 368_640);
+        let weights = 100 << 20;
+        let memory = |budget: u64| DeviceMemory {
+            budget_bytes: Some(budget),
+            heap_bytes: Some(budget),
+            source: MemorySource::VulkanMemoryBudget,
+        };
+        // fits exactly; an unknown budget is not checked
+        let exact = weights + 64 * 368_640;
+        check_device_memory(&cfg, &resolved, memory(exact), weights).unwrap();
+        check_device_memory(&cfg, &resolved, DeviceMemory::UNKNOWN, u64::MAX).unwrap();
+        // one byte short: the default pool's sequences named, and the room left
+        let err = check_device_memory(&cfg, &resolved, memory(exact - 1), weights).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("a KV cache of 22.5 MiB (1 sequences of -c 1024)"), "{msg}");
+        assert!(msg.contains("Vulkan memory budget"), "{msg}");
+        let room = crate::kv::format_bytes(64 * 368_640 - 1);
+        assert!(msg.contains(&format!("give --kv-cache-memory at most {room}")), "{msg}");
+        // a flag asking beyond it is named as the flag
+        cfg.kv_cache_memory = Some(1 << 30);
+        let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        let err = check_device_memory(&cfg, &resolved, memory(512 << 20), weights).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("--kv-cache-memory 1 GiB"), "{msg}");
+        assert!(msg.contains("at most 412 MiB"), "{msg}");
+        // weights larger than the budget: no pool fits
+        let err = check_device_memory(&cfg, &resolved, memory(64 << 20), weights).unwrap_err();
+        assert!(err.to_string().contains("the weights alone do not fit"), "{err}");
+    }
+
+    /// `--gpu-memory-utilization` with a fake memory source: the budget left after the weights,
+    /// the refusals, and the pool fitted back into the resolved config (-c fitted where not
+    /// given, refused where given).
+    #[test]
+    fn gpu_memory_utilization_arithmetic_and_context_fitting() {
+        use crate::gpu::{DeviceMemory, MemorySource};
+        let model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        let mut cfg = EngineConfig::new("unused");
+        cfg.max_model_len = None; // 8192 by default
+        let (resolved, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!(resolved.max_model_len, 8192);
+        let memory = DeviceMemory {
+            budget_bytes: Some(1 << 30),
+            heap_bytes: Some(1 << 30),
+            source: MemorySource::VulkanMemoryBudget,
+        };
+        let weights = 100 << 20;
+        let fit = kv_fit(0.5, &resolved, &layout, memory, weights).unwrap();
+        assert_eq!(fit.bytes, (512 << 20) - weights);
+        assert_eq!(fit.bytes_per_block, 368_640);
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            let err = kv_fit(bad, &resolved, &layout, memory, weights).unwrap_err().to_string();
+            assert!(err.contains("above 0 and at most 1"), "{bad}: {err}");
+        }
+        let err = kv_fit(0.05, &resolved, &layout, memory, weights).unwrap_err().to_string();
+        assert!(err.contains("raise it above 0.098"), "{err}");
+        let err = kv_fit(0.5, &resolved, &layout, DeviceMemory::UNKNOWN, weights).unwrap_err();
+        assert!(err.to_string().contains("give --kv-cache-memory instead"), "{err}");
+        // a pool of 100 blocks (1600 tokens) holds no 8192-token sequence: -c is fitted
+        let mut r = resolved.clone();
+        r.fit_pool(&cfg, 100, &layout).unwrap();
+        assert_eq!((r.num_blocks, r.kv_cache_memory), (100, 100 * 368_640));
+        let blocks = |len| r.kv_groups.blocks_for_lone_sequence(16, len, 512);
+        assert!(blocks(r.max_model_len) <= 100 && blocks(r.max_model_len + 1) > 100);
+        assert!(r.max_model_len <= 1600, "{}", r.max_model_len);
+        // -c given: refused, naming both fixes
+        cfg.max_model_len = Some(8192);
+        let mut r = resolved.clone();
+        let err = r.fit_pool(&cfg, 100, &layout).unwrap_err().to_string();
+        assert!(err.contains("raise --gpu-memory-utilization or lower -c"), "{err}");
+        // a pool that holds the sequence keeps -c
+        let mut r = resolved.clone();
+        r.fit_pool(&cfg, 1000, &layout).unwrap();
+        assert_eq!(r.max_model_len, 8192);
     }
 }

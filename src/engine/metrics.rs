@@ -18,7 +18,7 @@
 //! | `kvrun:time_per_output_token_seconds` | histogram | between consecutive output tokens |
 //! | `kvrun:e2e_request_latency_seconds` | histogram | arrival → last token of a finished request |
 //! | `kvrun:request_disconnects_total` | counter | requests cancelled because their client went away |
-//! | `kvrun:cache_config_info{block_size,num_gpu_blocks}` | gauge (1) | the KV pool's shape |
+//! | `kvrun:cache_config_info{block_size,num_gpu_blocks,kv_cache_memory[,gpu_memory_utilization]}` | gauge (1) | the KV pool's shape and bytes (and the fraction of the device's memory that sized it) |
 //! | `kvrun:tenant_kv_blocks{tenant}` / `kvrun:tenant_kv_quota_blocks{tenant}` | gauge | KV blocks a tenant holds (running + cached; a recurrent model's states as blocks' worth of bytes) / its cap |
 //! | `kvrun:tenant_recurrent_states{tenant}` | gauge | recurrent states a tenant holds: running sequences' and snapshots (hybrids; counted in its blocks) |
 //! | `kvrun:tenant_num_requests_running{tenant}` / `_waiting{tenant}` | gauge | a tenant's sequences running / waiting |
@@ -322,11 +322,21 @@ impl Metrics {
     }
 
     /// Records the KV pool's shape (`cache_config_info`).
-    pub fn set_cache_config(&self, block_size: usize, num_blocks: usize) {
-        let labels = vec![
+    pub fn set_cache_config(
+        &self,
+        block_size: usize,
+        num_blocks: usize,
+        kv_cache_memory: u64,
+        gpu_memory_utilization: Option<f64>,
+    ) {
+        let mut labels = vec![
             ("block_size".to_string(), block_size.to_string()),
             ("num_gpu_blocks".to_string(), num_blocks.to_string()),
+            ("kv_cache_memory".to_string(), kv_cache_memory.to_string()),
         ];
+        if let Some(f) = gpu_memory_utilization {
+            labels.push(("gpu_memory_utilization".to_string(), f.to_string()));
+        }
         self.cache_config_info.get_or_create(&labels).set(1);
     }
 

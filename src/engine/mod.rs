@@ -30,9 +30,9 @@ use std::time::Instant;
 
 pub use crate::loader::SamplingDefaults;
 pub use config::{
-    kv_groups, kv_groups_at, kv_storage, model_kv_layout, model_kv_storage, tenant_namespace,
-    EngineConfig, KvQuota, ResolvedConfig, TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP,
-    DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+    check_device_memory, kv_fit, kv_groups, kv_groups_at, kv_storage, model_kv_layout,
+    model_kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
+    DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 pub use frontend::{Conversation, Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
@@ -76,6 +76,10 @@ pub enum EngineError {
     Frontend(#[from] FrontendError),
     #[error("{0}")]
     Config(String),
+    /// The KV cache asked for (with the weights) exceeds the adapter's memory
+    /// ([`check_device_memory`]).
+    #[error("{0}")]
+    DeviceMemory(String),
     #[error("{0}")]
     Sampling(#[from] crate::sample::SampleError),
     #[error("the engine is busy with requests; {0} needs it idle")]
@@ -116,7 +120,32 @@ impl Engine {
     /// Opens the GPU, reads the model file, uploads the weights and allocates the KV pool.
     pub fn load(cfg: &EngineConfig) -> Result<Self, EngineError> {
         let file = ModelFile::open(&cfg.model)?;
+        if cfg.gpu_memory_utilization.is_some() && cfg.kv_cache_memory.is_some() {
+            return Err(EngineError::Config(
+                "--gpu-memory-utilization and --kv-cache-memory both size the KV cache; give one"
+                    .into(),
+            ));
+        }
         let (mut resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
+        let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
+        let kernels =
+            Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
+        resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
+        let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
+        resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
+        let model = match cfg.gpu_memory_utilization {
+            Some(f) => {
+                let fit = kv_fit(f, &resolved, &layout, gpu.memory, file.weight_bytes())?;
+                let options = model_options(&resolved);
+                let model = Model::load_fitting(gpu.clone(), &kernels, &file, options, fit)?;
+                resolved.fit_pool(cfg, model.kv_pool().num_blocks, &layout)?;
+                model
+            }
+            None => {
+                check_device_memory(cfg, &resolved, gpu.memory, file.weight_bytes())?;
+                Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?
+            }
+        };
         let mut tokenizer = file.tokenizer()?;
         if let Some(path) = &cfg.chat_template_file {
             let source = std::fs::read_to_string(path).map_err(|e| {
@@ -131,13 +160,6 @@ impl Engine {
         let frontend = Frontend::new(tokenizer, resolved.max_model_len, model_max_len)?
             .with_sampling_defaults(file.sampling_defaults());
         let frontend = Arc::new(frontend);
-        let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
-        let kernels =
-            Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
-        resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
-        let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
-        resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
-        let model = Model::load(gpu.clone(), &kernels, &file, model_options(&resolved))?;
         let mut kv = KvManager::with_groups(
             layout,
             resolved.kv_groups.clone(),
@@ -162,7 +184,12 @@ impl Engine {
         let tenants = set_tenants(&mut sched, cfg, &layout)?;
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
         let metrics = Arc::new(Metrics::new());
-        metrics.set_cache_config(resolved.block_size, resolved.num_blocks);
+        metrics.set_cache_config(
+            resolved.block_size,
+            resolved.num_blocks,
+            resolved.kv_cache_memory,
+            cfg.gpu_memory_utilization,
+        );
         metrics.set_state_bytes_per_sequence(model.config().state_bytes_per_sequence());
         Ok(Engine {
             gpu,

@@ -11,6 +11,9 @@ pub struct GpuOptions {
     pub backend: Option<String>,
     /// Case-insensitive substring of the adapter name (e.g. `llvmpipe`, `nvidia`).
     pub adapter: Option<String>,
+    /// The bytes kvrun may allocate on the adapter, given instead of read
+    /// ([`super::MemorySource::Given`]: for backends that report none, or to leave room).
+    pub memory_budget: Option<u64>,
 }
 
 /// What the device can do, probed once. Kernel variants are chosen from this in one place
@@ -76,6 +79,8 @@ pub struct Gpu {
     pub caps: Capabilities,
     pub features: wgpu::Features,
     pub limits: wgpu::Limits,
+    /// What kvrun may allocate on the adapter (read when it is opened).
+    pub memory: super::DeviceMemory,
     /// The first error wgpu reported outside an error scope (wgpu's default handler panics;
     /// ours records it for [`Gpu::check_errors`]).
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -140,7 +145,11 @@ impl Gpu {
         }))
         .map_err(|source| GpuError::RequestDevice { adapter: info.name.clone(), source })?;
         let caps = Capabilities::probe(&info, features, &limits);
-        tracing::info!(adapter = %info.name, backend = ?info.backend, "GPU opened");
+        let memory = match opts.memory_budget {
+            Some(bytes) => super::DeviceMemory::given(&adapter, bytes),
+            None => super::DeviceMemory::read(&adapter, caps.is_cpu),
+        };
+        tracing::info!(adapter = %info.name, backend = ?info.backend, ?memory, "GPU opened");
         let uncaptured: Arc<Mutex<Option<String>>> = Arc::default();
         let sink = uncaptured.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -148,7 +157,7 @@ impl Gpu {
             let mut first = sink.lock().unwrap_or_else(|p| p.into_inner());
             first.get_or_insert_with(|| e.to_string());
         }));
-        Ok(Gpu { device, queue, info, caps, features, limits, uncaptured })
+        Ok(Gpu { device, queue, info, caps, features, limits, memory, uncaptured })
     }
 
     /// Every adapter the backends chosen by `opts` (or the environment) expose, as

@@ -4,10 +4,12 @@
 
 mod buffers;
 mod context;
+mod memory;
 mod pipelines;
 mod timer;
 
 pub use buffers::padded_size;
 pub use context::{AllocationScope, Capabilities, Gpu, GpuError, GpuOptions};
+pub use memory::{DeviceMemory, MemorySource};
 pub use pipelines::{BindingKind, Pipeline, PipelineCache, PipelineSpec};
 pub use timer::GpuTimer;

@@ -40,6 +40,22 @@ pub(super) struct StepBuffers {
 }
 
 impl StepBuffers {
+    /// Bytes of every buffer (what a pool sized from a budget leaves room for).
+    pub fn bytes(&self) -> u64 {
+        let one = [
+            &self.step,
+            &self.token_ids,
+            &self.positions,
+            &self.seqs,
+            &self.tiles,
+            &self.logit_rows,
+            &self.logit_targets,
+            &self.stage_rows,
+        ];
+        let many = self.slot_mapping.iter().chain(&self.block_tables).chain(&self.completed_blocks);
+        one.into_iter().chain(many).map(wgpu::Buffer::size).sum()
+    }
+
     pub fn new(gpu: &Gpu, o: &ModelOptions) -> Self {
         let u32s = |label: &str, n: usize| gpu.storage_buffer(label, (n.max(1) * 4) as u64);
         let block_table_capacity = o.max_num_seqs * o.max_model_len.div_ceil(o.block_size);
@@ -201,6 +217,39 @@ pub(super) fn delta_proj_width(d: &crate::loader::DeltaNet) -> usize {
 }
 
 impl Activations {
+    /// Bytes of every buffer, staging copies included (what a pool sized from a budget leaves
+    /// room for). Lists every field: a new buffer belongs here too.
+    pub fn bytes(&self) -> u64 {
+        let mut all = vec![
+            &self.hidden,
+            &self.normed,
+            &self.qkv,
+            &self.qk,
+            &self.sublayer,
+            &self.attn,
+            &self.attn_gate,
+            &self.gate_up,
+            &self.ffn,
+            &self.logits_in,
+            &self.logits,
+            &self.logits_staging,
+            &self.token_ids,
+            &self.token_ids_staging,
+            &self.partials,
+        ];
+        all.extend(&self.rope_tables);
+        if let Some(m) = &self.mla {
+            all.extend([&m.q_a, &m.q_a_normed, &m.q, &m.c_kv, &m.v]);
+        }
+        if let Some(d) = &self.delta {
+            all.extend([&d.proj, &d.conv, &d.o]);
+        }
+        if let Some(m) = &self.moe {
+            all.extend([&m.logits, &m.ids, &m.weights, &m.h, &m.plan, &m.down_rows]);
+        }
+        all.into_iter().map(wgpu::Buffer::size).sum()
+    }
+
     pub fn new(gpu: &Gpu, c: &ModelConfig, o: &ModelOptions) -> Self {
         let f32s = |label: &str, rows: usize, cols: usize| {
             gpu.storage_buffer(label, (rows.max(1) * cols * 4) as u64)

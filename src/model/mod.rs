@@ -65,6 +65,15 @@ pub struct ModelOptions {
     pub state_snapshots: usize,
 }
 
+/// A KV pool sized from a byte budget ([`Model::load_fitting`]): `bytes` for the step buffers,
+/// activations and pool together (the weights, quantized-KV staging and recurrent states are
+/// the caller's to leave out), in blocks of `bytes_per_block` (`kv::KvLayout::bytes_per_block`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvFit {
+    pub bytes: u64,
+    pub bytes_per_block: u64,
+}
+
 /// The KV-cache group kind a layer of `attention` kind belongs to at a context of
 /// `max_model_len` tokens: a window covering the context is full attention; a recurrent layer
 /// keeps no KV (`None`). The one place that decides it (`engine::kv_groups` builds the groups
@@ -177,6 +186,12 @@ pub enum ModelError {
         value: usize,
         largest: u64,
     },
+    #[error(
+        "the memory left for the KV cache ({budget} bytes) holds no block once the activations \
+         ({activations} bytes) are allocated; raise --gpu-memory-utilization, or lower \
+         --max-num-batched-tokens or --max-num-seqs"
+    )]
+    NoRoomForKv { budget: u64, activations: u64 },
     #[error("this step has {got} {what}, more than the {max} the model was loaded for")]
     BatchTooLarge { what: &'static str, got: usize, max: usize },
 }
@@ -305,7 +320,21 @@ impl Model {
         options: ModelOptions,
     ) -> Result<Self, ModelError> {
         check_kv_groups(file.config(), &options)?;
-        arch::load(gpu, kernels, file, options)
+        arch::load(gpu, kernels, file, options, None)
+    }
+
+    /// [`Model::load`] with the KV pool sized from a byte budget instead of
+    /// `options.num_blocks` (`--gpu-memory-utilization`): the blocks `fit` holds after the step
+    /// buffers and activations are allocated ([`Model::kv_pool`] says how many).
+    pub fn load_fitting(
+        gpu: Arc<Gpu>,
+        kernels: &Kernels,
+        file: &ModelFile,
+        options: ModelOptions,
+        fit: KvFit,
+    ) -> Result<Self, ModelError> {
+        check_kv_groups(file.config(), &options)?;
+        arch::load(gpu, kernels, file, options, Some(fit))
     }
 
     pub fn config(&self) -> &ModelConfig {

@@ -23,6 +23,7 @@ mod qwen35;
 use std::sync::Arc;
 
 use super::buffers::{Activations, KvPool, StatePool, StepBuffers};
+use super::KvFit;
 use super::{Model, ModelError, ModelOptions};
 use crate::gpu::Gpu;
 use crate::kernels::Kernels;
@@ -35,7 +36,8 @@ pub(super) fn load(
     gpu: Arc<Gpu>,
     kernels: &Kernels,
     file: &ModelFile,
-    options: ModelOptions,
+    mut options: ModelOptions,
+    fit: Option<KvFit>,
 ) -> Result<Model, ModelError> {
     let c = file.config().clone();
     common::validate(&c, &options)?;
@@ -54,8 +56,17 @@ pub(super) fn load(
     let scope = gpu.allocation_scope();
     let step = StepBuffers::new(&gpu, &options);
     let act = Activations::new(&gpu, &c, &options);
-    let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
     let states = StatePool::new(&gpu, &c, &options);
+    if let Some(fit) = fit {
+        // the pool takes what the budget leaves after the buffers just allocated
+        let used = step.bytes() + act.bytes();
+        let room = fit.bytes.saturating_sub(used);
+        options.num_blocks = usize::try_from(room / fit.bytes_per_block.max(1)).unwrap_or(0);
+        if options.num_blocks == 0 {
+            return Err(ModelError::NoRoomForKv { budget: fit.bytes, activations: used });
+        }
+    }
+    let kv = KvPool::new(&gpu, &c, &options, max_binding)?;
     let b = Builder {
         gpu: &gpu,
         kernels,
