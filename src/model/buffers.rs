@@ -443,12 +443,13 @@ pub struct KvPool {
 }
 
 impl KvPool {
-    pub(super) fn new(
-        gpu: &Gpu,
+    /// Per head shape, the KV heads a pool block has room for, and the bytes one block takes
+    /// in one slot's K buffer and in its V buffer.
+    #[allow(clippy::type_complexity)]
+    fn block_shape(
         c: &ModelConfig,
         o: &ModelOptions,
-        max_binding: u64,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<(Vec<((usize, usize), usize)>, u64, u64), ModelError> {
         // Layers of different head shapes share the slot buffers, every block sized for the
         // widest (quant::pool_heads; model-wide shape first, every shape's block alike).
         let shapes = c.head_shapes();
@@ -462,6 +463,26 @@ impl KvPool {
         let v_heads = if c.values_in_keys() { 0 } else { room as u64 };
         let (k_block, v_block) =
             (room as u64 * hb_bytes(o.kv_cache.k), v_heads * hb_bytes(o.kv_cache.v));
+        Ok((pool_heads, k_block, v_block))
+    }
+
+    /// The most blocks a pool can have with no slot buffer larger than `max_binding`.
+    pub(super) fn max_blocks(
+        c: &ModelConfig,
+        o: &ModelOptions,
+        max_binding: u64,
+    ) -> Result<usize, ModelError> {
+        let (_, k_block, v_block) = Self::block_shape(c, o)?;
+        Ok(usize::try_from(max_binding / k_block.max(v_block).max(1)).unwrap_or(usize::MAX))
+    }
+
+    pub(super) fn new(
+        gpu: &Gpu,
+        c: &ModelConfig,
+        o: &ModelOptions,
+        max_binding: u64,
+    ) -> Result<Self, ModelError> {
+        let (pool_heads, k_block, v_block) = Self::block_shape(c, o)?;
         let blocks = o.num_blocks as u64;
         let (k_layer, v_layer) = (blocks.saturating_mul(k_block), blocks.saturating_mul(v_block));
         if k_layer.max(v_layer) > max_binding {

@@ -61,7 +61,16 @@ pub(super) fn load(
         // the pool takes what the budget leaves after the buffers just allocated
         let used = step.bytes() + act.bytes();
         let room = fit.bytes.saturating_sub(used);
-        options.num_blocks = usize::try_from(room / fit.bytes_per_block.max(1)).unwrap_or(0);
+        let blocks = usize::try_from(room / fit.bytes_per_block.max(1)).unwrap_or(usize::MAX);
+        // and no more than a slot's buffer can bind
+        let cap = KvPool::max_blocks(&c, &options, max_binding)?;
+        if blocks > cap {
+            tracing::info!(
+                "the KV pool takes {cap} blocks, not the {blocks} the memory left holds: one \
+                 layer's K or V buffer may bind at most {max_binding} bytes on this adapter"
+            );
+        }
+        options.num_blocks = blocks.min(cap);
         if options.num_blocks == 0 {
             return Err(ModelError::NoRoomForKv { budget: fit.bytes, activations: used });
         }
