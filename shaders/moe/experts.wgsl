@@ -22,27 +22,6 @@
 // w_dot per block summed in chunks of CHUNK_BLOCKS, the chunk sums left to right — a token's
 // result depends on its own routing only, never on the batch.
 
-struct ExpertParams {
-    k: u32,             // input features (multiple of 32)
-    rows: u32,          // rows per expert (MODE_GATE_UP: 2 · ffn, gate/up pairs)
-    total_rows: u32,    // part_experts · rows: this part's rows
-    used: u32,          // experts per token
-    x_stride: u32,      // floats between input rows (multiple of 4)
-    out_stride: u32,    // floats between output rows
-    glu_kind: u32,      // MODE_GATE_UP: the activation (common/glu.wgsl)
-    expert_base: u32,   // the part's first expert
-    part_experts: u32,  // experts in the part
-    has_bias: u32,      // 1: bias holds every expert's row biases
-    _pad1: u32,
-    _pad2: u32,
-}
-
-const MODE_GATE_UP: u32 = 0u;
-const MODE_DOWN: u32 = 1u;
-const CHUNK_BLOCKS: u32 = 8u;
-
-override MODE: u32 = 0u;
-
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: ExpertParams;
 @group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [w_unit units, W_VEC4_PER_BLOCK]
@@ -55,12 +34,6 @@ override MODE: u32 = 0u;
 
 var<workgroup> glu_sums: array<f32, 64>;
 var<workgroup> pair_expert: u32;
-
-// Expert e's place in this part, or part_experts when another part holds it.
-fn local_expert(e: u32) -> u32 {
-    return select(p.part_experts, e - p.expert_base,
-                  e >= p.expert_base && e - p.expert_base < p.part_experts);
-}
 
 fn x_block_at(row: u32, b: u32) -> XBlock {
     let i = row + 8u * b;

@@ -16,31 +16,11 @@
 // blocks of a chunk left to right, the chunk sums left to right, then the bias, so a pair's
 // result has the same bits on either path and never depends on the tile it lands in.
 
-struct GroupedParams {
-    k: u32,             // input features (multiple of 32)
-    rows: u32,          // rows per expert (MODE_GATE_UP: 2 · ffn, gate/up pairs)
-    total_rows: u32,    // part_experts · rows: this part's rows
-    used: u32,          // experts per token
-    x_stride: u32,      // floats between input rows (multiple of 4)
-    out_stride: u32,    // floats between output rows
-    glu_kind: u32,      // MODE_GATE_UP: the activation (common/glu.wgsl)
-    expert_base: u32,   // the part's first expert
-    part_experts: u32,  // experts in the part
-    has_bias: u32,      // 1: bias holds every expert's row biases
-    tiles_at: u32,      // the plan's per-tile experts (align.wgsl)
-    sorted_at: u32,     // the plan's per-tile pairs
-}
-
-const MODE_GATE_UP: u32 = 0u;
-const MODE_DOWN: u32 = 1u;
-const CHUNK_BLOCKS: u32 = 8u;
 const TILE: u32 = 8u;        // pairs per tile (kernels::moe::TILE_PAIRS)
 const NONE: u32 = 0xffffffffu;
 
-override MODE: u32 = 0u;
-
 @group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: GroupedParams;
+@group(0) @binding(1) var<uniform> p: ExpertParams;
 @group(0) @binding(2) var<storage, read> wq: array<vec4<u32>>;  // [w_unit units, W_VEC4_PER_BLOCK]
 @group(0) @binding(3) var<storage, read> ws: array<u32>;        // side words
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;   // [rows of x, x_stride / 4]
@@ -54,12 +34,6 @@ var<workgroup> xsum: array<f32, 64>;        // TILE · CHUNK_BLOCKS
 // GLU epilogue: each invocation's sums, [pair, row of the workgroup].
 var<workgroup> glu_sums: array<f32, 512>;   // TILE · 64
 var<workgroup> tile_expert: u32;
-
-// Expert e's place in this part, or part_experts when another part holds it.
-fn local_expert(e: u32) -> u32 {
-    return select(p.part_experts, e - p.expert_base,
-                  e >= p.expert_base && e - p.expert_base < p.part_experts);
-}
 
 // vec4 index of pair v's input row.
 fn x_row(v: u32) -> u32 {

@@ -331,39 +331,32 @@ pub fn expert_gate_up(
     [experts, ffn, hidden]: [usize; 3],
     max_binding: u64,
 ) -> Result<GpuWeight, ModelError> {
-    let shape = [experts, ffn, hidden];
     let label = format!("blk.{l}.ffn_gate_up_exps");
+    let (format, data) = expert_gate_up_rows(file, l, [experts, ffn, hidden], &label)?;
+    let shape = [2 * experts * ffn, hidden];
+    Ok(GpuWeight::upload_in_runs(gpu, &label, format, shape, &data, max_binding, 2 * ffn)?)
+}
+
+/// The file bytes of [`expert_gate_up`]'s weight, in its row order, from whichever layout the
+/// file has.
+fn expert_gate_up_rows(
+    file: &ModelFile,
+    l: usize,
+    [experts, ffn, hidden]: [usize; 3],
+    label: &str,
+) -> Result<(WeightFormat, Vec<u8>), ModelError> {
     let hf = format!("blk.{l}.hf_gate_up_proj");
     if file.has_tensor(&format!("{hf}_blocks")) {
         // gpt-oss's MXFP4 checkpoints: [experts, 2 · ffn, …] rows, gate and up interleaved
         let data = mxfp4_from_hf(file, &hf, [experts, 2 * ffn, hidden])?;
-        let shape = [2 * experts * ffn, hidden];
-        let format = WeightFormat::MXFP4;
-        return Ok(GpuWeight::upload_in_runs(
-            gpu,
-            &label,
-            format,
-            shape,
-            &data,
-            max_binding,
-            2 * ffn,
-        )?);
+        return Ok((WeightFormat::MXFP4, data));
     }
     if file.has_tensor(&hf) {
         // gpt-oss as transformers saves it: [experts, hidden, 2 · ffn], the columns gate 0,
         // up 0, gate 1, …: each expert's transpose is its interleaved gate|up rows
-        let (format, data) = transposed_experts(file, &hf, [experts, hidden, 2 * ffn])?;
-        let shape = [2 * experts * ffn, hidden];
-        return Ok(GpuWeight::upload_in_runs(
-            gpu,
-            &label,
-            format,
-            shape,
-            &data,
-            max_binding,
-            2 * ffn,
-        )?);
+        return transposed_experts(file, &hf, [experts, hidden, 2 * ffn]);
     }
+    let shape = [experts, ffn, hidden];
     let (format, gate) = expert_rows(file, l, "ffn_gate", shape)?;
     let (up_format, up) = expert_rows(file, l, "ffn_up", shape)?;
     if up_format != format {
@@ -380,8 +373,7 @@ pub fn expert_gate_up(
             data.extend_from_slice(u_row);
         }
     }
-    let shape = [2 * experts * ffn, hidden];
-    Ok(GpuWeight::upload_in_runs(gpu, &label, format, shape, &data, max_binding, 2 * ffn)?)
+    Ok((format, data))
 }
 
 /// The down projections of layer `l`'s experts ([hidden, ffn] each), stacked: expert e's rows

@@ -92,8 +92,8 @@ impl TilePlan {
     }
 }
 
-/// Mirror of WGSL `ExpertParams` (`experts.wgsl`) and `GroupedParams` (`grouped.wgsl`): the
-/// same first ten fields, the plan's offsets last (per-token: unused).
+/// Mirror of WGSL `ExpertParams` (`shaders/moe/expert_params.wgsl`, both paths' kernels): the
+/// plan's offsets last (the per-pair path does not read them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct ExpertParams {
@@ -179,7 +179,8 @@ impl Kernel for ExpertKey {
             ExpertPath::PerToken => include_str!("../../../shaders/moe/experts.wgsl"),
             ExpertPath::Grouped => include_str!("../../../shaders/moe/grouped.wgsl"),
         };
-        vec![STEP, GLU, WEIGHTS, WEIGHTS_STORAGE, source::weight_snippet(self.format), body]
+        let params = include_str!("../../../shaders/moe/expert_params.wgsl");
+        vec![STEP, GLU, WEIGHTS, WEIGHTS_STORAGE, source::weight_snippet(self.format), params, body]
     }
 
     fn constants(&self) -> Vec<(&'static str, f64)> {
@@ -496,7 +497,8 @@ impl ExpertsOp {
             let pipeline = kernels.pipeline(gpu, ExpertStageKey::Combine);
             let ubuf = gpu.uniform_buffer_init("moe combine", bytemuck::bytes_of(&combine_params));
             let buffers = [io.step, &ubuf, io.ids, io.weights, g.down_rows, io.out];
-            let combine = (pipeline.clone(), pipeline.bind_group(gpu, "moe combine", &buffers));
+            let bind_group = pipeline.bind_group(gpu, "moe combine", &buffers);
+            let combine = (pipeline, bind_group);
             Grouped { plan, align, gate_up, down: down_proj, combine, hidden }
         });
         let bytes = |w: &GpuWeight| -> u64 {
