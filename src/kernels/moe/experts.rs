@@ -155,7 +155,7 @@ pub const EXPERT_BINDINGS: [BindingKind; 9] = [
 /// Binding order of the grouped expert kernel.
 pub const GROUPED_BINDINGS: [BindingKind; 8] = [
     BindingKind::Uniform,          // step: StepInfo (num_tokens)
-    BindingKind::Uniform,          // p: GroupedParams
+    BindingKind::Uniform,          // p: ExpertParams
     BindingKind::StorageRead,      // wq: the stacked weight's words
     BindingKind::StorageRead,      // ws: its side words
     BindingKind::StorageRead,      // x: [rows of x, x_stride]
