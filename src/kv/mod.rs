@@ -15,6 +15,7 @@
 //! | `prefix_cache_companions.rs` | other groups' blocks on each node (companions): usable length across a window, loose companions |
 //! | `prefix_cache_snapshots.rs` | recurrent models: state snapshot slots owned by nodes; a prefix is usable where one ends it |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
+//! | `manager_integrity.rs` | [`KvManager::check_integrity`]: every invariant, the first violation named |
 //! | `manager_snapshots.rs` | recurrent models: which step writes a snapshot where, restore on a hit |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
