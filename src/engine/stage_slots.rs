@@ -63,7 +63,7 @@ mod tests {
             restore_state: None,
             snapshot: None,
         };
-        StepPlan { seqs: ids.iter().map(seq).collect() }
+        StepPlan { seqs: ids.iter().map(seq).collect(), ..StepPlan::default() }
     }
 
     #[test]

@@ -44,6 +44,7 @@ use super::block_pool::{BlockId, BlockPool};
 use super::block_table::{BlockTable, NULL_BLOCK};
 use super::error::KvError;
 use super::groups::{GroupKind, KvGroups};
+use super::host_tier::{HostTier, HostTierStats, KvMoves};
 use super::layout::KvLayout;
 use super::prefix_cache::{Namespace, PrefixCache};
 use super::quota::Tenants;
@@ -77,6 +78,10 @@ pub struct KvStats {
     pub num_snapshots: usize,
     /// Snapshots evicted to free a slot, ever.
     pub num_evicted_snapshots: u64,
+    /// Of the hit tokens, those brought back from the host tier.
+    pub host_hit_tokens: u64,
+    /// The host tier's counters (all 0 without one).
+    pub host: HostTierStats,
 }
 
 /// Where a step of a sequence writes its recurrent states' snapshot
@@ -141,6 +146,12 @@ pub struct KvManager {
     prefix_query_tokens: u64,
     prefix_hit_tokens: u64,
     pub(super) num_evicted_blocks: u64,
+    /// The host tier under the pool (`--kv-offloading-size`, `manager_tier.rs`).
+    pub(super) host: Option<HostTier>,
+    /// The copies the steps planned since [`KvManager::take_moves`] need.
+    pub(super) moves: KvMoves,
+    /// Of the hit tokens, those brought back from the host tier.
+    pub(super) host_hit_tokens: u64,
 }
 
 impl KvManager {
@@ -199,6 +210,9 @@ impl KvManager {
             prefix_query_tokens: 0,
             prefix_hit_tokens: 0,
             num_evicted_blocks: 0,
+            host: None,
+            moves: KvMoves::default(),
+            host_hit_tokens: 0,
         })
     }
 
@@ -273,7 +287,9 @@ impl KvManager {
     /// `tokens.len() − 1` so that at least the last token is computed (its logits are needed).
     /// 0 with the cache disabled. O(tokens.len()).
     pub fn num_cached_tokens(&self, namespace: Namespace, tokens: &[u32]) -> usize {
-        self.peek_prefix(namespace, tokens).len() * self.layout.block_size
+        let gpu = self.peek_prefix(namespace, tokens).len();
+        let host = self.host_continuation(namespace, self.cacheable(tokens), gpu).len();
+        (gpu + host) * self.layout.block_size
     }
 
     /// Whether [`KvManager::begin_sequence`] for `tokens`, then [`KvManager::reserve`] of
@@ -287,7 +303,9 @@ impl KvManager {
             Some(cache) => self.evictable_taken_by(cache, &matched),
             None => 0,
         };
-        let num_cached_tokens = matched.len() * self.layout.block_size;
+        // host hits need pool blocks like computed tokens do
+        let host = self.host_continuation(namespace, self.cacheable(tokens), matched.len()).len();
+        let num_cached_tokens = (matched.len() + host) * self.layout.block_size;
         let needed =
             self.layout.blocks_for_tokens(num_cached_tokens + num_new_tokens) - matched.len();
         let states = usize::from(self.state_blocks > 0); // its running state
@@ -350,11 +368,12 @@ impl KvManager {
             Some(cache) => cache.match_prefix(namespace, &tokens[..cap]),
             None => Vec::new(),
         };
-        let locked = matched.last().copied();
-        if let (Some(cache), Some(last)) = (&mut self.cache, locked) {
+        if let (Some(cache), Some(&last)) = (&mut self.cache, matched.last()) {
             cache.lock_in(&self.pool, last);
             cache.touch_snapshot(last); // restored from (recurrent models)
         }
+        let matched = self.extend_from_host(namespace, &tokens[..cap], matched);
+        let locked = matched.last().copied();
         if self.cache.is_some() {
             let hit = matched.len() * self.layout.block_size;
             self.prefix_query_tokens += tokens.len() as u64;
@@ -444,6 +463,14 @@ impl KvManager {
         let last =
             cache.insert_groups(&mut self.pool, s.namespace, prefix, &rows).expect("full ≥ 1");
         cache.lock_in(&self.pool, last);
+        if let Some(host) = &mut self.host {
+            // computed again: the host copies of its new nodes go (one tier at a time)
+            for event in cache.take_tier_log() {
+                if let super::prefix_cache::TierEvent::Added(key) = event {
+                    host.forget(&key);
+                }
+            }
+        }
         if let Some(old) = s.locked.replace(last) {
             cache.unlock(old);
         }
@@ -578,9 +605,14 @@ impl KvManager {
 
     /// Evicts every unlocked cached block (all of them once no sequence is live); returns how
     /// many. O(k log n).
+    /// The host tier is emptied too (its blocks are not counted).
     pub fn clear_prefix_cache(&mut self) -> usize {
         let Some(cache) = &mut self.cache else { return 0 };
         let evicted = cache.evict(&mut self.pool, usize::MAX).len();
+        cache.take_tier_log(); // dropped, not written back
+        if let Some(host) = &mut self.host {
+            host.clear();
+        }
         self.num_evicted_blocks += evicted as u64;
         evicted
     }
@@ -602,6 +634,8 @@ impl KvManager {
                 .cache
                 .as_ref()
                 .map_or(0, PrefixCache::num_evicted_snapshots),
+            host_hit_tokens: self.host_hit_tokens,
+            host: self.host.as_ref().map(HostTier::stats).unwrap_or_default(),
         }
     }
 
@@ -609,6 +643,11 @@ impl KvManager {
     /// `block_size` ≤ `len − 1`.
     fn cacheable_len(&self, len: usize) -> usize {
         len.saturating_sub(1) / self.layout.block_size * self.layout.block_size
+    }
+
+    /// The part of `tokens` that may come from the cache ([`Self::cacheable_len`]).
+    fn cacheable<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
+        &tokens[..self.cacheable_len(tokens.len())]
     }
 
     /// The cached blocks [`KvManager::begin_sequence`] would match (nothing touched): the
@@ -649,18 +688,19 @@ impl KvManager {
 
     /// Makes `needed` blocks free, evicting cached blocks if the free list is short; on
     /// [`KvError::OutOfBlocks`] nothing was evicted.
+    /// With a host tier the evicted blocks (and any a tenant gave up before) are written back.
     pub(super) fn make_room(&mut self, needed: usize) -> Result<(), KvError> {
         let free = self.pool.num_free();
-        if needed <= free {
-            return Ok(());
-        }
         let available = self.num_free_or_evictable_blocks();
+        if needed > free && needed <= available {
+            let cache = self.cache.as_mut().expect("evictable blocks imply a cache");
+            let evicted = cache.evict(&mut self.pool, needed - free);
+            self.num_evicted_blocks += evicted.len() as u64;
+        }
+        self.sync_tier();
         if needed > available {
             return Err(KvError::OutOfBlocks { needed, free: available });
         }
-        let cache = self.cache.as_mut().expect("evictable blocks imply a cache");
-        let evicted = cache.evict(&mut self.pool, needed - free);
-        self.num_evicted_blocks += evicted.len() as u64;
         Ok(())
     }
 
@@ -706,6 +746,9 @@ mod snapshots;
 
 #[path = "manager_integrity.rs"]
 mod integrity;
+
+#[path = "manager_tier.rs"]
+mod tier;
 
 #[cfg(test)]
 #[path = "manager_tests.rs"]

@@ -57,6 +57,7 @@ impl KvManager {
                 ));
             }
         }
+        self.check_tier()?;
         self.check_quotas()
     }
 

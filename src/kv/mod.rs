@@ -16,6 +16,8 @@
 //! | `prefix_cache_snapshots.rs` | recurrent models: state snapshot slots owned by nodes; a prefix is usable where one ends it |
 //! | `manager.rs` | [`KvManager`]: the pool plus a table per live sequence; the scheduler's door |
 //! | `manager_integrity.rs` | [`KvManager::check_integrity`]: every invariant, the first violation named |
+//! | `host_tier.rs` | [`HostTier`]: host-RAM slots under the pool, keyed by [`BlockKey`] (a SHA-256 token chain); LRU; [`KvMoves`] |
+//! | `manager_tier.rs` | the manager's host tier: evicted blocks written back, hits brought back at admission |
 //! | `manager_snapshots.rs` | recurrent models: which step writes a snapshot where, restore on a hit |
 //! | `quota.rs` | tenant KV quotas on the manager: blocks held per namespace, own-first eviction |
 //! | `error.rs` | [`KvError`]: every refusal, with the flag to change |
@@ -56,6 +58,9 @@ mod block_table;
 mod bytes;
 mod error;
 mod groups;
+mod host_tier;
+#[cfg(test)]
+mod host_tier_proptests;
 mod layout;
 mod manager;
 #[cfg(test)]
@@ -77,6 +82,7 @@ pub use block_table::{BlockTable, NULL_BLOCK};
 pub use bytes::{format_bytes, parse_bytes};
 pub use error::{ByteSizeProblem, KvError, LayoutDim, PlanField};
 pub use groups::{GroupKind, KvGroup, KvGroups, PlannedContext};
+pub use host_tier::{BlockKey, HostSlot, HostTier, HostTierStats, KvMoves};
 pub use layout::{HeadBlockStorage, KvLayout, KvStorage, MAX_BLOCK_SIZE};
 pub use manager::{KvManager, KvStats, SeqId, SnapshotTarget};
 pub use plan::{plan, staging_bytes_per_sequence, Plan, PlanHeads, PlanInput};

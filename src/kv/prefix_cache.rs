@@ -60,6 +60,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::block_pool::{BlockId, BlockPool};
 use super::block_table::NULL_BLOCK;
 use super::groups::GroupKind;
+use super::host_tier::{chain_key, root_key, BlockKey};
 
 /// Isolation key: cached blocks are shared only among sequences of the same namespace (e.g. a
 /// tenant). `None` is the default namespace.
@@ -96,6 +97,9 @@ struct Node {
     /// The state snapshot slot after this block's last token (recurrent models,
     /// `prefix_cache_snapshots.rs`).
     snapshot: Option<u32>,
+    /// The block's name in every tier: its namespace and tokens from the root
+    /// ([`super::host_tier::chain_key`]).
+    key: BlockKey,
 }
 
 impl Node {
@@ -133,6 +137,16 @@ pub struct PrefixCache {
     /// Recurrent models: the state snapshot slots (`prefix_cache_snapshots.rs`); `None` for
     /// models whose layers all attend.
     snapshots: Option<SnapshotSlots>,
+    /// With a host tier: the nodes added and evicted since the manager last took the log.
+    tier_log: Option<Vec<TierEvent>>,
+}
+
+/// A node the tree gained or lost, for the host tier ([`PrefixCache::take_tier_log`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TierEvent {
+    Added(BlockKey),
+    /// The evicted node's block (free now, unless a sequence still holds it) and key.
+    Evicted(BlockId, BlockKey),
 }
 
 /// Blocks of one namespace in the tree.
@@ -171,12 +185,29 @@ impl PrefixCache {
             per_namespace: HashMap::new(),
             clock: 0,
             snapshots: None,
+            tier_log: None,
         }
     }
 
     /// Tokens per block (the length of every key).
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    /// Starts logging the nodes added and evicted, for a host tier.
+    pub(super) fn log_for_tier(&mut self) {
+        self.tier_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The nodes added and evicted since the last call, in order (empty without
+    /// [`Self::log_for_tier`]).
+    pub(super) fn take_tier_log(&mut self) -> Vec<TierEvent> {
+        self.tier_log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Every node's key.
+    pub(super) fn keys(&self) -> impl Iterator<Item = &BlockKey> {
+        self.nodes.values().map(|n| &n.key)
     }
 
     /// The group whose blocks key the nodes (the first full-attention group).
@@ -595,6 +626,13 @@ impl PrefixCache {
             }
         };
         children.insert(key.into(), block);
+        let chain = match parent {
+            Parent::Root(ns) => chain_key(&root_key(ns), key),
+            Parent::Node(p) => chain_key(&self.nodes[&p].key, key),
+        };
+        if let Some(log) = &mut self.tier_log {
+            log.push(TierEvent::Added(chain));
+        }
         let node = Node {
             tokens: key.into(),
             parent,
@@ -604,6 +642,7 @@ impl PrefixCache {
             last_access: self.clock,
             companions: vec![None; self.kinds.len()].into(),
             snapshot: None,
+            key: chain,
         };
         self.nodes.insert(block, node);
         self.num_unlocked += 1;
@@ -651,6 +690,9 @@ impl PrefixCache {
             out.push(c);
         }
         self.free_snapshot_of_removed(node.snapshot);
+        if let Some(log) = &mut self.tier_log {
+            log.push(TierEvent::Evicted(id, node.key));
+        }
         pool.decref(id);
         out.push(id);
     }

@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use super::request::RequestId;
+use crate::kv::KvMoves;
 
 /// The work of one step: one entry per scheduled sequence, decodes first, then prefill chunks of
 /// running sequences, then newly admitted ones. Σ `tokens.len()` ≤ `max_num_batched_tokens` and
@@ -11,6 +12,9 @@ use super::request::RequestId;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepPlan {
     pub seqs: Vec<ScheduledSeq>,
+    /// With a host tier: the KV copies to make before the step (blocks the pool evicted
+    /// written back, host hits brought back), in [`KvMoves`]' order.
+    pub kv_moves: KvMoves,
 }
 
 impl StepPlan {

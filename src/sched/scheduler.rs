@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::kv::{KvManager, TenantKvStats};
+use crate::kv::{KvManager, KvMoves, TenantKvStats};
 
 use super::plan::{ScheduledSeq, StepPlan};
 use super::request::{
@@ -52,6 +52,10 @@ pub struct SchedulerStats {
     pub generation_tokens: u64,
     /// Cached blocks evicted to make room.
     pub num_evicted_blocks: u64,
+    /// Of the prefix hit tokens, those brought back from the host tier.
+    pub host_hit_tokens: u64,
+    /// The host tier (`--kv-offloading-size`): slots, use, blocks moved (all 0 without).
+    pub host: crate::kv::HostTierStats,
     /// Fraction of KV blocks held by live sequences (evictable cached blocks count as free).
     pub kv_usage: f32,
     /// Recurrent models: state snapshot slots, those holding a cached prefix's snapshot, and
@@ -245,7 +249,9 @@ impl Scheduler {
         }
         self.admit_waiting(&mut step);
         self.snapshot_targets(&mut step);
-        self.build_plan(&step)
+        let mut plan = self.build_plan(&step);
+        plan.kv_moves = self.kv.take_moves();
+        plan
     }
 
     /// Recurrent models: which of the step's chunks write a state snapshot, and where (the last
@@ -361,6 +367,8 @@ impl Scheduler {
             prompt_tokens: self.prompt_tokens,
             generation_tokens: self.generation_tokens,
             num_evicted_blocks: kv.num_evicted_blocks,
+            host_hit_tokens: kv.host_hit_tokens,
+            host: kv.host,
             kv_usage: kv.usage,
             num_snapshot_slots: kv.num_snapshot_slots,
             num_snapshots: kv.num_snapshots,
@@ -554,7 +562,7 @@ impl Scheduler {
                 }
             })
             .collect();
-        StepPlan { seqs }
+        StepPlan { seqs, kv_moves: KvMoves::default() }
     }
 
     /// Removes unfinished request `id` from wherever it is, releasing its blocks if running.
