@@ -860,3 +860,85 @@ fn gpu_memory_utilization_sizes_the_pool_from_the_device_budget() {
     let err = Engine::load(&config(1.5, None)).err().unwrap().to_string();
     assert!(err.contains("at most 1"), "{err}");
 }
+
+/// Multi-turn work on a pool that holds one conversation at a time: each of 3 users comes back
+/// with its history plus a new turn after the others' turns evicted its blocks.
+fn multiturn_workload() -> Workload {
+    let mut r = common::rng(11);
+    let users: Vec<Vec<u32>> =
+        (0..3).map(|_| (0..36).map(|_| r.random_range(3..256)).collect()).collect();
+    let mut w = Workload::new();
+    for turn in 0..3 {
+        for user in &users {
+            let mut prompt = user.clone();
+            for t in 0..=turn {
+                prompt.extend((0..6).map(|k| 3 + ((t * 31 + k * 7) % 250) as u32));
+            }
+            w.push((w.len(), prompt, 6)); // one at a time: each turn after the last finished
+        }
+    }
+    w
+}
+
+/// The host tier (`--kv-offloading-size`): blocks the pool evicts go to host memory, and a
+/// user's next turn copies its history back instead of recomputing it. Greedy outputs are
+/// identical to the no-cache reference with the tier on, for f16 KV in both kernel families,
+/// quantized KV (moved as stored) and MLA's latent (no V buffers); the tier serves hits and
+/// fewer prompt tokens are computed than with the same pool and no tier.
+#[test]
+fn host_tier_outputs_identical_and_hits_come_from_host() {
+    use kvrun::quant::{KvCacheSpec, KvFormat};
+    if common::gpu().is_none() {
+        return;
+    }
+    let w = multiturn_workload();
+    let int8 = KvCacheSpec::new(KvFormat::Int8, None, None, false).unwrap();
+    let deepseek = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-deepseek/hf");
+    let cases: [(&str, KernelFamily, Option<KvCacheSpec>, Option<&PathBuf>); 4] = [
+        ("f16", KernelFamily::Auto, None, None),
+        ("f16, gpu kernels", KernelFamily::Gpu, None, None),
+        ("int8", KernelFamily::Auto, Some(int8), None),
+        ("MLA", KernelFamily::Auto, None, Some(&deepseek)),
+    ];
+    for (name, family, spec, model) in cases {
+        let config = |cache: bool, host: Option<u64>| {
+            let mut c = tiny_config(4, 16, cache, 1, 64);
+            c.kernel_family = family;
+            if let Some(path) = model {
+                c.model = path.clone();
+            }
+            if let Some(spec) = spec {
+                c.kv_cache = spec;
+            }
+            // 16 blocks of 4 tokens: one conversation (≤ 60 tokens) at a time
+            c.max_model_len = Some(64);
+            let probe = Engine::load(&EngineConfig { kv_cache_memory: None, ..c.clone() });
+            let block = probe.unwrap().scheduler().kv().layout().bytes_per_block();
+            c.kv_cache_memory = Some(16 * block);
+            c.kv_offloading_size = host.map(|blocks| blocks * block);
+            c
+        };
+        let reference = run(&config(false, None), &w);
+        let no_tier = same_as(&reference, name, "cache, no tier", &config(true, None), &w);
+        let mut engine = Engine::load(&config(true, Some(64))).unwrap();
+        let tier = run_on(&mut engine, &w);
+        for (i, want) in &reference.outputs {
+            assert_eq!(&tier.outputs[i], want, "{name}, host tier: request {i} differs");
+        }
+        let s = engine.scheduler().stats();
+        eprintln!(
+            "{name}: computed prompt tokens {} without the tier, {} with ({} from host, {} \
+             blocks written back, {} loaded)",
+            no_tier.computed_prompt_tokens,
+            tier.computed_prompt_tokens,
+            s.host_hit_tokens,
+            s.host.num_offloaded,
+            s.host.num_loaded
+        );
+        assert!(s.host_hit_tokens > 0 && s.host.num_loaded > 0, "{name}: no host hit");
+        assert!(
+            tier.computed_prompt_tokens < no_tier.computed_prompt_tokens,
+            "{name}: the tier saved no prompt tokens"
+        );
+    }
+}

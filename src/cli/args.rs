@@ -49,6 +49,11 @@ pub struct KvArgs {
     /// -c, the context is fitted to the pool where it holds less than the default.
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
+    /// Host RAM for KV blocks the GPU pool evicts, e.g. 4GiB (vLLM's flag): a prefix that
+    /// comes back (a conversation's next turn, a preempted sequence) is copied in, not
+    /// recomputed. Needs the prefix cache; not yet for sliding-window or recurrent models.
+    #[arg(long, value_parser = parse_budget)]
+    pub kv_offloading_size: Option<u64>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -120,6 +125,7 @@ impl KvArgs {
             block_size: self.block_size,
             kv_cache_memory: self.kv_cache_memory,
             gpu_memory_utilization: self.gpu_memory_utilization,
+            kv_offloading_size: self.kv_offloading_size,
             max_model_len: self.max_model_len,
             max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,

@@ -43,6 +43,7 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_model_len: Some(args.ctx),
         kv_cache_memory: None,
         gpu_memory_utilization: None,
+        kv_offloading_size: None,
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,

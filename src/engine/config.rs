@@ -28,6 +28,10 @@ pub struct EngineConfig {
     /// staging and states (`check_device_memory` names the budget's source). Excludes
     /// `kv_cache_memory`.
     pub gpu_memory_utilization: Option<f64>,
+    /// Host RAM for KV blocks the pool evicts (`--kv-offloading-size`, vLLM's name): a prefix
+    /// that comes back is copied in instead of recomputed. Needs the prefix cache and a model
+    /// of one full-attention KV-cache group. Default: none.
+    pub kv_offloading_size: Option<u64>,
     /// Context length per sequence (`-c`); default: the model's, capped at 8192.
     pub max_model_len: Option<usize>,
     /// Most sequences per step (`--max-num-seqs`, default 1 for one-shot commands).
@@ -97,6 +101,7 @@ impl EngineConfig {
             block_size: 16,
             kv_cache_memory: None,
             gpu_memory_utilization: None,
+            kv_offloading_size: None,
             max_model_len: None,
             max_num_seqs: 1,
             max_num_batched_tokens: 512,

@@ -18,11 +18,13 @@ mod config;
 mod frontend;
 mod generate;
 mod handle;
+mod host_kv;
 pub mod metrics;
 mod perplexity;
 mod requests;
 mod stage_slots;
 
+use host_kv::HostKvStore;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -114,6 +116,8 @@ pub struct Engine {
     peak_kv_blocks: Vec<usize>,
     /// [vocab] a constrained sequence's logits with its grammar's mask applied: scratch.
     masked: Vec<f32>,
+    /// The host tier's bytes (`--kv-offloading-size`).
+    host_kv: Option<HostKvStore>,
 }
 
 impl Engine {
@@ -180,6 +184,15 @@ impl Engine {
             max_model_len: resolved.max_model_len,
             max_logit_rows: resolved.max_logit_rows,
         };
+        let host_kv = match cfg.kv_offloading_size {
+            Some(size) => {
+                let avail = crate::gpu::host_available_bytes();
+                let (store, slots) = HostKvStore::new(size, model.kv_block_bytes(), avail)?;
+                kv = kv.with_host_tier(slots)?;
+                Some(store)
+            }
+            None => None,
+        };
         let mut sched = Scheduler::new(sched_config, kv)?;
         let tenants = set_tenants(&mut sched, cfg, &layout)?;
         let stage_slots = StageSlots::new(resolved.max_num_seqs);
@@ -208,6 +221,7 @@ impl Engine {
             prompt_logprobs: HashMap::new(),
             peak_kv_blocks: Vec::new(),
             masked: Vec::new(),
+            host_kv,
         })
     }
 
@@ -240,6 +254,9 @@ impl Engine {
     /// Runs one step of every unfinished request (nothing when there is none).
     pub fn step(&mut self) -> Result<Vec<OutputEvent>, EngineError> {
         let plan = self.sched.schedule();
+        if let Some(store) = &mut self.host_kv {
+            store.apply(&self.model, &plan.kv_moves)?; // before the step reads or overwrites
+        }
         if plan.is_empty() {
             return Ok(Vec::new());
         }

@@ -103,7 +103,7 @@ fn vulkan(_: &wgpu::Adapter) -> Option<DeviceMemory> {
 }
 
 /// The host's available memory (`MemAvailable` of /proc/meminfo); `None` elsewhere.
-fn host_available_bytes() -> Option<u64> {
+pub fn host_available_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

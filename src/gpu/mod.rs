@@ -10,6 +10,6 @@ mod timer;
 
 pub use buffers::padded_size;
 pub use context::{AllocationScope, Capabilities, Gpu, GpuError, GpuOptions};
-pub use memory::{DeviceMemory, MemorySource};
+pub use memory::{host_available_bytes, DeviceMemory, MemorySource};
 pub use pipelines::{BindingKind, Pipeline, PipelineCache, PipelineSpec};
 pub use timer::GpuTimer;

@@ -426,6 +426,10 @@ pub struct KvPool {
     pub stage: Vec<wgpu::Buffer>,
     pub num_blocks: usize,
     pub block_size: usize,
+    /// Bytes one block takes in one slot's K buffer, and in its V buffer (0 where the values
+    /// live in the keys).
+    pub k_block_bytes: u64,
+    pub v_block_bytes: u64,
     /// Bytes of all K and V buffers together: `num_blocks × KvLayout::bytes_per_block`.
     pub bytes: u64,
     /// Bytes of all staging buffers: `max_num_seqs × staging_bytes_per_sequence` of
@@ -545,6 +549,8 @@ impl KvPool {
             stage,
             num_blocks: o.num_blocks,
             block_size: o.block_size,
+            k_block_bytes: k_block,
+            v_block_bytes: v_block,
             bytes: (k_layer + v_layer) * slots,
             staging_bytes: kv_layers.iter().map(|&l| stage_bytes(l)).sum(),
             quant,

@@ -5,6 +5,7 @@
 mod arch;
 mod batch;
 mod buffers;
+mod kv_transfer;
 mod limits;
 mod weights;
 
