@@ -645,6 +645,16 @@ def flag_cases():
         accept_success=True, asked_mib=int(3.7 * 1024))
     add("gen_kv_mem_10tib", "b", gen + ["--kv-cache-memory", "10TiB"],
         ["--kv-cache-memory"], "--kv-cache-memory", "KV budget far larger than the device")
+    add("gen_kv_offload_1000tib", "b", gen + ["--kv-offloading-size", "1000TiB"],
+        ["--kv-offloading-size", "host"], "--kv-offloading-size",
+        "host tier larger than the host's memory")
+    add("gen_kv_offload_1_byte", "b", gen + ["--kv-offloading-size", "1"],
+        ["--kv-offloading-size", "block"], "--kv-offloading-size",
+        "host tier smaller than one KV block")
+    add("gen_kv_offload_no_cache", "b",
+        gen + ["--kv-offloading-size", "64MiB", "--no-prefix-cache"],
+        ["--kv-offloading-size", "prefix cache"], "--kv-offloading-size",
+        "host tier without the prefix cache it hangs under")
     add("gen_block_size_0", "b", gen + ["--block-size", "0"], ["--block-size"], "--block-size",
         "block size 0")
     add("gen_block_size_1e6", "b", gen + ["--block-size", "1000000"], ["--block-size"],

@@ -45,7 +45,12 @@ fn workload() -> MultiturnWorkload {
 }
 
 fn sizes(base: &EngineConfig, w: &MultiturnWorkload) -> BudgetSizes {
-    let probe = RunSetting { label: String::new(), kv_cache_memory: 0, prefix_cache: true };
+    let probe = RunSetting {
+        label: String::new(),
+        kv_cache_memory: 0,
+        prefix_cache: true,
+        kv_offloading_size: None,
+    };
     let mut cfg = probe.engine_config(base, w);
     cfg.kv_cache_memory = None;
     let file = ModelFile::open(&base.model).unwrap();
@@ -75,14 +80,20 @@ fn tiny_multiturn_reuses_history_with_identical_replies() {
         label: label.into(),
         kv_cache_memory: bytes,
         prefix_cache: cache,
+        kv_offloading_size: None,
     };
     let Some(one) = run(&base, &w, &setting("one", sizes.one_conversation_bytes, true)) else {
         return;
     };
     let all = run(&base, &w, &setting("all", sizes.all_conversations_bytes, true)).unwrap();
     let off = run(&base, &w, &setting("all", sizes.all_conversations_bytes, false)).unwrap();
+    let tier = RunSetting {
+        kv_offloading_size: Some(sizes.all_conversations_bytes),
+        ..setting("one + host", sizes.one_conversation_bytes, true)
+    };
+    let tier = run(&base, &w, &tier).unwrap();
     let arithmetic = w.arithmetic(16);
-    for r in [&one, &all, &off] {
+    for r in [&one, &all, &off, &tier] {
         eprintln!(
             "{} cache {}: computed prefill {} (turns {:?}), cached {}, evictions {}, preemptions {}",
             r.label,
@@ -100,6 +111,13 @@ fn tiny_multiturn_reuses_history_with_identical_replies() {
     }
     assert_eq!(one.replies_sha256, all.replies_sha256, "replies differ across budgets");
     assert_eq!(all.replies_sha256, off.replies_sha256, "replies differ without the cache");
+    assert_eq!(one.replies_sha256, tier.replies_sha256, "replies differ with the host tier");
+    if one.totals.evictions > 0 {
+        // what the small pool evicted comes back from host memory instead of being recomputed
+        assert!(tier.totals.host_hit_tokens > 0 && tier.totals.host_loaded_blocks > 0);
+        assert!(tier.totals.computed_prefill_tokens < one.totals.computed_prefill_tokens);
+        assert!(tier.totals.host_bytes_moved > 0);
+    }
     assert!(one.turns[1].cached_tokens > 0 && all.turns[1].cached_tokens > 0);
     assert_eq!(off.totals.cached_tokens, 0);
     assert_eq!(off.totals.computed_prefill_tokens, arithmetic.no_reuse_prefill_tokens);

@@ -87,6 +87,8 @@ pub struct RunSetting {
     pub label: String,
     pub kv_cache_memory: u64,
     pub prefix_cache: bool,
+    /// Host RAM for the blocks the pool evicts (`--kv-offloading-size`); `None`: no host tier.
+    pub kv_offloading_size: Option<u64>,
 }
 
 impl RunSetting {
@@ -98,6 +100,7 @@ impl RunSetting {
             max_model_len: Some(workload.longest_conversation()),
             kv_cache_memory: Some(self.kv_cache_memory),
             enable_prefix_cache: self.prefix_cache,
+            kv_offloading_size: self.kv_offloading_size,
             max_logit_rows: None,
             ..base.clone()
         }
@@ -144,6 +147,13 @@ pub struct RunTotals {
     pub preemptions: u64,
     pub kv_usage_peak: f64,
     pub wall_s: f64,
+    /// Of `cached_tokens`' admissions, tokens brought back from the host tier (0 without one).
+    pub host_hit_tokens: u64,
+    /// Blocks written back to the host tier, and copied back from it.
+    pub host_offloaded_blocks: u64,
+    pub host_loaded_blocks: u64,
+    /// Bytes those copies moved over the bus, both ways.
+    pub host_bytes_moved: u64,
 }
 
 /// One run's report.
@@ -155,6 +165,8 @@ pub struct RunReport {
     pub kv_cache_memory: u64,
     pub kv_cache_blocks: usize,
     pub prefix_cache: bool,
+    /// The host tier's bytes (`--kv-offloading-size`), if the run had one.
+    pub kv_offloading_size: Option<u64>,
     pub turns: Vec<TurnReport>,
     pub totals: RunTotals,
     /// SHA-256 of every reply's token ids (u32 little-endian), users then turns in order.
@@ -282,12 +294,15 @@ pub fn run(
     let wall_s = started.elapsed().as_secs_f64();
     check_kv_whole(engine)?;
     let turns = (0..spec.turns).map(|t| turn_report(t, &samples, steps[t])).collect();
-    let totals = totals(&samples, &baseline, &engine.scheduler().stats(), &steps, wall_s);
+    let mut totals = totals(&samples, &baseline, &engine.scheduler().stats(), &steps, wall_s);
+    totals.host_bytes_moved = (totals.host_offloaded_blocks + totals.host_loaded_blocks)
+        * engine.model().kv_block_bytes();
     Ok(RunReport {
         label: setting.label.clone(),
         kv_cache_memory: setting.kv_cache_memory,
         kv_cache_blocks: engine.config().num_blocks,
         prefix_cache: setting.prefix_cache,
+        kv_offloading_size: setting.kv_offloading_size,
         turns,
         totals,
         replies_sha256: conv.replies_sha256(),
@@ -400,6 +415,10 @@ fn totals(
         preemptions: after.num_preemptions - before.num_preemptions,
         kv_usage_peak: steps.iter().map(|s| s.kv_usage_peak).fold(0.0, f64::max),
         wall_s,
+        host_hit_tokens: after.host_hit_tokens - before.host_hit_tokens,
+        host_offloaded_blocks: after.host.num_offloaded - before.host.num_offloaded,
+        host_loaded_blocks: after.host.num_loaded - before.host.num_loaded,
+        host_bytes_moved: 0, // the caller knows the block's bytes
     }
 }
 
@@ -421,4 +440,6 @@ pub struct MultiturnReport {
     pub replies_identical: bool,
     /// Smallest vs largest budget with the prefix cache on, when both ran.
     pub acceptance: Option<super::multiturn_report::Acceptance>,
+    /// A budget with the host tier against the same budget without it, when both ran.
+    pub tier_acceptance: Option<super::multiturn_report::TierAcceptance>,
 }

@@ -3,7 +3,7 @@
 
 use super::concurrency::{ConcurrencyReport, LevelReport};
 use super::multiturn::{Budget, BudgetSizes, MultiturnReport, RunReport, RunTotals, TurnReport};
-use super::multiturn_report::Acceptance;
+use super::multiturn_report::{Acceptance, TierAcceptance};
 use super::workload::{Framing, MultiturnSpec, PrefillArithmetic};
 
 fn turn(turn: usize, computed: u64, ttft: f64) -> TurnReport {
@@ -29,6 +29,7 @@ fn run(label: &str, blocks: usize, cache: bool, computed: [u64; 2], ttft: f64) -
         kv_cache_memory: blocks as u64 * 368_640,
         kv_cache_blocks: blocks,
         prefix_cache: cache,
+        kv_offloading_size: None,
         turns: vec![turn(1, computed[0], ttft), turn(2, computed[1], ttft)],
         totals: RunTotals {
             prompt_tokens: 2000,
@@ -41,6 +42,10 @@ fn run(label: &str, blocks: usize, cache: bool, computed: [u64; 2], ttft: f64) -
             preemptions: 1,
             kv_usage_peak: 0.9,
             wall_s: 10.0,
+            host_hit_tokens: 0,
+            host_offloaded_blocks: 0,
+            host_loaded_blocks: 0,
+            host_bytes_moved: 0,
         },
         replies_sha256: "ab".repeat(32),
     }
@@ -74,8 +79,10 @@ fn report(runs: Vec<RunReport>) -> MultiturnReport {
         replies_identical: runs.windows(2).all(|w| w[0].replies_sha256 == w[1].replies_sha256),
         runs,
         acceptance: None,
+        tier_acceptance: None,
     };
     r.acceptance = Acceptance::new(&r);
+    r.tier_acceptance = TierAcceptance::new(&r);
     r
 }
 
@@ -218,4 +225,35 @@ fn concurrency_json_and_table() {
     }
     let md = r.markdown();
     assert!(md.contains("| 2 | 3 MiB | 100 | 150 | 80.0 | 25.00 | 2000 | 2500 | 3.0 |"), "{md}");
+}
+
+/// A host-tier run is compared with its own budget's run without the tier (not with the
+/// largest budget), and kept out of the small-vs-large acceptance.
+#[test]
+fn tier_acceptance_compares_the_same_budget() {
+    let mut tier = run("one + host all", 40, true, [300, 140], 300.0);
+    tier.kv_offloading_size = Some(1 << 30);
+    tier.totals.host_hit_tokens = 900;
+    let r = report(vec![
+        run("one", 40, true, [900, 900], 900.0),
+        tier,
+        run("all", 80, true, [300, 130], 200.0),
+    ]);
+    let a = r.acceptance.as_ref().expect("one vs all");
+    assert_eq!((a.small.as_str(), a.large.as_str()), ("one", "all"));
+    let t = r.tier_acceptance.as_ref().expect("one vs one + host");
+    assert_eq!(t.budget, "one");
+    assert!((t.prefill_ratio - 1800.0 / 440.0).abs() < 1e-9);
+    assert!((t.ttft_p50_ratio - 3.0).abs() < 1e-9);
+    assert_eq!(t.over_block_ideal_tokens, 440 - 430);
+    assert!(t.within_one_block_per_turn && t.pass);
+    let md = r.markdown();
+    assert!(md.contains("host tier 1 GiB: 900 tokens from host"), "{md}");
+    assert!(
+        md.contains("Host tier (one with 1 GiB of host RAM vs without): computed prefill 4.09×"),
+        "{md}"
+    );
+    let mut slow = r.clone();
+    slow.runs[1].totals.ttft_ms_p50 = 950.0;
+    assert!(!TierAcceptance::new(&slow).unwrap().pass, "a slower TTFT fails");
 }

@@ -9,7 +9,7 @@ use crate::bench::concurrency::ConcurrencyBench;
 use crate::bench::decode::DecodeBench;
 use crate::bench::kvquant::{KvQuantBench, KvSetting};
 use crate::bench::multiturn::{self, Budget, BudgetSizes, MultiturnReport, RunSetting};
-use crate::bench::multiturn_report::Acceptance;
+use crate::bench::multiturn_report::{Acceptance, TierAcceptance};
 use crate::bench::workload::{Framing, MultiturnSpec, MultiturnWorkload};
 use crate::engine::{Engine, EngineConfig, EngineError, ResolvedConfig};
 use crate::loader::ModelFile;
@@ -318,6 +318,10 @@ pub struct MultiturnArgs {
     /// Run every budget without the prefix cache.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// After each budget, run it again with a host tier of this size for the blocks the pool
+    /// evicts (vLLM's flag): `one`, `all` (every conversation) or a size such as 1GiB.
+    #[arg(long, value_parser = Budget::parse)]
+    pub kv_offloading_size: Option<Budget>,
     /// Add a run without the prefix cache at the largest budget (for comparison).
     #[arg(long)]
     pub compare_no_cache: bool,
@@ -345,14 +349,25 @@ impl MultiturnArgs {
         let mut runs: Vec<RunSetting> = self
             .kv_cache_memory
             .iter()
-            .map(|b| RunSetting {
-                label: b.label(),
-                kv_cache_memory: b.bytes(sizes),
-                prefix_cache: !self.no_prefix_cache,
+            .flat_map(|b| {
+                let run = RunSetting {
+                    label: b.label(),
+                    kv_cache_memory: b.bytes(sizes),
+                    prefix_cache: !self.no_prefix_cache,
+                    kv_offloading_size: None,
+                };
+                let host = self.kv_offloading_size.as_ref().filter(|_| !self.no_prefix_cache);
+                let tier = host.map(|h| RunSetting {
+                    label: format!("{} + host {}", b.label(), h.label()),
+                    kv_offloading_size: Some(h.bytes(sizes)),
+                    ..run.clone()
+                });
+                std::iter::once(run).chain(tier)
             })
             .collect();
         if self.compare_no_cache && !self.no_prefix_cache {
-            if let Some(largest) = runs.iter().max_by_key(|r| r.kv_cache_memory).cloned() {
+            let untiered = runs.iter().filter(|r| r.kv_offloading_size.is_none());
+            if let Some(largest) = untiered.max_by_key(|r| r.kv_cache_memory).cloned() {
                 runs.push(RunSetting { prefix_cache: false, ..largest });
             }
         }
@@ -386,7 +401,12 @@ fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_num_batched_tokens: a.max_num_batched_tokens,
         ..EngineConfig::new(path.clone())
     };
-    let probe = RunSetting { label: String::new(), kv_cache_memory: 0, prefix_cache: true };
+    let probe = RunSetting {
+        label: String::new(),
+        kv_cache_memory: 0,
+        prefix_cache: true,
+        kv_offloading_size: None,
+    };
     let mut probe_cfg = probe.engine_config(&base, &workload);
     probe_cfg.kv_cache_memory = None;
     let max_model_len = workload.longest_conversation();
@@ -455,8 +475,10 @@ fn multiturn(a: &MultiturnArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         runs,
         replies_identical,
         acceptance: None,
+        tier_acceptance: None,
     };
     report.acceptance = Acceptance::new(&report);
+    report.tier_acceptance = TierAcceptance::new(&report);
     write_outputs(
         &report,
         &report.markdown(),

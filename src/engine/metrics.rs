@@ -12,6 +12,10 @@
 //! | `kvrun:state_snapshots_evicted_total` | counter | snapshots evicted to make room |
 //! | `kvrun:prefix_cache_queries_total` / `_hits_total` | counter | prompt tokens looked up / found in the prefix cache |
 //! | `kvrun:prefix_cache_evicted_blocks_total` | counter | cached KV blocks evicted to make room |
+//! | `kvrun:prefix_cache_host_hits_total` | counter | of the hit tokens, those copied back from the host tier (`--kv-offloading-size`) |
+//! | `kvrun:kv_host_tier_blocks{state}` | gauge | the host tier's slots: `used`, `total` (0 without a tier) |
+//! | `kvrun:kv_host_tier_dropped_blocks_total` | counter | blocks the full host tier dropped (lost: recomputed on a hit) |
+//! | `kvrun:kv_offload_bytes_total{direction}` | counter | KV bytes copied `to_host` (evicted blocks written back) and `to_gpu` (host hits) |
 //! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
 //! | `kvrun:time_to_first_token_seconds` | histogram | arrival → first token |
@@ -72,6 +76,12 @@ pub struct Metrics {
     prefix_cache_queries: Counter,
     prefix_cache_hits: Counter,
     prefix_cache_evicted_blocks: Counter,
+    prefix_cache_host_hits: Counter,
+    host_tier_blocks: Family<Vec<(String, String)>, Gauge>,
+    host_tier_dropped_blocks: Counter,
+    offload_bytes: Family<Vec<(String, String)>, Counter>,
+    /// Bytes of one KV block on the host (the tier's unit); 0 without a tier.
+    host_block_bytes: AtomicU64,
     num_preemptions: Counter,
     prompt_tokens: Counter,
     generation_tokens: Counter,
@@ -118,6 +128,11 @@ impl Metrics {
             prefix_cache_queries: Counter::default(),
             prefix_cache_hits: Counter::default(),
             prefix_cache_evicted_blocks: Counter::default(),
+            prefix_cache_host_hits: Counter::default(),
+            host_tier_blocks: Family::default(),
+            host_tier_dropped_blocks: Counter::default(),
+            offload_bytes: Family::default(),
+            host_block_bytes: AtomicU64::new(0),
             num_preemptions: Counter::default(),
             prompt_tokens: Counter::default(),
             generation_tokens: Counter::default(),
@@ -179,6 +194,26 @@ impl Metrics {
             "kvrun:prefix_cache_evicted_blocks",
             "Cached KV blocks evicted from the prefix cache to make room",
             m.prefix_cache_evicted_blocks.clone(),
+        );
+        r.register(
+            "kvrun:prefix_cache_host_hits",
+            "Prompt tokens found in the prefix cache's host tier and copied back",
+            m.prefix_cache_host_hits.clone(),
+        );
+        r.register(
+            "kvrun:kv_host_tier_blocks",
+            "KV blocks of the host tier (--kv-offloading-size): used, total",
+            m.host_tier_blocks.clone(),
+        );
+        r.register(
+            "kvrun:kv_host_tier_dropped_blocks",
+            "KV blocks the full host tier dropped to make room",
+            m.host_tier_dropped_blocks.clone(),
+        );
+        r.register(
+            "kvrun:kv_offload_bytes",
+            "KV bytes copied between the GPU pool and the host tier, by direction",
+            m.offload_bytes.clone(),
         );
         r.register(
             "kvrun:num_preemptions",
@@ -267,12 +302,30 @@ impl Metrics {
             (&self.prefix_cache_queries, stats.prefix_query_tokens),
             (&self.prefix_cache_hits, stats.prefix_hit_tokens),
             (&self.prefix_cache_evicted_blocks, stats.num_evicted_blocks),
+            (&self.prefix_cache_host_hits, stats.host_hit_tokens),
+            (&self.host_tier_dropped_blocks, stats.host.num_dropped),
             (&self.num_preemptions, stats.num_preemptions),
             (&self.prompt_tokens, stats.prompt_tokens),
             (&self.generation_tokens, stats.generation_tokens),
         ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
+        let block = self.host_block_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        if block > 0 {
+            let label = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+            let h = &stats.host;
+            self.host_tier_blocks.get_or_create(&label("state", "used")).set(h.num_used as i64);
+            self.host_tier_blocks.get_or_create(&label("state", "total")).set(h.num_slots as i64);
+            for (direction, blocks) in [("to_host", h.num_offloaded), ("to_gpu", h.num_loaded)] {
+                let counter = self.offload_bytes.get_or_create(&label("direction", direction));
+                counter.inc_by((blocks * block).saturating_sub(counter.get()));
+            }
+        }
+    }
+
+    /// Turns the host tier's series on: one KV block is `block_bytes` on the host.
+    pub fn set_host_tier(&self, block_bytes: u64) {
+        self.host_block_bytes.store(block_bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Records one request's time to first token.
@@ -402,6 +455,34 @@ mod tests {
             "kvrun:time_per_output_token_seconds_bucket{le=\"0.025\"} 1",
             "kvrun:time_per_output_token_seconds_count 1",
             "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn host_tier_series_count_bytes_both_ways() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        assert!(!text.contains("kv_offload_bytes_total{"), "no tier, no series:\n{text}");
+        metrics.set_host_tier(1000);
+        let mut stats = SchedulerStats { host_hit_tokens: 64, ..SchedulerStats::default() };
+        stats.host = crate::kv::HostTierStats {
+            num_slots: 10,
+            num_used: 4,
+            num_offloaded: 7,
+            num_loaded: 3,
+            num_dropped: 1,
+        };
+        metrics.update_from(&stats);
+        let text = metrics.encode();
+        for line in [
+            "kvrun:prefix_cache_host_hits_total 64",
+            "kvrun:kv_host_tier_blocks{state=\"used\"} 4",
+            "kvrun:kv_host_tier_blocks{state=\"total\"} 10",
+            "kvrun:kv_host_tier_dropped_blocks_total 1",
+            "kvrun:kv_offload_bytes_total{direction=\"to_host\"} 7000",
+            "kvrun:kv_offload_bytes_total{direction=\"to_gpu\"} 3000",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

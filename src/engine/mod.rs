@@ -204,6 +204,9 @@ impl Engine {
             cfg.gpu_memory_utilization,
         );
         metrics.set_state_bytes_per_sequence(model.config().state_bytes_per_sequence());
+        if host_kv.is_some() {
+            metrics.set_host_tier(model.kv_block_bytes());
+        }
         Ok(Engine {
             gpu,
             model,

@@ -71,7 +71,7 @@ pub enum KvError {
     )]
     QuotaWithSlidingWindow,
 
-    #[error("--kv-offloading-size cannot be used with this model: {0}; run without it")]
+    #[error("--kv-offloading-size cannot be used here: {0}; run without it")]
     HostTierUnsupported(&'static str),
 
     #[error("{dim} must be at least 1 (got 0); check the model's config")]

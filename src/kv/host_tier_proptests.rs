@@ -1,4 +1,4 @@
-//! Property tests of the host tier under the manager: random admissions, steps and releases
+//! Tests of the host tier under the manager. Property tests: random admissions, steps and releases
 //! over a small pool, with the moves applied to a simulated memory (each GPU block and host
 //! slot holds the [`BlockKey`] of the KV it was last given). After every operation: the
 //! manager's integrity (the tier's slots whole, no block in both tiers), every cached node's
@@ -199,4 +199,18 @@ fn an_evicted_prefix_comes_back_from_host() {
     let stats = kv.stats();
     assert_eq!((stats.host_hit_tokens, stats.host.num_loaded, stats.host.num_used), (4, 2, 2));
     kv.check_integrity().unwrap();
+}
+
+/// The tier is refused, saying why, where its blocks would not be the tree's whole story.
+#[test]
+fn a_tier_needs_the_cache_and_one_full_group() {
+    use super::{GroupKind, KvError, KvGroups};
+    let layout = KvLayout::f16(2, 1, 4, 2).unwrap();
+    let no_cache = KvManager::with_prefix_cache(layout, 4, false).unwrap().with_host_tier(4);
+    assert!(matches!(no_cache, Err(KvError::HostTierUnsupported(w)) if w.contains("prefix cache")));
+    let groups = KvGroups::from_layer_kinds(&[GroupKind::Sliding { window: 8 }, GroupKind::Full]);
+    let layout = KvLayout::f16(groups.slots_per_block(), 1, 2, 4).unwrap();
+    let hybrid = KvManager::with_groups(layout, groups, 8, true).unwrap().with_host_tier(4);
+    let err = hybrid.unwrap_err().to_string();
+    assert!(err.contains("--kv-offloading-size") && err.contains("sliding"), "{err}");
 }
