@@ -5,13 +5,13 @@
 //! A block is named by its [`BlockKey`]: a SHA-256 chain over its namespace and the token ids of
 //! every block from the sequence start to it, so one key means one prefix (as vLLM's block
 //! hashes and SGLang's HiRadixTree do). The radix tree's nodes carry their key; a block the GPU
-//! pool evicts is written back to a host slot (write-back: one copy per eviction, nothing while
-//! the block is hot on the GPU), and a prefix that runs on past the GPU's cached path into host
-//! keys is copied back before the step that reads it. A block is in one tier at a time: a load
-//! takes the host entry out, and a block computed again on the GPU forgets its host copy. The
-//! host tier evicts least recently stored or hit first; a host slot a load reads stays taken
-//! until the step's moves have run ([`HostTier::release_pending`]), so no write in the same step
-//! can reuse it.
+//! pool evicts is written back to a host slot (write-back: nothing moves while a block is hot on
+//! the GPU), and a prefix that runs on past the GPU's cached path into host keys is copied back
+//! before the step that reads it. The tier is inclusive: a block copied back keeps its host copy,
+//! so evicting it again copies nothing (a block's KV is the same bits however often it is
+//! computed or moved). The host tier drops the least recently stored or hit entry first; a host
+//! slot a load reads is not dropped until the step's moves have run
+//! ([`HostTier::release_pending`]), so no write in the same step can reuse it.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -108,8 +108,8 @@ pub struct HostTier {
     /// [num_slots] the key held by each slot.
     by_slot: Vec<Option<BlockKey>>,
     free: Vec<HostSlot>,
-    /// Slots read by this step's loads: free once the moves have run.
-    pending: Vec<HostSlot>,
+    /// Slots read by this step's loads: not dropped before the moves have run.
+    pending: BTreeSet<HostSlot>,
     clock: u64,
     stats: HostTierStats,
 }
@@ -123,7 +123,7 @@ impl HostTier {
             lru: BTreeSet::new(),
             by_slot: vec![None; num_slots],
             free: (0..num_slots as HostSlot).rev().collect(),
-            pending: Vec::new(),
+            pending: BTreeSet::new(),
             clock: 0,
             stats: HostTierStats { num_slots, ..HostTierStats::default() },
         }
@@ -143,7 +143,8 @@ impl HostTier {
 
     /// Takes `key` in (a block the GPU pool evicts): returns the slot its bytes go to, dropping
     /// the least recently used entry when no slot is free; `None` when the block is already
-    /// here (it is only stamped) or the tier has no slot to give (it is lost).
+    /// here (it is only stamped: nothing to copy) or the tier has no slot to give (it is
+    /// lost).
     pub fn store(&mut self, key: BlockKey) -> Option<HostSlot> {
         self.clock += 1;
         if let Some(e) = self.entries.get_mut(&key) {
@@ -155,7 +156,8 @@ impl HostTier {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
-                let &(_, oldest) = self.lru.first()?;
+                let oldest =
+                    self.lru.iter().map(|&(_, s)| s).find(|s| !self.pending.contains(s))?;
                 let old = self.by_slot[oldest as usize].expect("an indexed slot holds a key");
                 self.remove(&old);
                 self.stats.num_dropped += 1;
@@ -169,20 +171,17 @@ impl HostTier {
         Some(slot)
     }
 
-    /// Takes `key` out for a load back to the GPU: its slot, which stays taken until
-    /// [`HostTier::release_pending`]. `None` if the key is not here.
-    pub fn take(&mut self, key: &BlockKey) -> Option<HostSlot> {
-        let e = self.entries.remove(key)?;
+    /// `key`'s slot, for a load back to the GPU: the entry stays (stamped as used now) and is
+    /// not dropped before [`HostTier::release_pending`]. `None` if the key is not here.
+    pub fn load(&mut self, key: &BlockKey) -> Option<HostSlot> {
+        self.clock += 1;
+        let e = self.entries.get_mut(key)?;
         self.lru.remove(&(e.last_access, e.slot));
-        self.by_slot[e.slot as usize] = None;
-        self.pending.push(e.slot);
+        e.last_access = self.clock;
+        self.lru.insert((e.last_access, e.slot));
+        self.pending.insert(e.slot);
         self.stats.num_loaded += 1;
         Some(e.slot)
-    }
-
-    /// Drops `key`'s entry, if any (the GPU pool holds the block again), freeing its slot.
-    pub fn forget(&mut self, key: &BlockKey) {
-        self.remove(key);
     }
 
     /// Drops every entry (`kvrun`'s cache reset); returns how many there were.
@@ -194,9 +193,9 @@ impl HostTier {
         keys.len()
     }
 
-    /// Frees the slots of this step's loads: call once their copies are recorded.
+    /// Lets this step's loaded slots be dropped again: call once their copies are taken.
     pub fn release_pending(&mut self) {
-        self.free.append(&mut self.pending);
+        self.pending.clear();
     }
 
     /// Every entry's key and slot, for the property tests.
@@ -213,8 +212,8 @@ impl HostTier {
         }
     }
 
-    /// Every slot is exactly one of free, pending or an entry's; the index, the LRU order and
-    /// the slots agree. The message names the first violation.
+    /// Every slot is exactly one of free or an entry's, and a pending slot is an entry's; the
+    /// index, the LRU order and the slots agree. The message names the first violation.
     pub fn check_integrity(&self) -> Result<(), String> {
         let n = self.num_slots();
         let mut seen = vec![false; n];
@@ -229,9 +228,6 @@ impl HostTier {
         };
         for &slot in &self.free {
             mark(slot, "free")?;
-        }
-        for &slot in &self.pending {
-            mark(slot, "pending")?;
         }
         for (key, e) in &self.entries {
             mark(e.slot, "used")?;
@@ -250,7 +246,10 @@ impl HostTier {
             ));
         }
         if let Some(slot) = seen.iter().position(|&s| !s) {
-            return Err(format!("host slot {slot} is neither free, pending nor used"));
+            return Err(format!("host slot {slot} is neither free nor used"));
+        }
+        if let Some(slot) = self.pending.iter().find(|&&s| self.by_slot[s as usize].is_none()) {
+            return Err(format!("host slot {slot} is being loaded but holds nothing"));
         }
         Ok(())
     }
@@ -292,12 +291,15 @@ mod tests {
     fn a_loaded_slot_is_not_reused_before_the_moves_ran() {
         let mut t = HostTier::new(1);
         let s = t.store(key(0)).unwrap();
-        assert_eq!(t.take(&key(0)), Some(s));
+        assert_eq!(t.load(&key(0)), Some(s));
+        assert!(t.contains(&key(0)), "inclusive: the host copy stays");
+        assert_eq!(t.store(key(0)), None, "evicted again: nothing to copy");
         assert_eq!(t.store(key(1)), None, "the only slot is still being read");
         t.check_integrity().unwrap();
         t.release_pending();
         assert_eq!(t.store(key(1)), Some(s));
-        t.forget(&key(1));
+        assert!(!t.contains(&key(0)));
+        assert_eq!(t.clear(), 1);
         assert_eq!(t.stats().num_used, 0);
         t.check_integrity().unwrap();
     }

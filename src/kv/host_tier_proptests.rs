@@ -197,7 +197,18 @@ fn an_evicted_prefix_comes_back_from_host() {
     let table = kv.table(2).unwrap().as_slice().to_vec();
     assert_eq!(moves.load.iter().map(|l| l.1).collect::<Vec<_>>(), table[..2]);
     let stats = kv.stats();
-    assert_eq!((stats.host_hit_tokens, stats.host.num_loaded, stats.host.num_used), (4, 2, 2));
+    // inclusive: a's blocks keep their host copies; b's three went down, one dropped for room
+    assert_eq!((stats.host_hit_tokens, stats.host.num_loaded, stats.host.num_used), (4, 2, 4));
+    assert_eq!(stats.host.num_dropped, 1);
+    kv.release_sequence(2, &a).unwrap();
+    kv.check_integrity().unwrap();
+    // evicting a's blocks again copies nothing: the host has them
+    let c = [7, 7, 7, 7, 7];
+    kv.begin_sequence(3, None, &c).unwrap();
+    kv.reserve(3, c.len()).unwrap();
+    let evicted = kv.stats().num_evicted_blocks;
+    assert!(kv.take_moves().is_empty(), "a's two blocks are evicted, and copy nothing");
+    assert_eq!(evicted, 2 + 3 + 2, "a's two, b's three, a's two again");
     kv.check_integrity().unwrap();
 }
 

@@ -463,14 +463,7 @@ impl KvManager {
         let last =
             cache.insert_groups(&mut self.pool, s.namespace, prefix, &rows).expect("full ≥ 1");
         cache.lock_in(&self.pool, last);
-        if let Some(host) = &mut self.host {
-            // computed again: the host copies of its new nodes go (one tier at a time)
-            for event in cache.take_tier_log() {
-                if let super::prefix_cache::TierEvent::Added(key) = event {
-                    host.forget(&key);
-                }
-            }
-        }
+
         if let Some(old) = s.locked.replace(last) {
             cache.unlock(old);
         }
@@ -609,7 +602,7 @@ impl KvManager {
     pub fn clear_prefix_cache(&mut self) -> usize {
         let Some(cache) = &mut self.cache else { return 0 };
         let evicted = cache.evict(&mut self.pool, usize::MAX).len();
-        cache.take_tier_log(); // dropped, not written back
+        cache.take_evicted(); // dropped, not written back
         if let Some(host) = &mut self.host {
             host.clear();
         }

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::kv::host_tier::{chain_keys, BlockKey, HostTier, KvMoves};
-use crate::kv::prefix_cache::TierEvent;
 
 impl KvManager {
     /// Adds a host tier of `num_slots` blocks under the pool. Errors unless the prefix cache is
@@ -27,7 +26,7 @@ impl KvManager {
         if let Some(why) = why {
             return Err(KvError::HostTierUnsupported(why));
         }
-        self.cache.as_mut().expect("checked").log_for_tier();
+        self.cache.as_mut().expect("checked").log_evictions();
         self.host = Some(HostTier::new(num_slots));
         Ok(self)
     }
@@ -46,18 +45,13 @@ impl KvManager {
         std::mem::take(&mut self.moves)
     }
 
-    /// Applies the tree's log to the host tier, in order: an added node's host copy is
-    /// forgotten (one tier at a time), an evicted node is written back.
+    /// Writes back the blocks the tree evicted since the last call (those not already in the
+    /// host tier).
     pub(super) fn sync_tier(&mut self) {
         let (Some(cache), Some(host)) = (&mut self.cache, &mut self.host) else { return };
-        for event in cache.take_tier_log() {
-            match event {
-                TierEvent::Added(key) => host.forget(&key),
-                TierEvent::Evicted(block, key) => {
-                    if let Some(slot) = host.store(key) {
-                        self.moves.offload.push((block, slot));
-                    }
-                }
+        for (block, key) in cache.take_evicted() {
+            if let Some(slot) = host.store(key) {
+                self.moves.offload.push((block, slot));
             }
         }
     }
@@ -97,7 +91,7 @@ impl KvManager {
             return path;
         }
         let host = self.host.as_mut().expect("keys come from the tier");
-        let slots: Vec<_> = keys.iter().map(|k| host.take(k).expect("found above")).collect();
+        let slots: Vec<_> = keys.iter().map(|k| host.load(k).expect("found above")).collect();
         self.make_room_for(namespace, n).expect("fits");
         let blocks = self.pool.allocate_n(n).expect("room made");
         let b = self.layout.block_size;
@@ -116,18 +110,11 @@ impl KvManager {
         }
         self.moves.load.extend(slots.into_iter().zip(blocks));
         self.host_hit_tokens += (n * b) as u64;
-        self.sync_tier(); // the added keys: already out of the tier
         longer
     }
 
-    /// The tier part of [`KvManager::check_integrity`]: the tier's own, and no block in both
-    /// the tree and the tier.
+    /// The tier part of [`KvManager::check_integrity`]: the tier's own.
     pub(super) fn check_tier(&self) -> Result<(), String> {
-        let (Some(cache), Some(host)) = (&self.cache, &self.host) else { return Ok(()) };
-        host.check_integrity()?;
-        if let Some(key) = cache.keys().find(|k| host.contains(k)) {
-            return Err(format!("block {key:02x?} is both in the GPU pool and the host tier"));
-        }
-        Ok(())
+        self.host.as_ref().map_or(Ok(()), HostTier::check_integrity)
     }
 }

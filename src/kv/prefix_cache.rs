@@ -137,16 +137,9 @@ pub struct PrefixCache {
     /// Recurrent models: the state snapshot slots (`prefix_cache_snapshots.rs`); `None` for
     /// models whose layers all attend.
     snapshots: Option<SnapshotSlots>,
-    /// With a host tier: the nodes added and evicted since the manager last took the log.
-    tier_log: Option<Vec<TierEvent>>,
-}
-
-/// A node the tree gained or lost, for the host tier ([`PrefixCache::take_tier_log`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum TierEvent {
-    Added(BlockKey),
-    /// The evicted node's block (free now, unless a sequence still holds it) and key.
-    Evicted(BlockId, BlockKey),
+    /// With a host tier: the nodes evicted since the manager last took them, as (block, key)
+    /// in eviction order (the block is free now, unless a sequence still holds it).
+    evicted_log: Option<Vec<(BlockId, BlockKey)>>,
 }
 
 /// Blocks of one namespace in the tree.
@@ -185,7 +178,7 @@ impl PrefixCache {
             per_namespace: HashMap::new(),
             clock: 0,
             snapshots: None,
-            tier_log: None,
+            evicted_log: None,
         }
     }
 
@@ -194,20 +187,15 @@ impl PrefixCache {
         self.block_size
     }
 
-    /// Starts logging the nodes added and evicted, for a host tier.
-    pub(super) fn log_for_tier(&mut self) {
-        self.tier_log.get_or_insert_with(Vec::new);
+    /// Starts logging the nodes evicted, for a host tier.
+    pub(super) fn log_evictions(&mut self) {
+        self.evicted_log.get_or_insert_with(Vec::new);
     }
 
-    /// The nodes added and evicted since the last call, in order (empty without
-    /// [`Self::log_for_tier`]).
-    pub(super) fn take_tier_log(&mut self) -> Vec<TierEvent> {
-        self.tier_log.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    /// Every node's key.
-    pub(super) fn keys(&self) -> impl Iterator<Item = &BlockKey> {
-        self.nodes.values().map(|n| &n.key)
+    /// The nodes evicted since the last call, in order (empty without
+    /// [`Self::log_evictions`]).
+    pub(super) fn take_evicted(&mut self) -> Vec<(BlockId, BlockKey)> {
+        self.evicted_log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The group whose blocks key the nodes (the first full-attention group).
@@ -630,9 +618,6 @@ impl PrefixCache {
             Parent::Root(ns) => chain_key(&root_key(ns), key),
             Parent::Node(p) => chain_key(&self.nodes[&p].key, key),
         };
-        if let Some(log) = &mut self.tier_log {
-            log.push(TierEvent::Added(chain));
-        }
         let node = Node {
             tokens: key.into(),
             parent,
@@ -690,8 +675,8 @@ impl PrefixCache {
             out.push(c);
         }
         self.free_snapshot_of_removed(node.snapshot);
-        if let Some(log) = &mut self.tier_log {
-            log.push(TierEvent::Evicted(id, node.key));
+        if let Some(log) = &mut self.evicted_log {
+            log.push((id, node.key));
         }
         pool.decref(id);
         out.push(id);
