@@ -62,19 +62,22 @@ pub fn chain_keys(namespace: Namespace, tokens: &[u32], block_size: usize) -> Ve
         .collect()
 }
 
-/// The copies a step needs before it runs, in this order: every `offload` (GPU block → host
+/// The copies a step needs before it runs, in this order: every `spill` (host slot → disk: an
+/// entry the full host tier dropped, with a disk tier below), every `offload` (GPU block → host
 /// slot: an evicted block written back), then every `load` (host slot → GPU block: a host hit
-/// brought back). A GPU block may appear in both (evicted, then reused for a load): reading it
-/// out first keeps both right.
+/// brought back). A GPU block may appear in both offload and load (evicted, then reused for a
+/// load), a host slot in spill and offload (dropped, then reused): reading out first keeps both
+/// right.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KvMoves {
+    pub spill: Vec<(HostSlot, BlockKey)>,
     pub offload: Vec<(BlockId, HostSlot)>,
     pub load: Vec<(HostSlot, BlockId)>,
 }
 
 impl KvMoves {
     pub fn is_empty(&self) -> bool {
-        self.offload.is_empty() && self.load.is_empty()
+        self.spill.is_empty() && self.offload.is_empty() && self.load.is_empty()
     }
 }
 
@@ -110,6 +113,12 @@ pub struct HostTier {
     free: Vec<HostSlot>,
     /// Slots read by this step's loads: not dropped before the moves have run.
     pending: BTreeSet<HostSlot>,
+    /// Slots given to blocks whose bytes this step's moves have yet to write: a drop of one
+    /// spills nothing (the bytes are not there yet).
+    fresh: BTreeSet<HostSlot>,
+    /// With a disk tier below: entries dropped since the last [`HostTier::take_dropped`], to
+    /// spill (slot, key), whose bytes are still in the slot until the moves run.
+    dropped: Option<Vec<(HostSlot, BlockKey)>>,
     clock: u64,
     stats: HostTierStats,
 }
@@ -124,6 +133,8 @@ impl HostTier {
             by_slot: vec![None; num_slots],
             free: (0..num_slots as HostSlot).rev().collect(),
             pending: BTreeSet::new(),
+            fresh: BTreeSet::new(),
+            dropped: None,
             clock: 0,
             stats: HostTierStats { num_slots, ..HostTierStats::default() },
         }
@@ -161,6 +172,11 @@ impl HostTier {
                 let old = self.by_slot[oldest as usize].expect("an indexed slot holds a key");
                 self.remove(&old);
                 self.stats.num_dropped += 1;
+                if let Some(dropped) =
+                    self.dropped.as_mut().filter(|_| !self.fresh.contains(&oldest))
+                {
+                    dropped.push((oldest, old));
+                }
                 self.free.pop().expect("just freed")
             }
         };
@@ -168,7 +184,25 @@ impl HostTier {
         self.lru.insert((self.clock, slot));
         self.by_slot[slot as usize] = Some(key);
         self.stats.num_offloaded += 1;
+        self.fresh.insert(slot);
         Some(slot)
+    }
+
+    /// Keeps the entries dropped from now on for [`HostTier::take_dropped`] (a disk tier).
+    pub fn keep_dropped(&mut self) {
+        self.dropped.get_or_insert_with(Vec::new);
+    }
+
+    /// The entries dropped since the last call whose bytes are in their slot: spill them
+    /// before the moves that follow write the slots.
+    pub fn take_dropped(&mut self) -> Vec<(HostSlot, BlockKey)> {
+        self.dropped.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Every entry, `(key, slot)`, least recently used first.
+    pub fn entries_by_age(&self) -> Vec<(BlockKey, HostSlot)> {
+        let key = |s: HostSlot| self.by_slot[s as usize].expect("an indexed slot holds a key");
+        self.lru.iter().map(|&(_, s)| (key(s), s)).collect()
     }
 
     /// `key`'s slot, for a load back to the GPU: the entry stays (stamped as used now) and is
@@ -196,6 +230,7 @@ impl HostTier {
     /// Lets this step's loaded slots be dropped again: call once their copies are taken.
     pub fn release_pending(&mut self) {
         self.pending.clear();
+        self.fresh.clear();
     }
 
     /// Every entry's key and slot, for the property tests.

@@ -52,6 +52,10 @@ fn run_step(
     bs: usize,
 ) -> Result<(), TestCaseError> {
     let moves = kv.take_moves();
+    for &(slot, key) in &moves.spill {
+        // a dropped entry goes to disk with its own KV (not a block written this step)
+        prop_assert_eq!(mem.host[slot as usize], Some(key), "host slot {} spills other KV", slot);
+    }
     for &(block, slot) in &moves.offload {
         prop_assert!(
             mem.gpu[block as usize].is_some(),
@@ -123,6 +127,7 @@ proptest! {
             .unwrap()
             .with_host_tier(host_slots)
             .unwrap();
+        kv.spill_host_drops();
         let mut mem = Memory { gpu: vec![None; num_blocks], host: vec![None; host_slots] };
         let mut live: BTreeMap<SeqId, Live> = BTreeMap::new();
         for op in &ops {

@@ -639,13 +639,13 @@ impl KvManager {
     }
 
     /// The part of `tokens` that may come from the cache ([`Self::cacheable_len`]).
-    fn cacheable<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
+    pub(super) fn cacheable<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
         &tokens[..self.cacheable_len(tokens.len())]
     }
 
     /// The cached blocks [`KvManager::begin_sequence`] would match (nothing touched): the
     /// usable part of the cached path ([`PrefixCache::usable_len`]).
-    fn peek_prefix(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
+    pub(super) fn peek_prefix(&self, namespace: Namespace, tokens: &[u32]) -> Vec<BlockId> {
         match &self.cache {
             Some(cache) => {
                 let mut path = cache.peek(namespace, &tokens[..self.cacheable_len(tokens.len())]);

@@ -4,7 +4,7 @@
 //! states: the tree's nodes are then exactly the pool's cached blocks.
 
 use super::*;
-use crate::kv::host_tier::{chain_keys, BlockKey, HostTier, KvMoves};
+use crate::kv::host_tier::{chain_keys, BlockKey, HostSlot, HostTier, KvMoves};
 
 impl KvManager {
     /// Adds a host tier of `num_slots` blocks under the pool. Errors unless the prefix cache is
@@ -54,6 +54,41 @@ impl KvManager {
                 self.moves.offload.push((block, slot));
             }
         }
+        self.moves.spill.extend(host.take_dropped());
+    }
+
+    /// Spills what the host tier drops from now on (a disk tier below it): the moves' `spill`.
+    pub fn spill_host_drops(&mut self) {
+        if let Some(host) = &mut self.host {
+            host.keep_dropped();
+        }
+    }
+
+    /// Takes a block read from the disk tier into the host tier: its slot, to be filled after
+    /// the moves that are then taken (a spill of what it dropped) have run; `None` if it is
+    /// here already or the tier has no slot to give. Call between steps, not within one.
+    pub fn admit_to_host(&mut self, key: BlockKey) -> Option<HostSlot> {
+        let host = self.host.as_mut()?;
+        let slot = host.store(key);
+        self.moves.spill.extend(host.take_dropped());
+        slot
+    }
+
+    /// The keys of `tokens`' full cacheable blocks (what a prompt could take from any tier) and
+    /// how many of them the pool and the host tier hold now, in order from the start.
+    pub fn tier_keys(&self, namespace: Namespace, tokens: &[u32]) -> (Vec<BlockKey>, usize) {
+        let tokens = self.cacheable(tokens);
+        let gpu = self.peek_prefix(namespace, tokens).len();
+        let keys = chain_keys(namespace, tokens, self.layout.block_size);
+        let host = self.host.as_ref();
+        let held =
+            gpu + keys[gpu..].iter().take_while(|k| host.is_some_and(|h| h.contains(k))).count();
+        (keys, held)
+    }
+
+    /// Every cached block of the pool and its key (to persist at shutdown).
+    pub fn cached_block_keys(&self) -> Vec<(BlockId, BlockKey)> {
+        self.cache.as_ref().map_or(Vec::new(), PrefixCache::block_keys)
     }
 
     /// The keys of the host tier's blocks that continue a cached GPU path of `gpu_len` blocks

@@ -187,6 +187,11 @@ impl PrefixCache {
         self.block_size
     }
 
+    /// Every node's block and key.
+    pub(super) fn block_keys(&self) -> Vec<(BlockId, BlockKey)> {
+        self.nodes.iter().map(|(&id, n)| (id, n.key)).collect()
+    }
+
     /// Starts logging the nodes evicted, for a host tier.
     pub(super) fn log_evictions(&mut self) {
         self.evicted_log.get_or_insert_with(Vec::new);
