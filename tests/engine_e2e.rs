@@ -942,3 +942,81 @@ fn host_tier_outputs_identical_and_hits_come_from_host() {
         );
     }
 }
+
+/// `--kv-cache-dir`: an engine dropped writes its cached blocks to the folder; a new engine on
+/// the same folder answers the same workload from them (fewer prompt tokens computed, the
+/// same greedy outputs); with every file damaged in some way (truncated, zeroed, another
+/// block's bytes, a flipped bit, removed) it still answers the same, recomputing.
+#[test]
+fn kv_cache_dir_keeps_prefixes_across_restarts_and_survives_damage() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kvrun-e2e-kv-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let w = multiturn_workload();
+    let config = |cache_dir: bool| {
+        let mut c = tiny_config(4, 16, true, 1, 64);
+        c.max_model_len = Some(64);
+        c.kv_cache_memory = Some(16 * 4 * 256); // 16 blocks: one conversation at a time
+        c.kv_cache_dir = cache_dir.then(|| dir.clone());
+        c
+    };
+    let reference = run(&config(false), &w);
+    let check = |got: &Run, what: &str| {
+        for (i, want) in &reference.outputs {
+            assert_eq!(&got.outputs[i], want, "{what}: request {i} differs");
+        }
+    };
+    let mut first = Engine::load(&config(true)).unwrap();
+    let cold = run_on(&mut first, &w);
+    check(&cold, "first run");
+    drop(first); // writes the cached blocks
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert!(files.len() > 10, "{} block files written", files.len());
+    let mut second = Engine::load(&config(true)).unwrap();
+    let warm = run_on(&mut second, &w);
+    check(&warm, "after a restart");
+    let disk = second.disk_tier_stats().unwrap();
+    eprintln!(
+        "computed prompt tokens {} cold, {} after a restart ({} block files, {} read)",
+        cold.computed_prompt_tokens,
+        warm.computed_prompt_tokens,
+        files.len(),
+        disk.read
+    );
+    assert!(disk.read > 0 && warm.computed_prompt_tokens < cold.computed_prompt_tokens);
+    drop(second);
+    // damage every file that is there now, each some way
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    for (i, f) in files.iter().enumerate() {
+        let bytes = std::fs::read(f).unwrap();
+        match i % 5 {
+            0 => std::fs::write(f, &bytes[..bytes.len() / 2]).unwrap(),
+            1 => std::fs::write(f, vec![0u8; bytes.len()]).unwrap(),
+            2 => std::fs::copy(&files[(i + 1) % files.len()], f).map(drop).unwrap(),
+            3 => {
+                let mut b = bytes;
+                let last = b.len() - 1;
+                b[last] ^= 0x40;
+                std::fs::write(f, b).unwrap();
+            }
+            _ => std::fs::remove_file(f).unwrap(),
+        }
+    }
+    let mut third = Engine::load(&config(true)).unwrap();
+    let damaged = run_on(&mut third, &w);
+    check(&damaged, "after damage");
+    let disk = third.disk_tier_stats().unwrap();
+    assert!(disk.failed > 0, "no damaged file was noticed: {disk:?}");
+    drop(third);
+    let _ = std::fs::remove_dir_all(&dir);
+}

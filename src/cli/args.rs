@@ -54,6 +54,16 @@ pub struct KvArgs {
     /// recomputed. Needs the prefix cache; not yet for sliding-window or recurrent models.
     #[arg(long, value_parser = parse_budget)]
     pub kv_offloading_size: Option<u64>,
+    /// Keep KV blocks in this folder across restarts (a system prompt's KV survives the
+    /// process): what the host tier drops and, at shutdown, the cached blocks. Damaged or
+    /// foreign files are recomputed, with a warning. Brings a host tier of up to 1 GiB when
+    /// --kv-offloading-size is not given.
+    #[arg(long, value_name = "DIR")]
+    pub kv_cache_dir: Option<PathBuf>,
+    /// Most bytes --kv-cache-dir holds, e.g. 20GiB (default 4GiB); the least recently used
+    /// blocks go first.
+    #[arg(long, value_parser = parse_budget, requires = "kv_cache_dir")]
+    pub kv_cache_dir_size: Option<u64>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -126,6 +136,8 @@ impl KvArgs {
             kv_cache_memory: self.kv_cache_memory,
             gpu_memory_utilization: self.gpu_memory_utilization,
             kv_offloading_size: self.kv_offloading_size,
+            kv_cache_dir: self.kv_cache_dir.clone(),
+            kv_cache_dir_size: self.kv_cache_dir_size,
             max_model_len: self.max_model_len,
             max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,

@@ -44,6 +44,8 @@ pub fn run(args: &PerplexityArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         kv_cache_memory: None,
         gpu_memory_utilization: None,
         kv_offloading_size: None,
+        kv_cache_dir: None,
+        kv_cache_dir_size: None,
         block_size: args.block_size,
         max_num_batched_tokens: args.max_num_batched_tokens.min(args.ctx),
         no_prefix_cache: true,

@@ -32,6 +32,13 @@ pub struct EngineConfig {
     /// that comes back is copied in instead of recomputed. Needs the prefix cache and a model
     /// of one full-attention KV-cache group. Default: none.
     pub kv_offloading_size: Option<u64>,
+    /// A folder that keeps KV blocks across restarts (`--kv-cache-dir`): what the host tier
+    /// drops, and at shutdown the cached blocks, are written there; a prompt that continues
+    /// into them reads them back instead of computing. Brings a host tier of
+    /// `min(kv_cache_dir_size, 1 GiB)` when `kv_offloading_size` is not given.
+    pub kv_cache_dir: Option<PathBuf>,
+    /// Most bytes `kv_cache_dir` holds (`--kv-cache-dir-size`, default 4 GiB).
+    pub kv_cache_dir_size: Option<u64>,
     /// Context length per sequence (`-c`); default: the model's, capped at 8192.
     pub max_model_len: Option<usize>,
     /// Most sequences per step (`--max-num-seqs`, default 1 for one-shot commands).
@@ -102,6 +109,8 @@ impl EngineConfig {
             kv_cache_memory: None,
             gpu_memory_utilization: None,
             kv_offloading_size: None,
+            kv_cache_dir: None,
+            kv_cache_dir_size: None,
             max_model_len: None,
             max_num_seqs: 1,
             max_num_batched_tokens: 512,

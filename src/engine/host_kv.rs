@@ -2,9 +2,10 @@
 //! which slot holds what, `kv::HostTier`), and the step's [`KvMoves`] carried out through the
 //! model's block transfers before the step runs.
 
-use crate::kv::{format_bytes, KvMoves};
+use crate::kv::{format_bytes, HostSlot, KvMoves};
 use crate::model::Model;
 
+use super::kv_disk::DiskKvStore;
 use super::EngineError;
 
 /// Host memory of the tier, filled as blocks arrive (a slot never written costs nothing).
@@ -45,9 +46,32 @@ impl HostKvStore {
         Ok((store, num_slots))
     }
 
-    /// Runs `moves`: every offload (the pool's blocks read back in one transfer), then every
-    /// load (written in one).
-    pub(super) fn apply(&mut self, model: &Model, moves: &KvMoves) -> Result<(), EngineError> {
+    /// Slot `slot`'s bytes, if it was ever written.
+    pub(super) fn bytes(&self, slot: HostSlot) -> Option<&[u8]> {
+        let s = &self.slots[slot as usize];
+        (s.len() == self.block_bytes).then_some(s.as_slice())
+    }
+
+    /// Fills slot `slot` with a block's bytes (read from the disk tier).
+    pub(super) fn fill(&mut self, slot: HostSlot, bytes: &[u8]) {
+        let s = &mut self.slots[slot as usize];
+        s.clear();
+        s.extend_from_slice(bytes);
+    }
+
+    /// Runs `moves`: every spill (to `disk`), every offload (the pool's blocks read back in
+    /// one transfer), then every load (written in one).
+    pub(super) fn apply(
+        &mut self,
+        model: &Model,
+        moves: &KvMoves,
+        mut disk: Option<&mut DiskKvStore>,
+    ) -> Result<(), EngineError> {
+        for &(slot, key) in &moves.spill {
+            if let (Some(disk), Some(bytes)) = (disk.as_deref_mut(), self.bytes(slot)) {
+                disk.write(key, bytes);
+            }
+        }
         let bb = self.block_bytes;
         if !moves.offload.is_empty() {
             let blocks: Vec<u32> = moves.offload.iter().map(|&(b, _)| b).collect();

@@ -19,12 +19,15 @@ mod frontend;
 mod generate;
 mod handle;
 mod host_kv;
+mod kv_disk;
 pub mod metrics;
 mod perplexity;
 mod requests;
 mod stage_slots;
 
 use host_kv::HostKvStore;
+use kv_disk::DiskKvStore;
+pub use kv_disk::DiskTierStats;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -118,6 +121,27 @@ pub struct Engine {
     masked: Vec<f32>,
     /// The host tier's bytes (`--kv-offloading-size`).
     host_kv: Option<HostKvStore>,
+    /// The disk tier (`--kv-cache-dir`).
+    disk: Option<DiskKvStore>,
+}
+
+/// `--kv-cache-dir-size` when not given.
+const DEFAULT_KV_CACHE_DIR_SIZE: u64 = 4 << 30;
+/// The host tier a disk tier brings when `--kv-offloading-size` is not given (at most).
+const DEFAULT_DISK_HOST_TIER: u64 = 1 << 30;
+/// Most blocks read from the disk tier before one step.
+const MAX_DISK_FETCH_PER_STEP: usize = 256;
+
+impl Drop for Engine {
+    /// With a disk tier, the cached blocks are written before the engine goes.
+    fn drop(&mut self) {
+        if self.disk.is_some() {
+            match self.persist_kv_cache() {
+                Ok(n) => tracing::info!("--kv-cache-dir: {n} blocks written at shutdown"),
+                Err(e) => tracing::warn!("--kv-cache-dir: blocks not written at shutdown: {e}"),
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -184,11 +208,33 @@ impl Engine {
             max_model_len: resolved.max_model_len,
             max_logit_rows: resolved.max_logit_rows,
         };
-        let host_kv = match cfg.kv_offloading_size {
+        let block_bytes = model.kv_block_bytes();
+        let disk_size = cfg.kv_cache_dir_size.unwrap_or(DEFAULT_KV_CACHE_DIR_SIZE);
+        // a disk tier reads and spills through a host tier: one of up to 1 GiB if none is given
+        let host_size = cfg.kv_offloading_size.or(cfg
+            .kv_cache_dir
+            .as_ref()
+            .map(|_| disk_size.min(DEFAULT_DISK_HOST_TIER).max(block_bytes)));
+        let host_kv = match host_size {
             Some(size) => {
                 let avail = crate::gpu::host_available_bytes();
-                let (store, slots) = HostKvStore::new(size, model.kv_block_bytes(), avail)?;
+                let (store, slots) = HostKvStore::new(size, block_bytes, avail)?;
                 kv = kv.with_host_tier(slots)?;
+                Some(store)
+            }
+            None => None,
+        };
+        let disk = match &cfg.kv_cache_dir {
+            Some(dir) => {
+                let what = format!("{} bs {} bytes {block_bytes}", cfg.kv_cache, cfg.block_size);
+                let fingerprint = kv_disk::fingerprint(&cfg.model, &what)?;
+                let store = DiskKvStore::open(dir, disk_size, fingerprint, block_bytes)?;
+                kv.spill_host_drops();
+                tracing::info!(
+                    "--kv-cache-dir {}: {} blocks kept from earlier runs",
+                    dir.display(),
+                    store.len()
+                );
                 Some(store)
             }
             None => None,
@@ -225,6 +271,7 @@ impl Engine {
             peak_kv_blocks: Vec::new(),
             masked: Vec::new(),
             host_kv,
+            disk,
         })
     }
 
@@ -256,9 +303,11 @@ impl Engine {
 
     /// Runs one step of every unfinished request (nothing when there is none).
     pub fn step(&mut self) -> Result<Vec<OutputEvent>, EngineError> {
+        self.fetch_from_disk()?;
         let plan = self.sched.schedule();
         if let Some(store) = &mut self.host_kv {
-            store.apply(&self.model, &plan.kv_moves)?; // before the step reads or overwrites
+            // before the step reads or overwrites
+            store.apply(&self.model, &plan.kv_moves, self.disk.as_mut())?;
         }
         if plan.is_empty() {
             return Ok(Vec::new());
@@ -585,6 +634,58 @@ impl Engine {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
+    }
+
+    /// Reads the blocks the waiting prompts would take from the disk tier into the host tier
+    /// (checked; a damaged file is recomputed), so that their admission hits them there.
+    fn fetch_from_disk(&mut self) -> Result<(), EngineError> {
+        let (Some(disk), Some(host)) = (&mut self.disk, &mut self.host_kv) else { return Ok(()) };
+        let mut wanted = Vec::new();
+        for (namespace, tokens) in self.sched.waiting_prompts() {
+            let (keys, held) = self.sched.kv().tier_keys(namespace, tokens);
+            wanted.extend(keys[held..].iter().take_while(|k| disk.contains(k)).copied());
+            if wanted.len() >= MAX_DISK_FETCH_PER_STEP {
+                break;
+            }
+        }
+        wanted.truncate(MAX_DISK_FETCH_PER_STEP);
+        for key in wanted {
+            let Some(bytes) = disk.read(&key) else { continue };
+            let Some(slot) = self.sched.admit_to_host(key) else { continue };
+            // what the host tier dropped for it goes to disk before its slot is filled
+            host.apply(&self.model, &self.sched.take_kv_moves(), Some(disk))?;
+            host.fill(slot, &bytes);
+        }
+        Ok(())
+    }
+
+    /// Writes the host tier's blocks and the pool's cached blocks to the disk tier (done when
+    /// the engine is dropped); returns how many were not there yet. A no-op without one.
+    pub fn persist_kv_cache(&mut self) -> Result<usize, EngineError> {
+        let (Some(disk), Some(host)) = (&mut self.disk, &self.host_kv) else { return Ok(0) };
+        let before = disk.stats.written;
+        let kv = self.sched.kv();
+        for (key, slot) in kv.host_tier().map(|h| h.entries_by_age()).unwrap_or_default() {
+            if let Some(bytes) = host.bytes(slot) {
+                disk.write(key, bytes);
+            }
+        }
+        let cached: Vec<_> =
+            kv.cached_block_keys().into_iter().filter(|(_, k)| !disk.contains(k)).collect();
+        let bb = self.model.kv_block_bytes() as usize;
+        for chunk in cached.chunks(64) {
+            let blocks: Vec<u32> = chunk.iter().map(|&(b, _)| b).collect();
+            let bytes = self.model.read_kv_blocks(&blocks)?;
+            for ((_, key), payload) in chunk.iter().zip(bytes.chunks_exact(bb)) {
+                disk.write(*key, payload);
+            }
+        }
+        Ok((disk.stats.written - before) as usize)
+    }
+
+    /// The disk tier's counters (`--kv-cache-dir`), if there is one.
+    pub fn disk_tier_stats(&self) -> Option<DiskTierStats> {
+        self.disk.as_ref().map(|d| d.stats)
     }
 
     /// Evicts every cached block no request uses (cold-cache comparisons).

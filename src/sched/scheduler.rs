@@ -343,6 +343,25 @@ impl Scheduler {
     }
 
     /// The KV bookkeeping (block tables, prefix cache, integrity check).
+    /// The waiting sequences' namespaces and cacheable tokens, in admission order (what a
+    /// disk tier may fetch ahead of their admission).
+    pub fn waiting_prompts(&self) -> Vec<(crate::kv::Namespace, &[u32])> {
+        let seq = |id| &self.seqs[id];
+        self.waiting.iter().map(|id| (seq(id).namespace, seq(id).cacheable_tokens())).collect()
+    }
+
+    /// Takes a block read from a disk tier into the host tier
+    /// ([`KvManager::admit_to_host`]); run [`Scheduler::take_kv_moves`]' spills before filling
+    /// its slot. Between steps only.
+    pub fn admit_to_host(&mut self, key: crate::kv::BlockKey) -> Option<crate::kv::HostSlot> {
+        self.kv.admit_to_host(key)
+    }
+
+    /// The KV copies pending outside a step's plan ([`KvManager::take_moves`]).
+    pub fn take_kv_moves(&mut self) -> KvMoves {
+        self.kv.take_moves()
+    }
+
     pub fn kv(&self) -> &KvManager {
         &self.kv
     }
