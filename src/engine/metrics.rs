@@ -16,6 +16,8 @@
 //! | `kvrun:kv_host_tier_blocks{state}` | gauge | the host tier's slots: `used`, `total` (0 without a tier) |
 //! | `kvrun:kv_host_tier_dropped_blocks_total` | counter | blocks the full host tier dropped (lost: recomputed on a hit) |
 //! | `kvrun:kv_offload_bytes_total{direction}` | counter | KV bytes copied `to_host` (evicted blocks written back) and `to_gpu` (host hits) |
+//! | `kvrun:kv_disk_tier_blocks` | gauge | block files in `--kv-cache-dir` for this model (series only with one) |
+//! | `kvrun:kv_disk_blocks_total{op}` | counter | block files `written`, `read` back (into the host tier), `failed` (damaged, foreign, unwritable) |
 //! | `kvrun:num_preemptions_total` | counter | sequences preempted (recompute) |
 //! | `kvrun:prompt_tokens_total` / `kvrun:generation_tokens_total` | counter | tokens in / out |
 //! | `kvrun:time_to_first_token_seconds` | histogram | arrival → first token |
@@ -82,6 +84,8 @@ pub struct Metrics {
     offload_bytes: Family<Vec<(String, String)>, Counter>,
     /// Bytes of one KV block on the host (the tier's unit); 0 without a tier.
     host_block_bytes: AtomicU64,
+    disk_tier_blocks: Family<Vec<(String, String)>, Gauge>,
+    disk_blocks: Family<Vec<(String, String)>, Counter>,
     num_preemptions: Counter,
     prompt_tokens: Counter,
     generation_tokens: Counter,
@@ -133,6 +137,8 @@ impl Metrics {
             host_tier_dropped_blocks: Counter::default(),
             offload_bytes: Family::default(),
             host_block_bytes: AtomicU64::new(0),
+            disk_tier_blocks: Family::default(),
+            disk_blocks: Family::default(),
             num_preemptions: Counter::default(),
             prompt_tokens: Counter::default(),
             generation_tokens: Counter::default(),
@@ -214,6 +220,16 @@ impl Metrics {
             "kvrun:kv_offload_bytes",
             "KV bytes copied between the GPU pool and the host tier, by direction",
             m.offload_bytes.clone(),
+        );
+        r.register(
+            "kvrun:kv_disk_tier_blocks",
+            "KV block files in --kv-cache-dir for this model",
+            m.disk_tier_blocks.clone(),
+        );
+        r.register(
+            "kvrun:kv_disk_blocks",
+            "KV block files written, read back and failed (damaged, foreign, unwritable)",
+            m.disk_blocks.clone(),
         );
         r.register(
             "kvrun:num_preemptions",
@@ -320,6 +336,17 @@ impl Metrics {
                 let counter = self.offload_bytes.get_or_create(&label("direction", direction));
                 counter.inc_by((blocks * block).saturating_sub(counter.get()));
             }
+        }
+    }
+
+    /// Sets the disk tier's series: `files` block files now, and its counters.
+    pub fn update_disk(&self, files: usize, stats: &super::DiskTierStats) {
+        self.disk_tier_blocks.get_or_create(&Vec::new()).set(files as i64);
+        for (op, total) in
+            [("written", stats.written), ("read", stats.read), ("failed", stats.failed)]
+        {
+            let counter = self.disk_blocks.get_or_create(&vec![("op".to_string(), op.to_string())]);
+            counter.inc_by(total.saturating_sub(counter.get()));
         }
     }
 
@@ -483,6 +510,17 @@ mod tests {
             "kvrun:kv_host_tier_dropped_blocks_total 1",
             "kvrun:kv_offload_bytes_total{direction=\"to_host\"} 7000",
             "kvrun:kv_offload_bytes_total{direction=\"to_gpu\"} 3000",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        let disk = super::super::DiskTierStats { found: 3, written: 5, read: 2, failed: 1 };
+        metrics.update_disk(6, &disk);
+        let text = metrics.encode();
+        for line in [
+            "kvrun:kv_disk_tier_blocks 6",
+            "kvrun:kv_disk_blocks_total{op=\"written\"} 5",
+            "kvrun:kv_disk_blocks_total{op=\"read\"} 2",
+            "kvrun:kv_disk_blocks_total{op=\"failed\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

@@ -572,6 +572,9 @@ impl Engine {
     /// The gauges and counters from the scheduler now (and per tenant, if any are tracked).
     fn update_metrics(&self) {
         self.metrics.update_from(&self.sched.stats());
+        if let Some(disk) = &self.disk {
+            self.metrics.update_disk(disk.len(), &disk.stats);
+        }
         if !self.tenants.is_empty() {
             for t in self.sched.tenant_stats() {
                 if let Some(name) = self.tenants.get(&t.kv.namespace) {
