@@ -655,6 +655,12 @@ def flag_cases():
         gen + ["--kv-offloading-size", "64MiB", "--no-prefix-cache"],
         ["--kv-offloading-size", "prefix cache"], "--kv-offloading-size",
         "host tier without the prefix cache it hangs under")
+    add("gen_kv_cache_dir_a_file", "b", gen + ["--kv-cache-dir", "{REAL}"],
+        ["--kv-cache-dir"], "--kv-cache-dir", "a KV cache folder that is a file")
+    add("gen_kv_cache_dir_size_1", "b",
+        gen + ["--kv-cache-dir", "{OUT}/kv-dir", "--kv-cache-dir-size", "1"],
+        ["--kv-cache-dir-size", "block"], "--kv-cache-dir-size",
+        "a KV cache folder smaller than one block file")
     add("gen_block_size_0", "b", gen + ["--block-size", "0"], ["--block-size"], "--block-size",
         "block size 0")
     add("gen_block_size_1e6", "b", gen + ["--block-size", "1000000"], ["--block-size"],
