@@ -135,6 +135,7 @@ impl KvArgs {
             block_size: self.block_size,
             kv_cache_memory: self.kv_cache_memory,
             gpu_memory_utilization: self.gpu_memory_utilization,
+            gpu_memory_utilization_default: None,
             kv_offloading_size: self.kv_offloading_size,
             kv_cache_dir: self.kv_cache_dir.clone(),
             kv_cache_dir_size: self.kv_cache_dir_size,

@@ -74,6 +74,8 @@ pub fn run(args: &ServeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     }
     let mut cfg = args.kv.engine_config(path.clone(), global.gpu_options(), args.max_num_seqs)?;
     cfg.enable_prefix_cache &= args.enable_prefix_caching;
+    // vLLM's default: most of a GPU's memory for KV (CPU adapters keep the default pool)
+    cfg.gpu_memory_utilization_default = Some(0.9);
     let api_keys = match &args.api_keys {
         Some(file) => read_api_keys(file)?,
         None => HashMap::new(),

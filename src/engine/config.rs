@@ -28,6 +28,10 @@ pub struct EngineConfig {
     /// staging and states (`check_device_memory` names the budget's source). Excludes
     /// `kv_cache_memory`.
     pub gpu_memory_utilization: Option<f64>,
+    /// The fraction used when neither `kv_cache_memory` nor `gpu_memory_utilization` is given
+    /// and the adapter is a GPU ([`EngineConfig::utilization_on`]); `kvrun serve` sets 0.9
+    /// (vLLM's default). CPU adapters keep the default pool: their budget is the host's memory.
+    pub gpu_memory_utilization_default: Option<f64>,
     /// Host RAM for KV blocks the pool evicts (`--kv-offloading-size`, vLLM's name): a prefix
     /// that comes back is copied in instead of recomputed. Needs the prefix cache and a model
     /// of one full-attention KV-cache group. Default: none.
@@ -100,6 +104,13 @@ pub fn tenant_namespace(tenant: &str) -> u64 {
 }
 
 impl EngineConfig {
+    /// The fraction of the device's memory that sizes the KV pool on an adapter that `is_cpu`
+    /// or not: the one given, else the default on a GPU when no pool size is given.
+    pub fn utilization_on(&self, is_cpu: bool) -> Option<f64> {
+        let defaulted = self.kv_cache_memory.is_none() && !is_cpu;
+        self.gpu_memory_utilization.or(self.gpu_memory_utilization_default.filter(|_| defaulted))
+    }
+
     /// Defaults for `model`.
     pub fn new(model: impl Into<PathBuf>) -> Self {
         EngineConfig {
@@ -108,6 +119,7 @@ impl EngineConfig {
             block_size: 16,
             kv_cache_memory: None,
             gpu_memory_utilization: None,
+            gpu_memory_utilization_default: None,
             kv_offloading_size: None,
             kv_cache_dir: None,
             kv_cache_dir_size: None,
@@ -698,6 +710,20 @@ mod tests {
     /// `--gpu-memory-utilization` with a fake memory source: the budget left after the weights,
     /// the refusals, and the pool fitted back into the resolved config (-c fitted where not
     /// given, refused where given).
+    #[test]
+    fn serve_defaults_to_a_utilization_on_gpus_only() {
+        let mut cfg = EngineConfig::new("m.gguf");
+        assert_eq!((cfg.utilization_on(false), cfg.utilization_on(true)), (None, None));
+        cfg.gpu_memory_utilization_default = Some(0.9);
+        assert_eq!(cfg.utilization_on(false), Some(0.9), "a GPU takes the default");
+        assert_eq!(cfg.utilization_on(true), None, "a CPU adapter keeps the default pool");
+        cfg.kv_cache_memory = Some(1 << 30);
+        assert_eq!(cfg.utilization_on(false), None, "a given pool wins");
+        cfg.kv_cache_memory = None;
+        cfg.gpu_memory_utilization = Some(0.5);
+        assert_eq!((cfg.utilization_on(false), cfg.utilization_on(true)), (Some(0.5), Some(0.5)));
+    }
+
     #[test]
     fn gpu_memory_utilization_arithmetic_and_context_fitting() {
         use crate::gpu::{DeviceMemory, MemorySource};

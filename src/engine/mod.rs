@@ -161,7 +161,15 @@ impl Engine {
         resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
         let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
         resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
-        let model = match cfg.gpu_memory_utilization {
+        let utilization = cfg.utilization_on(gpu.caps.is_cpu);
+        if utilization != cfg.gpu_memory_utilization {
+            tracing::info!(
+                "the KV cache takes {} of the device's memory (give --kv-cache-memory or \
+                 --gpu-memory-utilization to choose)",
+                utilization.unwrap_or_default()
+            );
+        }
+        let model = match utilization {
             Some(f) => {
                 let fit = kv_fit(f, &resolved, &layout, gpu.memory, file.weight_bytes())?;
                 let options = model_options(&resolved);
@@ -247,7 +255,7 @@ impl Engine {
             resolved.block_size,
             resolved.num_blocks,
             resolved.kv_cache_memory,
-            cfg.gpu_memory_utilization,
+            utilization,
         );
         metrics.set_state_bytes_per_sequence(model.config().state_bytes_per_sequence());
         if host_kv.is_some() {
