@@ -941,6 +941,23 @@ fn host_tier_outputs_identical_and_hits_come_from_host() {
             "{name}: the tier saved no prompt tokens"
         );
     }
+    // Preemption with the tier: six sequences on 36 blocks of 4 tokens; a victim's full blocks
+    // go to the tree, then to host memory when evicted, and come back on its re-admission.
+    let w = tiny_workload();
+    let reference = run(&tiny_config(16, 64, false, 1, 256), &w);
+    let mut cfg = tiny_config(4, 36, true, 6, 64);
+    cfg.kv_offloading_size = Some(256 * 4 * 256);
+    let mut engine = Engine::load(&cfg).unwrap();
+    let got = run_on(&mut engine, &w);
+    for (i, want) in &reference.outputs {
+        assert_eq!(&got.outputs[i], want, "preemption with the tier: request {i} differs");
+    }
+    let s = engine.scheduler().stats();
+    eprintln!(
+        "preemption with the tier: {} preemptions, {} tokens from host",
+        got.preemptions, s.host_hit_tokens
+    );
+    assert!(got.preemptions > 0 && s.host_hit_tokens > 0, "no preemption or no host hit");
 }
 
 /// `--kv-cache-dir`: an engine dropped writes its cached blocks to the folder; a new engine on

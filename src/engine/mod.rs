@@ -3,7 +3,9 @@
 //! One step reads left to right ([`Engine::step`]):
 //!
 //! ```text
+//! fetch_from_disk()                          --kv-cache-dir: blocks waiting prompts need → host
 //! plan    = scheduler.schedule()            which tokens of which sequences run now
+//! moves(plan.kv_moves)                       host tier: evicted blocks down, host hits up
 //! batch   = ForwardBatch::new(plan)          token ids, positions, slot mapping, block tables
 //! logits  = model.forward(batch)             one submit
 //! sampled = sample(plan, logits)             one token per sequence that ends its prompt or decodes
@@ -651,8 +653,13 @@ impl Engine {
     /// (checked; a damaged file is recomputed), so that their admission hits them there.
     fn fetch_from_disk(&mut self) -> Result<(), EngineError> {
         let (Some(disk), Some(host)) = (&mut self.disk, &mut self.host_kv) else { return Ok(()) };
+        if disk.len() == 0 {
+            return Ok(());
+        }
         let mut wanted = Vec::new();
-        for (namespace, tokens) in self.sched.waiting_prompts() {
+        // the prompts admission may reach this step: a step admits at most max_num_seqs
+        let next = self.sched.waiting_prompts().into_iter().take(self.resolved.max_num_seqs);
+        for (namespace, tokens) in next {
             let (keys, held) = self.sched.kv().tier_keys(namespace, tokens);
             wanted.extend(keys[held..].iter().take_while(|k| disk.contains(k)).copied());
             if wanted.len() >= MAX_DISK_FETCH_PER_STEP {
