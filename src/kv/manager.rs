@@ -347,8 +347,10 @@ impl KvManager {
     /// [`KvManager::num_cached_tokens`]) becomes the start of its tables, each block shared
     /// (incref) and the path locked; a sliding table gets the cached blocks of its first
     /// query's window only, the entries before it dropped. Returns the number of cached
-    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims no
-    /// free blocks. Errors if `seq` is already live. O(tokens.len()).
+    /// tokens; the caller computes from there. Counts the query and hit tokens. Claims free
+    /// blocks only for host-tier hits (the path continues into them: `manager_tier.rs`, whose
+    /// copies go in the next moves), evicting if it must. Errors if `seq` is already live.
+    /// O(tokens.len()).
     ///
     /// Recurrent models: the sequence's running state counts toward its tenant's quota from
     /// here; the [`KvManager::reserve`] that follows (ask [`KvManager::snapshot_restore`]
@@ -463,7 +465,6 @@ impl KvManager {
         let last =
             cache.insert_groups(&mut self.pool, s.namespace, prefix, &rows).expect("full ≥ 1");
         cache.lock_in(&self.pool, last);
-
         if let Some(old) = s.locked.replace(last) {
             cache.unlock(old);
         }
@@ -597,8 +598,7 @@ impl KvManager {
     }
 
     /// Evicts every unlocked cached block (all of them once no sequence is live); returns how
-    /// many. O(k log n).
-    /// The host tier is emptied too (its blocks are not counted).
+    /// many. O(k log n). The host tier is emptied too (its blocks are not counted).
     pub fn clear_prefix_cache(&mut self) -> usize {
         let Some(cache) = &mut self.cache else { return 0 };
         let evicted = cache.evict(&mut self.pool, usize::MAX).len();
