@@ -294,9 +294,9 @@ pub fn run(
     let wall_s = started.elapsed().as_secs_f64();
     check_kv_whole(engine)?;
     let turns = (0..spec.turns).map(|t| turn_report(t, &samples, steps[t])).collect();
-    let mut totals = totals(&samples, &baseline, &engine.scheduler().stats(), &steps, wall_s);
-    totals.host_bytes_moved = (totals.host_offloaded_blocks + totals.host_loaded_blocks)
-        * engine.model().kv_block_bytes();
+    let block_bytes = engine.model().kv_block_bytes();
+    let after = engine.scheduler().stats();
+    let totals = totals(&samples, &baseline, &after, &steps, wall_s, block_bytes);
     Ok(RunReport {
         label: setting.label.clone(),
         kv_cache_memory: setting.kv_cache_memory,
@@ -401,7 +401,10 @@ fn totals(
     after: &SchedulerStats,
     steps: &[TurnSteps],
     wall_s: f64,
+    block_bytes: u64,
 ) -> RunTotals {
+    let offloaded = after.host.num_offloaded - before.host.num_offloaded;
+    let loaded = after.host.num_loaded - before.host.num_loaded;
     let ttft: Vec<f64> = samples.iter().map(|x| x.ttft_ms).collect();
     let sum = |f: fn(&Usage) -> usize| samples.iter().map(|x| f(&x.usage) as u64).sum::<u64>();
     RunTotals {
@@ -416,9 +419,9 @@ fn totals(
         kv_usage_peak: steps.iter().map(|s| s.kv_usage_peak).fold(0.0, f64::max),
         wall_s,
         host_hit_tokens: after.host_hit_tokens - before.host_hit_tokens,
-        host_offloaded_blocks: after.host.num_offloaded - before.host.num_offloaded,
-        host_loaded_blocks: after.host.num_loaded - before.host.num_loaded,
-        host_bytes_moved: 0, // the caller knows the block's bytes
+        host_offloaded_blocks: offloaded,
+        host_loaded_blocks: loaded,
+        host_bytes_moved: (offloaded + loaded) * block_bytes,
     }
 }
 
