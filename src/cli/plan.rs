@@ -236,7 +236,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<()> {
         block_size: args.block_size,
         step_tokens: args.max_num_batched_tokens,
     };
-    let groups = kv_groups_at(&config, planned);
+    let groups = kv_groups_at(&config, planned, 1);
     let layout = model_kv_layout(&spec, args.block_size, &config, &groups)?;
     let kv_cache_memory = args.kv_cache_memory.as_deref().map(parse_bytes).transpose()?;
     let head_shapes = head_shapes(&config, &spec, args.block_size)?;

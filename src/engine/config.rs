@@ -251,6 +251,47 @@ impl ResolvedConfig {
     }
 }
 
+impl ResolvedConfig {
+    /// The second look at the KV-cache groups, once the adapter is open: the fewest slots a
+    /// block holds bound the largest pool (one K and one V buffer a slot, each binding at most
+    /// `max_binding` bytes: `kv/groups.rs`). When a pool of `pool_bytes` does not bind in the
+    /// groups chosen for padding alone, they are chosen again with at least the slots it needs
+    /// ([`slots_for_pool`]), said in one line. A pool no grouping binds gets the most slots
+    /// (a sequence then holds the fewest blocks, and the binding limits blocks, not bytes);
+    /// the pool is then capped to what binds, or refused naming the largest budget
+    /// (`ModelError::KvPoolTooLarge`).
+    pub fn fit_slots_to_binding(
+        self,
+        layout: KvLayout,
+        cfg: &EngineConfig,
+        model: &ModelConfig,
+        pool_bytes: u64,
+        max_binding: u64,
+    ) -> Result<(Self, KvLayout), EngineError> {
+        let slots = self.kv_groups.slots_per_block();
+        let max_blocks =
+            crate::model::max_kv_pool_blocks(model, &super::model_options(&self), max_binding)?;
+        let slot_block_bytes = layout.bytes_per_block() / slots.max(1) as u64;
+        let need = slots_for_pool(pool_bytes, max_blocks, slot_block_bytes);
+        if need <= slots {
+            return Ok((self, layout));
+        }
+        let (again, again_layout) = ResolvedConfig::resolve_with_slots(cfg, model, need)?;
+        let more = again.kv_groups.slots_per_block();
+        if more == slots {
+            return Ok((self, layout));
+        }
+        tracing::info!(
+            "KV blocks hold {more} layer slots, not {slots}: a pool of {} binds on this adapter \
+             only in slot buffers of at most {max_binding} bytes ({} groups, {} padding slots)",
+            format_bytes(pool_bytes),
+            again.kv_groups.len(),
+            again.kv_groups.num_padding_slots()
+        );
+        Ok((again, again_layout))
+    }
+}
+
 /// Default state snapshot slots per `--max-num-seqs` sequence: room for a conversation's
 /// newest two (the end of its last prompt and of its last reply).
 pub const DEFAULT_STATE_SNAPSHOTS_PER_SEQ: usize = 2;
@@ -258,14 +299,25 @@ pub const DEFAULT_STATE_SNAPSHOTS_PER_SEQ: usize = 2;
 /// The KV-cache groups of `model`'s layers ([`KvGroups::from_packed_layers_at`]) for
 /// sequences of up to `planned.max_model_len` tokens: a window that covers the whole context is
 /// full attention (and keeps the prefix cache available); padding slots are weighed by the
-/// blocks their group holds at that context.
-pub fn kv_groups_at(model: &ModelConfig, planned: PlannedContext) -> KvGroups {
+/// blocks their group holds at that context. Blocks hold at least `min_slots` layer slots
+/// ([`slots_for_pool`]; 1 when no pool is planned yet).
+pub fn kv_groups_at(model: &ModelConfig, planned: PlannedContext, min_slots: usize) -> KvGroups {
     let kinds: Vec<Option<GroupKind>> = model
         .layers
         .iter()
         .map(|layer| crate::model::layer_group_kind(layer.attention, planned.max_model_len))
         .collect();
-    KvGroups::from_packed_layers_at(&kinds, &crate::model::layers_per_slot(model), Some(planned))
+    let per = crate::model::layers_per_slot(model);
+    KvGroups::from_packed_layers_at(&kinds, &per, Some(planned), min_slots)
+}
+
+/// The fewest layer slots a block may hold for a pool of `pool_bytes` to bind: every slot is
+/// one K and one V buffer of at most `max_blocks` blocks (`model::max_kv_pool_blocks`, the
+/// adapter's binding limit over a slot's bytes per block), `slot_block_bytes` (K and V) each,
+/// so a pool of `s` slots holds at most `s × max_blocks × slot_block_bytes` bytes.
+pub fn slots_for_pool(pool_bytes: u64, max_blocks: usize, slot_block_bytes: u64) -> usize {
+    let per_slot = (max_blocks as u128 * slot_block_bytes as u128).max(1);
+    usize::try_from((pool_bytes as u128).div_ceil(per_slot)).unwrap_or(usize::MAX).max(1)
 }
 
 /// [`kv_groups_at`] with the default block size and step budget (`EngineConfig::new`'s).
@@ -276,7 +328,7 @@ pub fn kv_groups(model: &ModelConfig, max_model_len: usize) -> KvGroups {
         block_size: d.block_size,
         step_tokens: d.max_num_batched_tokens,
     };
-    kv_groups_at(model, planned)
+    kv_groups_at(model, planned, 1)
 }
 
 /// Context length used when the model declares a larger one and the user gave none.
@@ -329,6 +381,16 @@ impl ResolvedConfig {
         cfg: &EngineConfig,
         model: &ModelConfig,
     ) -> Result<(Self, KvLayout), EngineError> {
+        Self::resolve_with_slots(cfg, model, 1)
+    }
+
+    /// [`ResolvedConfig::resolve`] with blocks of at least `min_slots` layer slots (the
+    /// engine's second pass when the adapter cannot bind the pool in fewer: [`slots_for_pool`]).
+    pub fn resolve_with_slots(
+        cfg: &EngineConfig,
+        model: &ModelConfig,
+        min_slots: usize,
+    ) -> Result<(Self, KvLayout), EngineError> {
         let model_max = model.max_position_embeddings.max(1);
         let max_model_len = match cfg.max_model_len {
             Some(0) => {
@@ -352,7 +414,7 @@ impl ResolvedConfig {
             block_size: cfg.block_size,
             step_tokens: cfg.max_num_batched_tokens,
         };
-        let kv_groups = kv_groups_at(model, planned);
+        let kv_groups = kv_groups_at(model, planned, min_slots);
         // The prefix cache keys its nodes by a full-attention group's blocks (`kv::PrefixCache`).
         let has_full = kv_groups.groups().iter().any(|g| g.kind == GroupKind::Full);
         // A recurrent layer's state cannot be cut back to a prefix: a cached prefix is usable
@@ -623,6 +685,53 @@ mod tests {
         cfg.max_model_len = Some(512); // the window covers the context: full attention
         let (resolved, _) = ResolvedConfig::resolve(&cfg, &model).unwrap();
         assert!(resolved.enable_prefix_cache);
+    }
+
+    /// The slots a block holds: by padding alone, SmolLM2's 30 layers made Gemma-like (every
+    /// sixth full, window 512) take blocks of 5 slots, no padding; a pool that binds only in 6
+    /// or more slots per block gets the least padding from 6 up: one padding slot in the full
+    /// group (512 blocks at -c 8192) and five in the sliding ones (65 each).
+    #[test]
+    fn slots_grow_for_a_pool_the_adapter_cannot_bind_in_fewer() {
+        let mut model = ModelConfig::from_hf_config_json(SMOLLM2).unwrap();
+        for (i, layer) in model.layers.iter_mut().enumerate() {
+            if i % 6 != 5 {
+                layer.attention = AttentionKind::Sliding { window: 512 };
+            }
+        }
+        let cfg = EngineConfig::new("unused");
+        let (r, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+        assert_eq!((r.kv_groups.slots_per_block(), r.kv_groups.len()), (5, 6));
+        assert_eq!(r.kv_groups.num_padding_slots(), 0);
+        // one slot of one block: 3 KV heads × 16 tokens × 64 × 2 bytes, K and V
+        let slot_block = layout.bytes_per_block() / 5;
+        assert_eq!(slot_block, 3 * 16 * 64 * 2 * 2);
+        // 1000 blocks a slot buffer: 5 slots bind 5,000 slot-blocks, a byte more needs 6
+        assert_eq!(slots_for_pool(5_000 * slot_block, 1000, slot_block), 5);
+        assert_eq!(slots_for_pool(5_000 * slot_block + 1, 1000, slot_block), 6);
+        assert_eq!((slots_for_pool(0, 1000, slot_block), slots_for_pool(1, 0, 0)), (1, 1));
+        assert_eq!(slots_for_pool(u64::MAX, 1, 1), usize::try_from(u64::MAX).unwrap());
+        let (r, layout6) = ResolvedConfig::resolve_with_slots(&cfg, &model, 6).unwrap();
+        let planned = PlannedContext { max_model_len: 8192, block_size: 16, step_tokens: 512 };
+        assert_eq!((r.kv_groups.slots_per_block(), r.kv_groups.len()), (6, 6));
+        assert_eq!(r.kv_groups.padding_slot_blocks(planned), 512 + 5 * 65);
+        assert_eq!(layout6.bytes_per_block(), 6 * slot_block);
+        // The engine's second look, with a binding of 1000 slot-blocks' K (half a slot-block):
+        // a pool of 5,000 slot-blocks keeps 5 slots, one more byte takes 6, 8,000 take the
+        // least padding from 8 up (8: 3 full and 7 sliding padding slots, 1,991 slot-blocks;
+        // 10 would pad 2,885), and a pool no grouping binds takes the most slots there are (25,
+        // the sliding layers'): the largest pool the adapter binds, then capped or refused.
+        let binding = 1000 * slot_block / 2;
+        let fit = |bytes: u64| {
+            let (r, layout) = ResolvedConfig::resolve(&cfg, &model).unwrap();
+            let (r, l) = r.fit_slots_to_binding(layout, &cfg, &model, bytes, binding).unwrap();
+            assert_eq!(l.bytes_per_block(), r.kv_groups.slots_per_block() as u64 * slot_block);
+            r.kv_groups.slots_per_block()
+        };
+        assert_eq!(fit(5_000 * slot_block), 5);
+        assert_eq!(fit(5_000 * slot_block + 1), 6);
+        assert_eq!(fit(8_000 * slot_block), 8);
+        assert_eq!(fit(u64::MAX), 25);
     }
 
     /// A hybrid (the tiny Qwen3.5): the prefix cache stays on with state snapshot slots (2 per

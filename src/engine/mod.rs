@@ -38,8 +38,8 @@ use std::time::Instant;
 pub use crate::loader::SamplingDefaults;
 pub use config::{
     check_device_memory, kv_fit, kv_groups, kv_groups_at, kv_storage, model_kv_layout,
-    model_kv_storage, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig, TenantConfig,
-    DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
+    model_kv_storage, slots_for_pool, tenant_namespace, EngineConfig, KvQuota, ResolvedConfig,
+    TenantConfig, DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_STATE_SNAPSHOTS_PER_SEQ,
 };
 pub use frontend::{Conversation, Frontend, FrontendError, Prompt, PromptRequest};
 pub use generate::{GenerateOutput, GenerateRequest};
@@ -156,14 +156,22 @@ impl Engine {
                     .into(),
             ));
         }
-        let (mut resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
+        let (resolved, layout) = ResolvedConfig::resolve(cfg, file.config())?;
         let gpu = Arc::new(Gpu::open(&cfg.gpu)?);
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
+        let utilization = cfg.utilization_on(gpu.caps.is_cpu);
+        // the pool's bytes bound the fewest slots a block may hold (`kv/groups.rs`)
+        let pool_bytes = match utilization {
+            Some(f) => kv_fit(f, &resolved, &layout, gpu.memory, file.weight_bytes())?.bytes,
+            None => resolved.kv_cache_memory,
+        };
+        let max_binding = kernels.config.max_binding_bytes;
+        let (mut resolved, layout) =
+            resolved.fit_slots_to_binding(layout, cfg, file.config(), pool_bytes, max_binding)?;
         resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
         let recurrent_slot = file.config().delta_net.map_or(0, |d| d.recurrent_state_bytes());
         resolved.fit_state_snapshots(cfg, recurrent_slot, kernels.config.max_binding_bytes);
-        let utilization = cfg.utilization_on(gpu.caps.is_cpu);
         if utilization != cfg.gpu_memory_utilization {
             tracing::info!(
                 "the KV cache takes {} of the device's memory (give --kv-cache-memory or \

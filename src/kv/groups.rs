@@ -16,8 +16,9 @@
 //! group holds: in a full-attention group the whole context's blocks, in a sliding group only
 //! the window's. So padding is weighed in bytes at the planned context ([`PlannedContext`]:
 //! `-c`, block size, step tokens), and [`KvGroups::from_packed_layers_at`] takes the largest `s`
-//! whose padding is at most 1/16 (6.25 %) of the bytes the layers need; padding lands in the
-//! sliding groups, where it is cheap. At `-c 32768`, 16-token blocks, 512-token steps:
+//! whose padding is at most 1 % of the bytes the layers need ([`MAX_PADDING_DIVISOR`]); padding
+//! lands in the sliding groups, where it is cheap. At `-c 32768`, 16-token blocks, 512-token
+//! steps:
 //!
 //! | model | layers (full + sliding) | s | groups | padding slots | padding bytes |
 //! |---|---|---|---|---|---|
@@ -25,11 +26,21 @@
 //! | Mistral 7B v0.1 (window 4096) | 0 + 32 | 32 | 1 sliding | 0 | 0 |
 //! | Gemma 3 270M (window 512) | 3 + 15 | 3 | 1 full + 5 sliding | 0 | 0 |
 //! | Gemma 3 4B (window 1024) | 5 + 29 | 5 | 1 full + 6 sliding | 1 sliding | 0.7 % |
-//! | Gemma 3 27B (window 1024) | 10 + 52 | 10 | 1 full + 6 sliding | 8 sliding | 3.0 % |
+//! | Gemma 3 27B (window 1024) | 10 + 52 | 2 | 5 full + 26 sliding | 0 | 0 |
 //!
-//! Weighed by slots instead (every slot alike: [`KvGroups::from_packed_layers`], when no
-//! context is planned), Gemma 3 27B takes s = 13 with 3 padding slots in its full group: 24 %
-//! more bytes than its layers need at that context.
+//! The 27B's next candidates pad more than 1 %: s = 10 (1 full + 6 sliding) leaves 8 sliding
+//! slots empty, 3.0 %; s = 5, 3 slots, 1.1 %. More groups cost block tables (one per group and
+//! sequence, uploaded each step), not pool bytes. Weighed by slots instead (every slot alike:
+//! [`KvGroups::from_packed_layers`], when no context is planned), s = 13 would put 3 padding
+//! slots in the full group: 24 % more bytes than its layers need at that context.
+//!
+//! ## The fewest slots a pool of its bytes can bind
+//!
+//! Each slot of the pool is one K and one V buffer of every block, and one buffer binds at most
+//! the adapter's `max_storage_buffer_binding_size`: a pool binds at most `s` × that limit per K
+//! and V. Fewer slots per block mean a smaller largest pool, so the engine, once it knows the
+//! adapter and the pool's bytes, asks for at least the slots that pool needs (`min_slots`,
+//! `engine::slots_for_pool`); among those, the 1 % rule, else the least padding.
 
 /// How the layers of a group attend to the past.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -95,8 +106,9 @@ pub struct KvGroups {
     layer_slot: Vec<Option<(usize, usize, usize)>>,
 }
 
-/// Most padding [`KvGroups::from_layer_kinds`] accepts, as a fraction of the layers: 1/16.
-const MAX_PADDING_DIVISOR: usize = 16;
+/// Most padding the slot choice accepts, as a fraction of what the layers need (bytes at a
+/// planned context, else slots): 1/100.
+pub const MAX_PADDING_DIVISOR: usize = 100;
 
 /// The sequences a pool is planned for, which weigh a padding slot by the blocks its group
 /// holds ([`KvGroups::from_packed_layers_at`]).
@@ -146,16 +158,19 @@ impl KvGroups {
     /// `model::layers_per_slot`), so they leave none of it unused. A kind of `n` layers takes
     /// `ceil(n / per_slot)` slots; the padding rule counts slots.
     pub fn from_packed_layers(kinds: &[Option<GroupKind>], layers_per_slot: &[usize]) -> KvGroups {
-        KvGroups::from_packed_layers_at(kinds, layers_per_slot, None)
+        KvGroups::from_packed_layers_at(kinds, layers_per_slot, None, 1)
     }
 
     /// Like [`KvGroups::from_packed_layers`], weighing each padding slot by the blocks its
     /// group holds at `planned` (see the module docs): padding goes where it costs least.
-    /// `None` weighs every slot alike.
+    /// `None` weighs every slot alike. Blocks hold at least `min_slots` slots (capped at the
+    /// most any kind needs): the largest such `s` whose padding is at most 1 % of what the
+    /// layers need, else the one with the least padding (the larger on a tie).
     pub fn from_packed_layers_at(
         kinds: &[Option<GroupKind>],
         layers_per_slot: &[usize],
         planned: Option<PlannedContext>,
+        min_slots: usize,
     ) -> KvGroups {
         let kv_layers = kinds.iter().flatten().count();
         assert!(kv_layers > 0, "a model has at least one layer with KV");
@@ -177,8 +192,10 @@ impl KvGroups {
             Some(_) => by_kind.iter().map(|k| units(k) * weight(k)).sum(),
             None => kv_layers,
         };
-        let slots_per_block =
-            (1..=largest).rev().find(|&s| padding(s) * MAX_PADDING_DIVISOR <= needed).unwrap_or(1);
+        let lowest = min_slots.clamp(1, largest);
+        let within = (lowest..=largest).rev().find(|&s| padding(s) * MAX_PADDING_DIVISOR <= needed);
+        let least = || (lowest..=largest).rev().min_by_key(|&s| padding(s)).unwrap_or(largest);
+        let slots_per_block = within.unwrap_or_else(least);
         KvGroups::with_slots_packed(kinds, layers_per_slot, slots_per_block)
     }
 
@@ -355,20 +372,21 @@ mod tests {
         assert!(!mistral.all_full());
     }
 
-    /// The table in the module docs.
+    /// Weighed by slots (no planned context), 1 % of 34 or 62 slots is no padding slot: the
+    /// 4B's 29 sliding layers (a prime) take blocks of 1 slot, the 27B's 2.
     #[test]
     fn gemma3_groups() {
-        for (layers, window, slots, groups, padding) in
-            [(18, 512, 3, 6, 0), (34, 1024, 6, 6, 2), (62, 1024, 13, 5, 3)]
+        for (layers, window, slots, groups, full) in
+            [(18, 512, 3, 6, 1), (34, 1024, 1, 34, 5), (62, 1024, 2, 31, 5)]
         {
             let g = KvGroups::from_layer_kinds(&gemma3(layers, window));
             assert_eq!(
                 (g.slots_per_block(), g.len(), g.num_padding_slots()),
-                (slots, groups, padding),
+                (slots, groups, 0),
                 "{layers} layers"
             );
             assert_eq!(g.kind(0), GroupKind::Sliding { window });
-            assert_eq!(g.groups().iter().filter(|x| x.kind == GroupKind::Full).count(), 1);
+            assert_eq!(g.groups().iter().filter(|x| x.kind == GroupKind::Full).count(), full);
             for layer in 0..layers {
                 let (gi, j) = g.layer_slot(layer);
                 assert_eq!(g.groups()[gi].layers[j], layer);
@@ -439,9 +457,11 @@ mod tests {
         assert_eq!(g.blocks_for_lone_sequence(16, 8192, 512), 512 + 5 * 65);
         assert_eq!(g.blocks_for_lone_sequence(16, 100, 512), 6 * 7);
     }
-    /// Gemma 3 27B's layers (every sixth full, window 1024): weighed in bytes at -c 32768 the
-    /// padding goes to the sliding groups (s = 10, 8 padding slots of 97 blocks); by slots
-    /// alone, 3 padding slots land in the full group (s = 13) and cost 3 × 2048 blocks.
+    /// Gemma 3 27B's layers (every sixth full, window 1024) at -c 32768: blocks of 2 slots pad
+    /// nothing (the 1 % rule). Where the pool needs more slots to bind (`min_slots`), no `s`
+    /// pads within 1 % and the least padding wins, in the sliding groups: from 3 slots, s = 5
+    /// (3 padding slots of 97 blocks, 1.1 %); from 6, s = 10 (8 of 97, 3.0 %), never s = 13,
+    /// whose 3 padding slots sit in the full group at 2048 blocks each (24 %).
     #[test]
     fn padding_weighed_in_bytes_goes_to_the_sliding_groups() {
         let kinds: Vec<Option<GroupKind>> = (0..62)
@@ -451,16 +471,24 @@ mod tests {
             .collect();
         let per = vec![1; 62];
         let planned = PlannedContext { max_model_len: 32768, block_size: 16, step_tokens: 512 };
-        let by_bytes = KvGroups::from_packed_layers_at(&kinds, &per, Some(planned));
-        let by_slots = KvGroups::from_packed_layers(&kinds, &per);
-        assert_eq!((by_bytes.slots_per_block(), by_bytes.len()), (10, 7));
-        assert_eq!((by_slots.slots_per_block(), by_slots.len()), (13, 5));
-        assert_eq!(by_bytes.padding_slot_blocks(planned), 8 * 97);
-        assert_eq!(by_slots.padding_slot_blocks(planned), 3 * 2048);
-        // the bytes a sequence holds, in slot-blocks: 25,524 needed
+        let at =
+            |min_slots| KvGroups::from_packed_layers_at(&kinds, &per, Some(planned), min_slots);
+        let shape = |g: &KvGroups| (g.slots_per_block(), g.len(), g.padding_slot_blocks(planned));
+        assert_eq!(shape(&at(1)), (2, 31, 0));
+        assert_eq!(shape(&at(3)), (5, 13, 3 * 97));
+        assert_eq!(shape(&at(6)), (10, 7, 8 * 97));
+        // past the most any kind needs (52 sliding slots), the most there is
+        assert_eq!(at(1000).slots_per_block(), 52);
+        // the bytes a sequence holds, in slot-blocks: 25,524 needed, 1 % is 255
         let held = |g: &KvGroups| {
             g.groups().iter().map(|x| planned.blocks(x.kind) * g.slots_per_block()).sum::<usize>()
         };
-        assert_eq!((held(&by_bytes), held(&by_slots)), (25_524 + 776, 25_524 + 6_144));
+        assert_eq!(10 * 2048 + 52 * 97, 25_524);
+        assert_eq!(
+            (held(&at(1)), held(&at(3)), held(&at(6))),
+            (25_524, 25_524 + 291, 25_524 + 776)
+        );
+        let s13 = KvGroups::with_slots(&kinds.iter().flatten().copied().collect::<Vec<_>>(), 13);
+        assert_eq!(held(&s13), 25_524 + 3 * 2048);
     }
 }

@@ -303,16 +303,24 @@ impl std::fmt::Display for Plan {
         let seq_note = format!("-c {} tokens", self.max_model_len);
         row(f, "per sequence", self.kv_bytes_per_sequence, seq_note)?;
         if self.kv_groups.len() > 1 || self.kv_groups.iter().any(|g| g.window.is_some()) {
-            for (i, g) in self.kv_groups.iter().enumerate() {
+            // a run of alike groups is one line (Gemma 3 27B at -c 32768 has 26 sliding ones)
+            let mut first = 0;
+            for run in self.kv_groups.chunk_by(|a, b| a == b) {
+                let g = &run[0];
                 let what = match g.window {
                     Some(w) => format!("sliding window {w}"),
                     None => "full attention".to_string(),
                 };
+                let (name, each) = match run.len() {
+                    1 => (format!("  group {first}"), ""),
+                    n => (format!("  groups {first}-{}", first + n - 1), " each"),
+                };
                 let note = format!(
-                    "{what}, {} layers, {} blocks at most",
+                    "{what}, {} layers, {} blocks at most{each}",
                     g.layers, g.blocks_per_sequence
                 );
-                row(f, &format!("  group {i}"), g.kv_bytes_per_sequence, note)?;
+                row(f, &name, g.kv_bytes_per_sequence, note)?;
+                first += run.len();
             }
             let saved = format!(
                 "without windows ({:.0} % of it held)",

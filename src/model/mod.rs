@@ -312,6 +312,16 @@ pub enum Timing {
     PerOp,
 }
 
+/// The most blocks a KV pool for `options` can have on an adapter whose buffers bind at most
+/// `max_binding` bytes: each layer slot is one K and one V buffer holding every block's slot.
+pub fn max_kv_pool_blocks(
+    c: &ModelConfig,
+    options: &ModelOptions,
+    max_binding: u64,
+) -> Result<usize, ModelError> {
+    buffers::KvPool::max_blocks(c, options, max_binding)
+}
+
 impl Model {
     /// Uploads the weights of `file` and allocates every buffer for `options`.
     pub fn load(
