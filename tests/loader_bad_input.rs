@@ -276,6 +276,65 @@ fn unknown_value_type_and_deep_nesting() {
     assert!(matches!(err, LoadError::ArrayTooDeep { .. }), "{err}");
 }
 
+/// Resident memory of this process (Linux `VmRSS`), in bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// A header's 4 GiB `u8` array under a key nothing reads (a sparse file: the bytes are there)
+/// costs no allocation at open, and the keys around it read as usual; a string array is
+/// decoded at its first read, to what the writer wrote.
+#[test]
+fn metadata_arrays_are_read_lazily() {
+    const BLOB: u64 = 4 << 30;
+    let mut r = Raw::header(3, 0, 3);
+    r.string("general.architecture").u32(8).string("llama");
+    r.string("junk.blob").u32(9).u32(0).u64(BLOB);
+    let blob_at = r.0.len() as u64;
+    let mut tail = Raw::default();
+    tail.string("tokenizer.ggml.tokens").u32(9).u32(8).u64(2);
+    tail.string("a").string("bé");
+    let dir = std::env::temp_dir().join(format!("kvrun-lazy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("blob.gguf");
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&r.0).unwrap();
+        f.seek(SeekFrom::Start(blob_at + BLOB)).unwrap(); // a hole, not 4 GiB written
+        f.write_all(&tail.0).unwrap();
+    }
+    let before = rss_bytes();
+    let f = GgufFile::open(&path).unwrap();
+    let after = rss_bytes();
+    assert!(after.saturating_sub(before) < 64 << 20, "open grew RSS by {}", after - before);
+    assert_eq!(f.array_decoded("junk.blob"), Some(false));
+    assert_eq!(f.array_decoded("tokenizer.ggml.tokens"), Some(false));
+    assert_eq!(f.array_decoded("general.architecture"), None);
+    assert_eq!(f.get_str("general.architecture"), Some("llama"));
+    assert_eq!(f.get_str_array("tokenizer.ggml.tokens"), Some(vec!["a", "bé"]));
+    assert_eq!(f.array_decoded("tokenizer.ggml.tokens"), Some(true));
+    assert_eq!(f.array_decoded("junk.blob"), Some(false));
+    let keys: Vec<&str> = f.metadata_keys().collect();
+    assert_eq!(keys, ["general.architecture", "junk.blob", "tokenizer.ggml.tokens"]);
+    drop(f);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // the same array one byte short of its count: refused at open, as before
+    let mut r = Raw::header(3, 0, 1);
+    r.string("junk.blob").u32(9).u32(0).u64(100);
+    r.0.extend([0; 99]);
+    assert!(matches!(open(r.0), LoadError::CountTooLarge { .. }));
+    // a string in an array longer than the file: refused at open, naming the key
+    let mut r = Raw::header(3, 0, 1);
+    r.string("tokenizer.ggml.tokens").u32(9).u32(8).u64(1).u64(1 << 40);
+    let err = open(r.data(0));
+    assert!(matches!(err, LoadError::Truncated { .. }), "{err}");
+    assert_msg(&err, &["metadata key 'tokenizer.ggml.tokens'"]);
+}
+
 #[test]
 fn bad_utf8_in_key_is_an_error() {
     let mut r = Raw::header(3, 0, 1);
@@ -303,9 +362,17 @@ proptest! {
             let keep = cut.index(bytes.len() + 1);
             bytes.truncate(keep);
         }
+        let file_len = bytes.len();
         if let Ok(f) = GgufFile::from_bytes(bytes) {
             for t in f.tensors() {
                 prop_assert_eq!(f.tensor_data(t).len(), t.n_bytes);
+            }
+            // every array the walk at open accepted decodes (the decode cannot fail), to no
+            // more elements than the file has bytes
+            for (_, v) in f.metadata() {
+                if let Some(a) = v.as_array() {
+                    prop_assert!(a.len() <= file_len);
+                }
             }
         }
     }

@@ -38,7 +38,7 @@ fn rewrite_from(
 ) -> PathBuf {
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
-        if !overrides.iter().any(|(o, _)| o == k) {
+        if !overrides.iter().any(|(o, _)| *o == k) {
             w.add(k, v.clone());
         }
     }

@@ -5,12 +5,19 @@
 //! infos, padding to `general.alignment`, data section. The file is untrusted: every count is
 //! bounded by the bytes left before anything is allocated, and every tensor's byte range is
 //! checked at open, so [`GgufFile::tensor_data`] is a plain slice.
+//!
+//! Metadata arrays are read lazily from the map: opening walks an array's elements to check
+//! that they lie within the file (string lengths included) and keeps only where it starts; the
+//! first [`GgufFile::get`] of its key decodes it (infallibly: the walk checked every bound), so a
+//! header's 4 GiB `u8` array under a key nobody reads costs no allocation, and the tokenizer's
+//! arrays cost what they hold only when the tokenizer is built.
 
 use super::error::LoadError;
 use super::gguf_value::{GgufArray, GgufValue, GgufValueType};
 use crate::quant::{ggml_code_name, GgmlType, QuantError};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::OnceLock;
 
 pub const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 /// Data alignment when `general.alignment` is absent.
@@ -50,11 +57,22 @@ impl Backing {
     }
 }
 
+/// One metadata entry: a scalar or string read at open, or an array checked at open and
+/// decoded at its first read (see the module docs).
+enum Entry {
+    Value(GgufValue),
+    Array {
+        /// File offset of the array's element type (what follows its value type).
+        start: usize,
+        decoded: OnceLock<GgufValue>,
+    },
+}
+
 /// An open GGUF file: parsed header, metadata and tensor infos over the mapped bytes.
 pub struct GgufFile {
     backing: Backing,
     version: u32,
-    metadata: BTreeMap<String, GgufValue>,
+    metadata: BTreeMap<String, Entry>,
     tensors: Vec<GgufTensorInfo>,
     by_name: HashMap<String, usize>,
     alignment: u64,
@@ -91,8 +109,38 @@ impl GgufFile {
         self.version
     }
 
-    pub fn metadata(&self) -> &BTreeMap<String, GgufValue> {
-        &self.metadata
+    /// Every metadata entry in key order (arrays decoded as they are visited).
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &GgufValue)> + '_ {
+        self.metadata.iter().map(|(k, e)| (k.as_str(), self.value(k, e)))
+    }
+
+    /// Metadata keys in order, reading no value.
+    pub fn metadata_keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.metadata.keys().map(String::as_str)
+    }
+
+    /// An entry's value, an array decoded at its first read.
+    fn value<'s>(&'s self, key: &str, entry: &'s Entry) -> &'s GgufValue {
+        match entry {
+            Entry::Value(v) => v,
+            Entry::Array { start, decoded } => decoded.get_or_init(|| {
+                let mut p = Parser::new(self.backing.bytes());
+                p.pos = *start;
+                p.what = format!("metadata key '{key}'");
+                // the walk at open checked every bound and the depth: this cannot fail
+                let array = p.typed_array(key, 0).expect("an array checked at open");
+                GgufValue::Array(array)
+            }),
+        }
+    }
+
+    /// Whether `key`'s array has been decoded (a read of it, or of [`GgufFile::metadata`]);
+    /// `None` if `key` is not an array.
+    pub fn array_decoded(&self, key: &str) -> Option<bool> {
+        match self.metadata.get(key)? {
+            Entry::Value(_) => None,
+            Entry::Array { decoded, .. } => Some(decoded.get().is_some()),
+        }
     }
 
     pub fn alignment(&self) -> u64 {
@@ -119,8 +167,9 @@ impl GgufFile {
         &self.backing.bytes()[start..start + info.n_bytes]
     }
 
+    /// The value of `key` (an array is decoded at its first read).
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
-        self.metadata.get(key)
+        self.metadata.get(key).map(|e| self.value(key, e))
     }
 
     /// Any integer type that fits in u32.
@@ -165,7 +214,7 @@ impl GgufFile {
 /// What a parse produces before it is attached to its bytes.
 struct Parsed {
     version: u32,
-    metadata: BTreeMap<String, GgufValue>,
+    metadata: BTreeMap<String, Entry>,
     tensors: Vec<GgufTensorInfo>,
     alignment: u64,
     data_offset: u64,
@@ -281,6 +330,39 @@ impl<'a> Parser<'a> {
         self.typed_array(key, depth).map(GgufValue::Array)
     }
 
+    /// Steps over an array, checking what [`Parser::typed_array`] checks (element type, count
+    /// bounded by the bytes left, every string length and nested array within the file, the
+    /// depth) without allocating: the lazy read at open.
+    fn skip_array(&mut self, key: &str, depth: usize) -> Result<(), LoadError> {
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(LoadError::ArrayTooDeep {
+                key: key.to_string(),
+                max_depth: MAX_ARRAY_DEPTH,
+            });
+        }
+        let elem_type = self.value_type()?;
+        let count = self.u64()?;
+        self.check_count(count, elem_type.min_encoded_len(), &self.what.clone())?;
+        match elem_type {
+            GgufValueType::String => {
+                for _ in 0..count {
+                    let len = self.u64()?;
+                    self.take(len)?;
+                }
+            }
+            GgufValueType::Array => {
+                for _ in 0..count {
+                    self.skip_array(key, depth + 1)?;
+                }
+            }
+            // fixed-size elements: `count × size` bytes, within the file (checked above)
+            fixed => {
+                self.take(count * fixed.min_encoded_len())?;
+            }
+        }
+        Ok(())
+    }
+
     /// An array as one typed vector: u8 arrays are copied as bytes, other scalars decoded
     /// into a `Vec` of their type (see [`GgufArray`]).
     fn typed_array(&mut self, key: &str, depth: usize) -> Result<GgufArray, LoadError> {
@@ -350,10 +432,13 @@ impl<'a> Parser<'a> {
         let metadata = self.metadata(n_kv)?;
         let alignment = match metadata.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
-            Some(v) => match v.as_u64() {
+            Some(Entry::Value(v)) => match v.as_u64() {
                 Some(a) if a.is_power_of_two() => a,
                 _ => return Err(LoadError::BadAlignment(format!("{v:?}"))),
             },
+            Some(Entry::Array { .. }) => {
+                return Err(LoadError::BadAlignment("an array".to_string()))
+            }
         };
         self.check_count(n_tensors, 24, "the header's tensor count")?;
         let infos = self.tensor_infos(n_tensors)?;
@@ -377,15 +462,22 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn metadata(&mut self, n_kv: u64) -> Result<BTreeMap<String, GgufValue>, LoadError> {
+    fn metadata(&mut self, n_kv: u64) -> Result<BTreeMap<String, Entry>, LoadError> {
         let mut metadata = BTreeMap::new();
         for i in 0..n_kv {
             self.what = format!("metadata entry #{i}");
             let key = self.string(true)?;
             self.what = format!("metadata key '{key}'");
             let ty = self.value_type()?;
-            let value = self.value(ty, &key, 0)?;
-            if metadata.insert(key.clone(), value).is_some() {
+            let entry = match ty {
+                GgufValueType::Array => {
+                    let start = self.pos;
+                    self.skip_array(&key, 0)?;
+                    Entry::Array { start, decoded: OnceLock::new() }
+                }
+                ty => Entry::Value(self.value(ty, &key, 0)?),
+            };
+            if metadata.insert(key.clone(), entry).is_some() {
                 return Err(LoadError::DuplicateKey(key));
             }
         }

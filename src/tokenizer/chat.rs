@@ -105,6 +105,9 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_fuel(Some(TEMPLATE_FUEL));
+        // one error line in every build (minijinja's debug info, on by default in debug builds,
+        // appends the template source and variables to an error's message)
+        env.set_debug(false);
         env.set_recursion_limit(RECURSION_LIMIT);
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
