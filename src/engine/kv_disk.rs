@@ -359,6 +359,23 @@ mod tests {
         assert_eq!(s.stats.failed, 1);
     }
 
+    /// A full disk (the block's temporary file is `/dev/full`, whose writes fail with ENOSPC):
+    /// the block is not kept, one warning, nothing left behind; the next block writes.
+    #[cfg(unix)]
+    #[test]
+    fn a_full_disk_keeps_nothing_and_loses_nothing() {
+        let tmp = tempdir();
+        let mut s = store(&tmp, 4);
+        let tmp_file = s.path(&key(1)).with_extension("tmp");
+        std::os::unix::fs::symlink("/dev/full", &tmp_file).unwrap();
+        s.write(key(1), &[1; 16]);
+        assert!(!s.contains(&key(1)) && !s.path(&key(1)).exists());
+        assert!(std::fs::symlink_metadata(&tmp_file).is_err(), "the temporary file stays");
+        assert_eq!((s.stats.failed, s.stats.written), (1, 0));
+        s.write(key(2), &[2; 16]);
+        assert_eq!(s.read(&key(2)).as_deref(), Some(&[2u8; 16][..]));
+    }
+
     fn tempdir() -> PathBuf {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
