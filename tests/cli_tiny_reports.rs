@@ -62,10 +62,13 @@ fn perplexity_with_kld_reports_the_f16_baseline() {
 }
 
 /// Dispatches per decode token of the tiny Llama (see `bench_decode_reports_each_context_length`),
-/// with or without the layers' two RMSNorm dispatches.
-fn tiny_dispatches(norm_dispatches: bool) -> f64 {
+/// with or without the layers' two RMSNorm dispatches, at a context of `keys`: one attention
+/// dispatch a layer while the keys fit one partition of its family (the tiny model's 16-channel
+/// heads take the workgroup family's 64 keys: one-pass decode), two past it (partials + reduce).
+fn tiny_dispatches(norm_dispatches: bool, keys: u64) -> f64 {
     let norms = if norm_dispatches { 2.0 } else { 0.0 };
-    (7.0 + norms) + (8.0 + norms) + 4.0
+    let attention = if keys <= 64 { 1.0 } else { 2.0 };
+    (5.0 + attention + norms) + (6.0 + attention + norms) + 4.0
 }
 
 #[test]
@@ -114,12 +117,14 @@ fn bench_decode_reports_each_context_length() {
         assert!(weights > 0, "{b}");
         assert_eq!(b["total"].as_u64().unwrap(), weights + (ctx + 1) * 256, "{b}");
         // Dispatches per decode step of the 2-layer tiny Llama: per layer RMSNorm, QKV (one
-        // matmul), RoPE + KV write (one dispatch), attention partials + reduce, O, RMSNorm,
-        // gate/up with the SiLU·mul epilogue (one matmul), down = 9, but layer 1's V is Q4_1
-        // beside Q4_0 Q/K, so its QKV is two matmuls (10); then embedding, final norm, LM
-        // head and the greedy argmax. Where the adapter's linear variant norms on load, the two
-        // RMSNorms of a layer are part of its matmuls.
-        assert_eq!(p["dispatches_per_token"].as_f64(), Some(tiny_dispatches(norms)), "{p}");
+        // matmul), RoPE + KV write (one dispatch), attention (one-pass at 17 and 18 keys,
+        // partials + reduce at 65 and 66), O, RMSNorm, gate/up with the SiLU·mul epilogue (one
+        // matmul), down = 8 or 9, but layer 1's V is Q4_1 beside Q4_0 Q/K, so its QKV is two
+        // matmuls (one more); then embedding, final norm, LM head and the greedy argmax. Where
+        // the adapter's linear variant norms on load, the two RMSNorms of a layer are part of
+        // its matmuls.
+        let want = tiny_dispatches(norms, ctx + 2);
+        assert_eq!(p["dispatches_per_token"].as_f64(), Some(want), "{p}");
         // recording and submitting a step takes the host some time, never none (0 = unset)
         let host = num(&p["host_ms_per_token"]);
         assert!(host.is_finite() && host > 0.0, "host ms per token: {p}");
@@ -147,7 +152,7 @@ fn bench_decode_gpu_family_norms_on_load() {
             .concat(),
     );
     let p = &r["points"][0];
-    assert_eq!(p["dispatches_per_token"].as_f64(), Some(tiny_dispatches(false)), "{p}");
+    assert_eq!(p["dispatches_per_token"].as_f64(), Some(tiny_dispatches(false, 18)), "{p}");
 }
 
 #[test]

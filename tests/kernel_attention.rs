@@ -540,6 +540,63 @@ fn bit_identity(
     }
 }
 
+/// One-pass decode (every window of the step in one partition: one dispatch, no reduce) against
+/// the CPU reference and against the split-K path's bits: 20 decode sequences of 41..60 keys
+/// (one partition of both families) alone, then beside a 270-key one (more partitions: partials
+/// + reduce for all); their outputs are the same bits, with and without a window and sinks.
+#[test]
+fn one_pass_decode_is_the_split_decode_bits() {
+    let Some(t) = gpu() else { return };
+    for (name, kernels) in attention_variants(t) {
+        for (i, (hd, window, sinks)) in
+            [(64usize, None, false), (128, Some(24usize), true), (256, Some(50), false)]
+                .into_iter()
+                .enumerate()
+        {
+            let s = Shape {
+                num_heads: 9,
+                num_kv_heads: 3,
+                head_dim: hd,
+                block_size: 16,
+                pool_heads: 3,
+                pool_head_base: 0,
+                family_head_dim: hd,
+            };
+            let (long, n) = (270usize, 20usize);
+            let seed = 700 + i as u64;
+            let mut d = make_data(&s, &[Seq { ctx_len: long, q_len: n + 1 }], seed);
+            if sinks {
+                d.sinks = Some(uniform(&mut rng(seed + 1), s.num_heads, 4.0));
+            }
+            let qd = s.num_heads * s.head_dim;
+            let seqs = |with_long: bool| {
+                let mut v: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: 41 + j, q_len: 1 }).collect();
+                if with_long {
+                    v.push(Seq { ctx_len: long, q_len: 1 });
+                }
+                v
+            };
+            let data = |count: usize| Data {
+                k: vec![d.k[0].clone(); count],
+                v: vec![d.v[0].clone(); count],
+                q: (0..count).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+                tables: vec![d.tables[0].clone(); count],
+                num_blocks: d.num_blocks,
+                nan_block: d.nan_block,
+                sinks: d.sinks.clone(),
+            };
+            let what = format!("{name}, head_dim {hd}, window {window:?}, sinks {sinks}");
+            let one_pass = gpu_attention(&s, &seqs(false), &data(n), window, &kernels);
+            let want = cpu_attention(&s, &seqs(false), &data(n), window);
+            assert_close(&format!("one-pass decode ({what})"), &one_pass, &want, 2e-5, 1e-4);
+            let split = gpu_attention(&s, &seqs(true), &data(n + 1), window, &kernels);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let differ = bits(&one_pass).iter().zip(bits(&split)).position(|(a, b)| *a != b);
+            assert!(differ.is_none(), "{what}: one-pass and split differ first at {differ:?}");
+        }
+    }
+}
+
 /// Decode and prefill in one step under sliding windows of 1 key, under a block, not a multiple
 /// of the block size, a whole partition, across partition boundaries, equal to one context and
 /// longer than every context; blocks before each sequence's window are freed (NaN block).

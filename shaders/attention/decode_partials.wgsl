@@ -7,6 +7,11 @@
 // keys and values, common/attention_workgroup.wgsl the partition's softmax, the same arithmetic
 // as prefill.wgsl's, so a token's output is the same bits in both.
 // Writes (m_p, l_p, o_p[HEAD_DIM]) per (sequence, query head, partition); decode_reduce merges.
+// ONE_PASS (the host's choice when every window of the step lies in one partition): binding 8
+// is the attention output instead, normalised here as decode_reduce would (the same bits: its
+// merge of one partition is exact), and no reduce runs.
+
+override ONE_PASS: bool = false;
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
 @group(0) @binding(1) var<uniform> p: AttnParams;
@@ -14,7 +19,7 @@
 // bindings 3, 4, 5: k_pool, v_pool, stage (the KV reader's)
 @group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;        // [num_seqs]; decode ones first
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;    // concatenated tables
-@group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]
+@group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]; ONE_PASS: out [tokens, out_stride]
 
 var<workgroup> q_sh: array<f32, 2048>;            // [heads_per_wg, HEAD_DIM]
 var<workgroup> s_sh: array<f32, 1024>;            // [heads_per_wg, PART] scores, then exp
@@ -22,6 +27,7 @@ var<workgroup> row_sh: array<u32, PART_WORKGROUP>; // kv_row of each key
 var<workgroup> ulo_sh: array<u32, MAX_ROWS>;      // valid keys per head: [0, n_valid)
 var<workgroup> uhi_sh: array<u32, MAX_ROWS>;
 var<workgroup> mp_sh: array<f32, MAX_ROWS>;       // partition max per head
+var<workgroup> lp_sh: array<f32, MAX_ROWS>;       // ONE_PASS: partition sum per head
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -70,6 +76,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
     }
     partition_softmax(t, nh);
+    if (ONE_PASS) {
+        if (t < nh) {
+            lp_sh[t] = partition_sum(t);
+        }
+        workgroupBarrier();
+        for (var i = t; i < nh * words; i += WG) {
+            let h = i / words;
+            let w = i % words;
+            let o = partition_pv(h, k0, fresh, seq, kvh, w);
+            let sf = sink_fold(h0 + h, mp_sh[h], lp_sh[h]);
+            let ob = seq.q_start * p.out_stride + (h0 + h) * HEAD_DIM + 2u * w;
+            partials[ob] = o.x * sf.x / sf.y;
+            partials[ob + 1u] = o.y * sf.x / sf.y;
+        }
+        return;
+    }
     let stride = HEAD_DIM + 2u;
     if (t < nh) {
         let ob = ((si * p.num_heads + h0 + t) * p.max_partitions + part) * stride;

@@ -17,7 +17,11 @@
 // bindings 3, 4, 5: k_pool, v_pool, stage (the KV reader's)
 @group(0) @binding(6) var<storage, read> seqs: array<SeqInfo>;        // [num_seqs]; decode ones first
 @group(0) @binding(7) var<storage, read> block_tables: array<u32>;    // concatenated tables
-@group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]
+@group(0) @binding(8) var<storage, read_write> partials: array<f32>;  // [decode_seqs, num_heads, max_partitions, HEAD_DIM + 2]; ONE_PASS: out [tokens, out_stride]
+
+// ONE_PASS (every window of the step in one partition): the output, normalised as
+// decode_reduce would, into binding 8 (common/decode_lanes.wgsl, write_partial); no reduce runs.
+override ONE_PASS: bool = false;
 
 // The score of a pooled key (k_lane_raw and k_token_sm) for a query folded for its block (qsum:
 // the query's query_total), the same value in every lane.

@@ -79,8 +79,19 @@ fn slice_new() -> array<Head, LANE_HEADS> {
 }
 
 // (m_p, l_p, o_p) of query head h, partition `part` into the partials buffer
-// ([decode_seqs, num_heads, max_partitions, HEAD_DIM + 2], as decode_partials.wgsl).
+// ([decode_seqs, num_heads, max_partitions, HEAD_DIM + 2], as decode_partials.wgsl); with
+// ONE_PASS the output O · a / l' (sink_fold), as decode_reduce writes it, into the output.
 fn write_partial(si: u32, h: u32, part: u32, lane: u32, st: Head) {
+    if (ONE_PASS) {
+        let sf = sink_fold(h, st.m, st.l);
+        let c = seqs[si].q_start * p.out_stride + h * HEAD_DIM + lane * 4u * LANE_VECS;
+        for (var j = 0u; j < LANE_VECS; j++) {
+            for (var i = 0u; i < 4u; i++) {
+                partials[c + 4u * j + i] = st.o.v[j][i] * sf.x / sf.y;
+            }
+        }
+        return;
+    }
     let base = ((si * p.num_heads + h) * p.max_partitions + part) * (HEAD_DIM + 2u);
     if (lane == 0u) {
         partials[base] = st.m;

@@ -246,6 +246,10 @@ pub struct AttnKey {
     /// Prefill: query tokens per tile ([`query_tile`]; WGSL `QT` of the workgroup family, a
     /// lane each in the lanes family); 0 for decode.
     pub query_tile: u32,
+    /// Decode: the one-pass kernel (WGSL `ONE_PASS`), which writes the normalised output
+    /// where every window of the step lies in one partition ([`AttentionOp::record`]
+    /// chooses it per step) and needs no reduce; false for the split-K partials and prefill.
+    pub one_pass: bool,
 }
 
 impl AttnKey {
@@ -277,6 +281,7 @@ impl AttnKey {
             part: config.partition_keys(variant),
             slice_heads: slice_heads(variant, heads_per_wg),
             query_tile: 0,
+            one_pass: false,
         }
     }
 
@@ -303,6 +308,7 @@ impl AttnKey {
             part: config.partition_keys(variant),
             slice_heads: 0,
             query_tile,
+            one_pass: false,
         }
     }
 
@@ -370,6 +376,9 @@ impl Kernel for AttnKey {
 
     fn constants(&self) -> Vec<(&'static str, f64)> {
         let mut c = vec![("HEAD_DIM", f64::from(self.head_dim)), ("PART", f64::from(self.part))];
+        if self.phase == AttnPhase::Decode {
+            c.push(("ONE_PASS", f64::from(u8::from(self.one_pass))));
+        }
         match (self.variant, self.phase) {
             (AttentionVariant::Lanes, AttnPhase::Decode) => {
                 c.push(("SLICE_HEADS", f64::from(self.slice_heads)))
@@ -398,7 +407,7 @@ impl Kernel for AttnKey {
         KernelFeatures { subgroups: lanes, int64: u64_pool }
     }
 
-    /// Both phases of both families at a spread of head sizes: every quantized format with its
+    /// Both phases of both families at a spread of head sizes (decode split-K and one-pass): every quantized format with its
     /// default granularities at every head size and every valid (K, V) granularity pair at
     /// head_dim 64; the lanes decode kernels at every slice size, the lanes kernels over a
     /// quantized pool with both load widths, the workgroup family at its one partition size
@@ -444,9 +453,12 @@ impl Kernel for AttnKey {
                                 part,
                                 slice_heads: 0,
                                 query_tile: 0,
+                                one_pass: false,
                             };
                             for slice_heads in slices.clone() {
-                                keys.push(AttnKey { slice_heads, ..key });
+                                for one_pass in [false, true] {
+                                    keys.push(AttnKey { slice_heads, one_pass, ..key });
+                                }
                             }
                             let tile = query_tile(variant, head_dim);
                             let phase = AttnPhase::Prefill;
@@ -528,9 +540,12 @@ pub struct KvQuantIo<'a> {
 pub struct AttentionOp {
     partials_bg: wgpu::BindGroup,
     reduce_bg: wgpu::BindGroup,
+    /// The one-pass decode kernel's: the partials' bindings with the output in the last.
+    one_pass_bg: wgpu::BindGroup,
     prefill_bg: wgpu::BindGroup,
     partials_pl: Arc<Pipeline>,
     reduce_pl: Arc<Pipeline>,
+    one_pass_pl: Arc<Pipeline>,
     prefill_pl: Arc<Pipeline>,
     num_heads: u32,
     decode_y: u32,
@@ -658,6 +673,7 @@ impl AttentionOp {
         let decode = AttnKey::decode_in(variant, config, hd, kv, heads_per_wg);
         let part = decode.part;
         let partials_pl = kernels.pipeline(gpu, decode);
+        let one_pass_pl = kernels.pipeline(gpu, AttnKey { one_pass: true, ..decode });
         let reduce_pl = kernels.pipeline(gpu, ReduceKey { head_dim: hd, part });
         let tile = model_query_tile(config, &head_dims);
         let prefill_pl = kernels.pipeline(gpu, AttnKey::prefill_in(variant, config, hd, kv, tile));
@@ -668,6 +684,8 @@ impl AttentionOp {
         partials_bufs.extend(pools);
         partials_bufs.extend([io.seqs, io.block_tables, io.partials]);
         let partials_bg = partials_pl.bind_group(gpu, "attention decode partials", &partials_bufs);
+        *partials_bufs.last_mut().expect("bindings") = io.out;
+        let one_pass_bg = one_pass_pl.bind_group(gpu, "attention decode one pass", &partials_bufs);
         let reduce_bg = reduce_pl.bind_group(
             gpu,
             "attention decode reduce",
@@ -680,9 +698,11 @@ impl AttentionOp {
         AttentionOp {
             partials_bg,
             reduce_bg,
+            one_pass_bg,
             prefill_bg,
             partials_pl,
             reduce_pl,
+            one_pass_pl,
             prefill_pl,
             num_heads: layout.num_heads,
             // slices of one KV group's query heads, one read of each key per slice
@@ -701,15 +721,17 @@ impl AttentionOp {
             let parts = self.window_partitions.map_or(full, |w| w.min(full));
             let grid = [parts, self.decode_y, shape.num_decode_seqs];
             check_grid(grid, self.wg_limit);
-            pass.set_pipeline(&self.partials_pl.pipeline);
-            pass.set_bind_group(0, &self.partials_bg, &[]);
-            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-            let grid = [self.num_heads, shape.num_decode_seqs, 1];
-            check_grid(grid, self.wg_limit);
-            pass.set_pipeline(&self.reduce_pl.pipeline);
-            pass.set_bind_group(0, &self.reduce_bg, &[]);
-            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-            dispatches += 2;
+            if parts == 1 {
+                // every window of the step in one partition: one dispatch writes the output
+                // (the same bits as partials + reduce, whose merge of one partition is exact)
+                pass.set_pipeline(&self.one_pass_pl.pipeline);
+                pass.set_bind_group(0, &self.one_pass_bg, &[]);
+                pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                dispatches += 1;
+            } else {
+                dispatches += 2;
+                self.record_split(pass, grid, shape.num_decode_seqs);
+            }
         }
         if shape.num_prefill_tiles > 0 {
             let grid = [shape.num_prefill_tiles, self.num_heads, 1];
@@ -720,6 +742,18 @@ impl AttentionOp {
             dispatches += 1;
         }
         dispatches
+    }
+
+    /// Split-K decode: the partials over `grid`, then the reduce.
+    fn record_split(&self, pass: &mut wgpu::ComputePass<'_>, grid: [u32; 3], decode_seqs: u32) {
+        pass.set_pipeline(&self.partials_pl.pipeline);
+        pass.set_bind_group(0, &self.partials_bg, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        let grid = [self.num_heads, decode_seqs, 1];
+        check_grid(grid, self.wg_limit);
+        pass.set_pipeline(&self.reduce_pl.pipeline);
+        pass.set_bind_group(0, &self.reduce_bg, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
     }
 }
 
