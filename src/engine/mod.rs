@@ -161,9 +161,11 @@ impl Engine {
         let kernels =
             Kernels::with_config(KernelConfig::choose_family(&gpu.caps, cfg.kernel_family));
         let utilization = cfg.utilization_on(gpu.caps.is_cpu);
-        // the pool's bytes bound the fewest slots a block may hold (`kv/groups.rs`)
+        // the pool's bytes bound the fewest slots a block may hold (`kv/groups.rs`); a fraction
+        // that leaves no pool is refused below, once the state snapshots are fitted
         let pool_bytes = match utilization {
-            Some(f) => kv_fit(f, &resolved, &layout, gpu.memory, file.weight_bytes())?.bytes,
+            Some(f) => kv_fit(f, &resolved, &layout, gpu.memory, file.weight_bytes())
+                .map_or(0, |f| f.bytes),
             None => resolved.kv_cache_memory,
         };
         let max_binding = kernels.config.max_binding_bytes;
