@@ -488,6 +488,20 @@ fn prefill_and_decode_are_bit_identical() {
     }
 }
 
+/// `count` decode sequences over sequence 0's cache of `d`, sequence j with its query j.
+fn one_query_each(s: &Shape, d: &Data, count: usize) -> Data {
+    let qd = s.num_heads * s.head_dim;
+    Data {
+        k: vec![d.k[0].clone(); count],
+        v: vec![d.v[0].clone(); count],
+        q: (0..count).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
+        tables: vec![d.tables[0].clone(); count],
+        num_blocks: d.num_blocks,
+        nan_block: d.nan_block,
+        sinks: d.sinks.clone(),
+    }
+}
+
 /// Query heads 9 on 3 KV heads of `hd`, 20 queries at 250..269 as one prefill chunk and as 20
 /// decode sequences: the same bits. `(window, sinks)`: the sliding window, and whether the heads
 /// have attention sinks.
@@ -519,16 +533,7 @@ fn bit_identity(
         let got_prefill = gpu_attention(&s, &prefill, &d, window, kernels);
         // n decode sequences sharing the same cache, each one query at a later position
         let decode: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: ctx - n + j + 1, q_len: 1 }).collect();
-        let qd = s.num_heads * s.head_dim;
-        let dd = Data {
-            k: vec![d.k[0].clone(); n],
-            v: vec![d.v[0].clone(); n],
-            q: (0..n).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
-            tables: vec![d.tables[0].clone(); n],
-            num_blocks: d.num_blocks,
-            nan_block: d.nan_block,
-            sinks: d.sinks.clone(),
-        };
+        let dd = one_query_each(&s, &d, n);
         let got_decode = gpu_attention(&s, &decode, &dd, window, kernels);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let first = bits(&got_prefill).iter().zip(bits(&got_decode)).position(|(a, b)| *a != b);
@@ -568,7 +573,6 @@ fn one_pass_decode_is_the_split_decode_bits() {
             if sinks {
                 d.sinks = Some(uniform(&mut rng(seed + 1), s.num_heads, 4.0));
             }
-            let qd = s.num_heads * s.head_dim;
             let seqs = |with_long: bool| {
                 let mut v: Vec<Seq> = (0..n).map(|j| Seq { ctx_len: 41 + j, q_len: 1 }).collect();
                 if with_long {
@@ -576,15 +580,7 @@ fn one_pass_decode_is_the_split_decode_bits() {
                 }
                 v
             };
-            let data = |count: usize| Data {
-                k: vec![d.k[0].clone(); count],
-                v: vec![d.v[0].clone(); count],
-                q: (0..count).map(|j| d.q[0][j * qd..(j + 1) * qd].to_vec()).collect(),
-                tables: vec![d.tables[0].clone(); count],
-                num_blocks: d.num_blocks,
-                nan_block: d.nan_block,
-                sinks: d.sinks.clone(),
-            };
+            let data = |count: usize| one_query_each(&s, &d, count);
             let what = format!("{name}, head_dim {hd}, window {window:?}, sinks {sinks}");
             let one_pass = gpu_attention(&s, &seqs(false), &data(n), window, &kernels);
             let want = cpu_attention(&s, &seqs(false), &data(n), window);

@@ -330,10 +330,9 @@ impl<'a> Parser<'a> {
         self.typed_array(key, depth).map(GgufValue::Array)
     }
 
-    /// Steps over an array, checking what [`Parser::typed_array`] checks (element type, count
-    /// bounded by the bytes left, every string length and nested array within the file, the
-    /// depth) without allocating: the lazy read at open.
-    fn skip_array(&mut self, key: &str, depth: usize) -> Result<(), LoadError> {
+    /// An array's element type and count, the depth checked and the count bounded by the
+    /// bytes left (what both [`Parser::skip_array`] and [`Parser::typed_array`] read first).
+    fn array_header(&mut self, key: &str, depth: usize) -> Result<(GgufValueType, u64), LoadError> {
         if depth >= MAX_ARRAY_DEPTH {
             return Err(LoadError::ArrayTooDeep {
                 key: key.to_string(),
@@ -343,6 +342,14 @@ impl<'a> Parser<'a> {
         let elem_type = self.value_type()?;
         let count = self.u64()?;
         self.check_count(count, elem_type.min_encoded_len(), &self.what.clone())?;
+        Ok((elem_type, count))
+    }
+
+    /// Steps over an array, checking what [`Parser::typed_array`] checks (element type, count
+    /// bounded by the bytes left, every string length and nested array within the file, the
+    /// depth) without allocating: the lazy read at open.
+    fn skip_array(&mut self, key: &str, depth: usize) -> Result<(), LoadError> {
+        let (elem_type, count) = self.array_header(key, depth)?;
         match elem_type {
             GgufValueType::String => {
                 for _ in 0..count {
@@ -366,15 +373,7 @@ impl<'a> Parser<'a> {
     /// An array as one typed vector: u8 arrays are copied as bytes, other scalars decoded
     /// into a `Vec` of their type (see [`GgufArray`]).
     fn typed_array(&mut self, key: &str, depth: usize) -> Result<GgufArray, LoadError> {
-        if depth >= MAX_ARRAY_DEPTH {
-            return Err(LoadError::ArrayTooDeep {
-                key: key.to_string(),
-                max_depth: MAX_ARRAY_DEPTH,
-            });
-        }
-        let elem_type = self.value_type()?;
-        let count = self.u64()?;
-        self.check_count(count, elem_type.min_encoded_len(), &self.what.clone())?;
+        let (elem_type, count) = self.array_header(key, depth)?;
         // `count` elements fit in the bytes left (checked above), so it fits in usize
         let n = count as usize;
         macro_rules! read {
