@@ -46,15 +46,15 @@ fn run(cfg: &EngineConfig, workload: &Workload) -> Run {
 /// [`run`] on a loaded engine (whose prefix cache may hold earlier runs' blocks); the counts
 /// are the engine's totals so far.
 fn run_on(engine: &mut Engine, workload: &Workload) -> Run {
-    run_tenants(engine, workload, |_| None, |_| {})
+    run_tenants(engine, workload, |_, _| {}, |_| {})
 }
 
-/// [`run_on`] with request `i` in namespace `namespace(i)`, and `each_step` called on the
-/// engine after every step.
+/// [`run_on`] with request `i` set up by `configure(i, request)` (its namespace, its
+/// sampling), and `each_step` called on the engine after every step.
 fn run_tenants(
     engine: &mut Engine,
     workload: &Workload,
-    namespace: impl Fn(usize) -> Option<u64>,
+    configure: impl Fn(usize, &mut CompletionRequest),
     mut each_step: impl FnMut(&Engine),
 ) -> Run {
     let mut outputs: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
@@ -66,7 +66,7 @@ fn run_tenants(
             let (_, prompt, n) = &workload[submitted];
             let mut req = CompletionRequest::new(prompt.clone(), *n);
             req.ignore_eos = true;
-            req.namespace = namespace(submitted);
+            configure(submitted, &mut req);
             ids.insert(engine.add_request(req).unwrap(), submitted);
             submitted += 1;
         }
@@ -414,7 +414,7 @@ fn recurrent_states_count_toward_tenant_quotas() {
     let got = run_tenants(
         &mut engine,
         &w,
-        |i| Some(if i % 3 == 1 { bob } else { alice }),
+        |i, req| req.namespace = Some(if i % 3 == 1 { bob } else { alice }),
         |e| {
             let stats = e.scheduler().tenant_stats();
             let a = stats.iter().find(|t| t.kv.namespace == alice).unwrap();
@@ -1036,4 +1036,82 @@ fn kv_cache_dir_keeps_prefixes_across_restarts_and_survives_damage() {
     assert!(disk.failed > 0, "no damaged file was noticed: {disk:?}");
     drop(third);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Seeded random sampling (temperature, top-k, top-p and min-p; every request its own seed)
+/// gives identical outputs with the prefix cache on and off, under preemption, across block
+/// sizes, chunk sizes and batching, and beside a request whose log-probabilities make its
+/// steps read the logits rows back (a request's draws do not depend on what it is batched
+/// with); other seeds give other outputs, and greedy ones differ. Both ways of drawing: on the
+/// GPU (`kernels::sampling`, forced with the discrete-GPU kernels), where a decode step reads
+/// back 4 bytes, and on the CPU from the row (what a CPU adapter selects).
+#[test]
+fn seeded_sampling_outputs_identical_across_cache_preemption_and_batching() {
+    use kvrun::kernels::KernelConfig;
+    use kvrun::model::Timing;
+    let Some(t) = common::gpu() else { return };
+    let w = tiny_workload();
+    let sampled = |seed: u64| {
+        move |i: usize, req: &mut CompletionRequest| {
+            let p = &mut req.params;
+            p.temperature = 0.9;
+            p.top_k = Some(40);
+            p.top_p = Some(0.95);
+            p.min_p = (i % 2 == 1).then_some(0.02);
+            p.seed = seed + i as u64;
+        }
+    };
+    let run_with = |cfg: &EngineConfig, configure: &dyn Fn(usize, &mut CompletionRequest)| {
+        let mut engine = Engine::load(cfg).unwrap_or_else(|e| panic!("load: {e}"));
+        run_tenants(&mut engine, &w, configure, |_| {})
+    };
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let on_gpu = KernelConfig::choose_family(&t.gpu.caps, family).gpu_sampling;
+        let what = if on_gpu { "drawn on the GPU" } else { "drawn on the CPU" };
+        let config = |bs, blocks, cache, seqs, chunk| EngineConfig {
+            kernel_family: family,
+            ..tiny_config(bs, blocks, cache, seqs, chunk)
+        };
+        let reference = run_with(&config(16, 64, false, 1, 256), &sampled(1000));
+        let variants = [
+            ("cache on, batched", config(16, 64, true, 4, 256)),
+            ("cache on, block 1, chunks of 13", config(1, 1024, true, 6, 13)),
+            ("cache on, block 4, tiny pool (preemption)", config(4, 36, true, 6, 64)),
+        ];
+        let mut preempted = false;
+        for (name, cfg) in &variants {
+            let got = run_with(cfg, &sampled(1000));
+            assert_eq!(got.outputs, reference.outputs, "{what}, {name}");
+            preempted |= got.preemptions > 0;
+        }
+        assert!(preempted, "no variant preempted");
+        // request 1 asks for log-probabilities: it samples on the CPU from its row, and its
+        // steps read every row back; the others' draws stay as they were
+        let with_logprobs = |i: usize, req: &mut CompletionRequest| {
+            sampled(1000)(i, req);
+            if i == 1 {
+                req.params.logprobs = Some(2);
+            }
+        };
+        let got = run_with(&config(16, 64, true, 4, 256), &with_logprobs);
+        for (i, want) in reference.outputs.iter().filter(|(&i, _)| i != 1) {
+            assert_eq!(&got.outputs[i], want, "{what}: request {i}, beside one with logprobs");
+        }
+        let other_seeds = run_with(&config(16, 64, true, 4, 256), &sampled(2000));
+        assert_ne!(other_seeds.outputs, reference.outputs, "{what}: the seeds change nothing");
+        let greedy = run(&config(16, 64, true, 4, 256), &w);
+        assert_ne!(greedy.outputs, reference.outputs, "{what}: sampling gave greedy outputs");
+        // a decode step reads back the token id (4 bytes) or the row
+        let mut engine = Engine::load(&config(16, 64, true, 4, 256)).unwrap();
+        engine.model_mut().set_timing(Timing::Attention);
+        let mut req = CompletionRequest::new(w[0].1.clone(), 8);
+        req.ignore_eos = true;
+        sampled(1000)(0, &mut req);
+        let out = engine.generate(&req, |_| {}).unwrap();
+        assert_eq!(out.tokens, reference.outputs[&0][..8], "{what}: generate() draws as step()");
+        let tm = &out.timing;
+        let per_token = if on_gpu { 4 } else { 4 * engine.model().config().vocab_size as u64 };
+        let gpu = tm.decode_gpu.as_ref().expect("decode steps were timed");
+        assert_eq!(gpu.readback_bytes, per_token * tm.decode_steps as u64, "{what}: readback");
+    }
 }

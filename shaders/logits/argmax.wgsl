@@ -3,9 +3,7 @@
 // 0), +inf wins, equal values go to the lowest index, −0 equals +0. One workgroup per row: each
 // invocation scans a strided part of the vocabulary, then a tree over the workgroup.
 //
-// Values compare as integers (WGSL lets a compiler assume no NaN and no infinity in float
-// comparisons): a non-NaN f32 maps to a key that orders as the value does (the sign bit flipped
-// for positives, every bit for negatives, −0 mapped to +0's key first), and NaN has no key. A
+// Values compare as integers (`logit_key`, shaders/common/logit_key.wgsl). A
 // candidate is (valid, key, index); the best is valid over invalid, then the larger key, then
 // the lower index: a total order, so any tree gives the same answer.
 
@@ -26,19 +24,6 @@ struct ArgmaxParams {
 var<workgroup> valid_sh: array<u32, WG>;
 var<workgroup> key_sh: array<u32, WG>;
 var<workgroup> idx_sh: array<u32, WG>;
-
-// (valid, key) of a logit: valid 0 for NaN.
-fn logit_key(x: f32) -> vec2<u32> {
-    var bits = bitcast<u32>(x);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-        return vec2<u32>(0u, 0u);
-    }
-    if (bits == 0x80000000u) {
-        bits = 0u;
-    }
-    let key = select(bits ^ 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
-    return vec2<u32>(1u, key);
-}
 
 // Whether candidate b beats candidate a.
 fn better(va: u32, ka: u32, ia: u32, vb: u32, kb: u32, ib: u32) -> bool {

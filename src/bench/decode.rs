@@ -13,6 +13,7 @@ use super::bandwidth::BandwidthReport;
 use crate::engine::{CompletionRequest, Engine, EngineError};
 use crate::kv::GroupKind;
 use crate::model::{StepTiming, Timing};
+use crate::sample::SamplingParams;
 
 /// The workload.
 #[derive(Clone, Debug)]
@@ -28,6 +29,9 @@ pub struct DecodeBench {
     /// The adapter's bandwidth ([`super::bandwidth::BandwidthBench::run`] on the engine's
     /// GPU): the roofline's ceiling; `None` leaves the roofline out.
     pub bandwidth: Option<BandwidthReport>,
+    /// How the decoded tokens are sampled (its `max_tokens` is the bench's): greedy by
+    /// default; random sampling draws on the GPU (`kernels::sampling`).
+    pub sampling: SamplingParams,
 }
 
 /// Bytes one decode step reads at a context length (the roofline's numerator).
@@ -204,6 +208,7 @@ impl DecodeBench {
     pub fn run(&self, engine: &mut Engine, model_name: &str) -> Result<DecodeReport, EngineError> {
         let request = |prompt: Vec<u32>, max_tokens: usize, namespace: u64| {
             let mut r = CompletionRequest::new(prompt, max_tokens);
+            r.params = SamplingParams { max_tokens, ..self.sampling };
             r.ignore_eos = true;
             r.namespace = Some(namespace);
             r

@@ -162,6 +162,7 @@ impl KvQuantBench {
             timed_steps: self.timed_steps,
             per_op: false,
             bandwidth: Some(bandwidth.clone()),
+            sampling: Default::default(),
         };
         let mut rows = Vec::new();
         let mut decodes: Vec<Vec<DecodeReport>> = Vec::new();

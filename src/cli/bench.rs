@@ -123,6 +123,19 @@ pub struct DecodeArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Sample the decoded tokens at this temperature (0 = greedy); random sampling is drawn on
+    /// the GPU, so the bench measures its cost.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// With --temperature: keep the k most likely tokens.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// With --temperature: keep the most likely tokens up to this probability mass.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// With --temperature: drop tokens less likely than this fraction of the most likely one.
+    #[arg(long)]
+    pub min_p: Option<f32>,
     #[command(flatten)]
     pub kv: KvArgs,
 }
@@ -195,6 +208,14 @@ fn bandwidth(a: &BandwidthArgs, global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    let sampling = crate::sample::SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        ..Default::default()
+    };
+    sampling.validate()?;
     let path = a.model.path()?;
     let longest = a.context_lengths.iter().max().copied().unwrap_or(128);
     let mut kv = a.kv.clone();
@@ -213,6 +234,7 @@ fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             true => None,
             false => Some(BandwidthBench::default().run(engine.gpu())?),
         },
+        sampling,
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let report = bench.run(&mut engine, &name)?;

@@ -48,6 +48,7 @@ pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, Perplexit
 pub use requests::{CompletionRequest, OutputEvent, RequestTiming};
 
 use crate::gpu::{Gpu, GpuError};
+use crate::kernels::sampling::RowSampling;
 use crate::kernels::{KernelConfig, Kernels};
 use crate::kv::{KvError, KvLayout, KvManager};
 use crate::loader::{LoadError, ModelFile};
@@ -121,6 +122,8 @@ pub struct Engine {
     peak_kv_blocks: Vec<usize>,
     /// [vocab] a constrained sequence's logits with its grammar's mask applied: scratch.
     masked: Vec<f32>,
+    /// Whether random sampling draws on the GPU ([`KernelConfig::gpu_sampling`]).
+    gpu_sampling: bool,
     /// The host tier's bytes (`--kv-offloading-size`).
     host_kv: Option<HostKvStore>,
     /// The disk tier (`--kv-cache-dir`).
@@ -169,6 +172,7 @@ impl Engine {
             None => resolved.kv_cache_memory,
         };
         let max_binding = kernels.config.max_binding_bytes;
+        let gpu_sampling = kernels.config.gpu_sampling;
         let (mut resolved, layout) =
             resolved.fit_slots_to_binding(layout, cfg, file.config(), pool_bytes, max_binding)?;
         resolved.fit_logit_rows(file.config().vocab_size, kernels.config.max_binding_bytes);
@@ -290,6 +294,7 @@ impl Engine {
             prompt_logprobs: HashMap::new(),
             peak_kv_blocks: Vec::new(),
             masked: Vec::new(),
+            gpu_sampling,
             host_kv,
             disk,
         })
@@ -405,17 +410,14 @@ impl Engine {
             .collect();
         let mut batch =
             ForwardBatch::new(&chunks, self.resolved.block_size, self.model.query_tile());
-        // Where every logit row is a greedy sample or a prompt position that wants only its
-        // next token's log-probability, the GPU picks the tokens and reduces the rows: only
-        // ids (4 bytes a row) and log-probabilities (4 more) come back, not the logits.
+        // Where every logit row is a greedy sample, a random one the GPU can draw, or a prompt
+        // position that wants only its next token's log-probability, the GPU picks the tokens
+        // and reduces the rows: only ids (4 bytes a row) and log-probabilities (4 more) come
+        // back, not the logits.
         let mut targets = false;
         let reducible = plan.seqs.iter().all(|s| {
             let active = self.requests.get(&s.id);
-            let greedy = active.is_some_and(|a| {
-                a.sampler.is_greedy()
-                    && a.logprobs.is_none()
-                    && a.grammar.as_ref().is_none_or(|g| !g.is_active())
-            });
+            let greedy = active.is_some_and(|a| a.picks_on_gpu(self.gpu_sampling));
             let by_target = active.is_some_and(|a| a.prompt_targets.is_some());
             targets |= by_target && !s.prompt_logits.is_empty();
             logit_rows(s).is_empty()
@@ -427,7 +429,37 @@ impl Engine {
         } else if reducible {
             batch.readback = LogitReadback::Argmax;
         }
+        // Random draws on the GPU, whatever the step reads back (so a request's tokens do not
+        // depend on what it is batched with): each draw taken from its sequence's RNG now.
+        let on_gpu = self.gpu_sampling;
+        let draws = plan
+            .seqs
+            .iter()
+            .any(|s| s.sample && self.requests.get(&s.id).is_some_and(|a| a.draws_on_gpu(on_gpu)));
+        if draws {
+            batch.logit_sampling = self.logit_sampling(plan, &batch);
+        }
         batch
+    }
+
+    /// Each logit row's sampling on the GPU: the draw of a request that samples there
+    /// ([`Active::draws_on_gpu`]) at its chunk's last row, the argmax elsewhere.
+    fn logit_sampling(&mut self, plan: &StepPlan, batch: &ForwardBatch) -> Vec<RowSampling> {
+        let mut out = Vec::with_capacity(batch.logit_chunks.len());
+        let mut row = 0;
+        let on_gpu = self.gpu_sampling;
+        while row < batch.logit_chunks.len() {
+            let s = &plan.seqs[batch.logit_chunks[row]];
+            let draws = |a: &&mut Active| s.sample && a.draws_on_gpu(on_gpu);
+            let mut active = self.requests.get_mut(&s.id).filter(draws);
+            for r in logit_rows(s) {
+                let last = r + 1 == s.tokens.len();
+                let drawn = active.as_mut().filter(|_| last).and_then(|a| a.sampler.gpu_row());
+                out.push(drawn.unwrap_or(RowSampling::GREEDY));
+                row += 1;
+            }
+        }
+        out
     }
 
     /// Each logit row's target token: the next prompt token of a prompt-logprobs request's
@@ -495,16 +527,17 @@ impl Engine {
                 }
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
+                    let on_gpu = logits.data.is_empty() || active.draws_on_gpu(self.gpu_sampling);
                     let token = match (&logits.token_ids, &mut active.grammar) {
-                        // the GPU's argmax: the greedy sampler's choice (prepare asked for it
-                        // only where no grammar applies yet)
-                        (Some(ids), grammar) => {
+                        // the GPU's argmax, the greedy sampler's choice, or its random draw
+                        // (prepare asked for them only where no grammar applies yet)
+                        (Some(ids), grammar) if on_gpu => {
                             if let Some(g) = grammar {
                                 g.consume(ids[row]);
                             }
                             ids[row]
                         }
-                        (None, Some(grammar)) => {
+                        (_, Some(grammar)) => {
                             self.masked.clear();
                             self.masked.extend_from_slice(logits.row(row));
                             grammar.apply(&mut self.masked);
@@ -512,7 +545,7 @@ impl Engine {
                             grammar.consume(token);
                             token
                         }
-                        (None, None) => active.sampler.sample(logits.row(row)),
+                        (_, None) => active.sampler.sample(logits.row(row)),
                     };
                     if let Some(k) = active.logprobs {
                         let lp = crate::sample::token_logprobs(logits.row(row), token, k);

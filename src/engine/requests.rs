@@ -204,6 +204,23 @@ pub(super) struct Active {
 }
 
 impl Active {
+    /// Whether the GPU can pick this request's next token, so its step need not read the
+    /// logits row back: greedy (`kernels::argmax`) or, where the adapter samples on the GPU
+    /// (`gpu_sampling`, `KernelConfig::gpu_sampling`), a random draw its sampler can make
+    /// there ([`Sampler::samples_on_gpu`]); and nothing else needs the row (no
+    /// log-probabilities, no grammar mask yet). The one place that decides it: the step's
+    /// layout asks it, and so does the sampling after the step.
+    pub fn picks_on_gpu(&self, gpu_sampling: bool) -> bool {
+        (self.sampler.is_greedy() || (gpu_sampling && self.sampler.samples_on_gpu()))
+            && self.logprobs.is_none()
+            && self.grammar.as_ref().is_none_or(|g| !g.is_active())
+    }
+
+    /// Whether this request's next token is drawn at random on the GPU (`kernels::sampling`).
+    pub fn draws_on_gpu(&self, gpu_sampling: bool) -> bool {
+        self.picks_on_gpu(gpu_sampling) && !self.sampler.is_greedy()
+    }
+
     pub fn new(req: &CompletionRequest, tokenizer: &Tokenizer, max_model_len: usize) -> Self {
         let stop = req.stop_condition(tokenizer, max_model_len);
         Active {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::source::STEP;
+use super::source::{LOGIT_KEY, STEP};
 use super::{check_grid, grid_2d, Kernel, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
@@ -35,7 +35,7 @@ pub struct ArgmaxKey;
 
 impl Kernel for ArgmaxKey {
     fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, include_str!("../../shaders/logits/argmax.wgsl")]
+        vec![STEP, LOGIT_KEY, include_str!("../../shaders/logits/argmax.wgsl")]
     }
 
     fn bindings(&self) -> Vec<BindingKind> {

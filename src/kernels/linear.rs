@@ -551,6 +551,7 @@ mod tests {
             lane_loads: super::LaneLoads::Words32,
             lane_partition: 64,
             moe_grouped: false,
+            gpu_sampling: false,
         }
     }
 

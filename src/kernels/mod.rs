@@ -26,6 +26,7 @@ pub mod rms_norm;
 pub mod rope;
 pub mod rope_kv_write;
 pub mod rotate;
+pub mod sampling;
 pub mod softcap;
 pub mod source;
 pub mod weight_textures;
@@ -110,6 +111,9 @@ pub struct StepShape {
     /// Logit rows whose target logprob the GPU computes (`model::LogitReadback::
     /// TargetLogprobs`): `num_logits` then, else 0.
     pub logprob_rows: u32,
+    /// Logit rows the GPU samples at random (`kernels::sampling`, after the argmax):
+    /// `num_logits` when the step samples any row so, else 0.
+    pub sample_rows: u32,
 }
 
 /// How wide the components are that the CPU variants load lane by lane: the subgroup linear
@@ -236,6 +240,8 @@ pipeline_keys! {
     Argmax(argmax::ArgmaxKey),
     /// Each logit row's log-probability of a target token (perplexity, prompt logprobs).
     Logprob(logprob::LogprobKey),
+    /// Random sampling on the GPU: each logit row's token drawn by the sampler's rules.
+    Sample(sampling::SampleKey),
     /// The final logit soft-cap, cap · tanh(logit / cap).
     Softcap(softcap::SoftcapKey),
     /// A Gated DeltaNet layer's conv, state advance, scan and gated norm.
@@ -287,6 +293,14 @@ pub struct KernelConfig {
     /// 64-expert top-8 model: 30.6 against 34.4 tokens/s, docs/measured.md). Both paths give
     /// the same bits.
     pub moe_grouped: bool,
+    /// Whether random sampling draws on the GPU (`kernels::sampling`, only the token id read
+    /// back): on GPUs, where it spares reading a 1 MiB logits row a token (Gemma's 262,144
+    /// vocabulary) and the CPU's sort of it for top-p. A CPU adapter reads the row and samples
+    /// on the CPU: there the kernel's passes over the row cost more than the copy (lavapipe,
+    /// Gemma 3 270M at temperature 0.8, top-p 0.95: 8.2–8.8 against 9.1–9.3 tokens/s,
+    /// docs/measured.md). Both draw by the same rules; greedy picks the argmax on the GPU on
+    /// every adapter.
+    pub gpu_sampling: bool,
 }
 
 /// Which family of kernel variants to run.
@@ -313,6 +327,7 @@ impl KernelConfig {
                     lanes_attention: false,
                     lanes_norm: false,
                     moe_grouped: true,
+                    gpu_sampling: true,
                     ..auto
                 }
             }
@@ -371,6 +386,7 @@ impl KernelConfig {
             lane_loads: Self::lane_loads(caps),
             lane_partition: Self::lane_partition(caps.host_threads),
             moe_grouped: !caps.is_cpu,
+            gpu_sampling: !caps.is_cpu,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The model's input and output for one step, as plain data.
 
 use crate::kernels::attention::partitions;
+use crate::kernels::sampling::RowSampling;
 use crate::kernels::{SeqInfo, StepInfo, StepShape};
 
 /// Which of a sequence chunk's tokens get logits.
@@ -96,6 +97,10 @@ pub struct ForwardBatch {
     pub logit_targets: Vec<u32>,
     /// Recurrent layers: [num_restores] (from slot, to slot) state copies made before the step.
     pub state_restores: Vec<[u32; 2]>,
+    /// [num_logits] how the GPU samples each logit row (`kernels::sampling`), or empty: none
+    /// sampled at random. When set, [`Logits::token_ids`] come back whatever the readback
+    /// (rows at temperature 0 keep their argmax); set by the caller.
+    pub logit_sampling: Vec<RowSampling>,
 }
 
 /// What a step reads back of its logit rows.
@@ -258,17 +263,23 @@ impl ForwardBatch {
             num_completed_blocks: self.num_completed_blocks() as u32,
             num_seqs: self.seqs.len() as u32,
             max_seq_tokens: self.seqs.iter().map(|s| s.q_len).max().unwrap_or(0),
-            argmax_rows: match self.readback {
-                LogitReadback::Rows => 0,
-                LogitReadback::Argmax | LogitReadback::TargetLogprobs => {
-                    self.logit_rows.len() as u32
-                }
-            },
+            argmax_rows: if self.returns_token_ids() { self.logit_rows.len() as u32 } else { 0 },
             logprob_rows: match self.readback {
                 LogitReadback::TargetLogprobs => self.logit_rows.len() as u32,
                 _ => 0,
             },
+            sample_rows: if self.logit_sampling.is_empty() {
+                0
+            } else {
+                self.logit_rows.len() as u32
+            },
         }
+    }
+
+    /// Whether the step reads back a token id a logit row: the argmax readbacks, and any step
+    /// that samples on the GPU.
+    pub fn returns_token_ids(&self) -> bool {
+        self.readback != LogitReadback::Rows || !self.logit_sampling.is_empty()
     }
 }
 

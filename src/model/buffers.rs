@@ -30,6 +30,8 @@ pub(super) struct StepBuffers {
     pub logit_rows: wgpu::Buffer,
     /// [max_logit_rows] u32 each logit row's target token (`LogitReadback::TargetLogprobs`)
     pub logit_targets: wgpu::Buffer,
+    /// [max_logit_rows] `RowSampling`: how each logit row is sampled on the GPU
+    pub logit_sampling: wgpu::Buffer,
     /// Quantized KV: [max_tokens] (token row, stage slot · block_size + offset) u32 pairs
     pub stage_rows: wgpu::Buffer,
     /// Quantized KV: [groups][completed_capacity] (block, stage slot, first row, staged) u32 ×4
@@ -50,6 +52,7 @@ impl StepBuffers {
             &self.tiles,
             &self.logit_rows,
             &self.logit_targets,
+            &self.logit_sampling,
             &self.stage_rows,
         ];
         let many = self.slot_mapping.iter().chain(&self.block_tables).chain(&self.completed_blocks);
@@ -80,6 +83,7 @@ impl StepBuffers {
             tiles: u32s("prefill tiles", 2 * tile_capacity),
             logit_rows: u32s("logit rows", o.max_logit_rows),
             logit_targets: u32s("logit targets", o.max_logit_rows),
+            logit_sampling: u32s("logit sampling", 8 * o.max_logit_rows),
             stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
             completed_blocks: (0..o.kv_groups.len())
                 .map(|g| u32s(&format!("completed blocks group {g}"), 4 * completed_capacity))
@@ -112,6 +116,7 @@ impl StepBuffers {
         if b.readback == super::LogitReadback::TargetLogprobs {
             write(&self.logit_targets, &b.logit_targets);
         }
+        write(&self.logit_sampling, bytemuck::cast_slice(&b.logit_sampling));
         write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
         for (buf, data) in self.completed_blocks.iter().zip(&b.completed_blocks) {
             write(buf, bytemuck::cast_slice(data));

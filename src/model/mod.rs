@@ -32,6 +32,7 @@ use crate::kernels::rms_norm::RmsNormOp;
 use crate::kernels::rope::RopeOp;
 use crate::kernels::rope_kv_write::RopeKvWriteOp;
 use crate::kernels::rotate::RotateOp;
+use crate::kernels::sampling::SampleOp;
 use crate::kernels::softcap::SoftcapOp;
 use crate::kernels::weights::WeightError;
 use crate::kernels::{Kernels, StepShape};
@@ -211,6 +212,7 @@ enum Op {
     Attention(AttentionOp),
     Glu(GluOp),
     Argmax(ArgmaxOp),
+    Sample(SampleOp),
     /// Each logit row's log-probability of its target token.
     Logprob(LogprobOp),
     /// The final logit soft-cap (Gemma 4).
@@ -246,6 +248,7 @@ impl Op {
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
             Op::Argmax(_) => "argmax",
+            Op::Sample(_) => "sample",
             Op::Logprob(_) => "logprob",
             Op::Softcap(_) => "softcap",
             Op::Gate(_) => "gate",
@@ -272,6 +275,7 @@ impl Op {
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
             Op::Argmax(op) => op.record(pass, shape),
+            Op::Sample(op) => op.record(pass, shape),
             Op::Logprob(op) => op.record(pass, shape),
             Op::Softcap(op) => op.record(pass, shape),
             Op::Gate(op) => op.record(pass, shape),
@@ -432,44 +436,50 @@ impl Model {
         };
         let rows = batch.logit_rows.len();
         let vocab = self.config.vocab_size;
-        // the logit rows whole, or only their argmaxes (greedy sampling on the GPU)
-        let (src, staging, bytes) = match batch.readback {
-            LogitReadback::Rows => {
-                (&self.act.logits, &self.act.logits_staging, (rows * vocab * 4) as u64)
-            }
-            LogitReadback::Argmax => {
-                (&self.act.token_ids, &self.act.token_ids_staging, (rows * 4) as u64)
-            }
-            LogitReadback::TargetLogprobs => {
-                (&self.act.token_ids, &self.act.token_ids_staging, (rows * 8) as u64)
-            }
+        // the logit rows whole, and/or each row's token id (its argmax, or its sample on the
+        // GPU), then its target log-probability
+        let row_bytes = match batch.readback {
+            LogitReadback::Rows => (rows * vocab * 4) as u64,
+            _ => 0,
         };
-        if bytes > 0 {
-            encoder.copy_buffer_to_buffer(src, 0, staging, 0, bytes);
+        let id_bytes = match batch.readback {
+            LogitReadback::TargetLogprobs => (rows * 8) as u64,
+            _ if batch.returns_token_ids() => (rows * 4) as u64,
+            _ => 0,
+        };
+        for (src, staging, bytes) in [
+            (&self.act.logits, &self.act.logits_staging, row_bytes),
+            (&self.act.token_ids, &self.act.token_ids_staging, id_bytes),
+        ] {
+            if bytes > 0 {
+                encoder.copy_buffer_to_buffer(src, 0, staging, 0, bytes);
+            }
         }
+        let bytes = row_bytes + id_bytes;
         if let Some(timer) = &self.timer {
             timer.resolve(&mut encoder);
         }
         self.gpu.queue.submit([encoder.finish()]);
         let host_ms = recording.elapsed().as_secs_f64() * 1e3;
-        let read = if bytes > 0 {
-            self.gpu.map_and_read(staging, bytes)?
-        } else {
+        if bytes == 0 {
             self.gpu.wait_idle()?;
-            Vec::new()
+        }
+        let data = match row_bytes {
+            0 => Vec::new(),
+            n => bytemuck::pod_collect_to_vec(&self.gpu.map_and_read(&self.act.logits_staging, n)?),
         };
-        let (data, token_ids, target_logprobs) = match batch.readback {
-            LogitReadback::Rows => (bytemuck::pod_collect_to_vec(&read), None, None),
-            LogitReadback::Argmax => (Vec::new(), Some(bytemuck::pod_collect_to_vec(&read)), None),
-            LogitReadback::TargetLogprobs => {
-                let words: Vec<u32> = bytemuck::pod_collect_to_vec(&read);
-                let (ids, lps) = words.split_at(rows);
-                let lps = lps.iter().zip(&batch.logit_targets);
-                let lps =
-                    lps.map(|(&b, &t)| if t == NO_TARGET { f32::NAN } else { f32::from_bits(b) });
-                (Vec::new(), Some(ids.to_vec()), Some(lps.collect()))
-            }
+        let words: Vec<u32> = match id_bytes {
+            0 => Vec::new(),
+            n => bytemuck::pod_collect_to_vec(
+                &self.gpu.map_and_read(&self.act.token_ids_staging, n)?,
+            ),
         };
+        let (ids, lps) = words.split_at(words.len().min(rows));
+        let token_ids = (id_bytes > 0).then(|| ids.to_vec());
+        let target_logprobs = (batch.readback == LogitReadback::TargetLogprobs).then(|| {
+            let lps = lps.iter().zip(&batch.logit_targets);
+            lps.map(|(&b, &t)| if t == NO_TARGET { f32::NAN } else { f32::from_bits(b) }).collect()
+        });
         // a validation error in this step's commands means the logits are not to be trusted
         self.gpu.check_errors()?;
         let timing = match &self.timer {
@@ -514,6 +524,14 @@ impl Model {
             if got > max {
                 return Err(ModelError::BatchTooLarge { what, got, max });
             }
+        }
+        let sampled = b.logit_sampling.len();
+        if sampled != 0 && sampled != b.logit_rows.len() {
+            return Err(ModelError::Unsupported(format!(
+                "the batch samples {sampled} rows on the GPU but has {} logit rows; give every \
+                 logit row a RowSampling (RowSampling::GREEDY for those not sampled)",
+                b.logit_rows.len()
+            )));
         }
         if self.kv.quant.is_some() {
             if let Some(s) = b.seqs.iter().find(|s| s.stage_slot as usize >= o.max_num_seqs) {

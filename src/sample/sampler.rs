@@ -21,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::params::SamplingParams;
+use crate::kernels::sampling::RowSampling;
 
 /// Picks tokens for one sequence; owns that sequence's RNG, seeded from
 /// [`SamplingParams::seed`]. Same seed and same logits → same tokens, within one build (the RNG
@@ -119,6 +120,25 @@ impl Sampler {
     /// read the logits back.
     pub fn is_greedy(&self) -> bool {
         self.mode == Mode::Greedy && self.shaping.is_none()
+    }
+
+    /// Whether this sampler's random choice can be made on the GPU (`kernels::sampling`): random
+    /// mode with nothing shaping the logits, so the choice needs only the logits and one
+    /// uniform draw ([`Sampler::gpu_row`]).
+    pub fn samples_on_gpu(&self) -> bool {
+        matches!(self.mode, Mode::Random { .. }) && self.shaping.is_none()
+    }
+
+    /// The next token's sampling on the GPU, its uniform draw taken from this sequence's RNG
+    /// now (one draw a token, as [`Sampler::sample`] takes); `None` where
+    /// [`Sampler::samples_on_gpu`] is false. The GPU applies the same rules (temperature,
+    /// top-k, min-p, top-p) with the draw as the inverse CDF in their order.
+    pub fn gpu_row(&mut self) -> Option<RowSampling> {
+        let Mode::Random { temperature, top_k, top_p } = self.mode else { return None };
+        if self.shaping.is_some() {
+            return None;
+        }
+        Some(RowSampling::random(temperature, top_k, top_p, self.min_p, self.rng.random()))
     }
 
     /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no

@@ -18,6 +18,7 @@ use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
 use crate::kernels::rope_kv_write::{self, RopeKvIo, RopeKvWriteOp};
 use crate::kernels::rotate::MAX_HEAD_DIM as ROTATE_MAX_HEAD_DIM;
 use crate::kernels::rotate::{RotateOp, RotateRows};
+use crate::kernels::sampling::SampleOp;
 use crate::kernels::softcap::SoftcapOp;
 use crate::kernels::{GpuWeight, Kernels};
 use std::num::NonZeroU32;
@@ -252,6 +253,11 @@ impl Builder<'_> {
         let argmax =
             ArgmaxOp::new(self.gpu, self.kernels, step, &act.logits, &act.token_ids, vocab);
         ops.push(Op::Argmax(argmax));
+        // random sampling on the GPU, from the argmaxes (greedy rows keep theirs)
+        let rows = &self.step.logit_sampling;
+        let sample =
+            SampleOp::new(self.gpu, self.kernels, step, &act.logits, rows, &act.token_ids, vocab);
+        ops.push(Op::Sample(sample));
         // target log-probabilities on the GPU (perplexity, prompt logprobs), after the argmaxes
         let targets = &self.step.logit_targets;
         let logprob = LogprobOp::new(
