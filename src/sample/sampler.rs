@@ -203,14 +203,27 @@ impl Sampler {
             total = candidates.iter().map(|&(w, _)| f64::from(w)).sum();
         }
         if let Some(p) = top_p {
-            candidates.sort_unstable_by(descending);
+            // The nucleus is a prefix of the descending order: sort only a head that holds it
+            // (the order is total, so the head sorts as the whole would), four times longer
+            // until it does, not the whole vocabulary.
             let target = f64::from(p) * total;
-            let mut kept = 0.0f64;
-            let mut len = 0;
-            while len < candidates.len() && (len == 0 || kept < target) {
-                kept += f64::from(candidates[len].0);
-                len += 1;
-            }
+            let mut head = TOP_P_HEAD.min(candidates.len());
+            let (kept, len) = loop {
+                if head < candidates.len() {
+                    candidates.select_nth_unstable_by(head - 1, descending);
+                }
+                candidates[..head].sort_unstable_by(descending);
+                let mut kept = 0.0f64;
+                let mut len = 0;
+                while len < head && (len == 0 || kept < target) {
+                    kept += f64::from(candidates[len].0);
+                    len += 1;
+                }
+                if kept >= target || head == candidates.len() {
+                    break (kept, len);
+                }
+                head = (4 * head).min(candidates.len());
+            };
             candidates.truncate(len);
             total = kept;
         }
@@ -305,6 +318,9 @@ pub fn token_rank(logits: &[f32], token: u32) -> u32 {
         .count();
     before as u32 + 1
 }
+
+/// Candidates top-p sorts first ([`Sampler::sample`]); more when their weight falls short.
+const TOP_P_HEAD: usize = 256;
 
 /// Larger value first; equal values by lower token id. Values are never NaN here.
 fn descending(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
@@ -467,6 +483,43 @@ mod tests {
         let counts = histogram(&mut s, &logits, 100_000);
         let chi2 = chi_square(&counts, &[0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]);
         assert!(chi2 < 13.82, "chi² = {chi2} (df 2), {counts:?}");
+    }
+
+    /// A nucleus longer than the head top-p sorts first (1,000 of 4,000 near-equal tokens
+    /// first 256, then 1,024, then 4,096 long): the same tokens as sorting the whole vocabulary,
+    /// draw for draw.
+    #[test]
+    fn top_p_past_its_first_head_is_the_full_sort() {
+        let logits: Vec<f32> = (0..4000).map(|i| 1.0 - (i % 97) as f32 * 1e-4).collect();
+        let full_sort = |seed: u64| {
+            // the nucleus by a full sort, then the same draw
+            let mut rng = StdRng::seed_from_u64(seed);
+            let max = logits.iter().copied().fold(f32::MIN, f32::max);
+            let mut c: Vec<(f32, u32)> =
+                (0u32..).zip(&logits).map(|(i, &l)| ((l - max).exp(), i)).collect();
+            let total: f64 = c.iter().map(|&(w, _)| f64::from(w)).sum();
+            c.sort_unstable_by(descending);
+            let (mut kept, mut len) = (0.0f64, 0);
+            while len < c.len() && (len == 0 || kept < 0.25 * total) {
+                kept += f64::from(c[len].0);
+                len += 1;
+            }
+            assert!(len > 256, "the nucleus fits the first head ({len})");
+            let draw = rng.random::<f64>() * kept;
+            let mut cumulative = 0.0f64;
+            c[..len]
+                .iter()
+                .find(|&&(w, _)| {
+                    cumulative += f64::from(w);
+                    draw < cumulative
+                })
+                .unwrap()
+                .1
+        };
+        for seed in 0..50 {
+            let mut s = sampler(1.0, None, Some(0.25), seed);
+            assert_eq!(s.sample(&logits), full_sort(seed), "seed {seed}");
+        }
     }
 
     #[test]
