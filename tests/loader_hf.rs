@@ -236,6 +236,7 @@ fn gpt_oss_mxfp4_checkpoints_with_bad_experts_are_refused() {
     let dir = edited_mxfp4("mxfp4-drop", |t| t.retain(|(n, ..)| n != scales));
     let err = ModelFile::open(&dir).err().unwrap().to_string();
     assert!(err.contains("blk.1.hf_down_proj_scales"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let dir = edited_mxfp4("mxfp4-shape", |t| {
         let b = t.iter_mut().find(|(n, ..)| n == blocks).unwrap();
         // [16, 64, 2, 16] → [16, 64, 4, 8]: the same bytes, blocks of 8
@@ -246,12 +247,14 @@ fn gpt_oss_mxfp4_checkpoints_with_bad_experts_are_refused() {
         err.contains("blk.2.hf_gate_up_proj_blocks") && err.contains("[16, 64, 4, 8]"),
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
     let dir = edited_mxfp4("mxfp4-dtype", |t| {
         let b = t.iter_mut().find(|(n, ..)| n == blocks).unwrap();
         b.1 = Dtype::I8;
     });
     let err = ModelFile::open(&dir).err().unwrap().to_string();
     assert!(err.contains(blocks) && err.contains("dtype I8"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let dir = edited_mxfp4("mxfp4-u8", |t| {
         let b = t.iter_mut().find(|(n, ..)| n == "model.layers.0.self_attn.sinks").unwrap();
         b.1 = Dtype::U8;
@@ -259,6 +262,7 @@ fn gpt_oss_mxfp4_checkpoints_with_bad_experts_are_refused() {
     });
     let err = ModelFile::open(&dir).err().unwrap().to_string();
     assert!(err.contains("model.layers.0.self_attn.sinks") && err.contains("dtype U8"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let dir = edited_mxfp4("mxfp4-same", |_| {});
     ModelFile::open(&dir).unwrap();
     std::fs::remove_dir_all(dir).unwrap();

@@ -172,9 +172,8 @@ fn mixed_format_gate_up_matches_independent_cpu_forward() {
             w.add_tensor(&t.name, t.ggml_type, &t.dims, data.to_vec()).unwrap();
         }
     }
-    let dir = std::env::temp_dir().join(format!("kvrun-mixed-gate-up-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tiny-llama-mixed-gate-up.gguf");
+    let dir = tempfile::tempdir().unwrap(); // removed when the test ends
+    let path = dir.path().join("tiny-llama-mixed-gate-up.gguf");
     w.write(&path).unwrap();
     for family in FAMILIES {
         let Some((mut model, _)) = load_from(&path, 16, family) else { return };

@@ -249,8 +249,8 @@ fn hf_gemma3_perplexity_matches_transformers_and_llama_cpp() {
 
 /// The HF Gemma 3's f32 GGUF with `gemma3.rope.dimension_count = 16` added: partial RoPE, the
 /// first 16 of each head's 32 channels rotated (NEOX pairs within them), written to a
-/// temporary folder.
-fn partial_rope_gguf(dir: &std::path::Path) -> PathBuf {
+/// temporary folder `out`.
+fn partial_rope_gguf(dir: &std::path::Path, out: &std::path::Path) -> PathBuf {
     use kvrun::loader::{GgufFile, GgufWriter};
     let name = "tiny-gemma3-hf-f32.gguf";
     let src = GgufFile::open(&dir.join(name)).unwrap();
@@ -262,8 +262,6 @@ fn partial_rope_gguf(dir: &std::path::Path) -> PathBuf {
     for t in src.tensors() {
         w.add_tensor(&t.name, t.ggml_type, &t.dims, src.tensor_data(t).to_vec()).unwrap();
     }
-    let out = std::env::temp_dir().join(format!("kvrun-partial-rope-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
     w.write(&out.join(name)).unwrap();
     out.join(name)
 }
@@ -278,7 +276,8 @@ fn partial_rope_gguf(dir: &std::path::Path) -> PathBuf {
 fn partial_rope_gguf_matches_transformers_and_llama_cpp() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/tiny-gemma3-hf");
     let (tokens, vocab, g) = read_golden("assets/tiny-gemma3-hf/golden-partial-rope.json");
-    let path = partial_rope_gguf(&dir);
+    let out = tempfile::tempdir().unwrap(); // removed when the test ends
+    let path = partial_rope_gguf(&dir, out.path());
     let f = ModelFile::open(&path).unwrap();
     assert_eq!((f.config().rotary_dims, f.config().head_dim), (Some(16), 32));
     let (max_len, bs) = (64, 8);

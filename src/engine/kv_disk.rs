@@ -301,12 +301,12 @@ mod tests {
     #[test]
     fn blocks_survive_a_reopen_and_damage_costs_only_the_block() {
         let tmp = tempdir();
-        let mut s = store(&tmp, 8);
+        let mut s = store(tmp.path(), 8);
         for i in 0..6 {
             s.write(key(i), &[i; 16]);
         }
         drop(s);
-        let mut s = store(&tmp, 8);
+        let mut s = store(tmp.path(), 8);
         assert_eq!(s.stats.found, 6);
         assert_eq!(s.read(&key(0)).as_deref(), Some(&[0u8; 16][..]));
         // damage each way: truncated, zeroed, another block's bytes, a flipped payload bit,
@@ -338,20 +338,20 @@ mod tests {
     #[test]
     fn another_fingerprint_sees_nothing_and_the_oldest_go_first() {
         let tmp = tempdir();
-        let mut s = store(&tmp, 2);
+        let mut s = store(tmp.path(), 2);
         s.write(key(1), &[1; 16]);
         s.write(key(2), &[2; 16]);
         s.read(&key(1)).unwrap(); // 2 is now the oldest
         s.write(key(3), &[3; 16]);
         assert!(s.contains(&key(1)) && !s.contains(&key(2)) && s.contains(&key(3)));
-        let other = DiskKvStore::open(&tmp, 1 << 20, [8; 32], 16).unwrap();
+        let other = DiskKvStore::open(tmp.path(), 1 << 20, [8; 32], 16).unwrap();
         assert_eq!(other.len(), 0, "another model's folder");
     }
 
     #[test]
     fn an_unwritable_folder_warns_and_keeps_nothing() {
         let tmp = tempdir();
-        let mut s = store(&tmp, 4);
+        let mut s = store(tmp.path(), 4);
         std::fs::remove_dir_all(&s.dir).unwrap();
         std::fs::write(&s.dir, b"a file where the folder was").unwrap();
         s.write(key(1), &[1; 16]);
@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_full_disk_keeps_nothing_and_loses_nothing() {
         let tmp = tempdir();
-        let mut s = store(&tmp, 4);
+        let mut s = store(tmp.path(), 4);
         let tmp_file = s.path(&key(1)).with_extension("tmp");
         std::os::unix::fs::symlink("/dev/full", &tmp_file).unwrap();
         s.write(key(1), &[1; 16]);
@@ -376,12 +376,8 @@ mod tests {
         assert_eq!(s.read(&key(2)).as_deref(), Some(&[2u8; 16][..]));
     }
 
-    fn tempdir() -> PathBuf {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("kvrun-disk-test-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    /// A fresh folder, removed with everything in it when the test ends.
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("kvrun-disk-test-").tempdir().unwrap()
     }
 }
