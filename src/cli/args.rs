@@ -171,21 +171,11 @@ pub struct SamplingArgs {
     /// Most tokens to generate.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 256)]
     pub max_tokens: usize,
-    /// Softmax temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep the k most likely tokens.
-    #[arg(long)]
-    pub top_k: Option<usize>,
-    /// Keep the most likely tokens up to this probability mass.
-    #[arg(long)]
-    pub top_p: Option<f32>,
+    #[command(flatten)]
+    pub filters: SamplingFilterArgs,
     /// RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Drop tokens less likely than this fraction of the most likely one (0–1).
-    #[arg(long)]
-    pub min_p: Option<f32>,
     /// Penalize tokens already in the prompt or the output (> 0; 1 = off; llama.cpp's
     /// --repeat-penalty, over the whole sequence).
     #[arg(long, default_value_t = 1.0)]
@@ -195,13 +185,39 @@ pub struct SamplingArgs {
 impl SamplingArgs {
     pub fn params(&self) -> crate::sample::SamplingParams {
         crate::sample::SamplingParams {
+            seed: self.seed,
+            max_tokens: self.max_tokens,
+            repetition_penalty: self.repetition_penalty,
+            ..self.filters.params()
+        }
+    }
+}
+
+/// How each token is picked: the flags `generate`, `chat` and `bench decode` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingFilterArgs {
+    /// Softmax temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Keep the most likely tokens up to this probability mass.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Drop tokens less likely than this fraction of the most likely one (0–1).
+    #[arg(long)]
+    pub min_p: Option<f32>,
+}
+
+impl SamplingFilterArgs {
+    /// These flags over the defaults (seed 0, no penalties).
+    pub fn params(&self) -> crate::sample::SamplingParams {
+        crate::sample::SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
-            seed: self.seed,
-            max_tokens: self.max_tokens,
             min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty,
             ..crate::sample::SamplingParams::default()
         }
     }

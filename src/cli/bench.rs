@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::args::{KvArgs, ModelArgs};
+use super::args::{KvArgs, ModelArgs, SamplingFilterArgs};
 use super::GlobalArgs;
 use crate::bench::bandwidth::BandwidthBench;
 use crate::bench::concurrency::ConcurrencyBench;
@@ -123,19 +123,10 @@ pub struct DecodeArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Sample the decoded tokens at this temperature (0 = greedy); random sampling is drawn on
-    /// the GPU, so the bench measures its cost.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// With --temperature: keep the k most likely tokens.
-    #[arg(long)]
-    pub top_k: Option<usize>,
-    /// With --temperature: keep the most likely tokens up to this probability mass.
-    #[arg(long)]
-    pub top_p: Option<f32>,
-    /// With --temperature: drop tokens less likely than this fraction of the most likely one.
-    #[arg(long)]
-    pub min_p: Option<f32>,
+    /// How the decoded tokens are picked (greedy by default; on a GPU a random draw runs
+    /// there, so the bench measures its cost).
+    #[command(flatten)]
+    pub sampling: SamplingFilterArgs,
     #[command(flatten)]
     pub kv: KvArgs,
 }
@@ -208,13 +199,7 @@ fn bandwidth(a: &BandwidthArgs, global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 fn decode(a: &DecodeArgs, global: &GlobalArgs) -> anyhow::Result<()> {
-    let sampling = crate::sample::SamplingParams {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        ..Default::default()
-    };
+    let sampling = a.sampling.params();
     sampling.validate()?;
     let path = a.model.path()?;
     let longest = a.context_lengths.iter().max().copied().unwrap_or(128);
