@@ -3,21 +3,14 @@
 // 0), +inf wins, equal values go to the lowest index, −0 equals +0. One workgroup per row: each
 // invocation scans a strided part of the vocabulary, then a tree over the workgroup.
 //
-// Values compare as integers (`logit_key`, shaders/common/logit_key.wgsl). A
+// Values compare as integers (`logit_key`, shaders/common/logit_rows.wgsl). A
 // candidate is (valid, key, index); the best is valid over invalid, then the larger key, then
 // the lower index: a total order, so any tree gives the same answer.
 
 const WG: u32 = 256u;
 
-struct ArgmaxParams {
-    vocab: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
 @group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: ArgmaxParams;
+@group(0) @binding(1) var<uniform> p: VocabParams;
 @group(0) @binding(2) var<storage, read> logits: array<f32>;         // [num_logits, vocab]
 @group(0) @binding(3) var<storage, read_write> token_ids: array<u32>; // [num_logits]
 

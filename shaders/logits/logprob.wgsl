@@ -9,15 +9,8 @@
 const WG: u32 = 256u;
 const NO_TARGET: u32 = 0xFFFFFFFFu;
 
-struct LogprobParams {
-    vocab: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
 @group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: LogprobParams;
+@group(0) @binding(1) var<uniform> p: VocabParams;
 @group(0) @binding(2) var<storage, read> logits: array<f32>;        // [num_logits, vocab]
 @group(0) @binding(3) var<storage, read> targets: array<u32>;       // [num_logits]
 @group(0) @binding(4) var<storage, read_write> out: array<u32>;     // [2 · num_logits]

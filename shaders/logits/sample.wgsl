@@ -26,13 +26,6 @@ const WG: u32 = 256u;
 // a weight of 1 (the maximum's) in fixed point
 const ONE: f32 = 2147483648.0;
 
-struct SampleParams {
-    vocab: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
 // Mirror of kernels::sample::RowSampling.
 struct RowSampling {
     temperature: f32, // ≤ 0: keep the argmax
@@ -46,7 +39,7 @@ struct RowSampling {
 }
 
 @group(0) @binding(0) var<uniform> step: StepInfo;
-@group(0) @binding(1) var<uniform> p: SampleParams;
+@group(0) @binding(1) var<uniform> p: VocabParams;
 @group(0) @binding(2) var<storage, read> logits: array<f32>;         // [num_logits, vocab]
 @group(0) @binding(3) var<storage, read> rows: array<RowSampling>;   // [num_logits]
 @group(0) @binding(4) var<storage, read_write> token_ids: array<u32>; // [num_logits]: argmax in, token out

@@ -4,27 +4,14 @@
 //! whose every logit row is a greedy sample reads back 4 bytes a row instead of the row
 //! (`model::LogitReadback::Argmax`).
 
-use std::sync::Arc;
-
-use bytemuck::{Pod, Zeroable};
-
-use super::source::{LOGIT_KEY, STEP};
-use super::{check_grid, grid_2d, Kernel, Kernels, StepShape};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
-
-/// Mirror of WGSL `ArgmaxParams`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct ArgmaxParams {
-    pub vocab: u32,
-    pub _pad: [u32; 3],
-}
-const _: () = assert!(std::mem::size_of::<ArgmaxParams>() == 16);
+use super::source::{LOGIT_ROWS, STEP};
+use super::{Kernel, Kernels, RowDispatch, StepShape};
+use crate::gpu::{BindingKind, Gpu};
 
 /// Binding order of the argmax kernel.
 pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::Uniform,          // step: StepInfo (num_logits rows)
-    BindingKind::Uniform,          // p: ArgmaxParams
+    BindingKind::Uniform,          // p: VocabParams
     BindingKind::StorageRead,      // logits: [num_logits, vocab]
     BindingKind::StorageReadWrite, // token_ids: [num_logits] u32
 ];
@@ -35,7 +22,7 @@ pub struct ArgmaxKey;
 
 impl Kernel for ArgmaxKey {
     fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_KEY, include_str!("../../shaders/logits/argmax.wgsl")]
+        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/argmax.wgsl")]
     }
 
     fn bindings(&self) -> Vec<BindingKind> {
@@ -48,11 +35,7 @@ impl Kernel for ArgmaxKey {
 }
 
 /// One argmax dispatch over the step's logit rows: one workgroup a row.
-pub struct ArgmaxOp {
-    bind_group: wgpu::BindGroup,
-    pipeline: Arc<Pipeline>,
-    wg_limit: u32,
-}
+pub struct ArgmaxOp(RowDispatch);
 
 impl ArgmaxOp {
     /// `logits` holds rows of `vocab` f32, `token_ids` one u32 a row.
@@ -68,24 +51,20 @@ impl ArgmaxOp {
         assert!(vocab > 0, "argmax over an empty vocabulary");
         let rows = logits.size() / (u64::from(vocab) * 4);
         assert!(token_ids.size() >= rows * 4, "token_ids holds fewer rows than logits");
-        let pipeline = kernels.pipeline(gpu, ArgmaxKey);
-        let params = ArgmaxParams { vocab, _pad: [0; 3] };
-        let ubuf = gpu.uniform_buffer_init("argmax", bytemuck::bytes_of(&params));
-        let bind_group = pipeline.bind_group(gpu, "argmax", &[step, &ubuf, logits, token_ids]);
-        ArgmaxOp { bind_group, pipeline, wg_limit: gpu.limits.max_compute_workgroups_per_dimension }
+        ArgmaxOp(RowDispatch::new(
+            gpu,
+            kernels,
+            ArgmaxKey,
+            "argmax",
+            step,
+            vocab,
+            &[logits, token_ids],
+        ))
     }
 
     /// Records the dispatch when the step asks for its logit rows' argmax
     /// (`StepShape::argmax_rows`); returns the dispatches made.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
-        if shape.argmax_rows == 0 {
-            return 0;
-        }
-        let grid = grid_2d(shape.argmax_rows, self.wg_limit);
-        check_grid(grid, self.wg_limit);
-        pass.set_pipeline(&self.pipeline.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        1
+        self.0.record(pass, shape.argmax_rows)
     }
 }

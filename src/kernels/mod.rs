@@ -478,6 +478,63 @@ pub fn check_grid(grid: [u32; 3], limit: u32) {
     );
 }
 
+/// Mirror of the WGSL params of the kernels that run one workgroup a logit row (argmax,
+/// logprob, sampling): the vocabulary.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct VocabParams {
+    pub vocab: u32,
+    pub _pad: [u32; 3],
+}
+const _: () = assert!(std::mem::size_of::<VocabParams>() == 16);
+
+/// A kernel that runs one workgroup a logit row (argmax, logprob, sampling): its pipeline, its
+/// bind group (the step's `StepInfo`, a [`VocabParams`] uniform, then the kernel's buffers)
+/// and its dispatch.
+pub struct RowDispatch {
+    bind_group: wgpu::BindGroup,
+    pipeline: Arc<Pipeline>,
+    wg_limit: u32,
+}
+
+impl RowDispatch {
+    #[track_caller]
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &Kernels,
+        key: impl Into<PipelineKey>,
+        label: &str,
+        step: &wgpu::Buffer,
+        vocab: u32,
+        buffers: &[&wgpu::Buffer],
+    ) -> Self {
+        let pipeline = kernels.pipeline(gpu, key);
+        let params = VocabParams { vocab, _pad: [0; 3] };
+        let ubuf = gpu.uniform_buffer_init(label, bytemuck::bytes_of(&params));
+        let mut all = vec![step, &ubuf];
+        all.extend_from_slice(buffers);
+        let bind_group = pipeline.bind_group(gpu, label, &all);
+        RowDispatch {
+            bind_group,
+            pipeline,
+            wg_limit: gpu.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    /// Records the dispatch over `rows` logit rows (nothing for 0); returns the dispatches made.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, rows: u32) -> u32 {
+        if rows == 0 {
+            return 0;
+        }
+        let grid = grid_2d(rows, self.wg_limit);
+        check_grid(grid, self.wg_limit);
+        pass.set_pipeline(&self.pipeline.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        1
+    }
+}
+
 /// Records one dispatch of `pipeline` with 64-wide workgroups over `per_token` invocations
 /// (x) for each token of the step (y), the grid of the elementwise kernels (RoPE, KV write,
 /// GLU, rotation); nothing for a step without tokens. Returns the dispatches made.

@@ -11,22 +11,11 @@
 //! gives is the kernel's, bit for bit. Against the CPU sampler (f64 sums of f32 weights) the
 //! distribution is the same but for weights below 2^−32 of the maximum's, which are never drawn.
 
-use std::sync::Arc;
-
 use bytemuck::{Pod, Zeroable};
 
-use super::source::{LOGIT_KEY, STEP};
-use super::{check_grid, grid_2d, Kernel, Kernels, StepShape};
-use crate::gpu::{BindingKind, Gpu, Pipeline};
-
-/// Mirror of WGSL `SampleParams`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct SampleParams {
-    pub vocab: u32,
-    pub _pad: [u32; 3],
-}
-const _: () = assert!(std::mem::size_of::<SampleParams>() == 16);
+use super::source::{LOGIT_ROWS, STEP};
+use super::{Kernel, Kernels, RowDispatch, StepShape};
+use crate::gpu::{BindingKind, Gpu};
 
 /// How one logit row is sampled (mirror of WGSL `RowSampling`): the sampler's parameters and
 /// the row's uniform draw.
@@ -89,7 +78,7 @@ impl RowSampling {
 /// Binding order of the sampling kernel.
 pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::Uniform,          // step: StepInfo (num_logits rows)
-    BindingKind::Uniform,          // p: SampleParams
+    BindingKind::Uniform,          // p: VocabParams
     BindingKind::StorageRead,      // logits: [num_logits, vocab]
     BindingKind::StorageRead,      // rows: [num_logits] RowSampling
     BindingKind::StorageReadWrite, // token_ids: [num_logits] u32, the argmax in, the token out
@@ -101,7 +90,7 @@ pub struct SampleKey;
 
 impl Kernel for SampleKey {
     fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_KEY, include_str!("../../shaders/logits/sample.wgsl")]
+        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/sample.wgsl")]
     }
 
     fn bindings(&self) -> Vec<BindingKind> {
@@ -114,11 +103,7 @@ impl Kernel for SampleKey {
 }
 
 /// One sampling dispatch over the step's logit rows: one workgroup a row.
-pub struct SampleOp {
-    bind_group: wgpu::BindGroup,
-    pipeline: Arc<Pipeline>,
-    wg_limit: u32,
-}
+pub struct SampleOp(RowDispatch);
 
 impl SampleOp {
     /// `logits` holds rows of `vocab` f32, `rows` one [`RowSampling`] a row, `token_ids` one
@@ -137,26 +122,14 @@ impl SampleOp {
         let n = logits.size() / (u64::from(vocab) * 4);
         assert!(rows.size() >= n * 32, "rows holds fewer RowSampling than logits rows");
         assert!(token_ids.size() >= n * 4, "token_ids holds fewer rows than logits");
-        let pipeline = kernels.pipeline(gpu, SampleKey);
-        let params = SampleParams { vocab, _pad: [0; 3] };
-        let ubuf = gpu.uniform_buffer_init("sample", bytemuck::bytes_of(&params));
-        let bind_group =
-            pipeline.bind_group(gpu, "sample", &[step, &ubuf, logits, rows, token_ids]);
-        SampleOp { bind_group, pipeline, wg_limit: gpu.limits.max_compute_workgroups_per_dimension }
+        let buffers = [logits, rows, token_ids];
+        SampleOp(RowDispatch::new(gpu, kernels, SampleKey, "sample", step, vocab, &buffers))
     }
 
     /// Records the dispatch when the step samples rows on the GPU (`StepShape::sample_rows`);
     /// returns the dispatches made.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, shape: &StepShape) -> u32 {
-        if shape.sample_rows == 0 {
-            return 0;
-        }
-        let grid = grid_2d(shape.sample_rows, self.wg_limit);
-        check_grid(grid, self.wg_limit);
-        pass.set_pipeline(&self.pipeline.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        1
+        self.0.record(pass, shape.sample_rows)
     }
 }
 

@@ -15,8 +15,9 @@ pub const GLU: &str = include_str!("../../shaders/common/glu.wgsl");
 pub const RMS: &str = include_str!("../../shaders/common/rms.wgsl");
 pub const KV_CODEC: &str = include_str!("../../shaders/common/kv_codec.wgsl");
 pub const U64: &str = include_str!("../../shaders/common/u64.wgsl");
-/// `logit_key`: an f32 as an integer key that orders as the value does (NaN has none).
-pub const LOGIT_KEY: &str = include_str!("../../shaders/common/logit_key.wgsl");
+/// `VocabParams` and `logit_key` (an f32 as an integer key that orders as the value does; NaN
+/// has none): what the kernels that run one workgroup a logit row share.
+pub const LOGIT_ROWS: &str = include_str!("../../shaders/common/logit_rows.wgsl");
 
 /// The snippet of one KV code format (defines `KVQ_*`, `kvq_group_scale`, `kvq_encode`,
 /// `kvq_raw8`, `kvq_raw2`).

@@ -1,3 +1,13 @@
+// What the kernels that run one workgroup a logit row share (argmax, logprob, sampling):
+// their params (kernels::VocabParams) and the integer key of a logit.
+
+struct VocabParams {
+    vocab: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
 // An f32 as an integer key that orders as the value does (WGSL lets a compiler assume no NaN
 // and no infinity in float comparisons, so logits compare as integers): the sign bit flipped
 // for positives, every bit for negatives, −0 mapped to +0's key first. Returns (valid, key):
