@@ -2,7 +2,8 @@
 # One command for a machine with a real GPU (any vendor, any backend wgpu has): builds kvrun,
 # runs the kernel tests with this device's own variants (and the tiny-model end to end test),
 # `bench bandwidth`, `bench decode` at contexts 128 / 2048 / 8192 on each test model present
-# (per-op GPU times and the roofline), `bench kv-quant` (f16 / int8 / int4 KV attention at
+# (per-op GPU times and the roofline) and once sampled at 128 (temperature 0.8, top-p 0.95: the
+# GPU draw's cost), `bench kv-quant` (f16 / int8 / int4 KV attention at
 # context 2048, three alternating rounds: whether fewer KV bytes make attention faster on this
 # device), and — when `llama-bench` is on PATH — llama.cpp on the same GGUF side by side.
 # Writes everything under OUT plus one report.json and report.md.
@@ -87,6 +88,11 @@ for model in "${models[@]}"; do
     "${limit[@]}" "$kvrun" bench decode -m "$model" --context-lengths "$contexts" --per-op --json \
         >"$out/decode-$name.json" 2>"$out/decode-$name.err" ||
         { log "bench decode $name failed (see decode-$name.err)"; rm -f "$out/decode-$name.json"; }
+    # sampled decode (the draw on the GPU, kernels::sampling): its section is "sampled-NAME"
+    log "bench decode $name sampled (--temperature 0.8 --top-p 0.95) at 128"
+    "${limit[@]}" "$kvrun" bench decode -m "$model" --context-lengths 128 --temperature 0.8 --top-p 0.95 \
+        --per-op --json >"$out/decode-sampled-$name.json" 2>"$out/decode-sampled-$name.err" ||
+        { log "sampled bench decode $name failed"; rm -f "$out/decode-sampled-$name.json"; }
     if [ -n "$kvq_contexts" ]; then
         log "bench kv-quant $name: f16, int8, int4 at $kvq_contexts, 3 rounds"
         "${limit[@]}" "$kvrun" bench kv-quant -m "$model" --settings f16,int8,int4 --chunks 1 -c 128 \

@@ -142,7 +142,8 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (`[vocab_size]`). Greedy: O(vocab), no allocation, no
-    /// RNG draw. Random: O(vocab) plus O(vocab log vocab) when top-p is on; one RNG draw.
+    /// RNG draw. Random: O(vocab) plus, with top-p, a sort of a head that holds the nucleus
+    /// (O(n log n) for a nucleus of n, at least 256); one RNG draw.
     ///
     /// NaN logits are never picked; if every logit is NaN the answer is token 0. A `+inf` logit
     /// wins outright (the first one, if several). Panics if `logits` is empty.
@@ -485,8 +486,8 @@ mod tests {
         assert!(chi2 < 13.82, "chi² = {chi2} (df 2), {counts:?}");
     }
 
-    /// A nucleus longer than the head top-p sorts first (1,000 of 4,000 near-equal tokens
-    /// first 256, then 1,024, then 4,096 long): the same tokens as sorting the whole vocabulary,
+    /// A nucleus longer than the head top-p sorts first (about 1,000 of 4,000 near-equal
+    /// tokens, so the head grows from 256): the same tokens as sorting the whole vocabulary,
     /// draw for draw.
     #[test]
     fn top_p_past_its_first_head_is_the_full_sort() {
