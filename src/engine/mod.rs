@@ -417,11 +417,11 @@ impl Engine {
         let mut targets = false;
         let reducible = plan.seqs.iter().all(|s| {
             let active = self.requests.get(&s.id);
-            let greedy = active.is_some_and(|a| a.picks_on_gpu(self.gpu_sampling));
+            let picked_on_gpu = active.is_some_and(|a| a.picks_on_gpu(self.gpu_sampling));
             let by_target = active.is_some_and(|a| a.prompt_targets.is_some());
             targets |= by_target && !s.prompt_logits.is_empty();
             logit_rows(s).is_empty()
-                || ((!s.sample || greedy) && (s.prompt_logits.is_empty() || by_target))
+                || ((!s.sample || picked_on_gpu) && (s.prompt_logits.is_empty() || by_target))
         });
         if reducible && targets {
             batch.readback = LogitReadback::TargetLogprobs;

@@ -10,6 +10,12 @@
 //! [`reference_sample`] is the same math on the CPU, written with a sort, and the token it
 //! gives is the kernel's, bit for bit. Against the CPU sampler (f64 sums of f32 weights) the
 //! distribution is the same but for weights below 2^−32 of the maximum's, which are never drawn.
+//!
+//! GPU anchor: the selection is PyTorch's CUDA radix select for `topk`
+//! (`aten/src/ATen/native/cuda/SortingRadixSelect.cuh`: 8-bit digits of an order-preserving
+//! integer key, a histogram a pass, descending into the bin that holds the target), here with
+//! weight histograms too so top-p and the draw select the same way; vLLM's GPU top-k/top-p
+//! sampling is the behaviour it replaces on the host (ids back, not rows).
 
 use bytemuck::{Pod, Zeroable};
 

@@ -135,7 +135,7 @@ impl Sampler {
     /// top-k, min-p, top-p) with the draw as the inverse CDF in their order.
     pub fn gpu_row(&mut self) -> Option<RowSampling> {
         let Mode::Random { temperature, top_k, top_p } = self.mode else { return None };
-        if self.shaping.is_some() {
+        if !self.samples_on_gpu() {
             return None;
         }
         Some(RowSampling::random(temperature, top_k, top_p, self.min_p, self.rng.random()))
