@@ -170,6 +170,9 @@ fn linear_every_format_matches_reference() {
         // last chunk partial), one token and three 4-token tiles
         (40, 2336, 1),
         (40, 2336, 9),
+        // the GPU variant's tiled GEMM (steps past 16 tokens): three row tiles, the last of one
+        // row, and two token tiles, the last of one token
+        (129, 96, 33),
     ];
     for (i, format) in WeightFormat::ALL.into_iter().enumerate() {
         for (j, &(rows, cols, tokens)) in shapes.iter().enumerate() {
@@ -301,6 +304,9 @@ fn linear_glu_epilogue_matches_reference() {
         // gpt-oss's clamped SwiGLU (sums past ±7 clamp)
         (WeightFormat::MXFP4, 40, 2336, 3, Some(24), Activation::SwigluOai),
         (WeightFormat::F32, 33, 64, 2, None, Activation::SwigluOai),
+        // the GPU variant's tiled GEMM: 140 rows in parts of 66 (row tiles of 64, 2 and 64, 6),
+        // token tiles of 32 and 1
+        (WeightFormat::Q8_0, 70, 64, 33, Some(66), Activation::Silu),
     ];
     for (i, &(format, ffn, cols, tokens, rows_per_part, activation)) in cases.iter().enumerate() {
         let mut rng = rng(700 + i as u64);
@@ -394,6 +400,10 @@ fn linear_norm_on_load_is_rms_norm_then_linear() {
         // the GPU variant's split-K: two rounds of 8 groups; 5 chunks on 8 groups, in parts
         (WeightFormat::Q4_0, 37, 2336, 1, None, true, None),
         (WeightFormat::Q8_0, 34, 1056, 2, Some(16), false, Some(Activation::Silu)),
+        // the GPU variant's tiled GEMM: a partial row tile in parts, three token tiles (the
+        // last of one token); with the GLU epilogue over two tiles of 32 and one of 1
+        (WeightFormat::Q6_K, 129, 256, 65, Some(66), true, None),
+        (WeightFormat::Q5_0, 70, 96, 65, None, false, Some(Activation::GeluTanh)),
     ];
     let mut tested = 0;
     for (variant, kernels) in linear_variants(t) {

@@ -14,7 +14,9 @@
 //
 // w_dot is the only definition of a linear layer's reduction: every linear kernel variant
 // feeds it the same x values and sums blocks in the same order, so a token's result never
-// depends on the variant's loading scheme or on the batch it was computed in.
+// depends on the variant's loading scheme or on the batch it was computed in. (The tiled GEMM,
+// linear/linear_tiled.wgsl, evaluates the same tree for 16 outputs at once: group_dot per group,
+// (g0 + g1) + (g2 + g3), then w_combine.)
 // (No arrays here on purpose: CPU adapters spill dynamically indexed arrays to memory.)
 
 const W_TILE_ROWS: u32 = 64u;  // kernels::weights::TILE_ROWS

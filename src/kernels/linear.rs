@@ -1,5 +1,8 @@
-//! Host half of `shaders/linear/linear.wgsl`: out[t, n] (+)= Σ_k W[n, k] · x[t, k] (+ bias),
-//! or with the GLU epilogue out[t, i] = act(Σ_k W[2i, k] · x[t, k]) · Σ_k W[2i + 1, k] · x[t, k].
+//! Host half of the linear kernels (`shaders/linear/`): out[t, n] (+)= Σ_k W[n, k] · x[t, k]
+//! (+ bias), or with the GLU epilogue out[t, i] = act(Σ_k W[2i, k] · x[t, k]) · Σ_k W[2i + 1, k]
+//! · x[t, k]. Three kernels compute the same sums in the same order: the GPU variant's matvec
+//! (`linear.wgsl`) and tiled prefill GEMM (`linear_tiled.wgsl`), and the subgroup variant for CPU
+//! adapters (`linear_subgroup.wgsl`).
 
 use std::sync::Arc;
 
@@ -50,34 +53,44 @@ pub enum TokenTile {
     /// Long prefill chunks on the subgroup variant: twice `Many`'s tokens share each block's
     /// decoded weights.
     Wide,
+    /// Prefill on the GPU variant (steps of more than [`SPLIT_MAX_TOKENS`]): the tiled GEMM
+    /// (`shaders/linear/linear_tiled.wgsl`), a workgroup of 128 invocations a tile of 64 rows ×
+    /// 32 tokens, each block's weights decoded once into workgroup memory for the 32 tokens.
+    Tiled,
 }
 
 impl TokenTile {
     /// The tiles a variant's linear kernel is built for.
     pub fn of_variant(variant: LinearVariant) -> &'static [TokenTile] {
         match variant {
-            LinearVariant::Gpu => &[TokenTile::One, TokenTile::Many],
+            LinearVariant::Gpu => &[TokenTile::One, TokenTile::Many, TokenTile::Tiled],
             LinearVariant::Subgroup => &[TokenTile::One, TokenTile::Many, TokenTile::Wide],
         }
     }
 
-    /// Tokens per invocation for a variant (the GPU variant has no wide tile: as `Many`).
+    /// Tokens per invocation for a variant (the GPU variant has no wide tile: as `Many`), or
+    /// for `Tiled` per workgroup.
     pub fn tokens(self, variant: LinearVariant) -> u32 {
         match (self, variant) {
             (TokenTile::One, _) => 1,
             (TokenTile::Many | TokenTile::Wide, LinearVariant::Gpu) => 4,
             (TokenTile::Many, LinearVariant::Subgroup) => 8,
             (TokenTile::Wide, LinearVariant::Subgroup) => 16,
+            (TokenTile::Tiled, _) => TILED_TOKENS,
         }
     }
 
     /// The tile that suits a step with `count` token rows. The subgroup variant's wide tile
     /// costs ~0.9 × as much per token as its 8-token one on lavapipe (docs/measured.md), but
     /// tiles past the last token compute copies: it takes the wide tile where
-    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens).
+    /// `⌈count / 16⌉ · 1.8 ≤ ⌈count / 8⌉` (9–16, 25–32, 41–48 and ≥ 57 tokens). The GPU
+    /// variant takes the tiled GEMM past [`SPLIT_MAX_TOKENS`] (where split-K stops): there one
+    /// read of the weight serves 32 tokens instead of 4, worth a partly empty last tile.
     pub fn for_count(count: u32, variant: LinearVariant) -> Self {
         if count <= 2 {
             TokenTile::One
+        } else if variant == LinearVariant::Gpu && count > SPLIT_MAX_TOKENS {
+            TokenTile::Tiled
         } else if variant == LinearVariant::Subgroup
             && count.div_ceil(16) * 9 <= count.div_ceil(8) * 5
         {
@@ -105,27 +118,33 @@ pub struct LinearKey {
     pub loads: LaneLoads,
 }
 
+/// Tokens per workgroup of the tiled GEMM (WGSL `TOKENS` of `linear_tiled.wgsl`).
+pub const TILED_TOKENS: u32 = 32;
+
+/// What every linear kernel shares: params, flags, bindings 0–6, the output epilogue.
+const IO: &str = include_str!("../../shaders/linear/io.wgsl");
+/// The GPU variant's RMSNorm on load (binding 7, the norm's sums and the normed input block).
+const NORM_ON_LOAD: &str = include_str!("../../shaders/linear/norm_on_load.wgsl");
+
 impl Kernel for LinearKey {
     fn parts(&self) -> Vec<&'static str> {
         let weights = source::weight_snippet(self.format);
-        match self.variant {
-            LinearVariant::Gpu => {
-                vec![
-                    STEP,
-                    GLU,
-                    WEIGHTS,
-                    WEIGHTS_STORAGE,
-                    weights,
-                    RMS,
-                    include_str!("../../shaders/linear/linear.wgsl"),
-                ]
+        match (self.variant, self.tile) {
+            (LinearVariant::Gpu, tile) => {
+                let kernel = if tile == TokenTile::Tiled {
+                    include_str!("../../shaders/linear/linear_tiled.wgsl")
+                } else {
+                    include_str!("../../shaders/linear/linear.wgsl")
+                };
+                vec![STEP, GLU, WEIGHTS, WEIGHTS_STORAGE, weights, RMS, IO, NORM_ON_LOAD, kernel]
             }
-            LinearVariant::Subgroup => vec![
+            (LinearVariant::Subgroup, _) => vec![
                 STEP,
                 GLU,
                 WEIGHTS,
                 weights,
                 U64,
+                IO,
                 include_str!("../../shaders/linear/linear_subgroup.wgsl"),
             ],
         }
@@ -134,6 +153,8 @@ impl Kernel for LinearKey {
     fn constants(&self) -> Vec<(&'static str, f64)> {
         let tt = ("TT", f64::from(self.tile.tokens(self.variant)));
         match self.variant {
+            // the tiled GEMM's shape is fixed in its WGSL (workgroup arrays are sized by it)
+            LinearVariant::Gpu if self.tile == TokenTile::Tiled => vec![],
             LinearVariant::Gpu => vec![tt, ("SPLIT", f64::from(self.split))],
             LinearVariant::Subgroup => vec![
                 tt,
@@ -152,8 +173,8 @@ impl Kernel for LinearKey {
         KernelFeatures { subgroups: sub, int64: sub }
     }
 
-    /// Every format, tile, row load and split of each variant; the subgroup variant with both
-    /// x load widths.
+    /// Every format, tile, row load and split of each variant (the tiled GEMM unsplit); the
+    /// subgroup variant with both x load widths.
     fn all() -> Vec<Self> {
         let mut keys = Vec::new();
         for format in WeightFormat::ALL {
@@ -166,6 +187,7 @@ impl Kernel for LinearKey {
                     LinearVariant::Subgroup => &[LaneLoads::Words32, LaneLoads::Words64],
                 };
                 for &tile in TokenTile::of_variant(variant) {
+                    let splits = if tile == TokenTile::Tiled { &[1][..] } else { splits };
                     for &load in loads {
                         for &split in splits {
                             for &x in widths {
@@ -397,7 +419,8 @@ impl LinearOp {
             let short = split_groups(&kernels.config, 1, w.cols, rows, wg_limit);
             let mut out = Vec::new();
             for &tile in TokenTile::of_variant(variant) {
-                for split in if short > 1 { vec![1, short] } else { vec![1] } {
+                let split_k = short > 1 && tile != TokenTile::Tiled;
+                for split in if split_k { vec![1, short] } else { vec![1] } {
                     let key = LinearKey { format: w.format, variant, tile, load, split, loads };
                     out.push(((tile, split), kernels.pipeline(gpu, key)));
                 }
@@ -517,7 +540,7 @@ impl LinearOp {
                 .find_map(|(key, p)| (*key == (tile, split)).then_some(p))
                 .expect("for_count and split_groups pick a pipeline the part built");
             // rows per workgroup: one tile of the weight layout (64 invocations × 1 row, split-K
-            // groups of 64 / split invocations, or 16 lanes × 4 rows)
+            // groups of 64 / split invocations, 16 lanes × 4 rows, or the tiled GEMM's 64 × 32)
             let rows_per_group = TILE_ROWS as u32 / split;
             let (row_groups, token_groups) =
                 (groups(part.rows, rows_per_group), groups(count, tile.tokens(self.variant)));
@@ -613,5 +636,22 @@ mod token_tile_tests {
             }
         }
         assert!(!TokenTile::of_variant(LinearVariant::Gpu).contains(&TokenTile::Wide));
+        assert!(!TokenTile::of_variant(LinearVariant::Subgroup).contains(&TokenTile::Tiled));
+    }
+
+    /// The GPU variant: one token a row at decode, the 4-token matvec up to 16 tokens (where
+    /// split-K may run), the tiled GEMM past that.
+    #[test]
+    fn for_count_tiles_the_gpu_variant_past_split_k() {
+        let gpu = |c| TokenTile::for_count(c, LinearVariant::Gpu);
+        assert_eq!(gpu(1), TokenTile::One);
+        assert_eq!(gpu(2), TokenTile::One);
+        for c in 3..=super::SPLIT_MAX_TOKENS {
+            assert_eq!(gpu(c), TokenTile::Many, "{c}");
+        }
+        for c in super::SPLIT_MAX_TOKENS + 1..=4096 {
+            assert_eq!(gpu(c), TokenTile::Tiled, "{c}");
+        }
+        assert_eq!(TokenTile::Tiled.tokens(LinearVariant::Gpu), super::TILED_TOKENS);
     }
 }
