@@ -3,7 +3,7 @@
 //! by the stable regression test `tests/fuzz_regressions.rs`, which replays the committed seeds
 //! and crash inputs through the same functions.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kvrun::loader::{gguf_vocab, GgufFile, ModelConfig, ModelFile, TensorView};
 use kvrun::tokenizer::{ChatMessage, ChatTemplate, GgufVocab, Tokenizer, TokenizerSource};
@@ -128,9 +128,14 @@ fn tokenizer_round_trip(vocab: GgufVocab, text: &str) {
     let _ = tok.chat_template();
 }
 
-/// A directory private to this process (fuzzers run one input at a time per process).
+/// A directory private to this process (fuzzers run one input at a time per process); for the
+/// regression test (`tests/fuzz_regressions.rs`, built by cargo test) cargo's temp folder inside
+/// `target/`, so test runs leave nothing in the system's temp dir.
 fn scratch_dir(kind: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvrun-fuzz-{kind}-{}", std::process::id()));
+    let dir = match option_env!("CARGO_TARGET_TMPDIR") {
+        Some(tmp) => Path::new(tmp).join(format!("fuzz-{kind}")),
+        None => std::env::temp_dir().join(format!("kvrun-fuzz-{kind}-{}", std::process::id())),
+    };
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

@@ -11,8 +11,10 @@ fn tiny() -> GgufFile {
     GgufFile::open(&path).unwrap()
 }
 
+/// A path for a rewritten file in cargo's per-target temp folder (inside `target/`, so a run
+/// leaves nothing in the system's temp dir; each run overwrites the last one's files).
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvrun-model-check-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("loader_model_check");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
