@@ -1115,3 +1115,83 @@ fn seeded_sampling_outputs_identical_across_cache_preemption_and_batching() {
         assert_eq!(gpu.readback_bytes, per_token * tm.decode_steps as u64, "{what}: readback");
     }
 }
+
+/// Logit bias, the repetition, frequency and presence penalties and min_tokens shape a request's
+/// logits on the GPU (`kernels::logit_edit`) where its token is picked there: greedy outputs are
+/// those of the same requests shaped on the CPU (log-probabilities asked, so their steps read the
+/// rows back), and stay so with the prefix cache, preemption, other chunks and batching; the
+/// shaping changes the outputs; a shaped decode step reads back 4 bytes. Seeded random draws
+/// with the same shaping (on the GPU with the discrete-GPU kernels) are batch-invariant too.
+/// (The kernel and the edits are checked bit for bit in `tests/kernel_sampling.rs` and the
+/// sampler's unit tests.)
+#[test]
+fn logit_bias_and_penalties_shape_on_the_gpu_as_on_the_cpu() {
+    use kvrun::kernels::KernelConfig;
+    use kvrun::model::Timing;
+    let Some(t) = common::gpu() else { return };
+    let w = tiny_workload();
+    let shaped = |logprobs: bool, temperature: f32| {
+        move |i: usize, req: &mut CompletionRequest| {
+            let p = &mut req.params;
+            p.repetition_penalty = 1.3;
+            p.frequency_penalty = 0.4 * (i % 2) as f32;
+            p.presence_penalty = 0.5;
+            p.min_tokens = 3;
+            p.temperature = temperature;
+            p.seed = 77 + i as u64;
+            p.logprobs = logprobs.then_some(1);
+            // odd requests stop at an end-of-sequence token, held back for min_tokens
+            req.ignore_eos = i.is_multiple_of(2);
+            // an id past the vocabulary is ignored, as on the CPU
+            req.logit_bias = vec![(13, 2.5), (7, -1.5), (100_000, 1.0)];
+        }
+    };
+    let run_with = |cfg: &EngineConfig, configure: &dyn Fn(usize, &mut CompletionRequest)| {
+        let mut engine = Engine::load(cfg).unwrap_or_else(|e| panic!("load: {e}"));
+        run_tenants(&mut engine, &w, configure, |_| {})
+    };
+    for family in [KernelFamily::Auto, KernelFamily::Gpu] {
+        let config = |bs, blocks, cache, seqs, chunk| EngineConfig {
+            kernel_family: family,
+            ..tiny_config(bs, blocks, cache, seqs, chunk)
+        };
+        let variants = [
+            ("cache on, batched", config(16, 64, true, 4, 256)),
+            ("cache on, block 1, chunks of 13", config(1, 1024, true, 6, 13)),
+            ("cache on, block 4, tiny pool (preemption)", config(4, 36, true, 6, 64)),
+        ];
+        let on_cpu = run_with(&config(16, 64, false, 1, 256), &shaped(true, 0.0));
+        let on_gpu = run_with(&config(16, 64, false, 1, 256), &shaped(false, 0.0));
+        assert_eq!(on_gpu.outputs, on_cpu.outputs, "{family:?}: shaped on the GPU as on the CPU");
+        for (name, cfg) in &variants {
+            let got = run_with(cfg, &shaped(false, 0.0));
+            assert_eq!(got.outputs, on_cpu.outputs, "{family:?} greedy, {name}");
+        }
+        let plain = run(&config(16, 64, true, 4, 256), &w);
+        assert_ne!(plain.outputs, on_cpu.outputs, "{family:?}: the shaping changed nothing");
+        // seeded draws: where the GPU samples (the discrete-GPU kernels), shaped there too
+        let reference = run_with(&config(16, 64, false, 1, 256), &shaped(false, 0.9));
+        for (name, cfg) in &variants {
+            let got = run_with(cfg, &shaped(false, 0.9));
+            assert_eq!(got.outputs, reference.outputs, "{family:?} sampled, {name}");
+        }
+        // a shaped decode step reads back the token id, for greedy and (GPU draws) sampled
+        let draws = KernelConfig::choose_family(&t.gpu.caps, family).gpu_sampling;
+        for (temperature, wanted) in [(0.0, on_cpu), (0.9, reference)] {
+            let mut engine = Engine::load(&config(16, 64, true, 4, 256)).unwrap();
+            engine.model_mut().set_timing(Timing::Attention);
+            let mut req = CompletionRequest::new(w[0].1.clone(), 8);
+            req.ignore_eos = true;
+            shaped(false, temperature)(0, &mut req);
+            let out = engine.generate(&req, |_| {}).unwrap();
+            let n = out.tokens.len().min(wanted.outputs[&0].len());
+            assert_eq!(out.tokens[..n], wanted.outputs[&0][..n], "{family:?} T={temperature}");
+            let tm = &out.timing;
+            let row = 4 * engine.model().config().vocab_size as u64;
+            let per_token = if temperature == 0.0 || draws { 4 } else { row };
+            let gpu = tm.decode_gpu.as_ref().expect("decode steps were timed");
+            let what = format!("{family:?} T={temperature}: readback");
+            assert_eq!(gpu.readback_bytes, per_token * tm.decode_steps as u64, "{what}");
+        }
+    }
+}

@@ -222,3 +222,62 @@ fn sampling_follows_the_cpu_samplers_distribution() {
         }
     }
 }
+
+/// The logit edits (`kernels::logit_edit`, the samplers' bias and penalties) write the bits
+/// `reference_edit` computes: every combination of the four operations on positive, negative
+/// and ±0 logits, ids at both ends of a row, rows of 7, 1000 and Gemma 3's 262,144 logits, more
+/// edits than one workgroup's, and rows no edit names left as they were.
+#[test]
+fn logit_edits_match_their_reference_bit_for_bit() {
+    use kvrun::kernels::logit_edit::{reference_edit, LogitEdit, LogitEditOp};
+    use rand::seq::index::sample;
+    let Some(t) = gpu() else { return };
+    let gpu = &t.gpu;
+    for (i, (vocab, rows, per_row)) in
+        [(7usize, 3usize, 7usize), (1000, 4, 300), (262_144, 3, 150)].into_iter().enumerate()
+    {
+        let mut r = rng(950 + i as u64);
+        let mut logits = uniform(&mut r, rows * vocab, 6.0);
+        for row in 0..rows {
+            logits[row * vocab] = 0.0;
+            logits[row * vocab + 1] = -0.0;
+        }
+        let mut edits = Vec::new();
+        // the last row has no edits
+        for row in 0..rows - 1 {
+            let mut ids = sample(&mut r, vocab, per_row.min(vocab)).into_vec();
+            ids.extend([0, 1, vocab - 1]);
+            ids.sort_unstable();
+            ids.dedup();
+            for (j, id) in ids.into_iter().enumerate() {
+                let repetition = [0.7f32, 1.3, 2.0][j % 3];
+                edits.push(LogitEdit {
+                    row: row as u32,
+                    id: id as u32,
+                    flags: (j % 16) as u32,
+                    bias: r.random_range(-3.0..3.0),
+                    penalty: r.random_range(-1.0..2.0),
+                    repetition,
+                    inv_repetition: 1.0 / repetition,
+                    _pad: 0,
+                });
+            }
+        }
+        let buf = storage_f32(gpu, &logits);
+        let ebuf = gpu.storage_buffer_init("test edits", bytemuck::cast_slice(&edits));
+        let n = edits.len() as u32;
+        let info = StepInfo { num_logits: rows as u32, num_logit_edits: n, ..Default::default() };
+        let step = step_uniform(gpu, info);
+        let op = LogitEditOp::new(gpu, &t.kernels, &step, &buf, &ebuf, vocab as u32);
+        let shape = StepShape { num_logits: rows as u32, logit_edits: n, ..Default::default() };
+        run(gpu, |pass| {
+            assert_eq!(op.record(pass, &shape), 1);
+        });
+        let got = gpu.read_f32(&buf, 0, rows * vocab).unwrap();
+        let mut want = logits.clone();
+        reference_edit(&mut want, vocab, &edits);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "vocab {vocab}: {n} edits");
+        assert_ne!(bits(&got), bits(&logits), "vocab {vocab}: the edits changed nothing");
+    }
+}

@@ -8,7 +8,7 @@ struct StepInfo {
     num_prefill_tiles: u32, // entries of the prefill tile list
     num_stage_rows: u32,    // quantized KV: token rows kv_stage copies to staging
     num_completed_blocks: u32, // quantized KV: blocks kv_quantize quantizes
-    _pad0: u32,
+    num_logit_edits: u32,   // logit edits of the sampler's bias and penalties (logits/edit.wgsl)
 }
 
 // One sequence of the step. Its query tokens are rows q_start..q_start+q_len of the step's

@@ -30,7 +30,8 @@ pub struct DecodeBench {
     /// GPU): the roofline's ceiling; `None` leaves the roofline out.
     pub bandwidth: Option<BandwidthReport>,
     /// How the decoded tokens are sampled (its `max_tokens` is the bench's): greedy by
-    /// default; random sampling draws on the GPU (`kernels::sampling`).
+    /// default; random sampling draws on the GPU (`kernels::sampling`) and a repetition penalty
+    /// shapes the logits there (`kernels::logit_edit`).
     pub sampling: SamplingParams,
 }
 

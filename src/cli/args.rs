@@ -176,10 +176,6 @@ pub struct SamplingArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Penalize tokens already in the prompt or the output (> 0; 1 = off; llama.cpp's
-    /// --repeat-penalty, over the whole sequence).
-    #[arg(long, default_value_t = 1.0)]
-    pub repetition_penalty: f32,
 }
 
 impl SamplingArgs {
@@ -187,7 +183,6 @@ impl SamplingArgs {
         crate::sample::SamplingParams {
             seed: self.seed,
             max_tokens: self.max_tokens,
-            repetition_penalty: self.repetition_penalty,
             ..self.filters.params()
         }
     }
@@ -208,16 +203,21 @@ pub struct SamplingFilterArgs {
     /// Drop tokens less likely than this fraction of the most likely one (0–1).
     #[arg(long)]
     pub min_p: Option<f32>,
+    /// Penalize tokens already in the prompt or the output (> 0; 1 = off; llama.cpp's
+    /// --repeat-penalty, over the whole sequence).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
 }
 
 impl SamplingFilterArgs {
-    /// These flags over the defaults (seed 0, no penalties).
+    /// These flags over the defaults (seed 0).
     pub fn params(&self) -> crate::sample::SamplingParams {
         crate::sample::SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
             ..crate::sample::SamplingParams::default()
         }
     }

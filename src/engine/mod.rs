@@ -48,6 +48,7 @@ pub use perplexity::{kl_divergence, nll, KldReport, PerplexityOptions, Perplexit
 pub use requests::{CompletionRequest, OutputEvent, RequestTiming};
 
 use crate::gpu::{Gpu, GpuError};
+use crate::kernels::logit_edit::LogitEdit;
 use crate::kernels::sampling::RowSampling;
 use crate::kernels::{KernelConfig, Kernels};
 use crate::kv::{KvError, KvLayout, KvManager};
@@ -439,7 +440,37 @@ impl Engine {
         if draws {
             batch.logit_sampling = self.logit_sampling(plan, &batch);
         }
+        // Bias and penalties as logit edits, for the requests whose token the GPU picks.
+        let edits = plan
+            .seqs
+            .iter()
+            .any(|s| s.sample && self.requests.get(&s.id).is_some_and(|a| a.edits_on_gpu(on_gpu)));
+        if edits {
+            batch.logit_edits = self.logit_edits(plan, &batch);
+        }
         batch
+    }
+
+    /// The logit edits of the requests shaped on the GPU ([`Active::edits_on_gpu`]), at their
+    /// chunk's last row.
+    fn logit_edits(&self, plan: &StepPlan, batch: &ForwardBatch) -> Vec<LogitEdit> {
+        let mut out = Vec::new();
+        let vocab = self.model.config().vocab_size;
+        let mut row = 0;
+        while row < batch.logit_chunks.len() {
+            let s = &plan.seqs[batch.logit_chunks[row]];
+            let rows = logit_rows(s);
+            let last = row + rows.len() - 1;
+            if rows.end == s.tokens.len() && s.sample {
+                if let Some(a) =
+                    self.requests.get(&s.id).filter(|a| a.edits_on_gpu(self.gpu_sampling))
+                {
+                    a.sampler.gpu_edits(last as u32, vocab, &mut out);
+                }
+            }
+            row += rows.len();
+        }
+        out
     }
 
     /// Each logit row's sampling on the GPU: the draw of a request that samples there
@@ -527,7 +558,9 @@ impl Engine {
                 }
                 if s.sample && r + 1 == s.tokens.len() {
                     let active = self.requests.get_mut(&s.id).expect("sampled request is active");
-                    let on_gpu = logits.data.is_empty() || active.draws_on_gpu(self.gpu_sampling);
+                    let g = self.gpu_sampling;
+                    let on_gpu =
+                        logits.data.is_empty() || active.draws_on_gpu(g) || active.edits_on_gpu(g);
                     let token = match (&logits.token_ids, &mut active.grammar) {
                         // the GPU's argmax, the greedy sampler's choice, or its random draw
                         // (prepare asked for them only where no grammar applies yet)
@@ -535,6 +568,7 @@ impl Engine {
                             if let Some(g) = grammar {
                                 g.consume(ids[row]);
                             }
+                            active.sampler.accept(ids[row]);
                             ids[row]
                         }
                         (_, Some(grammar)) => {

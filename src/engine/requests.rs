@@ -191,6 +191,9 @@ pub(super) struct Active {
     pub prompt_targets: Option<Vec<u32>>,
     /// The grammar the output follows; its next mask is computed beside the GPU's step.
     pub grammar: Option<GrammarMatcher>,
+    /// Whether the engine keeps this request's prompt logit rows
+    /// ([`CompletionRequest::prompt_logits_from`]): its last row must stay the model's.
+    keeps_prompt_logits: bool,
     /// Prompt log-probabilities asked for ([`CompletionRequest::prompt_logprobs`]): the
     /// alternatives wanted, the prompt, the entries so far (sent before the first token).
     pub prompt_logprobs: Option<PromptLogprobs>,
@@ -205,20 +208,28 @@ pub(super) struct Active {
 
 impl Active {
     /// Whether the GPU can pick this request's next token, so its step need not read the
-    /// logits row back: greedy (`kernels::argmax`) or, where the adapter samples on the GPU
-    /// (`gpu_sampling`, `KernelConfig::gpu_sampling`), a random draw its sampler can make
-    /// there ([`Sampler::samples_on_gpu`]); and nothing else needs the row (no
-    /// log-probabilities, no grammar mask yet). The one place that decides it: the step's
-    /// layout asks it, and so does the sampling after the step.
+    /// logits row back: its sampler can choose there ([`Sampler::picks_on_gpu`]: greedy, or
+    /// where the adapter samples on the GPU (`gpu_sampling`, `KernelConfig::gpu_sampling`) a
+    /// random draw, either after its bias and penalties as logit edits), and nothing else needs
+    /// the row (no log-probabilities, no grammar mask yet, no kept prompt logits once it is
+    /// edited). Depends on the request alone, so its tokens do not depend on its batch. The one
+    /// place that decides it: the step's layout asks it, and so does the sampling after the step.
     pub fn picks_on_gpu(&self, gpu_sampling: bool) -> bool {
-        (self.sampler.is_greedy() || (gpu_sampling && self.sampler.samples_on_gpu()))
+        self.sampler.picks_on_gpu(gpu_sampling)
             && self.logprobs.is_none()
             && self.grammar.as_ref().is_none_or(|g| !g.is_active())
+            && !(self.keeps_prompt_logits && self.sampler.shapes_logits())
     }
 
     /// Whether this request's next token is drawn at random on the GPU (`kernels::sampling`).
     pub fn draws_on_gpu(&self, gpu_sampling: bool) -> bool {
-        self.picks_on_gpu(gpu_sampling) && !self.sampler.is_greedy()
+        self.picks_on_gpu(gpu_sampling) && self.sampler.is_random()
+    }
+
+    /// Whether this request's logits are shaped on the GPU (`kernels::logit_edit`) before its
+    /// token is picked there.
+    pub fn edits_on_gpu(&self, gpu_sampling: bool) -> bool {
+        self.picks_on_gpu(gpu_sampling) && self.sampler.shapes_logits()
     }
 
     pub fn new(req: &CompletionRequest, tokenizer: &Tokenizer, max_model_len: usize) -> Self {
@@ -235,6 +246,7 @@ impl Active {
             prompt_targets: (req.prompt_logprobs_only && req.prompt_logits_from.is_some())
                 .then(|| req.prompt.clone()),
             grammar: req.grammar.clone(),
+            keeps_prompt_logits: req.prompt_logits_from.is_some(),
             prompt_logprobs: req.prompt_logprobs.map(|k| PromptLogprobs {
                 k,
                 prompt: req.prompt.clone(),

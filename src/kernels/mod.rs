@@ -19,6 +19,7 @@ pub mod glu;
 pub mod kv_quantize;
 pub mod kv_write;
 pub mod linear;
+pub mod logit_edit;
 pub mod logprob;
 pub mod moe;
 pub mod reference;
@@ -59,7 +60,8 @@ pub struct StepInfo {
     pub num_stage_rows: u32,
     /// Quantized KV: head blocks `kv_quantize` quantizes (per KV head and K|V).
     pub num_completed_blocks: u32,
-    pub _pad: u32,
+    /// Logit edits `logit_edit` applies before the argmax (`model::ForwardBatch::logit_edits`).
+    pub num_logit_edits: u32,
 }
 const _: () = assert!(std::mem::size_of::<StepInfo>() == 32);
 
@@ -114,6 +116,9 @@ pub struct StepShape {
     /// Logit rows the GPU samples at random (`kernels::sampling`, after the argmax):
     /// `num_logits` when the step samples any row so, else 0.
     pub sample_rows: u32,
+    /// Logit edits (`kernels::logit_edit`, before the argmax): the sampler's bias and penalties
+    /// for the rows the GPU picks.
+    pub logit_edits: u32,
 }
 
 /// How wide the components are that the CPU variants load lane by lane: the subgroup linear
@@ -238,6 +243,8 @@ pipeline_keys! {
     AttnReduce(attention::ReduceKey),
     /// Greedy sampling on the GPU: each logit row's argmax.
     Argmax(argmax::ArgmaxKey),
+    /// The sampler's logit bias and penalties, as sparse edits of the logit rows.
+    LogitEdit(logit_edit::LogitEditKey),
     /// Each logit row's log-probability of a target token (perplexity, prompt logprobs).
     Logprob(logprob::LogprobKey),
     /// Random sampling on the GPU: each logit row's token drawn by the sampler's rules.

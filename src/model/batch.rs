@@ -1,6 +1,7 @@
 //! The model's input and output for one step, as plain data.
 
 use crate::kernels::attention::partitions;
+use crate::kernels::logit_edit::LogitEdit;
 use crate::kernels::sampling::RowSampling;
 use crate::kernels::{SeqInfo, StepInfo, StepShape};
 
@@ -101,6 +102,10 @@ pub struct ForwardBatch {
     /// sampled at random. When set, [`Logits::token_ids`] come back whatever the readback
     /// (rows at temperature 0 keep their argmax); set by the caller.
     pub logit_sampling: Vec<RowSampling>,
+    /// The samplers' logit shaping for rows the GPU picks (`kernels::logit_edit`: each
+    /// (row, token) once), applied before the argmax and the draw; set by the caller. When
+    /// set, [`Logits::token_ids`] come back whatever the readback.
+    pub logit_edits: Vec<LogitEdit>,
 }
 
 /// What a step reads back of its logit rows.
@@ -246,7 +251,7 @@ impl ForwardBatch {
             num_prefill_tiles: self.prefill_tiles.len() as u32,
             num_stage_rows: self.stage_rows.len() as u32,
             num_completed_blocks: self.num_completed_blocks() as u32,
-            _pad: 0,
+            num_logit_edits: self.logit_edits.len() as u32,
         }
     }
 
@@ -273,13 +278,16 @@ impl ForwardBatch {
             } else {
                 self.logit_rows.len() as u32
             },
+            logit_edits: self.logit_edits.len() as u32,
         }
     }
 
     /// Whether the step reads back a token id a logit row: the argmax readbacks, and any step
-    /// that samples on the GPU.
+    /// that samples or shapes logits on the GPU.
     pub fn returns_token_ids(&self) -> bool {
-        self.readback != LogitReadback::Rows || !self.logit_sampling.is_empty()
+        self.readback != LogitReadback::Rows
+            || !self.logit_sampling.is_empty()
+            || !self.logit_edits.is_empty()
     }
 }
 

@@ -32,6 +32,8 @@ pub(super) struct StepBuffers {
     pub logit_targets: wgpu::Buffer,
     /// [max_logit_rows] `RowSampling`: how each logit row is sampled on the GPU
     pub logit_sampling: wgpu::Buffer,
+    /// [edit_capacity] `LogitEdit`: the samplers' logit shaping on the GPU
+    pub logit_edits: wgpu::Buffer,
     /// Quantized KV: [max_tokens] (token row, stage slot · block_size + offset) u32 pairs
     pub stage_rows: wgpu::Buffer,
     /// Quantized KV: [groups][completed_capacity] (block, stage slot, first row, staged) u32 ×4
@@ -39,6 +41,8 @@ pub(super) struct StepBuffers {
     pub block_table_capacity: usize,
     pub tile_capacity: usize,
     pub completed_capacity: usize,
+    /// `EDITS_PER_SEQ` for each sequence a step may hold.
+    pub edit_capacity: usize,
 }
 
 impl StepBuffers {
@@ -53,6 +57,7 @@ impl StepBuffers {
             &self.logit_rows,
             &self.logit_targets,
             &self.logit_sampling,
+            &self.logit_edits,
             &self.stage_rows,
         ];
         let many = self.slot_mapping.iter().chain(&self.block_tables).chain(&self.completed_blocks);
@@ -66,6 +71,8 @@ impl StepBuffers {
         let tile_capacity = o.max_num_seqs + o.max_num_batched_tokens.div_ceil(8);
         // a chunk of n tokens completes at most n / block_size + 1 blocks
         let completed_capacity = o.max_num_seqs + o.max_num_batched_tokens / o.block_size;
+        // a step samples at most one row a sequence, each within EDITS_PER_SEQ edits
+        let edit_capacity = o.max_num_seqs * crate::kernels::logit_edit::EDITS_PER_SEQ;
         StepBuffers {
             step: gpu.uniform_buffer_init("step info", bytemuck::bytes_of(&StepInfo::default())),
             token_ids: u32s("token ids", o.max_num_batched_tokens),
@@ -84,6 +91,7 @@ impl StepBuffers {
             logit_rows: u32s("logit rows", o.max_logit_rows),
             logit_targets: u32s("logit targets", o.max_logit_rows),
             logit_sampling: u32s("logit sampling", 8 * o.max_logit_rows),
+            logit_edits: u32s("logit edits", 8 * edit_capacity),
             stage_rows: u32s("stage rows", 2 * o.max_num_batched_tokens),
             completed_blocks: (0..o.kv_groups.len())
                 .map(|g| u32s(&format!("completed blocks group {g}"), 4 * completed_capacity))
@@ -91,6 +99,7 @@ impl StepBuffers {
             block_table_capacity,
             tile_capacity,
             completed_capacity,
+            edit_capacity,
         }
     }
 
@@ -117,6 +126,7 @@ impl StepBuffers {
             write(&self.logit_targets, &b.logit_targets);
         }
         write(&self.logit_sampling, bytemuck::cast_slice(&b.logit_sampling));
+        write(&self.logit_edits, bytemuck::cast_slice(&b.logit_edits));
         write(&self.stage_rows, bytemuck::cast_slice(&b.stage_rows));
         for (buf, data) in self.completed_blocks.iter().zip(&b.completed_blocks) {
             write(buf, bytemuck::cast_slice(data));

@@ -99,6 +99,17 @@ pub(super) fn check_buffer_sizes(
             flag: "--max-num-seqs",
         },
         Scaled {
+            buffer: "logit edits",
+            unit: "sequences",
+            unit_bytes: Some(
+                (crate::kernels::logit_edit::EDITS_PER_SEQ
+                    * std::mem::size_of::<crate::kernels::logit_edit::LogitEdit>())
+                    as u64,
+            ),
+            count: o.max_num_seqs,
+            flag: "--max-num-seqs",
+        },
+        Scaled {
             buffer: "sequence records",
             unit: "sequences",
             unit_bytes: Some(std::mem::size_of::<SeqInfo>() as u64),

@@ -26,6 +26,7 @@ use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::LinearOp;
+use crate::kernels::logit_edit::LogitEditOp;
 use crate::kernels::logprob::{LogprobOp, NO_TARGET};
 use crate::kernels::moe::{ExpertsOp, RouteOp};
 use crate::kernels::rms_norm::RmsNormOp;
@@ -211,6 +212,8 @@ enum Op {
     KvStage(KvStageOp),
     Attention(AttentionOp),
     Glu(GluOp),
+    /// The samplers' logit shaping (bias, penalties) as edits, before the argmax.
+    LogitEdit(LogitEditOp),
     Argmax(ArgmaxOp),
     Sample(SampleOp),
     /// Each logit row's log-probability of its target token.
@@ -247,6 +250,7 @@ impl Op {
             Op::Attention(op) if op.is_windowed() => "attention_sliding",
             Op::Attention(_) => "attention",
             Op::Glu(_) => "glu",
+            Op::LogitEdit(_) => "logit_edit",
             Op::Argmax(_) => "argmax",
             Op::Sample(_) => "sample",
             Op::Logprob(_) => "logprob",
@@ -274,6 +278,7 @@ impl Op {
             Op::KvStage(op) => op.record(pass, shape),
             Op::Attention(op) => op.record(pass, shape),
             Op::Glu(op) => op.record(pass, shape),
+            Op::LogitEdit(op) => op.record(pass, shape),
             Op::Argmax(op) => op.record(pass, shape),
             Op::Sample(op) => op.record(pass, shape),
             Op::Logprob(op) => op.record(pass, shape),
@@ -524,6 +529,25 @@ impl Model {
             if got > max {
                 return Err(ModelError::BatchTooLarge { what, got, max });
             }
+        }
+        let edits = (b.logit_edits.len(), self.step.edit_capacity);
+        if edits.0 > edits.1 {
+            return Err(ModelError::BatchTooLarge {
+                what: "logit edits",
+                got: edits.0,
+                max: edits.1,
+            });
+        }
+        if let Some(e) = b.logit_edits.iter().find(|e| {
+            e.row as usize >= b.logit_rows.len() || e.id as usize >= self.config.vocab_size
+        }) {
+            return Err(ModelError::Unsupported(format!(
+                "a logit edit of row {} token {} lies outside the step's {} rows of {} logits",
+                e.row,
+                e.id,
+                b.logit_rows.len(),
+                self.config.vocab_size
+            )));
         }
         let sampled = b.logit_sampling.len();
         if sampled != 0 && sampled != b.logit_rows.len() {

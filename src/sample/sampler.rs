@@ -9,7 +9,9 @@
 //! 5. draw from the kept tokens with the sequence's seeded RNG.
 //!
 //! Before either, when asked: `logit_bias` added, then the repetition penalty (prompt and
-//! output tokens), the frequency and presence penalties (output tokens), as vLLM orders them;
+//! output tokens: a positive logit times 1 / r, others times r), the frequency and presence
+//! penalties (output tokens), as vLLM orders them (vLLM divides by r; the reciprocal, formed once,
+//! is what a GPU multiplies by exactly: `kernels::logit_edit` applies the same edits there);
 //! `min_p` drops, after the softmax, tokens below `min_p` × the largest probability.
 //! Log-probabilities ([`token_logprobs`]) are those of the model's own logits (vLLM's default,
 //! `raw_logprobs`).
@@ -21,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::params::SamplingParams;
+use crate::kernels::logit_edit::{self, LogitEdit};
 use crate::kernels::sampling::RowSampling;
 
 /// Picks tokens for one sequence; owns that sequence's RNG, seeded from
@@ -46,6 +49,8 @@ struct Shaping {
     presence: f32,
     frequency: f32,
     repetition: f32,
+    /// 1 / `repetition`, what a positive logit is multiplied by.
+    inv_repetition: f32,
     /// The prompt's distinct tokens (the repetition penalty counts them).
     prompt: Vec<u32>,
     /// End-of-sequence ids, masked while fewer than `min_tokens` tokens are out.
@@ -106,6 +111,7 @@ impl Sampler {
                 presence: params.presence_penalty,
                 frequency: params.frequency_penalty,
                 repetition: params.repetition_penalty,
+                inv_repetition: 1.0 / params.repetition_penalty,
                 prompt,
                 eos: eos.to_vec(),
                 min_tokens,
@@ -116,17 +122,53 @@ impl Sampler {
     }
 
     /// Whether this sampler's choice is the plain argmax of the logits (greedy, nothing shaping
-    /// them), which the GPU computes the same way (`kernels::argmax`), so its step need not
-    /// read the logits back.
+    /// them).
     pub fn is_greedy(&self) -> bool {
         self.mode == Mode::Greedy && self.shaping.is_none()
     }
 
+    /// Whether this sampler draws at random (temperature > 0).
+    pub fn is_random(&self) -> bool {
+        matches!(self.mode, Mode::Random { .. })
+    }
+
+    /// Whether something shapes the logits before the choice (bias, penalties, min_tokens).
+    pub fn shapes_logits(&self) -> bool {
+        self.shaping.is_some()
+    }
+
+    /// Whether this sampler's choice can be made on the GPU, so its step need not read the
+    /// logits back: its shaping expressible as edits ([`Sampler::gpu_edits`]: distinct bias
+    /// ids, at most `logit_edit::EDITS_PER_SEQ` tokens touched), then greedy (`kernels::argmax`,
+    /// the same choice) or, where the adapter samples on the GPU (`gpu_sampling`), a random draw
+    /// (`kernels::sampling`, [`Sampler::gpu_row`]). Depends on this sequence's state alone.
+    pub fn picks_on_gpu(&self, gpu_sampling: bool) -> bool {
+        self.shaping.as_ref().is_none_or(|s| s.edits_fit())
+            && (self.mode == Mode::Greedy || gpu_sampling)
+    }
+
     /// Whether this sampler's random choice can be made on the GPU (`kernels::sampling`): random
-    /// mode with nothing shaping the logits, so the choice needs only the logits and one
-    /// uniform draw ([`Sampler::gpu_row`]).
+    /// mode with any shaping expressible as edits, so the choice needs only the (edited)
+    /// logits and one uniform draw ([`Sampler::gpu_row`]).
     pub fn samples_on_gpu(&self) -> bool {
-        matches!(self.mode, Mode::Random { .. }) && self.shaping.is_none()
+        self.is_random() && self.picks_on_gpu(true)
+    }
+
+    /// Appends the edits that shape logit row `row` (a `vocab`-wide row) as [`Shaping`] would:
+    /// one per token touched, ids beyond the vocabulary left out, in id order. Nothing without
+    /// shaping. Only where [`Sampler::picks_on_gpu`].
+    pub fn gpu_edits(&self, row: u32, vocab: usize, out: &mut Vec<LogitEdit>) {
+        if let Some(s) = &self.shaping {
+            s.edits(row, vocab, out);
+        }
+    }
+
+    /// Counts a token the GPU picked (after [`Sampler::gpu_edits`] or [`Sampler::gpu_row`]), as
+    /// [`Sampler::sample`] counts its own: the penalties and min_tokens see it.
+    pub fn accept(&mut self, token: u32) {
+        if let Some(s) = &mut self.shaping {
+            *s.output.entry(token).or_default() += 1;
+        }
     }
 
     /// The next token's sampling on the GPU, its uniform draw taken from this sequence's RNG
@@ -256,7 +298,7 @@ impl Shaping {
             for id in seen {
                 let Some(l) = out.get_mut(id as usize) else { continue };
                 if done.insert(id) {
-                    *l = if *l > 0.0 { *l / self.repetition } else { *l * self.repetition };
+                    *l = if *l > 0.0 { *l * self.inv_repetition } else { *l * self.repetition };
                 }
             }
         }
@@ -265,13 +307,67 @@ impl Shaping {
                 *l -= self.frequency * count as f32 + self.presence;
             }
         }
-        if self.output.values().sum::<u32>() < self.min_tokens as u32 {
+        if self.masks_eos() {
             for &id in &self.eos {
                 if let Some(l) = out.get_mut(id as usize) {
                     *l = f32::NEG_INFINITY;
                 }
             }
         }
+    }
+
+    /// Whether the end-of-sequence ids are masked now (fewer than `min_tokens` out).
+    fn masks_eos(&self) -> bool {
+        self.output.values().sum::<u32>() < self.min_tokens as u32
+    }
+
+    /// Whether [`Shaping::edits`] can express this shaping within `EDITS_PER_SEQ` edits: bias
+    /// ids distinct (the sampler adds a repeated id's biases one after the other, which one
+    /// edit cannot), and the tokens it may touch few enough (a bound: the lists' lengths).
+    fn edits_fit(&self) -> bool {
+        let mut ids: Vec<u32> = self.bias.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        let distinct = ids.windows(2).all(|w| w[0] != w[1]);
+        let repetition = if self.repetition != 1.0 { self.prompt.len() } else { 0 };
+        let bound = self.bias.len() + repetition + self.output.len() + self.eos.len();
+        distinct && bound <= logit_edit::EDITS_PER_SEQ
+    }
+
+    /// [`Shaping::apply`] as edits of row `row`: per token, the operations `apply` makes on
+    /// its logit, flagged in its order (each a no-op where `apply` skips it).
+    fn edits(&self, row: u32, vocab: usize, out: &mut Vec<LogitEdit>) {
+        type ById = std::collections::BTreeMap<u32, LogitEdit>;
+        fn at<'a>(by_id: &'a mut ById, blank: &LogitEdit, id: u32) -> &'a mut LogitEdit {
+            by_id.entry(id).or_insert(LogitEdit { id, ..*blank })
+        }
+        let blank = LogitEdit {
+            row,
+            repetition: self.repetition,
+            inv_repetition: self.inv_repetition,
+            ..LogitEdit::default()
+        };
+        let mut by_id = ById::new();
+        for &(id, bias) in &self.bias {
+            let e = at(&mut by_id, &blank, id);
+            e.flags |= logit_edit::EDIT_BIAS;
+            e.bias = bias;
+        }
+        if self.repetition != 1.0 {
+            for &id in self.prompt.iter().chain(self.output.keys()) {
+                at(&mut by_id, &blank, id).flags |= logit_edit::EDIT_REPETITION;
+            }
+        }
+        for (&id, &count) in &self.output {
+            let e = at(&mut by_id, &blank, id);
+            e.flags |= logit_edit::EDIT_PENALTY;
+            e.penalty = self.frequency * count as f32 + self.presence;
+        }
+        if self.masks_eos() {
+            for &id in &self.eos {
+                at(&mut by_id, &blank, id).flags |= logit_edit::EDIT_MASK;
+            }
+        }
+        out.extend(by_id.into_values().filter(|e| (e.id as usize) < vocab));
     }
 }
 
@@ -574,7 +670,7 @@ mod tests {
         let plain = SamplingParams::default();
         // bias: +3 on token 0 beats token 2's lead of 2
         let mut s = shaped(plain, &[], &[(0, 3.0), (99, 5.0)]);
-        assert!(!s.is_greedy(), "a bias needs the logits on the host");
+        assert!(!s.is_greedy() && s.shapes_logits(), "a bias shapes the logits");
         assert_eq!(s.sample(&[1.0, 0.0, 3.0]), 0);
         // repetition 2 over the prompt: 3.0 → 1.5 (below 2.0); a negative logit is multiplied
         let rep = SamplingParams { repetition_penalty: 2.0, ..plain };
@@ -600,6 +696,62 @@ mod tests {
     }
 
     /// min_p keeps only tokens within the factor of the most likely one.
+    /// The GPU's edits (`gpu_edits`, applied as `kernels::logit_edit` applies them) shape the
+    /// logits to the bits `Shaping::apply` gives: bias, repetition over prompt and output (on
+    /// positive, negative and ±0 logits), frequency and presence over output counts, min_tokens'
+    /// mask, ids past the vocabulary; over a sequence's tokens as `accept` counts them.
+    #[test]
+    fn gpu_edits_are_the_shaping() {
+        use crate::kernels::logit_edit::reference_edit;
+        use rand::seq::SliceRandom;
+        let mut rng = StdRng::seed_from_u64(5);
+        let vocab = 40;
+        for case in 0..60 {
+            let params = SamplingParams {
+                repetition_penalty: [1.0, 1.3, 0.7][case % 3],
+                frequency_penalty: [0.0, 0.45][case % 2],
+                presence_penalty: [0.0, 1.1, -0.3][case % 3],
+                min_tokens: case % 4,
+                ..SamplingParams::default()
+            };
+            let prompt: Vec<u32> =
+                (0..rng.random_range(0..20)).map(|_| rng.random_range(0..45)).collect();
+            let mut ids: Vec<u32> = (0..45).collect();
+            ids.shuffle(&mut rng);
+            let bias: Vec<(u32, f32)> =
+                ids[..case % 7].iter().map(|&id| (id, rng.random_range(-4.0..4.0))).collect();
+            let mut s = Sampler::with_context(&params, &prompt, &bias, &[3, 41]);
+            for _ in 0..6 {
+                let mut logits: Vec<f32> =
+                    (0..vocab).map(|_| rng.random_range(-8.0f32..8.0)).collect();
+                logits[0] = 0.0;
+                logits[1] = -0.0;
+                let Some(shaping) = &s.shaping else { continue };
+                assert!(s.picks_on_gpu(false) && s.picks_on_gpu(true), "case {case}");
+                let mut want = Vec::new();
+                shaping.apply(&logits, &mut want);
+                let mut edits = Vec::new();
+                s.gpu_edits(2, vocab, &mut edits);
+                let mut got = vec![7.0; 2 * vocab];
+                got.extend_from_slice(&logits);
+                reference_edit(&mut got, vocab, &edits);
+                assert!(got[..2 * vocab].iter().all(|&v| v == 7.0), "only row 2 is edited");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got[2 * vocab..]), bits(&want), "case {case}");
+                s.accept(rng.random_range(0..vocab as u32));
+            }
+        }
+        // a repeated bias id adds twice on the CPU, which one edit cannot: the CPU keeps it
+        let twice =
+            Sampler::with_context(&SamplingParams::default(), &[], &[(4, 1.0), (4, 2.0)], &[]);
+        assert!(!twice.picks_on_gpu(true));
+        // too many tokens touched for the step buffers' share of a sequence
+        let rep = SamplingParams { repetition_penalty: 1.2, ..SamplingParams::default() };
+        let long: Vec<u32> = (0..crate::kernels::logit_edit::EDITS_PER_SEQ as u32 + 1).collect();
+        assert!(!Sampler::with_context(&rep, &long, &[], &[]).picks_on_gpu(true));
+        assert!(Sampler::with_context(&rep, &long[1..], &[], &[]).picks_on_gpu(false));
+    }
+
     #[test]
     fn min_p_drops_the_unlikely() {
         let params =

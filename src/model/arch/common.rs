@@ -12,6 +12,7 @@ use crate::kernels::glu::GluOp;
 use crate::kernels::kv_quantize::{KvQuantizeIo, KvQuantizeOp, KvStageOp};
 use crate::kernels::kv_write::KvWriteOp;
 use crate::kernels::linear::{InputNorm, LinearIo, LinearOp, TokenRows};
+use crate::kernels::logit_edit::LogitEditOp;
 use crate::kernels::logprob::LogprobOp;
 use crate::kernels::rms_norm::{HeadRows, NormIo, NormRows, RmsNormOp};
 use crate::kernels::rope::{QkvLayout, RopeHeads, RopeOp, RopePairs};
@@ -247,9 +248,19 @@ impl Builder<'_> {
                 cap,
             )));
         }
-        // greedy sampling on the GPU, for steps that read back argmaxes only
+        // the samplers' bias and penalties on the GPU, before the choices
         let vocab = c.vocab_size as u32;
         let step = &self.step.step;
+        let edits = &self.step.logit_edits;
+        ops.push(Op::LogitEdit(LogitEditOp::new(
+            self.gpu,
+            self.kernels,
+            step,
+            &act.logits,
+            edits,
+            vocab,
+        )));
+        // greedy sampling on the GPU, for steps that read back argmaxes only
         let argmax =
             ArgmaxOp::new(self.gpu, self.kernels, step, &act.logits, &act.token_ids, vocab);
         ops.push(Op::Argmax(argmax));
