@@ -5,7 +5,7 @@
 //! (`model::LogitReadback::Argmax`).
 
 use super::source::{LOGIT_ROWS, STEP};
-use super::{Kernel, Kernels, RowDispatch, StepShape};
+use super::{Kernels, RowDispatch, StepShape};
 use crate::gpu::{BindingKind, Gpu};
 
 /// Binding order of the argmax kernel.
@@ -16,23 +16,12 @@ pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::StorageReadWrite, // token_ids: [num_logits] u32
 ];
 
-/// The argmax pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ArgmaxKey;
-
-impl Kernel for ArgmaxKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/argmax.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![ArgmaxKey]
-    }
-}
+one_variant_key!(
+    /// The argmax pipeline (one variant).
+    ArgmaxKey,
+    parts: [STEP, LOGIT_ROWS, include_str!("../../shaders/logits/argmax.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// One argmax dispatch over the step's logit rows: one workgroup a row.
 pub struct ArgmaxOp(RowDispatch);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::source::STEP;
-use super::{record_per_token, Kernel, Kernels, StepShape};
+use super::{record_per_token, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `GateParams`.
@@ -31,23 +31,12 @@ pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::StorageReadWrite, // x: [tokens, x_stride], gated in place
 ];
 
-/// The sigmoid gate pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GateKey;
-
-impl Kernel for GateKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, include_str!("../../shaders/gate/sigmoid_gate.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![GateKey]
-    }
-}
+one_variant_key!(
+    /// The sigmoid gate pipeline (one variant).
+    GateKey,
+    parts: [STEP, include_str!("../../shaders/gate/sigmoid_gate.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// Where the gate reads and writes: `width` channels of x rows (`x_stride` floats) gated by
 /// the channels at `g_offset` of g rows (`g_stride`), or with `per_row` all by the one gate

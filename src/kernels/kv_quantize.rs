@@ -323,25 +323,14 @@ pub const STAGE_BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageReadWrite, // stage: [2, stage_slots, kv_heads, block_size, head_dim / 2]
 ];
 
+one_variant_key!(
+    /// The `kv_stage` pipeline (one variant).
+    StageKey,
+    parts: [STEP, include_str!("../../shaders/kv_quantize/kv_stage.wgsl")],
+    bindings: STAGE_BINDINGS,
+);
+
 /// One layer's `kv_stage` dispatch: one invocation per (word of a row, staged row).
-/// The `kv_stage` pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct StageKey;
-
-impl Kernel for StageKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, include_str!("../../shaders/kv_quantize/kv_stage.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        STAGE_BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![StageKey]
-    }
-}
-
 pub struct KvStageOp {
     bind_group: wgpu::BindGroup,
     pipeline: Arc<Pipeline>,

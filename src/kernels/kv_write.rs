@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::rope::QkvLayout;
 use super::source::{KV_POOL, STEP};
-use super::{record_per_token, Kernel, Kernels, StepShape};
+use super::{record_per_token, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `KvWriteParams`.
@@ -39,23 +39,12 @@ pub const BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageReadWrite, // v_pool: same (not written when the values are in the keys)
 ];
 
-/// The f16 KV write pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct KvWriteKey;
-
-impl Kernel for KvWriteKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![KvWriteKey]
-    }
-}
+one_variant_key!(
+    /// The f16 KV write pipeline (one variant).
+    KvWriteKey,
+    parts: [STEP, KV_POOL, include_str!("../../shaders/kv_write/kv_write.wgsl")],
+    bindings: BINDINGS,
+);
 
 pub struct KvWriteOp {
     bind_group: wgpu::BindGroup,

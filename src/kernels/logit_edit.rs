@@ -12,7 +12,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::source::{LOGIT_ROWS, STEP};
-use super::{groups, Kernel, Kernels, RowDispatch, StepShape};
+use super::{groups, Kernels, RowDispatch, StepShape};
 use crate::gpu::{BindingKind, Gpu};
 
 /// One logit's shaping (mirror of WGSL `LogitEdit`): the operations flagged, in this order:
@@ -91,23 +91,12 @@ pub const BINDINGS: [BindingKind; 4] = [
     BindingKind::StorageRead,      // edits: [num_logit_edits] LogitEdit
 ];
 
-/// The edit pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LogitEditKey;
-
-impl Kernel for LogitEditKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/edit.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![LogitEditKey]
-    }
-}
+one_variant_key!(
+    /// The edit pipeline (one variant).
+    LogitEditKey,
+    parts: [STEP, LOGIT_ROWS, include_str!("../../shaders/logits/edit.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// One edit dispatch over the step's logit edits (`StepInfo::num_logit_edits`).
 pub struct LogitEditOp(RowDispatch);

@@ -5,7 +5,7 @@
 //! same buffer.
 
 use super::source::{LOGIT_ROWS, STEP};
-use super::{Kernel, Kernels, RowDispatch, StepShape};
+use super::{Kernels, RowDispatch, StepShape};
 use crate::gpu::{BindingKind, Gpu};
 
 /// A row without a target: skipped (WGSL `NO_TARGET`).
@@ -20,23 +20,12 @@ pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageReadWrite, // out: [2 · num_logits] u32, the logprobs after the ids
 ];
 
-/// The logprob pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LogprobKey;
-
-impl Kernel for LogprobKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/logprob.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![LogprobKey]
-    }
-}
+one_variant_key!(
+    /// The logprob pipeline (one variant).
+    LogprobKey,
+    parts: [STEP, LOGIT_ROWS, include_str!("../../shaders/logits/logprob.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// One logprob dispatch over the step's logit rows: one workgroup a row.
 pub struct LogprobOp(RowDispatch);

@@ -9,6 +9,30 @@
 //! Pipelines are cached by [`PipelineKey`], which wraps one key per family; variants are chosen
 //! at run time from the device's capabilities in one function, [`KernelConfig::choose`].
 
+/// A kernel family with one variant: its key (a unit struct, documented at the call) and the
+/// key's [`Kernel`] implementation from its WGSL parts and its binding order.
+macro_rules! one_variant_key {
+    ($(#[$meta:meta])* $key:ident, parts: [$($part:expr),+ $(,)?], bindings: $bindings:expr $(,)?) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $key;
+
+        impl $crate::kernels::Kernel for $key {
+            fn parts(&self) -> Vec<&'static str> {
+                vec![$($part),+]
+            }
+
+            fn bindings(&self) -> Vec<$crate::gpu::BindingKind> {
+                $bindings.to_vec()
+            }
+
+            fn all() -> Vec<Self> {
+                vec![$key]
+            }
+        }
+    };
+}
+
 pub mod argmax;
 pub mod attention;
 pub mod bandwidth;

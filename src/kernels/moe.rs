@@ -28,7 +28,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::source::STEP;
-use super::{record_per_token, Kernel, Kernels, StepShape};
+use super::{record_per_token, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::MoeScoring;
 
@@ -65,23 +65,12 @@ pub const ROUTE_BINDINGS: [BindingKind; 6] = [
     BindingKind::StorageRead,      // bias: [experts] (sigmoid scores; else not read)
 ];
 
-/// The routing pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RouteKey;
-
-impl Kernel for RouteKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, include_str!("../../shaders/moe/route.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        ROUTE_BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![RouteKey]
-    }
-}
+one_variant_key!(
+    /// The routing pipeline (one variant).
+    RouteKey,
+    parts: [STEP, include_str!("../../shaders/moe/route.wgsl")],
+    bindings: ROUTE_BINDINGS,
+);
 
 /// Most expert groups of group-limited routing (WGSL: one bit a group).
 pub const MAX_GROUPS: u32 = 32;

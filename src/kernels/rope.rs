@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::source::{ROPE_PAIR, STEP};
-use super::{record_per_token, Kernel, Kernels, StepShape};
+use super::{record_per_token, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 use crate::loader::{Rope, RopeScaling};
 
@@ -52,23 +52,12 @@ pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageRead,      // table: [max_positions, head_dim / 2] (cos, sin)
 ];
 
-/// The RoPE pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RopeKey;
-
-impl Kernel for RopeKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![RopeKey]
-    }
-}
+one_variant_key!(
+    /// The RoPE pipeline (one variant).
+    RopeKey,
+    parts: [STEP, ROPE_PAIR, include_str!("../../shaders/rope/rope.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// `attention_factor · (cos, sin)` of `pos · inv_freq[j]` for every position and pair,
 /// computed in f64, with `inv_freq` from [`inv_freqs`] (`attention_factor` is 1 except for YaRN).

@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::rope::{QkvLayout, RopePairs};
 use super::source::{KV_POOL, ROPE_PAIR, STEP};
-use super::{record_per_token, Kernel, Kernels, StepShape};
+use super::{record_per_token, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `RopeKvParams`.
@@ -42,23 +42,12 @@ pub const BINDINGS: [BindingKind; 8] = [
     BindingKind::StorageReadWrite, // v_pool: same
 ];
 
-/// The fused RoPE + f16 KV write pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RopeKvWriteKey;
-
-impl Kernel for RopeKvWriteKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, ROPE_PAIR, KV_POOL, include_str!("../../shaders/rope/rope_kv_write.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![RopeKvWriteKey]
-    }
-}
+one_variant_key!(
+    /// The fused RoPE + f16 KV write pipeline (one variant).
+    RopeKvWriteKey,
+    parts: [STEP, ROPE_PAIR, KV_POOL, include_str!("../../shaders/rope/rope_kv_write.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// Whether the fused kernel can serve `layout`: whole Q/K/V heads of 4-channel units.
 pub fn fits(layout: QkvLayout) -> bool {

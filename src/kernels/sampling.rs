@@ -20,7 +20,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::source::{LOGIT_ROWS, STEP};
-use super::{Kernel, Kernels, RowDispatch, StepShape};
+use super::{Kernels, RowDispatch, StepShape};
 use crate::gpu::{BindingKind, Gpu};
 
 /// How one logit row is sampled (mirror of WGSL `RowSampling`): the sampler's parameters and
@@ -90,23 +90,12 @@ pub const BINDINGS: [BindingKind; 5] = [
     BindingKind::StorageReadWrite, // token_ids: [num_logits] u32, the argmax in, the token out
 ];
 
-/// The sampling pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SampleKey;
-
-impl Kernel for SampleKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, LOGIT_ROWS, include_str!("../../shaders/logits/sample.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![SampleKey]
-    }
-}
+one_variant_key!(
+    /// The sampling pipeline (one variant).
+    SampleKey,
+    parts: [STEP, LOGIT_ROWS, include_str!("../../shaders/logits/sample.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// One sampling dispatch over the step's logit rows: one workgroup a row.
 pub struct SampleOp(RowDispatch);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::source::STEP;
-use super::{check_grid, Kernel, Kernels, StepShape};
+use super::{check_grid, Kernels, StepShape};
 use crate::gpu::{BindingKind, Gpu, Pipeline};
 
 /// Mirror of WGSL `SoftcapParams`.
@@ -27,23 +27,12 @@ pub const BINDINGS: [BindingKind; 3] = [
     BindingKind::StorageReadWrite, // logits: [num_logits, vocab], capped in place
 ];
 
-/// The soft-cap pipeline (one variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SoftcapKey;
-
-impl Kernel for SoftcapKey {
-    fn parts(&self) -> Vec<&'static str> {
-        vec![STEP, include_str!("../../shaders/logits/softcap.wgsl")]
-    }
-
-    fn bindings(&self) -> Vec<BindingKind> {
-        BINDINGS.to_vec()
-    }
-
-    fn all() -> Vec<Self> {
-        vec![SoftcapKey]
-    }
-}
+one_variant_key!(
+    /// The soft-cap pipeline (one variant).
+    SoftcapKey,
+    parts: [STEP, include_str!("../../shaders/logits/softcap.wgsl")],
+    bindings: BINDINGS,
+);
 
 /// One dispatch over the step's logit rows: `ceil(vocab / 64)` × rows workgroups.
 pub struct SoftcapOp {
