@@ -15,7 +15,7 @@
 //! | [`model`] | architectures as flat lists of dispatches; weights, activations, KV pool buffers on the GPU | gpu, kernels, loader, quant |
 //! | [`kv`] | host-side KV bookkeeping, no GPU: layout byte math, block pool, block tables, prefix cache (radix tree), tenant quotas | — |
 //! | [`sched`] | requests, sequence states, continuous batching (token budget, chunked prefill, admission, preemption) → `StepPlan` | kv, output (`FinishReason`) |
-//! | [`sample`] | sampling parameters, seeded RNG, greedy fast path; the GPU draw's parameters | kernels (`RowSampling`, plain data) |
+//! | [`sample`] | sampling parameters, seeded RNG, greedy fast path; the GPU draw's parameters and logit edits | kernels (`RowSampling`, `LogitEdit`, plain data) |
 //! | [`constrain`] | structured outputs: a request's constraint (JSON schema, regex, choice, Lark, tool calls in a family's syntax) compiled by llguidance over the model's vocabulary; per-sequence token masks | — (tokenizers, llguidance) |
 //! | [`output`] | incremental detokenizer, stop conditions (the one place that decides stopping), [`output::FinishReason`], a chat answer's parsers ([`output::AnswerParser`]: `<think>` reasoning, tool calls per family format, gpt-oss's harmony channels) | tokenizer |
 //! | [`engine`] | the front end ([`engine::Frontend`]: chat template, tokenize, checks), the step loop ([`engine::Engine::step`]), per-request output state, Prometheus metrics, [`engine::EngineHandle`] (an engine on its own thread) | all above |
